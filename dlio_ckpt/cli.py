@@ -1,0 +1,139 @@
+"""The command line, and the only module that knows about processes.
+
+``python -m dlio_ckpt workload=NAME [overrides]`` runs the benchmark (under mpiexec or alone);
+``python -m dlio_ckpt plan workload=NAME --world-size W`` prints the layout and writes nothing.
+Bad input exits 2 with one message, before anything is created; an error on any rank of a run
+ends every rank (MPI_Abort), naming the rank, its host and the cause.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+import traceback
+
+from omegaconf import OmegaConf
+
+from .comm import Comm, SelfComm, get_comm, hostname, on_root
+from .config import check_world_size, compose
+from .errors import ConfigError, DlioCkptError
+
+USAGE = """\
+dlio_ckpt [plan] workload=NAME [++workload.KEY=VALUE ...] [--config-dir DIR] [--world-size W]
+          [--format json|table]   (--format applies to plan)"""
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="dlio_ckpt", usage=USAGE, description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("overrides", nargs="*", help="workload=NAME and Hydra overrides")
+    p.add_argument("--config-dir", "-cd", help="extra folder with workload/NAME.yaml (as DLIO's)")
+    p.add_argument("--world-size", type=int, help="ranks to emulate (plan: required; run: a "
+                   "multiple of the process count, each process writing world-size/N ranks)")
+    p.add_argument("--format", choices=["json", "table"], default="table", help="plan output")
+    return p
+
+
+class _ArgError(Exception):
+    pass
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # exit 2 with our own message, on rank 0 only
+        raise _ArgError(message)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    command = argv.pop(0) if argv and argv[0] in ("plan", "run") else "run"
+    parser = _parser()
+    parser.__class__ = _Parser
+    comm: Comm = SelfComm() if command == "plan" else get_comm()
+    try:
+        args = parser.parse_args(argv)
+        if command == "plan":
+            return _plan(args)
+        return _run(args, comm)
+    except (ConfigError, _ArgError) as exc:
+        if comm.rank == 0:
+            print(f"dlio_ckpt: error: {exc}", file=sys.stderr)
+        return 2
+
+
+def _plan(args: argparse.Namespace) -> int:
+    from .formats import get_format
+    from .plan_view import plan_json, plan_table
+    from .planner import make_plan
+
+    if args.world_size is None:
+        raise ConfigError("--world-size", None, "plan needs the number of ranks to lay out")
+    workload, _, _ = compose(args.overrides, args.config_dir)
+    check_world_size(workload, args.world_size)
+    fmt = get_format(workload.checkpoint.format)
+    plan = make_plan(workload, args.world_size)
+    if args.format == "json":
+        print(json.dumps(plan_json(plan, fmt)))
+    else:
+        print(plan_table(plan, fmt))
+    return 0
+
+
+def _run(args: argparse.Namespace, comm: Comm) -> int:
+    from .runner import build_job, run
+
+    world_size = args.world_size or comm.size
+    # Every rank validates (same input, same answer, no collective needed); rank 0 alone resolves
+    # the run folder (it holds the time) and shares it.
+    workload, raw, run_dir = compose(args.overrides, args.config_dir)
+    check_world_size(workload, world_size)
+    job = build_job(workload, comm, world_size)
+    run_dir = os.path.abspath(comm.bcast(run_dir if comm.rank == 0 else None))
+    try:
+        on_root(comm, lambda: _prepare_run_dir(run_dir, raw, args.overrides))
+        _setup_logging(run_dir, comm.rank)
+        meta = {"workload": workload.model.name, "world_size": world_size, "run_dir": run_dir,
+                "command": " ".join(["dlio_ckpt", *sys.argv[1:]])}
+        result = run(job, run_dir, meta)
+        if result is not None:
+            m = result["metric"]
+            logging.getLogger("dlio_ckpt").info(
+                "done: checkpoint %.3f GiB; save %.3f GiB/s mean; load %s; results in %s",
+                m["checkpoint_size_GiB"], m.get("save_checkpoint_io_mean_GiB_per_second", 0.0),
+                f"{m['load_checkpoint_io_mean_GiB_per_second']:.3f} GiB/s mean"
+                if "load_checkpoint_io_mean_GiB_per_second" in m else "none", run_dir)
+        return 0
+    except ConfigError:
+        raise
+    except DlioCkptError as exc:
+        _die(comm, f"rank {comm.rank} on {hostname()}: {exc}")
+    except Exception:
+        _die(comm, f"rank {comm.rank} on {hostname()}: unexpected error\n{traceback.format_exc()}")
+    return 1
+
+
+def _die(comm: Comm, message: str) -> None:
+    """One rank failed: say who and why, then end every rank (no one waits in a barrier)."""
+    print(f"dlio_ckpt: error: {message}", file=sys.stderr, flush=True)
+    comm.abort(1)
+
+
+def _prepare_run_dir(run_dir: str, raw: dict, overrides: list[str]) -> None:
+    os.makedirs(os.path.join(run_dir, ".hydra"), exist_ok=True)
+    with open(os.path.join(run_dir, ".hydra", "config.yaml"), "w") as fh:
+        fh.write(OmegaConf.to_yaml({"workload": raw}))
+    with open(os.path.join(run_dir, ".hydra", "overrides.yaml"), "w") as fh:
+        fh.write(OmegaConf.to_yaml(list(overrides)))
+
+
+def _setup_logging(run_dir: str, rank: int) -> None:
+    log = logging.getLogger("dlio_ckpt")
+    log.setLevel(logging.INFO)
+    log.handlers.clear()
+    if rank == 0:
+        fmt = logging.Formatter("[%(asctime)s] %(message)s")
+        for handler in (logging.StreamHandler(sys.stdout), logging.FileHandler(f"{run_dir}/dlio_ckpt.log")):
+            handler.setFormatter(fmt)
+            log.addHandler(handler)

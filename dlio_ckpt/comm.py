@@ -1,0 +1,101 @@
+"""The few collectives a run needs, over mpi4py, and a one-process stand-in with the same interface.
+
+Why a wrapper (DCP's ``_DistWrapper``): the runner is written once and runs the same under
+``mpiexec -n 1024`` and as a plain ``python -m dlio_ckpt``; tests of the runner need no MPI.
+"""
+
+from __future__ import annotations
+
+import socket
+import sys
+from collections.abc import Callable
+from typing import Any, Protocol, TypeVar
+
+T = TypeVar("T")
+
+
+class Comm(Protocol):
+    rank: int
+    size: int
+
+    def barrier(self) -> None: ...
+    def bcast(self, obj: Any) -> Any: ...
+    def gather(self, obj: Any) -> list[Any] | None: ...
+    def allgather(self, obj: Any) -> list[Any]: ...
+    def abort(self, code: int) -> None: ...
+
+
+class SelfComm:
+    """A world of one process."""
+
+    rank, size = 0, 1
+
+    def barrier(self) -> None:
+        pass
+
+    def bcast(self, obj: Any) -> Any:
+        return obj
+
+    def gather(self, obj: Any) -> list[Any]:
+        return [obj]
+
+    def allgather(self, obj: Any) -> list[Any]:
+        return [obj]
+
+    def abort(self, code: int) -> None:
+        sys.exit(code)
+
+
+class MPIComm:
+    def __init__(self) -> None:
+        from mpi4py import MPI
+
+        self._c = MPI.COMM_WORLD
+        self.rank, self.size = self._c.Get_rank(), self._c.Get_size()
+
+    def barrier(self) -> None:
+        self._c.Barrier()
+
+    def bcast(self, obj: Any) -> Any:
+        return self._c.bcast(obj, root=0)
+
+    def gather(self, obj: Any) -> list[Any] | None:
+        return self._c.gather(obj, root=0)
+
+    def allgather(self, obj: Any) -> list[Any]:
+        return self._c.allgather(obj)
+
+    def abort(self, code: int) -> None:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        self._c.Abort(code)
+
+
+def get_comm() -> Comm:
+    """MPI when mpi4py is importable (a plain ``python`` run is then a singleton world of 1)."""
+    try:
+        import mpi4py
+
+        mpi4py.rc.threads = False  # we do not call MPI from threads; keeps start-up cheap
+        return MPIComm()
+    except ImportError:
+        return SelfComm()
+
+
+def on_root(comm: Comm, fn: Callable[[], T]) -> T:
+    """Run ``fn`` on rank 0 and give every rank its result, or raise its exception on every rank,
+    so a check that fails on rank 0 never leaves the others waiting in a collective."""
+    result: tuple[bool, Any] = (True, None)
+    if comm.rank == 0:
+        try:
+            result = (True, fn())
+        except Exception as exc:  # re-raised below, on every rank
+            result = (False, exc)
+    ok, value = comm.bcast(result)
+    if not ok:
+        raise value
+    return value
+
+
+def hostname() -> str:
+    return socket.gethostname()

@@ -1,0 +1,243 @@
+"""The workload configuration: DLIO's YAML keys, composed by Hydra, validated by pydantic.
+
+Why this shape: DLIO maps ~150 YAML keys into a flat singleton by hand and silently drops the ones
+it does not know (which is why its ``checkpoint.fsync`` does nothing). Here every section is a
+pydantic model with ``extra="forbid"``: a typo is an error that names the key, never a silent no-op.
+Hydra's compose API gives users DLIO's override grammar (``++workload.a.b=v``) and config groups
+(``workload=NAME``, ``--config-dir``) without a hand-written parser.
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from .errors import ConfigError
+
+DATATYPE_BYTES: dict[str, int] = {"fp16": 2, "bf16": 2, "fp32": 4, "fp64": 8, "int8": 1, "uint8": 1}
+Datatype = Literal["fp16", "bf16", "fp32", "fp64", "int8", "uint8"]
+MIB = 1 << 20
+
+
+class Section(BaseModel):
+    """A YAML section: unknown keys are errors, values are checked, the model is immutable."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Parallelism(Section):
+    tensor: int = Field(1, ge=1)
+    pipeline: int = Field(1, ge=1)
+    data: int | None = Field(None, ge=1)
+    zero_stage: Literal[0, 1, 2, 3] = 0
+
+
+class Transformer(Section):
+    vocab_size: int = Field(32000, ge=1)
+    hidden_size: int = Field(2048, ge=1)
+    ffn_hidden_size: int = Field(8192, ge=1)
+    num_attention_heads: int = Field(32, ge=1)
+    num_kv_heads: int = Field(8, ge=1)
+
+
+class Model(Section):
+    name: str = "default"
+    type: Literal["transformer"] = "transformer"
+    model_size: int | None = Field(None, description="DLIO key for non-transformer models; not used")
+    num_layers: int = Field(ge=1)
+    model_datatype: Datatype = "fp16"
+    optimizer_datatype: Datatype = "fp32"
+    parallelism: Parallelism = Parallelism()
+    transformer: Transformer = Transformer()
+
+
+class Checkpoint(Section):
+    checkpoint_folder: str = "checkpoints"
+    time_between_checkpoints: float = Field(5.0, ge=0)
+    num_checkpoints_write: int = Field(1, ge=0)
+    num_checkpoints_read: int = Field(0, ge=0)
+    fsync: bool = False
+    odirect: bool = False
+    mode: Literal["default", "subset"] = "default"
+    recovery_rank_shift: bool = False
+    # Our own keys (DLIO has no equivalent):
+    format: Literal["raw"] = "raw"  # "pt" (torch-loadable) arrives with the formats work
+    scale: float = Field(1.0, gt=0, le=1, description="shrink every file by this ratio")
+    read_from_page_cache: bool = Field(
+        False, description="false: evict each file's cached pages before it is read"
+    )
+    ranks_per_host: int | None = Field(None, ge=1, description="for recovery_rank_shift")
+    chunk_size: int = Field(8 * MIB, ge=4096, le=64 * MIB, multiple_of=4096)
+
+    @model_validator(mode="after")
+    def _reads_not_more_than_writes(self) -> Checkpoint:
+        w, r = self.num_checkpoints_write, self.num_checkpoints_read
+        if w > 0 and r > w:
+            raise ConfigError(
+                "workload.checkpoint.num_checkpoints_read", r,
+                f"must be <= num_checkpoints_write ({w}) when checkpoints are written",
+            )
+        return self
+
+
+class Workflow(Section):
+    generate_data: Literal[False] = False
+    train: Literal[False] = False
+    checkpoint: Literal[True] = True
+
+
+class Storage(Section):
+    storage_type: Literal["local_fs"] = "local_fs"
+    storage_root: str = "./"
+    storage_options: dict[str, Any] = Field(default_factory=dict)
+
+
+class Workload(Section):
+    """One workload YAML. ``dataset``, ``reader`` and ``train`` are DLIO's training sections: they
+    are accepted so DLIO's own files load, and ignored because only checkpoint I/O is emulated."""
+
+    model: Model
+    framework: Literal["pytorch"] = "pytorch"
+    workflow: Workflow = Workflow()
+    checkpoint: Checkpoint = Checkpoint()
+    storage: Storage = Storage()
+    dataset: dict[str, Any] | None = None
+    reader: dict[str, Any] | None = None
+    train: dict[str, Any] | None = None
+
+    @model_validator(mode="after")
+    def _layout_rules(self) -> Workload:
+        par, ck = self.model.parallelism, self.checkpoint
+        key = "workload.model"
+        if self.model.num_layers < par.pipeline:
+            raise ConfigError(f"{key}.num_layers", self.model.num_layers,
+                              f"must be >= model.parallelism.pipeline ({par.pipeline}): every "
+                              "pipeline stage needs a layer")
+        if par.zero_stage == 3 and par.pipeline != 1:
+            raise ConfigError(f"{key}.parallelism.pipeline", par.pipeline,
+                              "must be 1 with zero_stage=3 (ZeRO-3 does not combine with "
+                              "pipeline parallelism)")
+        if ck.mode == "subset" and par.data is None:
+            raise ConfigError(f"{key}.parallelism.data", None,
+                              "is required when checkpoint.mode=subset (the data-parallel size of "
+                              "the full job whose first ranks this run emulates)")
+        if ck.mode == "default" and par.data is not None:
+            raise ConfigError(f"{key}.parallelism.data", par.data,
+                              "is only allowed with checkpoint.mode=subset; in default mode the "
+                              "data-parallel size is world size // (tensor*pipeline)")
+        return self
+
+
+def check_world_size(workload: Workload, world_size: int) -> None:
+    """Rules that need the world size: DLIO's, checked before anything is written."""
+    par = workload.model.parallelism
+    mp = par.tensor * par.pipeline
+    if world_size < 1:
+        raise ConfigError("--world-size", world_size, "must be >= 1")
+    if workload.checkpoint.mode == "default" and world_size % mp:
+        raise ConfigError(
+            "workload.model.parallelism", f"tensor={par.tensor} pipeline={par.pipeline}",
+            f"tensor*pipeline={mp} must divide the world size {world_size}",
+        )
+    if workload.checkpoint.mode == "subset" and par.data * mp < world_size:
+        raise ConfigError(
+            "workload.model.parallelism.data", par.data,
+            f"data*tensor*pipeline={par.data * mp} must be >= the world size {world_size} "
+            "(subset mode emulates the first ranks of a larger job)",
+        )
+
+
+# ---------------------------------------------------------------------------------------------
+# Composition
+
+
+def config_root() -> Path:
+    """The packaged configs: ``dlio_ckpt/configs`` when installed, the repo's ``configs/`` else."""
+    installed = Path(__file__).parent / "configs"
+    return installed if (installed / "config.yaml").is_file() else Path(__file__).parent.parent / "configs"
+
+
+def available_workloads(config_dir: str | None = None) -> list[str]:
+    dirs = [config_root() / "workload"] + ([Path(config_dir) / "workload"] if config_dir else [])
+    return sorted({p.stem for d in dirs if d.is_dir() for p in d.glob("*.yaml")})
+
+
+def compose(overrides: list[str], config_dir: str | None = None) -> tuple[Workload, dict, str]:
+    """Compose ``workload=NAME`` plus overrides, validate, and return (workload, raw dict, run dir).
+
+    The run dir is returned unresolved-by-us: Hydra resolves ``${now:...}`` here, so only rank 0
+    should call this for the directory it will broadcast (all ranks may call it to validate).
+    """
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir
+    from hydra.errors import HydraException
+    from omegaconf import OmegaConf
+    from omegaconf.errors import OmegaConfBaseException
+
+    extra = list(overrides)
+    if config_dir is not None:
+        if not os.path.isdir(config_dir):
+            raise ConfigError("--config-dir", config_dir, "is not a directory")
+        extra.append(f"hydra.searchpath=[file://{os.path.abspath(config_dir)}]")
+    try:
+        with initialize_config_dir(config_dir=str(config_root()), version_base=None):
+            cfg = hydra_compose("config", overrides=extra, return_hydra_config=True)
+            raw = OmegaConf.to_container(cfg.workload, resolve=True)
+            run_dir = str(cfg.hydra.run.dir)
+    except (HydraException, OmegaConfBaseException) as exc:
+        raise ConfigError("", None, _hydra_message(exc, config_dir)) from None
+    except Exception as exc:  # malformed YAML surfaces as yaml.YAMLError from inside Hydra
+        if type(exc).__module__.startswith("yaml"):
+            raise ConfigError("", None, f"malformed YAML: {exc}") from None
+        raise
+    return validate(raw), raw, run_dir
+
+
+def _hydra_message(exc: Exception, config_dir: str | None) -> str:
+    text = str(exc).strip()
+    if "You must specify 'workload'" in text or "Could not find 'workload/" in text:
+        names = ", ".join(available_workloads(config_dir))
+        first = text.splitlines()[0]
+        return f"workload: {first.replace('In ' + repr('config') + ': ', '')}; available: {names}"
+    return text.replace("\n", " ")
+
+
+def validate(raw: Any) -> Workload:
+    """Validate a composed workload dict, turning pydantic's errors into ones that teach."""
+    if not isinstance(raw, dict):
+        raise ConfigError("workload", raw, "must be a mapping of sections (model, checkpoint, ...)")
+    try:
+        return Workload.model_validate(raw)
+    except ValidationError as exc:
+        lines = [_explain(err, raw) for err in exc.errors()]
+        raise ConfigError("", None, "invalid workload configuration:\n  " + "\n  ".join(lines)) from None
+
+
+def _explain(err: dict, raw: dict) -> str:
+    loc = [str(p) for p in err["loc"]]
+    key = "workload." + ".".join(loc)
+    if err["type"] == "extra_forbidden":
+        parent = _model_at(loc[:-1])
+        allowed = sorted(parent.model_fields) if parent else []
+        close = difflib.get_close_matches(loc[-1], allowed, n=1)
+        hint = f" (did you mean '{close[0]}'?)" if close else ""
+        return (f"{key}={err['input']!r}: unknown key{hint}; allowed keys here: "
+                f"{', '.join(allowed)}")
+    if err["type"] == "missing":
+        return f"{key}: required key is missing"
+    return f"{key}={err['input']!r}: {err['msg']}"
+
+
+def _model_at(path: list[str]) -> type[BaseModel] | None:
+    model: type[BaseModel] = Workload
+    for part in path:
+        field = model.model_fields.get(part)
+        ann = getattr(field, "annotation", None)
+        if not (isinstance(ann, type) and issubclass(ann, BaseModel)):
+            return None
+        model = ann
+    return model

@@ -1,0 +1,31 @@
+"""Exceptions that carry a user-facing message and an exit status.
+
+Why a module of its own: every layer (config, planner, backends, engine) raises these, and only the
+command line decides how they end the process. Keeping them here stops modules from importing the CLI.
+"""
+
+from __future__ import annotations
+
+
+class DlioCkptError(Exception):
+    """Base of the errors we expect and explain; anything else is a bug and shows a traceback."""
+
+    exit_code = 1
+
+
+class ConfigError(DlioCkptError):
+    """Bad input: a key, its value and the rule it breaks. Raised before any I/O; exits with 2."""
+
+    exit_code = 2
+
+    def __init__(self, key: str, value: object, rule: str) -> None:
+        self.key, self.value, self.rule = key, value, rule
+        super().__init__(f"{key}={value!r}: {rule}" if key else rule)
+
+
+class StorageError(DlioCkptError):
+    """A storage operation failed; the message names the file and the cause."""
+
+
+class VerifyError(DlioCkptError):
+    """Data read back differs from what was written at a given file offset."""

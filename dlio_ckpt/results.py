@@ -1,0 +1,112 @@
+"""Per-operation records → DLIO's ``summary.json`` and ``{rank}_per_epoch_stats.json``, plus our
+own unambiguous fields.
+
+Why our own fields too: DLIO's ``GB`` keys are GiB, and its duration is rank 0's alone. We keep its
+keys and values for comparability, take each checkpoint's duration from the slowest process (as
+MLPerf Storage's rules define it), and add bytes, GiB and GB named as such. JSON is strict: a
+figure that does not exist is left out, never written as NaN.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from dataclasses import asdict, dataclass
+from datetime import datetime
+from typing import Any
+
+GIB = 1 << 30
+GB = 10**9
+
+
+@dataclass(frozen=True)
+class OpRecord:
+    """One process's part of one checkpoint save or load."""
+
+    phase: str  # "save" or "load"
+    index: int  # 1-based position within its phase: save_ckpt{index}
+    step: int  # the step folder it wrote or read
+    process: int
+    start: float  # wall clock, seconds since the epoch
+    end: float
+    duration: float  # monotonic clock, from the common barrier to this process's last byte
+    bytes: int
+    files: int
+
+
+def iso(t: float) -> str:
+    return datetime.fromtimestamp(t).isoformat()
+
+
+def per_epoch_stats(records: list[OpRecord], run_start: float, run_end: float) -> dict[str, Any]:
+    """DLIO's per-rank file: epoch "1" holding save_ckpt{i} / load_ckpt{i}. Duration and throughput
+    here are this process's own (its bytes over its time); summary.json has the job's."""
+    epoch: dict[str, Any] = {"start": iso(run_start)}
+    for r in records:
+        epoch[f"{r.phase}_ckpt{r.index}"] = {
+            "start": iso(r.start), "end": iso(r.end), "duration": r.duration,
+            "throughput": r.bytes / GIB / r.duration if r.duration > 0 else 0.0,
+            "bytes": r.bytes, "files": r.files, "step": r.step,
+        }
+    epoch["end"] = iso(run_end)
+    return {"1": epoch}
+
+
+def checkpoint_figures(records: list[OpRecord], phase: str) -> list[dict[str, Any]]:
+    """One entry per checkpoint: the slowest process's duration, all processes' bytes."""
+    by_index: dict[int, list[OpRecord]] = {}
+    for r in records:
+        if r.phase == phase:
+            by_index.setdefault(r.index, []).append(r)
+    out = []
+    for index in sorted(by_index):
+        group = by_index[index]
+        slowest = max(group, key=lambda r: r.duration)
+        total = sum(r.bytes for r in group)
+        duration = slowest.duration
+        out.append({
+            "index": index, "step": group[0].step, "bytes": total, "files": sum(r.files for r in group),
+            "duration_seconds": duration, "slowest_process": slowest.process,
+            "fastest_process_duration_seconds": min(r.duration for r in group),
+            "start": iso(min(r.start for r in group)), "end": iso(max(r.end for r in group)),
+            "throughput_GiB_per_second": total / GIB / duration if duration > 0 else 0.0,
+            "throughput_GB_per_second": total / GB / duration if duration > 0 else 0.0,
+        })
+    return out
+
+
+def _mean_std(values: list[float]) -> tuple[float, float]:
+    return statistics.fmean(values), statistics.pstdev(values)
+
+
+def summary(records: list[OpRecord], *, checkpoint_bytes: int, meta: dict[str, Any]) -> dict[str, Any]:
+    """DLIO's summary keys (``metric.*``, ``checkpoint_size_GB`` in GiB as DLIO has it) and ours."""
+    metric: dict[str, Any] = {
+        "checkpoint_size_GB": checkpoint_bytes / GIB,
+        "checkpoint_size_bytes": checkpoint_bytes,
+        "checkpoint_size_GiB": checkpoint_bytes / GIB,
+        "checkpoint_size_GB_decimal": checkpoint_bytes / GB,
+    }
+    figures = {phase: checkpoint_figures(records, phase) for phase in ("save", "load")}
+    for phase, items in figures.items():
+        if not items:
+            continue
+        gib, durations = [c["throughput_GiB_per_second"] for c in items], [c["duration_seconds"] for c in items]
+        (m, s), (dm, ds) = _mean_std(gib), _mean_std(durations)
+        metric[f"{phase}_checkpoint_io_mean_GB_per_second"] = m  # DLIO's name; the value is GiB/s
+        metric[f"{phase}_checkpoint_io_stdev_GB_per_second"] = s
+        metric[f"{phase}_checkpoint_duration_mean_seconds"] = dm
+        metric[f"{phase}_checkpoint_duration_stdev_seconds"] = ds
+        metric[f"{phase}_checkpoint_io_mean_GiB_per_second"] = m
+        metric[f"{phase}_checkpoint_io_mean_GB_decimal_per_second"] = m * GIB / GB
+        metric[f"{phase}_checkpoint_io_median_GiB_per_second"] = statistics.median(gib)
+    return {**meta, "metric": metric, "checkpoints": figures}
+
+
+def dumps(obj: Any) -> str:
+    """Strict JSON: NaN and infinities are errors, not tokens other parsers reject."""
+    return json.dumps(obj, indent=2, allow_nan=False) + "\n"
+
+
+def record_dict(r: OpRecord) -> dict[str, Any]:
+    return asdict(r)

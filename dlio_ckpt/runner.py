@@ -1,0 +1,185 @@
+"""One benchmark run: write ``num_checkpoints_write`` checkpoints, read back ``num_checkpoints_read``.
+
+Why here and not in the CLI: this is the choreography (barriers, timing, manifests) and nothing
+else; it receives a validated workload and a :class:`~dlio_ckpt.comm.Comm`, so it runs the same on
+one process and on a thousand.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import resource
+import secrets
+import time
+from collections import Counter
+from dataclasses import dataclass
+from typing import Any
+
+from . import __version__
+from .backends import Backend, get_backend
+from .comm import Comm, hostname, on_root
+from .config import Workload
+from .engine import Engine, FileTask, IOOptions
+from .errors import ConfigError
+from .formats import Format, get_format
+from .planner import Layout, RankPlan
+from .results import OpRecord, dumps, iso, per_epoch_stats, summary
+from .synthetic import SyntheticData, file_key
+
+log = logging.getLogger("dlio_ckpt")
+
+
+def step_name(step: int) -> str:
+    return f"global_epoch1_step{step}"
+
+
+@dataclass
+class Job:
+    """What every process needs to know about the run, derived once."""
+
+    workload: Workload
+    comm: Comm
+    layout: Layout
+    backend: Backend
+    fmt: Format
+    mine: list[RankPlan]  # the logical ranks this process emulates
+
+    @property
+    def folder(self) -> str:
+        return self.backend.join(self.workload.checkpoint.checkpoint_folder)
+
+    def manifest_path(self, step: int) -> str:
+        return self.backend.join(self.workload.checkpoint.checkpoint_folder, f"{step_name(step)}.manifest.json")
+
+    def tasks(self, step: int, plans: list[RankPlan]) -> list[FileTask]:
+        base = self.backend.join(self.workload.checkpoint.checkpoint_folder, step_name(step))
+        return [
+            FileTask(f"{base}/{f.stem}{self.fmt.extension}", tuple(self.fmt.segments(f)), file_key(step, p.rank, i))
+            for p in plans for i, f in enumerate(p.files)
+        ]
+
+    def expected_files(self) -> dict[str, int]:
+        out = {}
+        for r in range(self.layout.world_size):
+            for t in self.tasks(0, [self.layout.rank_plan(r)]):
+                out[t.path.rsplit("/", 1)[1]] = t.size
+        return out
+
+
+def build_job(workload: Workload, comm: Comm, world_size: int) -> Job:
+    if world_size % comm.size:
+        raise ConfigError("--world-size", world_size,
+                          f"must be a multiple of the number of processes ({comm.size})")
+    ck, st = workload.checkpoint, workload.storage
+    layout = Layout.from_workload(workload, world_size)
+    per = world_size // comm.size
+    mine = [layout.rank_plan(r) for r in range(comm.rank * per, (comm.rank + 1) * per)]
+    backend = get_backend(st.storage_type, st.storage_root, st.storage_options)
+    return Job(workload, comm, layout, backend, get_format(ck.format), mine)
+
+
+def _timed(job: Job, phase: str, index: int, step: int, tasks: list[FileTask], engine: Engine) -> OpRecord:
+    job.comm.barrier()  # every process starts the checkpoint together
+    start, t0 = time.time(), time.perf_counter()
+    nbytes = engine.write_files(tasks) if phase == "save" else engine.read_files(tasks)
+    duration = time.perf_counter() - t0
+    return OpRecord(phase, index, step, job.comm.rank, start, time.time(), duration, nbytes, len(tasks))
+
+
+def _manifest(job: Job, step: int, run_key: int) -> dict[str, Any]:
+    ck = job.workload.checkpoint
+    return {"tool": "dlio_ckpt", "version": __version__, "step": step, "complete": True,
+            "workload": job.workload.model.name, "world_size": job.layout.world_size,
+            "format": job.fmt.name, "scale": ck.scale, "run_key": run_key,
+            "files": job.expected_files()}
+
+
+def _check_manifest(job: Job, step: int, run_key: int | None) -> int:
+    """The run key of a complete step that matches this run's layout; an error otherwise."""
+    raw = job.backend.get_small(job.manifest_path(step))
+    key = "workload.checkpoint.num_checkpoints_read"
+    if raw is None:
+        raise ConfigError(key, job.workload.checkpoint.num_checkpoints_read,
+                          f"step {step} has no complete checkpoint in {job.folder} "
+                          f"(no {step_name(step)}.manifest.json): write it first")
+    m = json.loads(raw)
+    if m["files"] != job.expected_files():
+        raise ConfigError(key, job.workload.checkpoint.num_checkpoints_read,
+                          f"{step_name(step)} in {job.folder} was written with another layout "
+                          f"(workload {m['workload']}, world size {m['world_size']}, format {m['format']}, "
+                          f"scale {m['scale']})")
+    if run_key is not None and m["run_key"] != run_key:
+        raise ConfigError(key, None, f"{step_name(step)} manifest does not belong to this run")
+    return int(m["run_key"])
+
+
+def _read_plans(job: Job) -> list[RankPlan]:
+    """Whose files each of my ranks reads: its own, or with recovery_rank_shift those of the rank
+    one host further on, so reads cannot come from this host's page cache."""
+    ck, w = job.workload.checkpoint, job.layout.world_size
+    if not ck.recovery_rank_shift:
+        return job.mine
+    hosts = job.comm.allgather(hostname())
+    per_host = ck.ranks_per_host or Counter(hosts)[hostname()] * (w // job.comm.size)
+    return [job.layout.rank_plan((p.rank + per_host) % w) for p in job.mine]
+
+
+def run(job: Job, run_dir: str, meta: dict[str, Any]) -> dict[str, Any] | None:
+    """Run the benchmark; returns the summary on rank 0 (None elsewhere)."""
+    ck, comm = job.workload.checkpoint, job.comm
+    run_start = time.time()
+    if ck.num_checkpoints_write > 0:
+        run_key = comm.bcast(secrets.randbits(63) if comm.rank == 0 else None)
+    else:
+        run_key = on_root(comm, lambda: _check_manifest(job, 1, None))
+    data = SyntheticData(run_key, ck.chunk_size)
+    evict = not ck.read_from_page_cache
+    engine = Engine(job.backend, data, IOOptions(ck.fsync, ck.odirect, evict, ck.chunk_size))
+    records: list[OpRecord] = []
+    for i in range(1, ck.num_checkpoints_write + 1):
+        time.sleep(ck.time_between_checkpoints)
+        if comm.rank == 0:
+            job.backend.remove(job.manifest_path(i))  # a step being rewritten is not complete
+            job.backend.makedirs(job.backend.join(ck.checkpoint_folder, step_name(i)))
+        records.append(_timed(job, "save", i, i, job.tasks(i, job.mine), engine))
+        if comm.gather(None) is not None:  # all processes finished the step: commit it, last
+            manifest = _manifest(job, i, run_key)
+            job.backend.put_small(job.manifest_path(i), json.dumps(manifest).encode())
+            log.info("save_ckpt%d: %.3f s, %d files", i, records[-1].duration, len(manifest["files"]))
+    read_plans = _read_plans(job) if ck.num_checkpoints_read else []
+    for i in range(1, ck.num_checkpoints_read + 1):
+        on_root(comm, lambda i=i: _check_manifest(job, i, run_key))
+        records.append(_timed(job, "load", i, i, job.tasks(i, read_plans), engine))
+        log.info("load_ckpt%d verified", i)
+    engine.close()
+    data.close()
+    peak_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    gathered = comm.gather((records, hostname(), peak_rss))
+    if gathered is None:
+        return None
+    run_end = time.time()
+    all_records = [r for recs, _, _ in gathered for r in recs]
+    for proc, (recs, _, _) in enumerate(gathered):
+        _write(f"{run_dir}/{proc}_per_epoch_stats.json", dumps(per_epoch_stats(recs, run_start, run_end)))
+    hosts = [h for _, h, _ in gathered]
+    rss = [r for _, _, r in gathered]
+    meta = {
+        **meta, "status": "ok", "num_accelerators": job.layout.world_size, "num_processes": comm.size,
+        "num_hosts": len(set(hosts)), "hostname": hostname(), "start": iso(run_start), "end": iso(run_end),
+        "io": {
+            "storage_type": job.backend.name, "format": job.fmt.name, "fsync": ck.fsync, "odirect": ck.odirect,
+            "read_cache": "odirect" if ck.odirect else ("allowed" if ck.read_from_page_cache else "evicted"),
+            "recovery_rank_shift": ck.recovery_rank_shift, "scale": ck.scale, "chunk_size": ck.chunk_size,
+        },
+        "memory": {"peak_rss_bytes_max": max(rss), "peak_rss_bytes_per_process": rss},
+    }
+    total = sum(job.layout.rank_plan(r).payload_bytes for r in range(job.layout.world_size))
+    result = summary(all_records, checkpoint_bytes=total, meta=meta)
+    _write(f"{run_dir}/summary.json", dumps(result))
+    return result
+
+
+def _write(path: str, text: str) -> None:
+    with open(path, "w") as fh:
+        fh.write(text)

@@ -1,0 +1,100 @@
+"""Synthetic checkpoint bytes: incompressible, no 4 KiB block repeated in a run, at memory speed.
+
+Why this way: a random generator per write runs at ~0.15 GiB/s, far below storage speed. We fill a
+random pool once, then for each chunk pick a pseudo-random 4 KiB-aligned window of it and stamp the
+first 32 bytes of every 4 KiB block with (run key, file key, block index, a mix of the three).
+Stamping touches 32 bytes per block, so a chunk is ready in microseconds and is written straight
+from the pool (no copy). Every block carries its own identity, so deduplicating storage finds no
+repeat and the read phase can say exactly which file and offset came back wrong.
+"""
+
+from __future__ import annotations
+
+import mmap
+
+import numpy as np
+
+BLOCK = 4096
+STAMP_WORDS = 4
+_WORDS_PER_BLOCK = BLOCK // 8
+_MASK64 = (1 << 64) - 1
+
+
+def _splitmix64(x: int) -> int:
+    x = (x + 0x9E3779B97F4A7C15) & _MASK64
+    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & _MASK64
+    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & _MASK64
+    return x ^ (x >> 31)
+
+
+def file_key(step: int, rank: int, index: int, phase_bit: int = 0) -> int:
+    """A 64-bit id unique per (checkpoint step, rank, file index) within a run."""
+    if not (0 <= step < 1 << 19 and 0 <= rank < 1 << 28 and 0 <= index < 1 << 16):
+        raise ValueError(f"file key out of range: step={step} rank={rank} index={index}")
+    return (phase_bit << 63) | (step << 44) | (rank << 16) | index
+
+
+class SyntheticData:
+    """One process's source of checkpoint bytes: a pool allocated once, stamped per window.
+
+    A window returned by :meth:`window` stays valid only until the next call, which may restamp
+    overlapping blocks: consume (write or compare) it first.
+    """
+
+    def __init__(self, run_key: int, max_window: int, pool_bytes: int = 64 << 20) -> None:
+        if max_window % BLOCK:
+            raise ValueError("max_window must be a multiple of 4096")
+        pool_bytes = max(pool_bytes, 2 * max_window)
+        self.run_key = run_key & _MASK64
+        self._mm = mmap.mmap(-1, pool_bytes)  # page-aligned: usable for O_DIRECT
+        words = np.frombuffer(self._mm, dtype=np.uint64)
+        rng = np.random.default_rng(self.run_key)
+        step = 1 << 20
+        for i in range(0, words.size, step):
+            words[i:i + step] = rng.integers(0, _MASK64, size=min(step, words.size - i),
+                                             dtype=np.uint64, endpoint=True)
+        self._blocks = words.reshape(-1, _WORDS_PER_BLOCK)
+        self._max_blocks = max_window // BLOCK
+        self._starts = self._blocks.shape[0] - self._max_blocks + 1
+        self._view = memoryview(self._mm)
+        self._arange = np.arange(self._max_blocks, dtype=np.uint64)
+
+    def window(self, key: int, offset: int, nbytes: int) -> memoryview:
+        """Bytes ``[offset, offset + nbytes)`` of the payload stream of file ``key``.
+
+        ``offset`` must be block-aligned; ``nbytes`` at most the ``max_window`` given at creation.
+        """
+        if offset % BLOCK or nbytes > self._max_blocks * BLOCK or nbytes < 0:
+            raise ValueError(f"bad window offset={offset} nbytes={nbytes}")
+        first = offset // BLOCK
+        nblocks = -(-nbytes // BLOCK)
+        start = _splitmix64(self.run_key ^ _splitmix64(key ^ (first * 0x9E3779B97F4A7C15 & _MASK64))) % self._starts
+        rows = self._blocks[start:start + nblocks]
+        index = self._arange[:nblocks] + np.uint64(first)
+        rows[:, 0] = self.run_key
+        rows[:, 1] = key
+        rows[:, 2] = index
+        rows[:, 3] = (index * np.uint64(0xD6E8FEB86659FD93)) ^ np.uint64(self.run_key ^ key)
+        return self._view[start * BLOCK:start * BLOCK + nbytes]
+
+    def close(self) -> None:
+        """Drop the pool now rather than at garbage collection (windows must no longer be used)."""
+        self._blocks = self._view = None  # type: ignore[assignment]
+        try:
+            self._mm.close()
+        except BufferError:  # a window is still referenced somewhere; GC frees it later
+            pass
+
+
+def first_difference(got: memoryview, want: memoryview) -> int | None:
+    """Offset of the first differing byte, or None when equal; at memory speed."""
+    a = np.frombuffer(got, dtype=np.uint8)
+    b = np.frombuffer(want, dtype=np.uint8)
+    if a.size != b.size:
+        return min(a.size, b.size)
+    whole = a.size // 8 * 8  # compare 8 bytes at a time: ~12 GiB/s against ~1 for memoryview ==
+    if np.array_equal(a[:whole].view(np.uint64), b[:whole].view(np.uint64)) and np.array_equal(
+        a[whole:], b[whole:]
+    ):
+        return None
+    return int(np.flatnonzero(a != b)[0])
