@@ -22,6 +22,9 @@ class ConfigError(DlioCkptError):
         self.key, self.value, self.rule = key, value, rule
         super().__init__(f"{key}={value!r}: {rule}" if key else rule)
 
+    def __reduce__(self) -> tuple:  # travels between ranks (comm.on_root) by pickle
+        return (type(self), (self.key, self.value, self.rule))
+
 
 class StorageError(DlioCkptError):
     """A storage operation failed; the message names the file and the cause."""

@@ -1,0 +1,96 @@
+"""Real runs under the venv's mpiexec: files on disk, verification, result files."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from .conftest import dlio, load, only_run_dir
+
+pytestmark = pytest.mark.mpi
+
+FAST = ["++workload.checkpoint.time_between_checkpoints=0"]
+DLIO_METRICS = [
+    "save_checkpoint_io_mean_GB_per_second", "save_checkpoint_io_stdev_GB_per_second",
+    "save_checkpoint_duration_mean_seconds", "save_checkpoint_duration_stdev_seconds",
+    "load_checkpoint_io_mean_GB_per_second", "load_checkpoint_io_stdev_GB_per_second",
+    "load_checkpoint_duration_mean_seconds", "load_checkpoint_duration_stdev_seconds", "checkpoint_size_GB",
+]
+
+
+def planned(tmp_path, args, world):
+    res = dlio(["plan", *args, "--world-size", str(world), "--format", "json"], tmp_path)
+    assert res.returncode == 0, res.stderr
+    return json.loads(res.stdout)
+
+
+def assert_files_match_plan(folder, plan, steps):
+    want = {f["name"]: f["file_bytes"] for r in plan["ranks"] for f in r["files"]}
+    for step in range(1, steps + 1):
+        d = folder / f"global_epoch1_step{step}"
+        assert {p.name: p.stat().st_size for p in d.iterdir()} == want
+        assert json.loads((folder / f"global_epoch1_step{step}.manifest.json").read_text())["files"] == want
+
+
+@pytest.mark.parametrize("nprocs,extra", [
+    (2, []),
+    (4, ["++workload.checkpoint.odirect=True"]),
+    (4, ["++workload.model.parallelism.zero_stage=3", "++workload.checkpoint.recovery_rank_shift=True"]),
+])
+def test_run_writes_planned_files_and_dlio_results(tmp_path, nprocs, extra):
+    args = ["workload=tiny", *FAST, *extra, "++workload.checkpoint.checkpoint_folder=ck", "++hydra.run.dir=out"]
+    res = dlio(args, tmp_path, nprocs=nprocs)
+    assert res.returncode == 0, res.stderr + res.stdout
+    assert_files_match_plan(tmp_path / "ck", planned(tmp_path, args, nprocs), 2)
+    summary = load(tmp_path / "out" / "summary.json")
+    assert summary["status"] == "ok" and summary["num_processes"] == nprocs
+    for key in DLIO_METRICS:
+        assert summary["metric"][key] >= 0, key
+    assert summary["metric"]["checkpoint_size_GB"] == planned(tmp_path, args, nprocs)["checkpoint_size_GB"]
+    for key in ("num_accelerators", "num_hosts", "hostname", "start", "end"):
+        assert key in summary
+    for rank in range(nprocs):
+        stats = load(tmp_path / "out" / f"{rank}_per_epoch_stats.json")["1"]
+        assert {"start", "end", "save_ckpt1", "save_ckpt2", "load_ckpt1", "load_ckpt2"} <= set(stats)
+        assert set(stats["save_ckpt1"]) >= {"start", "end", "duration", "throughput"}
+    save = summary["checkpoints"]["save"][0]
+    assert save["duration_seconds"] == max(
+        load(tmp_path / "out" / f"{r}_per_epoch_stats.json")["1"]["save_ckpt1"]["duration"] for r in range(nprocs))
+    assert summary["memory"]["peak_rss_bytes_max"] <= 256 << 20
+    assert (tmp_path / "out" / ".hydra" / "config.yaml").exists()
+
+
+def test_logical_ranks_and_scale_run_llama_1t_layout_on_4_processes(tmp_path):
+    args = ["workload=llama_1t", *FAST, "++workload.checkpoint.scale=0.00002",
+            "++workload.checkpoint.num_checkpoints_write=1", "++workload.checkpoint.num_checkpoints_read=1",
+            "++workload.checkpoint.fsync=False", "++workload.checkpoint.checkpoint_folder=ck", "++hydra.run.dir=out"]
+    res = dlio([*args, "--world-size", "1024"], tmp_path, nprocs=4, timeout=300)
+    assert res.returncode == 0, res.stderr
+    assert_files_match_plan(tmp_path / "ck", planned(tmp_path, args, 1024), 1)
+    assert load(tmp_path / "out" / "summary.json")["num_accelerators"] == 1024
+
+
+def test_read_phase_catches_a_corrupted_block_and_names_file_and_offset(tmp_path):
+    base = ["workload=tiny", *FAST, "++workload.checkpoint.checkpoint_folder=ck"]
+    res = dlio([*base, "++workload.checkpoint.num_checkpoints_read=0", "++hydra.run.dir=w"], tmp_path, nprocs=2)
+    assert res.returncode == 0, res.stderr
+    victim = tmp_path / "ck" / "global_epoch1_step2" / "zero_pp_rank_0_mp_rank_1_optim_states.bin"
+    with open(victim, "r+b") as fh:
+        fh.seek(3 * 4096 + 100)
+        byte = fh.read(1)
+        fh.seek(3 * 4096 + 100)
+        fh.write(bytes([byte[0] ^ 0xFF]))
+    # read-only run of the earlier checkpoints: step 1 verifies, step 2 fails on rank 1
+    res = dlio([*base, "++workload.checkpoint.num_checkpoints_write=0", "++hydra.run.dir=r"], tmp_path, nprocs=2)
+    assert res.returncode != 0
+    assert f"{victim.name}: wrong data at offset {3 * 4096 + 100}" in res.stderr, res.stderr
+    assert "rank 1 on " in res.stderr
+    assert not (tmp_path / "r" / "summary.json").exists()
+
+
+def test_read_only_run_refuses_a_step_without_manifest(tmp_path):
+    res = dlio(["workload=tiny", *FAST, "++workload.checkpoint.num_checkpoints_write=0",
+                "++workload.checkpoint.checkpoint_folder=ck", "++hydra.run.dir=r"], tmp_path, nprocs=2)
+    assert res.returncode == 2
+    assert "step 1 has no complete checkpoint" in res.stderr
