@@ -9,7 +9,7 @@ cheap to build.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import cached_property, lru_cache
+from functools import cache, cached_property
 from typing import Literal
 
 from .config import DATATYPE_BYTES, Workload
@@ -108,13 +108,13 @@ class Layout:
     def is_writer(self, rank: int) -> bool:
         return self.zero_stage >= 1 or rank < self.mp
 
-    @lru_cache(maxsize=None)  # noqa: B019 - Layout is frozen and few exist per process
+    @cache  # noqa: B019 - Layout is frozen and few exist per process
     def layer_group(self, layer: int, key: str | None) -> TensorGroup:
         sf = self.data if self.zero_stage == 3 else 1
         numels = self.shape.layer_numels(layer, self.tensor, sf)
         return TensorGroup(key, tuple(self.scaled(n) for n in numels))
 
-    @lru_cache(maxsize=None)  # noqa: B019
+    @cache  # noqa: B019
     def stage_groups(self, pp: int, nested: bool) -> tuple[TensorGroup, ...]:
         layers = self.shape.stage_layers(pp, self.pipeline)
         return tuple(self.layer_group(i, str(i) if nested else None) for i in layers)

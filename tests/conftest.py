@@ -25,11 +25,6 @@ def dlio(args: list[str], cwd: Path, nprocs: int | None = None, timeout: float =
     return subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=timeout, env=env)
 
 
-def only_run_dir(root: Path) -> Path:
-    dirs = [p.parent for p in root.rglob("summary.json")]
-    assert len(dirs) == 1, dirs
-    return dirs[0]
-
 
 def load(path: Path) -> dict:
     return json.loads(path.read_text())

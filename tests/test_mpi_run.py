@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from .conftest import dlio, load, only_run_dir
+from .conftest import dlio, load
 
 pytestmark = pytest.mark.mpi
 

@@ -116,6 +116,17 @@ class LocalFSBackend:
         finally:
             os.close(fd)
 
+    def sync(self, path: str) -> None:
+        """fsync a written, closed file (Linux flushes the inode's dirty pages whatever the fd)."""
+        try:
+            fd = os.open(path, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        except OSError as exc:
+            raise _fail("fsync failed on", path, exc) from None
+
     def size(self, path: str) -> int | None:
         try:
             return os.stat(path).st_size

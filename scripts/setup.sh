@@ -1,0 +1,11 @@
+#!/usr/bin/env bash
+# Create .venv with everything dlio_ckpt and its tests need (fio from Debian for the benchmark).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+if command -v apt-get >/dev/null && ! command -v fio >/dev/null; then
+  (apt-get update -qq && apt-get install -y -qq fio >/dev/null) || echo "note: fio not installed (bench/ needs it)"
+fi
+python3.11 -m venv .venv 2>/dev/null || python3 -m venv .venv
+.venv/bin/python -m pip install -q --upgrade pip
+.venv/bin/python -m pip install -q -r requirements.txt
+.venv/bin/python -m pip install -q --no-deps -e .
