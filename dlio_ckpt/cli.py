@@ -53,7 +53,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.__class__ = _Parser
     comm: Comm = SelfComm() if command == "plan" else get_comm()
     try:
-        args = parser.parse_args(argv)
+        args = parser.parse_intermixed_args(argv)  # options may come between overrides
         if command == "plan":
             return _plan(args)
         return _run(args, comm)

@@ -65,7 +65,7 @@ def test_logical_ranks_and_scale_run_llama_1t_layout_on_4_processes(tmp_path):
     args = ["workload=llama_1t", *FAST, "++workload.checkpoint.scale=0.00002",
             "++workload.checkpoint.num_checkpoints_write=1", "++workload.checkpoint.num_checkpoints_read=1",
             "++workload.checkpoint.fsync=False", "++workload.checkpoint.checkpoint_folder=ck", "++hydra.run.dir=out"]
-    res = dlio([*args, "--world-size", "1024"], tmp_path, nprocs=4, timeout=300)
+    res = dlio(["--world-size", "1024", *args], tmp_path, nprocs=4, timeout=300)  # options first works too
     assert res.returncode == 0, res.stderr
     assert_files_match_plan(tmp_path / "ck", planned(tmp_path, args, 1024), 1)
     assert load(tmp_path / "out" / "summary.json")["num_accelerators"] == 1024
