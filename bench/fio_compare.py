@@ -26,14 +26,14 @@ BIN = Path(sys.executable).parent
 GIB = 1 << 30
 
 
-def dlio_run(folder: Path, procs: int, per_proc_scale: float, mode: str, chunk: int) -> tuple[float, int]:
+def dlio_run(folder: Path, procs: int, per_proc_scale: float, mode: str, chunk: int, fmt: str) -> tuple[float, int]:
     out = Path(tempfile.mkdtemp(prefix="bench_out_"))
     cmd = [str(BIN / "mpiexec"), "-n", str(procs), sys.executable, "-m", "dlio_ckpt", "workload=llama_7b_zero3",
            f"++workload.checkpoint.checkpoint_folder={folder}/dlio", "++workload.checkpoint.num_checkpoints_write=1",
            "++workload.checkpoint.num_checkpoints_read=0", "++workload.checkpoint.time_between_checkpoints=0",
            f"++workload.checkpoint.scale={per_proc_scale}", f"++workload.checkpoint.chunk_size={chunk}",
            f"++workload.checkpoint.fsync={mode == 'fsync'}", f"++workload.checkpoint.odirect={mode == 'direct'}",
-           f"++hydra.run.dir={out}", "--world-size", str(procs)]
+           f"++workload.checkpoint.format={fmt}", f"++hydra.run.dir={out}", "--world-size", str(procs)]
     subprocess.run(cmd, check=True, capture_output=True)
     s = json.loads((out / "summary.json").read_text())
     shutil.rmtree(out)
@@ -63,6 +63,7 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--mode", choices=["direct", "fsync"], default="direct")
     ap.add_argument("--chunk", type=int, default=8 << 20)
+    ap.add_argument("--format", choices=["pt", "raw"], default="pt")
     a = ap.parse_args()
     folder = Path(a.dir)
     folder.mkdir(parents=True, exist_ok=True)
@@ -77,15 +78,16 @@ def main() -> None:
         per_proc = int(per_rank_full * scale) // 4096 * 4096
         if i % 2:  # alternate who goes first: the disk's state after one run must not favour the other
             f = fio_run(folder, a.procs, per_proc, a.mode, a.chunk)
-            d, nbytes = dlio_run(folder, a.procs, scale, a.mode, a.chunk)
+            d, nbytes = dlio_run(folder, a.procs, scale, a.mode, a.chunk, a.format)
         else:
-            d, nbytes = dlio_run(folder, a.procs, scale, a.mode, a.chunk)
+            d, nbytes = dlio_run(folder, a.procs, scale, a.mode, a.chunk, a.format)
             f = fio_run(folder, a.procs, per_proc, a.mode, a.chunk)
         dlio_s.append(d)
         fio_s.append(f)
         print(f"round {i + 1}: dlio_ckpt {d:.3f} GiB/s  fio {f:.3f} GiB/s  ({nbytes / GIB:.2f} GiB total)", flush=True)
     md, mf = statistics.median(dlio_s), statistics.median(fio_s)
-    print(f"mode={a.mode} procs={a.procs} chunk={a.chunk} rounds={a.rounds} host={os.uname().nodename}")
+    print(f"format={a.format} mode={a.mode} procs={a.procs} chunk={a.chunk} rounds={a.rounds} "
+          f"host={os.uname().nodename}")
     print(f"median: dlio_ckpt {md:.3f} GiB/s, fio {mf:.3f} GiB/s, ratio {md / mf:.3f}")
 
 

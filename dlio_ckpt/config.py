@@ -65,7 +65,7 @@ class Checkpoint(Section):
     mode: Literal["default", "subset"] = "default"
     recovery_rank_shift: bool = False
     # Our own keys (DLIO has no equivalent):
-    format: Literal["raw"] = "raw"  # "pt" (torch-loadable) arrives with the formats work
+    format: Literal["pt", "raw"] = "pt"
     scale: float = Field(1.0, gt=0, le=1, description="shrink every file by this ratio")
     read_from_page_cache: bool = Field(
         False, description="false: evict each file's cached pages before it is read"

@@ -14,10 +14,17 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+import numpy as np
+
 from .backends import Backend, Writer
 from .errors import StorageError, VerifyError
 from .formats import Segment, file_size
 from .synthetic import BLOCK, SyntheticData, first_difference
+
+
+def _address(view: memoryview) -> int:
+    """Memory address of a buffer: O_DIRECT needs aligned memory as well as aligned offsets."""
+    return np.frombuffer(view, dtype=np.uint8).ctypes.data
 
 
 @dataclass(frozen=True)
@@ -118,7 +125,7 @@ class Engine:
         staged, stage = 0, memoryview(self._staging)
         for piece in self._pieces(task):
             while piece:
-                if staged == 0 and len(piece) >= self._align:
+                if staged == 0 and len(piece) >= self._align and _address(piece) % self._align == 0:
                     cut = len(piece) - len(piece) % self._align
                     writer.write(piece[:cut])
                     piece = piece[cut:]

@@ -9,3 +9,5 @@ python3.11 -m venv .venv 2>/dev/null || python3 -m venv .venv
 .venv/bin/python -m pip install -q --upgrade pip
 .venv/bin/python -m pip install -q -r requirements.txt
 .venv/bin/python -m pip install -q --no-deps -e .
+# torch only for the tests that open pt files with torch.load; 2.13.0 is the local CPU wheel here
+.venv/bin/python -m pip install -q torch==2.13.0

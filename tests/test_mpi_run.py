@@ -36,6 +36,7 @@ def assert_files_match_plan(folder, plan, steps):
 @pytest.mark.parametrize("nprocs,extra", [
     (2, []),
     (4, ["++workload.checkpoint.odirect=True"]),
+    (2, ["++workload.checkpoint.format=raw", "++workload.checkpoint.odirect=True"]),
     (4, ["++workload.model.parallelism.zero_stage=3", "++workload.checkpoint.recovery_rank_shift=True"]),
 ])
 def test_run_writes_planned_files_and_dlio_results(tmp_path, nprocs, extra):
@@ -75,7 +76,7 @@ def test_read_phase_catches_a_corrupted_block_and_names_file_and_offset(tmp_path
     base = ["workload=tiny", *FAST, "++workload.checkpoint.checkpoint_folder=ck"]
     res = dlio([*base, "++workload.checkpoint.num_checkpoints_read=0", "++hydra.run.dir=w"], tmp_path, nprocs=2)
     assert res.returncode == 0, res.stderr
-    victim = tmp_path / "ck" / "global_epoch1_step2" / "zero_pp_rank_0_mp_rank_1_optim_states.bin"
+    victim = tmp_path / "ck" / "global_epoch1_step2" / "zero_pp_rank_0_mp_rank_1_optim_states.pt"
     with open(victim, "r+b") as fh:
         fh.seek(3 * 4096 + 100)
         byte = fh.read(1)
@@ -94,3 +95,21 @@ def test_read_only_run_refuses_a_step_without_manifest(tmp_path):
                 "++workload.checkpoint.checkpoint_folder=ck", "++hydra.run.dir=r"], tmp_path, nprocs=2)
     assert res.returncode == 2
     assert "step 1 has no complete checkpoint" in res.stderr
+
+
+def test_pt_files_open_with_torch_load(tmp_path):
+    torch = pytest.importorskip("torch")
+    args = ["workload=tiny", *FAST, "++workload.checkpoint.checkpoint_folder=ck", "++hydra.run.dir=out",
+            "++workload.checkpoint.num_checkpoints_write=1", "++workload.checkpoint.num_checkpoints_read=0"]
+    res = dlio(args, tmp_path, nprocs=2)
+    assert res.returncode == 0, res.stderr
+    plan = planned(tmp_path, args, 2)
+    step = tmp_path / "ck" / "global_epoch1_step1"
+    model = torch.load(step / "model_0_model_states.pt", weights_only=True)
+    assert list(model) == [str(i) for i in range(7)]  # layers 0..L+2 of stage 0
+    assert [tuple(t.shape) for t in model["1"].values()] == [(256,), (65536,), (32768,), (256,), (176128,), (88064,)]
+    assert model["1"]["0"].dtype == torch.float16
+    optim = torch.load(step / "zero_pp_rank_0_mp_rank_0_optim_states.pt", weights_only=True)
+    assert [t.dtype for t in optim.values()] == [torch.float32] * 6
+    for f in plan["ranks"][0]["files"]:
+        assert 0 < f["file_bytes"] - f["payload_bytes"] <= 1024 * f["tensors"] + 4096  # torch.save-like overhead

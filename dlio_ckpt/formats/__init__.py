@@ -35,7 +35,11 @@ class RawFormat:
 def get_format(name: str) -> Format:
     if name == "raw":
         return RawFormat()
-    raise ConfigError("workload.checkpoint.format", name, "unknown format; choose raw")
+    if name == "pt":
+        from .pt import PtFormat
+
+        return PtFormat()
+    raise ConfigError("workload.checkpoint.format", name, "unknown format; choose pt or raw")
 
 
 def file_size(segments: list[Segment]) -> int:
