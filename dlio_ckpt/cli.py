@@ -82,7 +82,7 @@ def _plan(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace, comm: Comm) -> int:
-    from .runner import build_job, run
+    from .runner import build_job, preflight, run
 
     world_size = args.world_size or comm.size
     # Every rank validates (same input, same answer, no collective needed); rank 0 alone resolves
@@ -90,6 +90,7 @@ def _run(args: argparse.Namespace, comm: Comm) -> int:
     workload, raw, run_dir = compose(args.overrides, args.config_dir)
     check_world_size(workload, world_size)
     job = build_job(workload, comm, world_size)
+    preflight(job)
     run_dir = os.path.abspath(comm.bcast(run_dir if comm.rank == 0 else None))
     try:
         on_root(comm, lambda: _prepare_run_dir(run_dir, raw, args.overrides))

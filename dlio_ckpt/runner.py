@@ -125,6 +125,16 @@ def _read_plans(job: Job) -> list[RankPlan]:
     return [job.layout.rank_plan((p.rank + per_host) % w) for p in job.mine]
 
 
+def preflight(job: Job) -> None:
+    """Checks that need storage but must fail before anything is created: a read-only run needs
+    every step it will read to be complete and of this layout."""
+    ck = job.workload.checkpoint
+    if ck.num_checkpoints_write == 0:
+        key = on_root(job.comm, lambda: _check_manifest(job, 1, None))
+        for i in range(2, ck.num_checkpoints_read + 1):
+            on_root(job.comm, lambda i=i: _check_manifest(job, i, key))
+
+
 def run(job: Job, run_dir: str, meta: dict[str, Any]) -> dict[str, Any] | None:
     """Run the benchmark; returns the summary on rank 0 (None elsewhere)."""
     ck, comm = job.workload.checkpoint, job.comm

@@ -95,6 +95,7 @@ def test_read_only_run_refuses_a_step_without_manifest(tmp_path):
                 "++workload.checkpoint.checkpoint_folder=ck", "++hydra.run.dir=r"], tmp_path, nprocs=2)
     assert res.returncode == 2
     assert "step 1 has no complete checkpoint" in res.stderr
+    assert list(tmp_path.iterdir()) == [], "a refused run creates nothing"
 
 
 def test_pt_files_open_with_torch_load(tmp_path):
