@@ -72,10 +72,10 @@ def main() -> None:
     from dlio_ckpt.planner import make_plan
 
     per_rank_full = make_plan(compose(["workload=llama_7b_zero3"])[0], a.procs).ranks[0].payload_bytes
+    scale = min(1.0, a.gib * GIB / per_rank_full)  # llama_7b_zero3 shrunk to a.gib per rank
+    per_proc = int(per_rank_full * scale) // 4096 * 4096
     dlio_s, fio_s = [], []
     for i in range(a.rounds):
-        scale = min(1.0, a.gib * GIB / per_rank_full)  # llama_7b_zero3 shrunk to a.gib per rank
-        per_proc = int(per_rank_full * scale) // 4096 * 4096
         if i % 2:  # alternate who goes first: the disk's state after one run must not favour the other
             f = fio_run(folder, a.procs, per_proc, a.mode, a.chunk)
             d, nbytes = dlio_run(folder, a.procs, scale, a.mode, a.chunk, a.format)

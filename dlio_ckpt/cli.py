@@ -26,17 +26,6 @@ dlio_ckpt [plan] workload=NAME [++workload.KEY=VALUE ...] [--config-dir DIR] [--
           [--format json|table]   (--format applies to plan)"""
 
 
-def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="dlio_ckpt", usage=USAGE, description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("overrides", nargs="*", help="workload=NAME and Hydra overrides")
-    p.add_argument("--config-dir", "-cd", help="extra folder with workload/NAME.yaml (as DLIO's)")
-    p.add_argument("--world-size", type=int, help="ranks to emulate (plan: required; run: a "
-                   "multiple of the process count, each process writing world-size/N ranks)")
-    p.add_argument("--format", choices=["json", "table"], default="table", help="plan output")
-    return p
-
-
 class _ArgError(Exception):
     pass
 
@@ -46,11 +35,21 @@ class _Parser(argparse.ArgumentParser):
         raise _ArgError(message)
 
 
+def _parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="dlio_ckpt", usage=USAGE, description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("overrides", nargs="*", help="workload=NAME and Hydra overrides")
+    p.add_argument("--config-dir", "-cd", help="extra folder with workload/NAME.yaml (as DLIO's)")
+    p.add_argument("--world-size", type=int, help="ranks to emulate (plan: required; run: a "
+                   "multiple of the process count, each process writing world-size/N ranks)")
+    p.add_argument("--format", choices=["json", "table"], default="table", help="plan output")
+    return p
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     command = argv.pop(0) if argv and argv[0] in ("plan", "run") else "run"
     parser = _parser()
-    parser.__class__ = _Parser
     comm: Comm = SelfComm() if command == "plan" else get_comm()
     try:
         args = parser.parse_intermixed_args(argv)  # options may come between overrides

@@ -201,8 +201,8 @@ def _hydra_message(exc: Exception, config_dir: str | None) -> str:
     text = str(exc).strip()
     if "You must specify 'workload'" in text or "Could not find 'workload/" in text:
         names = ", ".join(available_workloads(config_dir))
-        first = text.splitlines()[0]
-        return f"workload: {first.replace('In ' + repr('config') + ': ', '')}; available: {names}"
+        first = text.splitlines()[0].removeprefix("In 'config': ")
+        return f"workload: {first}; available: {names}"
     return text.replace("\n", " ")
 
 

@@ -10,7 +10,6 @@ protocols: it gets segments from a format and moves them through a backend.
 from __future__ import annotations
 
 import mmap
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -46,16 +45,6 @@ class IOOptions:
     chunk_size: int = 8 << 20
 
 
-@dataclass(frozen=True)
-class FileRecord:
-    """One file's I/O, kept for timelines and straggler hunting."""
-
-    path: str
-    bytes: int
-    start: float  # time.time() wall clock
-    end: float
-
-
 class Engine:
     def __init__(self, backend: Backend, data: SyntheticData, options: IOOptions) -> None:
         caps = backend.capabilities
@@ -68,7 +57,6 @@ class Engine:
         self._align = caps.alignment if options.odirect else 1
         self._staging = mmap.mmap(-1, self._chunk)  # page-aligned, allocated once
         self._readbuf = mmap.mmap(-1, self._chunk)
-        self.records: list[FileRecord] = []
 
     # -- content -------------------------------------------------------------------------------
 
@@ -105,7 +93,6 @@ class Engine:
         return nbytes
 
     def _write_file(self, task: FileTask) -> int:
-        start = time.time()
         writer = self.backend.open_write(task.path, self.options.odirect)
         try:
             if self._align == 1:
@@ -117,7 +104,6 @@ class Engine:
         except BaseException:
             writer.abort()
             raise
-        self.records.append(FileRecord(task.path, task.size, start, time.time()))
         return task.size
 
     def _write_staged(self, writer: Writer, task: FileTask) -> None:
@@ -150,7 +136,6 @@ class Engine:
         return sum(self._read_file(t) for t in tasks)
 
     def _read_file(self, task: FileTask) -> int:
-        start = time.time()
         actual = self.backend.size(task.path)
         if actual != task.size:
             raise VerifyError(f"{task.path}: has {actual} bytes, planned {task.size}"
@@ -177,7 +162,6 @@ class Engine:
         finally:
             buf.release()
             reader.close()
-        self.records.append(FileRecord(task.path, task.size, start, time.time()))
         return task.size
 
     def close(self) -> None:

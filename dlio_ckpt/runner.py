@@ -14,6 +14,7 @@ import secrets
 import time
 from collections import Counter
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 from . import __version__
@@ -59,7 +60,10 @@ class Job:
             for p in plans for i, f in enumerate(p.files)
         ]
 
+    @cached_property
     def expected_files(self) -> dict[str, int]:
+        """Every file of a step (all ranks) and its size: what a manifest lists. The same for each
+        step, so built once (for pt it formats every file's headers)."""
         out = {}
         for r in range(self.layout.world_size):
             for t in self.tasks(0, [self.layout.rank_plan(r)]):
@@ -92,7 +96,7 @@ def _manifest(job: Job, step: int, run_key: int) -> dict[str, Any]:
     return {"tool": "dlio_ckpt", "version": __version__, "step": step, "complete": True,
             "workload": job.workload.model.name, "world_size": job.layout.world_size,
             "format": job.fmt.name, "scale": ck.scale, "run_key": run_key,
-            "files": job.expected_files()}
+            "files": job.expected_files}
 
 
 def _check_manifest(job: Job, step: int, run_key: int | None) -> int:
@@ -104,7 +108,7 @@ def _check_manifest(job: Job, step: int, run_key: int | None) -> int:
                           f"step {step} has no complete checkpoint in {job.folder} "
                           f"(no {step_name(step)}.manifest.json): write it first")
     m = json.loads(raw)
-    if m["files"] != job.expected_files():
+    if m["files"] != job.expected_files:
         raise ConfigError(key, job.workload.checkpoint.num_checkpoints_read,
                           f"{step_name(step)} in {job.folder} was written with another layout "
                           f"(workload {m['workload']}, world size {m['world_size']}, format {m['format']}, "
