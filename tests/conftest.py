@@ -6,6 +6,8 @@ import json
 import os
 import subprocess
 import sys
+import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
@@ -15,16 +17,85 @@ BIN = Path(sys.executable).parent
 MPIEXEC = BIN / "mpiexec"  # the venv's MPICH; a Debian mpiexec on PATH belongs to another MPI
 
 
-def dlio(args: list[str], cwd: Path, nprocs: int | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
+def dlio(args: list[str], cwd: Path, nprocs: int | None = None, timeout: float = 120,
+         env: dict | None = None) -> subprocess.CompletedProcess:
     cmd = [sys.executable, "-m", "dlio_ckpt", *args]
     if nprocs is not None:
         if not MPIEXEC.exists():
             pytest.skip("mpiexec from the mpich wheel is not installed in this environment")
         cmd = [str(MPIEXEC), "-n", str(nprocs), *cmd]
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    env = {**os.environ, **(env or {}), "PYTHONPATH": str(REPO)}
     return subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=timeout, env=env)
-
 
 
 def load(path: Path) -> dict:
     return json.loads(path.read_text())
+
+
+# -- storage backends: every conformance test runs once per backend -------------------------------
+
+@pytest.fixture(scope="session")
+def s3_server():
+    from .servers import seaweedfs
+
+    with seaweedfs() as server:
+        yield server
+
+
+@pytest.fixture(scope="session")
+def gcs_server():
+    from .servers import fake_gcs
+
+    with fake_gcs() as server:
+        yield server
+
+
+@dataclass
+class Store:
+    """One backend ready for a test: the workload keys that select it, the environment a
+    subprocess needs, and a backend instance for direct checks."""
+
+    storage_type: str
+    root: str
+    options: dict = field(default_factory=dict)
+    env: dict = field(default_factory=dict)
+
+    def overrides(self) -> list[str]:
+        out = [f"++workload.storage.storage_type={self.storage_type}", f"++workload.storage.storage_root={self.root}"]
+        return out + [f"++workload.storage.storage_options.{k}={v}" for k, v in self.options.items()]
+
+    def backend(self, **options):
+        from dlio_ckpt.backends import get_backend
+
+        return get_backend(self.storage_type, self.root, {**self.options, **options})
+
+
+def gpu_available() -> bool:
+    try:
+        import cupy
+
+        return cupy.cuda.runtime.getDeviceCount() > 0
+    except Exception:
+        return False
+
+
+BACKENDS = ["local_fs", "s3", "gcs", "null", "gds"]
+
+
+@pytest.fixture(params=BACKENDS)
+def store(request, tmp_path, monkeypatch):
+    kind, name = request.param, request.node.name.split("[")[0][:40]
+    if kind == "local_fs":
+        yield Store("local_fs", str(tmp_path / "storage"))
+    elif kind == "null":
+        yield Store("null", "")
+    elif kind == "gds":
+        if not gpu_available():
+            pytest.skip("gds needs a CUDA GPU with kvikio and cupy; none here")
+        yield Store("gds", str(tmp_path / "storage"))
+    else:
+        server = request.getfixturevalue(f"{kind}_server")
+        for key, value in server.env.items():
+            monkeypatch.setenv(key, value)
+        prefix = f"{name}-{os.getpid()}-{time.monotonic_ns()}"
+        yield Store(kind, f"{server.bucket}/{prefix}", {"endpoint_url": server.endpoint}, dict(server.env))

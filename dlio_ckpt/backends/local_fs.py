@@ -4,9 +4,17 @@ from __future__ import annotations
 
 import fcntl
 import os
+from typing import Any
 
-from ..errors import StorageError
-from .base import Capabilities
+from pydantic import Field
+
+from ..errors import ConfigError, StorageError
+from .base import Capabilities, Options, parse_options
+
+
+class LocalFSOptions(Options):
+    threads: int = Field(1, ge=1, le=256, description="files written or read at once per process; "
+                         "more than 1 helps on parallel file systems and NVMe arrays")
 
 
 def _fail(op: str, path: str, exc: OSError) -> StorageError:
@@ -82,11 +90,25 @@ class LocalReader:
 
 class LocalFSBackend:
     name = "local_fs"
-    capabilities = Capabilities(fsync=True, odirect=True, alignment=4096, evict_cache=True,
-                                ranged_reads=True, device_buffers=False)
+    capabilities = Capabilities(fsync=True, durable_on_close=False, odirect=True, alignment=4096,
+                                evict_cache=True, ranged_reads=True, device_buffers=False)
 
-    def __init__(self, root: str, options: dict) -> None:
+    def __init__(self, root: str, options: dict[str, Any]) -> None:
         self.root = root or "./"
+        self.options = parse_options(LocalFSOptions, self.name, options)
+
+    def check(self, writing: bool) -> None:
+        """The root must be a folder, or creatable: its nearest existing parent a writable folder."""
+        path = os.path.abspath(self.root)
+        while not os.path.exists(path):
+            path = os.path.dirname(path)
+        if not os.path.isdir(path):
+            raise ConfigError("workload.storage.storage_root", self.root, f"{path} is not a folder")
+        if writing and not os.access(path, os.W_OK | os.X_OK):
+            raise ConfigError("workload.storage.storage_root", self.root, f"{path} is not writable by this user")
+
+    def describe(self) -> dict[str, Any]:
+        return {"root": os.path.abspath(self.root), "threads": self.options.threads}
 
     def join(self, *parts: str) -> str:
         return os.path.join(self.root, *parts)

@@ -7,6 +7,7 @@ knows which format it writes, and a format never touches storage (DCP's split of
 
 from __future__ import annotations
 
+import importlib
 from typing import Protocol
 
 from ..errors import ConfigError
@@ -32,14 +33,26 @@ class RawFormat:
         return [file.payload_bytes]
 
 
+_FORMATS = {  # name: (module, class, what to install)
+    "pt": ("dlio_ckpt.formats.pt", "PtFormat", ""),
+    "safetensors": ("dlio_ckpt.formats.safetensors", "SafetensorsFormat", ""),
+    "hdf5": ("dlio_ckpt.formats.hdf5", "HDF5Format", "h5py"),
+}
+
+
 def get_format(name: str) -> Format:
     if name == "raw":
         return RawFormat()
-    if name == "pt":
-        from .pt import PtFormat
-
-        return PtFormat()
-    raise ConfigError("workload.checkpoint.format", name, "unknown format; choose pt or raw")
+    if name not in _FORMATS:
+        raise ConfigError("workload.checkpoint.format", name,
+                          f"unknown format; choose one of raw, {', '.join(_FORMATS)}")
+    module, cls, needs = _FORMATS[name]
+    try:
+        return getattr(importlib.import_module(module), cls)()
+    except ImportError as exc:
+        raise ConfigError("workload.checkpoint.format", name,
+                          f"install {needs} to use format={name} (pip install 'dlio_ckpt[hdf5]'; "
+                          f"missing module: {exc.name})") from None
 
 
 def file_size(segments: list[Segment]) -> int:

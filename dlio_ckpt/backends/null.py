@@ -1,0 +1,77 @@
+"""No storage at all: measures this tool's own cost per byte (synthetic data, format, engine), as
+fio's null engine does. Writes are dropped; reads return without filling the buffer, so there is
+nothing to verify (``Capabilities.stores_data`` is False). Step manifests live in this process's
+memory, enough for one run's write-then-read.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .base import Capabilities, Options, parse_options
+
+
+class NullWriter:
+    def write(self, data: memoryview) -> None:
+        pass
+
+    def finish(self, fsync: bool) -> None:
+        pass
+
+    def abort(self) -> None:
+        pass
+
+
+class NullReader:
+    def readinto(self, buf: memoryview) -> int:
+        return len(buf)
+
+    def close(self) -> None:
+        pass
+
+
+class NullBackend:
+    name = "null"
+    capabilities = Capabilities(fsync=True, durable_on_close=True, odirect=True, alignment=1,
+                                evict_cache=True, ranged_reads=True, device_buffers=False,
+                                stores_data=False)
+
+    def __init__(self, root: str, options: dict[str, Any]) -> None:
+        self.options = parse_options(Options, self.name, options)
+        self._small: dict[str, bytes] = {}
+
+    def check(self, writing: bool) -> None:
+        pass
+
+    def describe(self) -> dict[str, Any]:
+        return {"threads": self.options.threads}
+
+    def join(self, *parts: str) -> str:
+        return "/".join(p.strip("/") for p in ("null:", *parts) if p)
+
+    def makedirs(self, path: str) -> None:
+        pass
+
+    def open_write(self, path: str, odirect: bool) -> NullWriter:
+        return NullWriter()
+
+    def open_read(self, path: str, odirect: bool) -> NullReader:
+        return NullReader()
+
+    def evict(self, path: str) -> None:
+        pass
+
+    def sync(self, path: str) -> None:
+        pass
+
+    def size(self, path: str) -> int | None:
+        return None
+
+    def put_small(self, path: str, data: bytes) -> None:
+        self._small[path] = data
+
+    def get_small(self, path: str) -> bytes | None:
+        return self._small.get(path)
+
+    def remove(self, path: str) -> None:
+        self._small.pop(path, None)

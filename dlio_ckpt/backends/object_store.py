@@ -1,0 +1,82 @@
+"""What S3 and GCS share: keys instead of paths, no folders, no page cache, durable on close.
+
+A path is ``bucket/prefix/checkpoint_folder/step/file``: ``storage_root`` gives the bucket and an
+optional prefix (``s3://`` or ``gs://`` in front is accepted), the rest comes from the checkpoint.
+"""
+
+from __future__ import annotations
+
+import zlib
+from typing import Any
+
+from pydantic import Field
+
+from ..errors import ConfigError
+from .base import Capabilities, Options
+
+MIB = 1 << 20
+
+
+class ObjectStoreOptions(Options):
+    threads: int = Field(4, ge=1, le=256, description="objects in flight per process")
+    endpoint_url: str | None = None
+    spread_prefixes: int = Field(
+        0, ge=0, le=4096,
+        description="0: keys as planned; N: put each object under one of N hashed sub-prefixes, "
+        "since object stores throttle request rates per prefix",
+    )
+
+
+def split_root(storage_type: str, root: str, scheme: str) -> tuple[str, str]:
+    """``[scheme://]bucket[/prefix]`` -> (bucket, prefix)."""
+    text = root.removeprefix(f"{scheme}://").strip("/")
+    bucket, _, prefix = text.partition("/")
+    if not bucket or bucket in (".", ".."):
+        raise ConfigError("workload.storage.storage_root", root,
+                          f"storage_type={storage_type} needs a bucket name here ([{scheme}://]BUCKET[/PREFIX])")
+    return bucket, prefix
+
+
+class ObjectStore:
+    """Shared path handling; subclasses move the bytes."""
+
+    name = ""
+    scheme = ""
+    capabilities = Capabilities(fsync=False, durable_on_close=True, odirect=False, alignment=1,
+                                evict_cache=False, ranged_reads=True, device_buffers=False)
+    options: ObjectStoreOptions
+
+    def __init__(self, root: str, options: ObjectStoreOptions) -> None:
+        self.options = options
+        self.bucket, self.prefix = split_root(self.name, root, self.scheme)
+
+    def join(self, *parts: str) -> str:
+        """An object path ``bucket/prefix/parts``; "." and empty parts add nothing."""
+        parts = tuple(p.strip("/") for p in (self.bucket, self.prefix, *parts))
+        return "/".join(p for p in parts if p and p != ".")
+
+    def key(self, path: str) -> str:
+        """The object key of a path from :meth:`join` (hashed sub-prefix inserted if asked)."""
+        key = path.removeprefix(self.bucket + "/")
+        n = self.options.spread_prefixes
+        if not n:
+            return key
+        rest = key.removeprefix(self.prefix + "/") if self.prefix else key
+        spread = f"{zlib.crc32(rest.rsplit('/', 1)[-1].encode()) % n:0{len(f'{n - 1:x}')}x}"
+        return "/".join(p for p in (self.prefix, spread, rest) if p)
+
+    def url(self, path: str) -> str:
+        return f"{self.scheme}://{self.bucket}/{self.key(path)}"
+
+    def describe(self) -> dict[str, Any]:
+        return {"bucket": self.bucket, "prefix": self.prefix, "endpoint_url": self.options.endpoint_url,
+                "threads": self.options.threads, "spread_prefixes": self.options.spread_prefixes}
+
+    def makedirs(self, path: str) -> None:
+        """Object stores have no folders."""
+
+    def evict(self, path: str) -> None:
+        """Nothing is cached on this side: every read goes to the server."""
+
+    def sync(self, path: str) -> None:
+        """An object is durable once its upload completes (``Capabilities.durable_on_close``)."""

@@ -1,0 +1,202 @@
+"""S3 and S3-compatible stores through s3torchconnector (AWS's CRT client, as PyTorch users use it).
+
+Why its native client rather than boto3: it is what checkpointing on S3 uses in practice
+(S3Checkpoint, S3StorageWriter), it uploads parts in parallel at ``throughput_target_gbps``, and its
+retries are the CRT's. We call its put/get streams directly: S3Writer copies memoryviews to bytes the
+same way, and its default reader would buffer a whole object in RAM; reading in ranged GETs of
+``read_size`` keeps memory bounded whatever the object size.
+
+Credentials come from the usual AWS chain (``AWS_ACCESS_KEY_ID``/``AWS_SECRET_ACCESS_KEY``,
+``AWS_PROFILE``, ...) or from ``storage_options.access_key_id``/``secret_access_key``, which are put
+into this process's environment before the client is built (the CRT reads nowhere else).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from typing import Any
+
+from pydantic import Field, model_validator
+from s3torchconnectorclient._mountpoint_s3_client import MountpointS3Client, S3Exception
+
+from ..errors import ConfigError, StorageError
+from .base import parse_options
+from .object_store import MIB, ObjectStore, ObjectStoreOptions
+
+_NO_CREDENTIALS = ("no AWS credentials found: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (or "
+                   "AWS_PROFILE), or storage_options.access_key_id and secret_access_key")
+
+
+class S3Options(ObjectStoreOptions):
+    region: str = Field(default_factory=lambda: os.environ.get("AWS_REGION", os.environ.get(
+        "AWS_DEFAULT_REGION", "us-east-1")))
+    access_key_id: str | None = None
+    secret_access_key: str | None = None
+    session_token: str | None = None
+    profile: str | None = None
+    force_path_style: bool | None = Field(None, description="default: True when endpoint_url is set")
+    part_size: int = Field(8 * MIB, ge=5 * MIB, le=5 << 30, description="multipart upload part size")
+    throughput_target_gbps: float = Field(10.0, gt=0)
+    max_attempts: int = Field(5, ge=1, le=100, description="tries per request, first one included")
+    read_size: int = Field(64 * MIB, ge=MIB, description="bytes per ranged GET when reading")
+
+    @model_validator(mode="after")
+    def _keys_in_pairs(self) -> S3Options:
+        if (self.access_key_id is None) != (self.secret_access_key is None):
+            raise ValueError("access_key_id and secret_access_key must be given together")
+        return self
+
+
+def explain(exc: Exception) -> str:
+    """The CRT's messages, made to say what the user can do."""
+    text = str(exc)
+    if "No signing credentials" in text:
+        return _NO_CREDENTIALS
+    if "CONNECTION_REFUSED" in text:
+        return f"connection refused ({text})"
+    return text
+
+
+class S3Writer:
+    """One object, uploaded in parts as it is written; committed by :meth:`finish`."""
+
+    def __init__(self, client: MountpointS3Client, bucket: str, key: str, url: str) -> None:
+        self.url = url
+        try:
+            self._stream = client.put_object(bucket, key)
+        except S3Exception as exc:
+            raise StorageError(f"cannot create {url}: {explain(exc)}") from None
+
+    def write(self, data: memoryview) -> None:
+        try:
+            self._stream.write(bytes(data))  # the native stream takes bytes only
+        except S3Exception as exc:
+            raise StorageError(f"write failed on {self.url}: {explain(exc)}") from None
+
+    def finish(self, fsync: bool) -> None:
+        try:
+            self._stream.close()  # completes the multipart upload: the object now exists whole
+        except S3Exception as exc:
+            raise StorageError(f"upload failed on {self.url}: {explain(exc)}") from None
+
+    def abort(self) -> None:
+        """Drop the stream without completing it: S3 never shows a partial object."""
+        self._stream = None
+
+
+class S3Reader:
+    """Sequential reads in ranged GETs of ``read_size``: memory stays bounded by one range's parts."""
+
+    def __init__(self, backend: S3Backend, path: str) -> None:
+        self._b, self._url = backend, backend.url(path)
+        self._key = backend.key(path)
+        size = backend.size(path)
+        if size is None:
+            raise StorageError(f"cannot open {self._url}: no such object")
+        self._size, self._pos = size, 0
+        self._parts: Iterator[bytes] = iter(())
+        self._left = memoryview(b"")
+
+    def _next_part(self) -> memoryview:
+        for part in self._parts:
+            return memoryview(part)
+        if self._pos >= self._size:
+            return memoryview(b"")
+        end = min(self._pos + self._b.options.read_size, self._size)
+        self._parts = iter(self._b.client.get_object(self._b.bucket, self._key, self._pos, end))
+        for part in self._parts:
+            return memoryview(part)
+        raise StorageError(f"read failed on {self._url}: empty response at offset {self._pos}")
+
+    def readinto(self, buf: memoryview) -> int:
+        total = 0
+        try:
+            while total < len(buf):
+                if not self._left:
+                    self._left = self._next_part()
+                    self._pos += len(self._left)
+                    if not self._left:
+                        break
+                n = min(len(self._left), len(buf) - total)
+                buf[total:total + n] = self._left[:n]
+                self._left = self._left[n:]
+                total += n
+        except S3Exception as exc:
+            raise StorageError(f"read failed on {self._url}: {explain(exc)}") from None
+        return total
+
+    def close(self) -> None:
+        self._parts, self._left = iter(()), memoryview(b"")
+
+
+class S3Backend(ObjectStore):
+    name = "s3"
+    scheme = "s3"
+    options: S3Options
+
+    def __init__(self, root: str, options: dict[str, Any]) -> None:
+        super().__init__(root, parse_options(S3Options, self.name, options))
+        o = self.options
+        for var, value in (("AWS_ACCESS_KEY_ID", o.access_key_id), ("AWS_SECRET_ACCESS_KEY", o.secret_access_key),
+                           ("AWS_SESSION_TOKEN", o.session_token)):
+            if value is not None:
+                os.environ[var] = value
+        path_style = o.force_path_style if o.force_path_style is not None else o.endpoint_url is not None
+        self.client = MountpointS3Client(
+            region=o.region, endpoint=o.endpoint_url, profile=o.profile, part_size=o.part_size,
+            throughput_target_gbps=o.throughput_target_gbps, force_path_style=path_style,
+            max_attempts=o.max_attempts)
+
+    def describe(self) -> dict[str, Any]:
+        o = self.options
+        return {**super().describe(), "region": o.region, "part_size": o.part_size,
+                "throughput_target_gbps": o.throughput_target_gbps, "max_attempts": o.max_attempts}
+
+    def check(self, writing: bool) -> None:
+        try:
+            next(iter(self.client.list_objects(self.bucket, self.prefix, "", 1)), None)
+        except S3Exception as exc:
+            where = f"s3://{self.bucket} at {self.options.endpoint_url or 'AWS ' + self.options.region}"
+            if "bucket does not exist" in str(exc):
+                raise ConfigError("workload.storage.storage_root", self.bucket,
+                                  f"bucket does not exist ({where}): create it first") from None
+            if "No signing credentials" in str(exc):
+                raise ConfigError("workload.storage.storage_options.access_key_id", None,
+                                  f"{_NO_CREDENTIALS} (for {where})") from None
+            raise StorageError(f"cannot use {where}: {explain(exc)}") from None
+
+    def open_write(self, path: str, odirect: bool) -> S3Writer:
+        return S3Writer(self.client, self.bucket, self.key(path), self.url(path))
+
+    def open_read(self, path: str, odirect: bool) -> S3Reader:
+        return S3Reader(self, path)
+
+    def size(self, path: str) -> int | None:
+        try:
+            return int(self.client.head_object(self.bucket, self.key(path)).size)
+        except S3Exception as exc:
+            if "not found" in str(exc).lower():
+                return None
+            raise StorageError(f"cannot stat {self.url(path)}: {explain(exc)}") from None
+
+    def put_small(self, path: str, data: bytes) -> None:
+        """A PUT is atomic: readers see the whole object or none."""
+        writer = self.open_write(path, False)
+        writer.write(memoryview(data))
+        writer.finish(False)
+
+    def get_small(self, path: str) -> bytes | None:
+        try:
+            return b"".join(self.client.get_object(self.bucket, self.key(path)))
+        except S3Exception as exc:
+            if "not found" in str(exc).lower() or "does not exist" in str(exc).lower():
+                return None
+            raise StorageError(f"cannot read {self.url(path)}: {explain(exc)}") from None
+
+    def remove(self, path: str) -> None:
+        try:
+            self.client.delete_object(self.bucket, self.key(path))
+        except S3Exception as exc:
+            if "not found" not in str(exc).lower():
+                raise StorageError(f"cannot delete {self.url(path)}: {explain(exc)}") from None
