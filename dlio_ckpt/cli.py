@@ -14,6 +14,7 @@ import logging
 import os
 import sys
 import traceback
+from typing import Any
 
 from omegaconf import OmegaConf
 
@@ -96,10 +97,10 @@ def _run(args: argparse.Namespace, comm: Comm) -> int:
     preflight(job)
     run_dir = os.path.abspath(comm.bcast(run_dir if comm.rank == 0 else None))
     try:
-        on_root(comm, lambda: _prepare_run_dir(run_dir, raw, args.overrides))
+        on_root(comm, lambda: _prepare_run_dir(run_dir, redact(raw), [redact(o) for o in args.overrides]))
         _setup_logging(run_dir, comm.rank)
         meta = {"workload": workload.model.name, "world_size": world_size, "run_dir": run_dir,
-                "command": " ".join(["dlio_ckpt", *sys.argv[1:]])}
+                "command": " ".join(["dlio_ckpt", *(redact(a) for a in sys.argv[1:])])}
         result = run(job, run_dir, meta)
         if result is not None:
             m = result["metric"]
@@ -116,6 +117,20 @@ def _run(args: argparse.Namespace, comm: Comm) -> int:
     except Exception:
         _die(comm, f"rank {comm.rank} on {hostname()}: unexpected error\n{traceback.format_exc()}")
     return 1
+
+
+_SECRETS = ("access_key_id", "secret_access_key", "session_token", "token")
+
+
+def redact(item: Any) -> Any:
+    """Credentials given as storage_options never reach the result files (config, overrides, command)."""
+    if isinstance(item, dict):
+        return {k: "***" if k in _SECRETS and v is not None else redact(v) for k, v in item.items()}
+    if isinstance(item, str) and "=" in item:
+        key, _, _ = item.partition("=")
+        if key.rsplit(".", 1)[-1] in _SECRETS:
+            return f"{key}=***"
+    return item
 
 
 def _die(comm: Comm, message: str) -> None:

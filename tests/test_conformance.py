@@ -12,6 +12,7 @@ import json
 
 import pytest
 
+from dlio_ckpt.backends import get_backend
 from dlio_ckpt.engine import Engine, FileTask, IOOptions
 from dlio_ckpt.errors import VerifyError
 from dlio_ckpt.formats import get_format
@@ -195,3 +196,46 @@ def test_four_ranks_write_at_once_and_verify(store, fmt, tmp_path):
         sizes = {name: backend.size(backend.join("ck", f"global_epoch1_step{step}", name)) for name in want}
         assert sizes == want
     assert summary["metric"]["checkpoint_size_GB"] == plan["checkpoint_size_GB"]
+
+
+def test_s3_credentials_from_storage_options_and_dlio_option_names(tmp_path, s3_server, monkeypatch):
+    for var in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    args = ["workload=tiny", "++workload.checkpoint.time_between_checkpoints=0", "++hydra.run.dir=out",
+            "++workload.storage.storage_type=s3", f"++workload.storage.storage_root=s3://{s3_server.bucket}/creds",
+            f"++workload.storage.storage_options.endpoint_url={s3_server.endpoint}",
+            "++workload.storage.storage_options.access_key_id=from-options",
+            "++workload.storage.storage_options.secret_access_key=from-options-secret",
+            "++workload.storage.storage_options.s3_force_path_style=True",
+            "++workload.storage.storage_options.s3_max_attempts=3", "--world-size", "2"]
+    res = dlio(args, tmp_path, env={"AWS_EC2_METADATA_DISABLED": "true"})
+    assert res.returncode == 0, res.stderr
+    io_ = load(tmp_path / "out" / "summary.json")["io"]
+    assert io_["storage"]["max_attempts"] == 3 and io_["storage"]["prefix"] == "creds"
+    for written in (tmp_path / "out").rglob("*"):
+        if written.is_file():
+            assert "from-options" not in written.read_text(), f"credentials leaked into {written}"
+
+
+@pytest.mark.parametrize("kind", ["s3", "gcs"])
+def test_spread_prefixes_puts_objects_under_hashed_prefixes(request, kind, monkeypatch):
+    server = request.getfixturevalue(f"{kind}_server")
+    for key, value in server.env.items():
+        monkeypatch.setenv(key, value)
+    root = f"{server.bucket}/spread-{kind}"
+    backend = get_backend(kind, root, {"endpoint_url": server.endpoint, "spread_prefixes": 16})
+    files = [FilePlan(f"layer_{i:02d}-model_states", "model", "fp16", (TensorGroup(None, (1000,)),)) for i in range(40)]
+    tasks = tasks_for(backend, "raw", "ck", files)
+    engine = engine_for(backend)
+    try:
+        engine.write_files(tasks)
+        engine.read_files(tasks)
+    finally:
+        engine.close()
+    keys = [backend.key(t.path) for t in tasks]
+    for key, file in zip(keys, files, strict=True):
+        assert key.startswith(f"spread-{kind}/") and key.endswith(f"/ck/{file.stem}.bin")
+    spreads = {k.split("/")[1] for k in keys}
+    assert len(spreads) > 8 and all(len(s) == 1 for s in spreads)  # one hex digit for 16 prefixes
+    assert all(backend.size(t.path) == t.size for t in tasks)

@@ -17,7 +17,7 @@ import os
 from collections.abc import Iterator
 from typing import Any
 
-from pydantic import Field, model_validator
+from pydantic import AliasChoices, Field, model_validator
 from s3torchconnectorclient._mountpoint_s3_client import MountpointS3Client, S3Exception
 
 from ..errors import ConfigError, StorageError
@@ -29,17 +29,23 @@ _NO_CREDENTIALS = ("no AWS credentials found: set AWS_ACCESS_KEY_ID and AWS_SECR
 
 
 class S3Options(ObjectStoreOptions):
+    # The CRT already uploads and downloads the parts of one object in parallel, so few objects in
+    # flight suffice; each adds the CRT's part buffers (~100 MiB at the defaults) to the process.
+    threads: int = Field(2, ge=1, le=256, description="objects in flight per process")
     region: str = Field(default_factory=lambda: os.environ.get("AWS_REGION", os.environ.get(
         "AWS_DEFAULT_REGION", "us-east-1")))
     access_key_id: str | None = None
     secret_access_key: str | None = None
     session_token: str | None = None
     profile: str | None = None
-    force_path_style: bool | None = Field(None, description="default: True when endpoint_url is set")
+    force_path_style: bool | None = Field(
+        None, validation_alias=AliasChoices("force_path_style", "s3_force_path_style"),  # DLIO's name too
+        description="default: True when endpoint_url is set")
     part_size: int = Field(8 * MIB, ge=5 * MIB, le=5 << 30, description="multipart upload part size")
     throughput_target_gbps: float = Field(10.0, gt=0)
-    max_attempts: int = Field(5, ge=1, le=100, description="tries per request, first one included")
-    read_size: int = Field(64 * MIB, ge=MIB, description="bytes per ranged GET when reading")
+    max_attempts: int = Field(5, ge=1, le=100, validation_alias=AliasChoices("max_attempts", "s3_max_attempts"),
+                              description="tries per request, first one included")
+    read_size: int = Field(32 * MIB, ge=MIB, description="bytes per ranged GET when reading (memory per thread)")
 
     @model_validator(mode="after")
     def _keys_in_pairs(self) -> S3Options:

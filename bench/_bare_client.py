@@ -1,0 +1,86 @@
+"""The bare-client side of bench/object_stores.py: one MPI process PUTs and GETs its objects.
+
+argv: kind endpoint bucket prefix threads sizes_json. Prints [save GiB/s, load GiB/s] on rank 0,
+each being all bytes over the slowest process's time (as dlio_ckpt reports).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+from mpi4py import MPI
+
+CHUNK = 8 << 20
+GIB = 1 << 30
+
+
+def s3_ops(endpoint: str, bucket: str):
+    from s3torchconnectorclient._mountpoint_s3_client import MountpointS3Client
+
+    client = MountpointS3Client(region="us-east-1", endpoint=endpoint, force_path_style=True)
+
+    def put(key: str, chunks: list[bytes]) -> None:
+        stream = client.put_object(bucket, key)
+        for c in chunks:
+            stream.write(c)
+        stream.close()
+
+    def get(key: str) -> int:
+        return sum(len(p) for p in client.get_object(bucket, key))
+
+    return put, get
+
+
+def gcs_ops(endpoint: str, bucket: str):
+    os.environ.setdefault("GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT", "false")
+    import gcsfs
+
+    fs = gcsfs.GCSFileSystem(endpoint_url=endpoint, token="anon", skip_instance_cache=True)
+
+    def put(key: str, chunks: list[bytes]) -> None:
+        with fs.open(f"{bucket}/{key}", "wb", block_size=16 << 20, consistency="none") as fh:
+            for c in chunks:
+                fh.write(c)
+
+    def get(key: str) -> int:
+        buf, n = bytearray(CHUNK), 0
+        with fs.open(f"{bucket}/{key}", "rb", block_size=0, cache_type="none") as fh:
+            while k := fh.readinto(buf):
+                n += k
+        return n
+
+    return put, get
+
+
+def main() -> None:
+    kind, endpoint, bucket, prefix, threads, sizes = sys.argv[1:7]
+    comm = MPI.COMM_WORLD
+    mine = json.loads(sizes)[comm.rank]
+    put, get = (s3_ops if kind == "s3" else gcs_ops)(endpoint, bucket)
+    pool = [os.urandom(CHUNK) for _ in range(4)]  # prepared before the clock starts
+    plans = [[pool[i % 4] for i in range(size // CHUNK)] + ([os.urandom(size % CHUNK)] if size % CHUNK else [])
+             for size in mine]
+    keys = [f"{prefix}/rank{comm.rank}_file{i}" for i in range(len(mine))]
+    figures = []
+    with ThreadPoolExecutor(int(threads)) as ex:
+        for phase in ("save", "load"):
+            comm.Barrier()
+            t0 = time.perf_counter()
+            if phase == "save":
+                list(ex.map(put, keys, plans))
+            else:
+                assert list(ex.map(get, keys)) == mine
+            took = comm.reduce(time.perf_counter() - t0, op=MPI.MAX)
+            total = comm.reduce(sum(mine), op=MPI.SUM)
+            if comm.rank == 0:
+                figures.append(total / took / GIB)
+    if comm.rank == 0:
+        print(json.dumps(figures))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,127 @@
+#!/usr/bin/env python3
+"""dlio_ckpt on S3 (SeaweedFS) and GCS (fake-gcs-server) against the bare client, in one run.
+
+fio has no S3 or GCS engine in Debian's build, so the yardstick here is the same client library
+with nothing of ours around it: each process PUTs objects of exactly the planned sizes from one
+preallocated random buffer (no synthetic stamping, no format, no verification) with the same number
+of threads, then GETs them back and drops the bytes. The ratio dlio_ckpt / bare is our overhead on
+that store; the absolute figures describe a local emulator on this machine, not a cloud bucket.
+Rounds alternate which tool goes first; medians are reported. ``null`` shows our own ceiling.
+
+    python bench/object_stores.py --procs 2 --mib 256 --rounds 3 --threads 4
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+from contextlib import ExitStack
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+from tests.servers import fake_gcs, seaweedfs  # noqa: E402
+
+BIN = Path(sys.executable).parent
+GIB = 1 << 30
+WORKLOAD = "llama_7b_zero3"  # two files per rank (model and optimizer shards) of unequal size
+
+
+def scale_for(procs: int, mib: int) -> float:
+    per_rank_full = 11_792_473_088  # llama_7b_zero3's bytes per rank at world size 8 (spec example)
+    return min(1.0, mib * (1 << 20) / (per_rank_full * 8 / procs))
+
+
+def common(procs: int, scale: float, fmt: str) -> list[str]:
+    return [f"workload={WORKLOAD}", f"++workload.checkpoint.scale={scale}", f"++workload.checkpoint.format={fmt}",
+            "++workload.checkpoint.num_checkpoints_write=1", "++workload.checkpoint.num_checkpoints_read=1",
+            "++workload.checkpoint.time_between_checkpoints=0", "--world-size", str(procs)]
+
+
+def storage_args(kind: str, server, threads: int, prefix: str) -> list[str]:
+    out = [f"++workload.storage.storage_type={kind}", f"++workload.storage.storage_options.threads={threads}",
+           f"++workload.checkpoint.checkpoint_folder={prefix}"]
+    if server is not None:
+        out += [f"++workload.storage.storage_root={server.bucket}",
+                f"++workload.storage.storage_options.endpoint_url={server.endpoint}"]
+    return out
+
+
+def dlio_round(kind: str, server, procs: int, scale: float, fmt: str, threads: int, n: int) -> tuple[float, float]:
+    out = Path(tempfile.mkdtemp(prefix="bench_out_"))
+    cmd = [str(BIN / "mpiexec"), "-n", str(procs), sys.executable, "-m", "dlio_ckpt", *common(procs, scale, fmt),
+           *storage_args(kind, server, threads, f"dlio{n}"), f"++hydra.run.dir={out}"]
+    env = {**os.environ, **(server.env if server else {}), "PYTHONPATH": str(REPO)}
+    subprocess.run(cmd, check=True, capture_output=True, env=env)
+    s = json.loads((out / "summary.json").read_text())
+    shutil.rmtree(out)
+    save, load = s["checkpoints"]["save"][0], s["checkpoints"]["load"][0]
+    return save["bytes"] / save["duration_seconds"] / GIB, load["bytes"] / load["duration_seconds"] / GIB
+
+
+def planned_sizes(procs: int, scale: float, fmt: str) -> list[list[int]]:
+    cmd = [sys.executable, "-m", "dlio_ckpt", "plan", *common(procs, scale, fmt), "--format", "json"]
+    plan = json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True,
+                                     env={**os.environ, "PYTHONPATH": str(REPO)}).stdout)
+    return [[f["file_bytes"] for f in r["files"]] for r in plan["ranks"]]
+
+
+def bare_round(kind: str, server, sizes: list[list[int]], threads: int, n: int) -> tuple[float, float]:
+    cmd = [str(BIN / "mpiexec"), "-n", str(len(sizes)), sys.executable, str(REPO / "bench" / "_bare_client.py"),
+           kind, server.endpoint, server.bucket, f"bare{n}", str(threads), json.dumps(sizes)]
+    env = {**os.environ, **server.env}
+    res = subprocess.run(cmd, check=True, capture_output=True, text=True, env=env)
+    save, load = json.loads(res.stdout.strip().splitlines()[-1])
+    return save, load
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--backends", default="s3,gcs,null")
+    ap.add_argument("--procs", type=int, default=2)
+    ap.add_argument("--mib", type=int, default=256, help="MiB written per process per checkpoint")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--threads", type=int, default=4, help="objects in flight per process (both tools)")
+    ap.add_argument("--format", default="pt")
+    a = ap.parse_args()
+    scale = scale_for(a.procs, a.mib)
+    sizes = planned_sizes(a.procs, scale, a.format)
+    results: dict[str, dict[str, list[float]]] = {}
+    with ExitStack() as stack:
+        servers = {"s3": stack.enter_context(seaweedfs()) if "s3" in a.backends else None,
+                   "gcs": stack.enter_context(fake_gcs()) if "gcs" in a.backends else None, "null": None}
+        for n in range(a.rounds):
+            for kind in a.backends.split(","):
+                order = ["dlio", "bare"] if n % 2 == 0 else ["bare", "dlio"]
+                for tool in order:
+                    if tool == "bare" and kind == "null":
+                        continue
+                    if tool == "dlio":
+                        save, load = dlio_round(kind, servers[kind], a.procs, scale, a.format, a.threads, n)
+                    else:
+                        save, load = bare_round(kind, servers[kind], sizes, a.threads, n)
+                    r = results.setdefault(f"{kind}/{tool}", {"save": [], "load": []})
+                    r["save"].append(save)
+                    r["load"].append(load)
+                    print(f"round {n} {kind:5s} {tool:5s} save {save:.3f} GiB/s  load {load:.3f} GiB/s", flush=True)
+    total = sum(map(sum, sizes))
+    print(f"\n{a.procs} processes x {a.threads} threads, {total / GIB:.3f} GiB per checkpoint ({a.format}), "
+          f"{a.rounds} rounds, medians in GiB/s")
+    for kind in a.backends.split(","):
+        d = {k: statistics.median(v) for k, v in results[f"{kind}/dlio"].items()}
+        line = f"{kind:5s} dlio_ckpt save {d['save']:.3f} load {d['load']:.3f}"
+        if f"{kind}/bare" in results:
+            b = {k: statistics.median(v) for k, v in results[f"{kind}/bare"].items()}
+            line += (f" | bare client save {b['save']:.3f} load {b['load']:.3f}"
+                     f" | ratio save {d['save'] / b['save']:.2f} load {d['load'] / b['load']:.2f}")
+        print(line)
+
+
+if __name__ == "__main__":
+    main()
