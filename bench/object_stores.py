@@ -38,8 +38,12 @@ def scale_for(procs: int, mib: int) -> float:
     return min(1.0, mib * (1 << 20) / (per_rank_full * 8 / procs))
 
 
+VERIFY = ["++workload.checkpoint.verify=True"]  # --no-verify: dlio_ckpt only counts bytes read, as the bare client
+
+
 def common(procs: int, scale: float, fmt: str) -> list[str]:
     return [f"workload={WORKLOAD}", f"++workload.checkpoint.scale={scale}", f"++workload.checkpoint.format={fmt}",
+            *VERIFY,
             "++workload.checkpoint.num_checkpoints_write=1", "++workload.checkpoint.num_checkpoints_read=1",
             "++workload.checkpoint.time_between_checkpoints=0", "--world-size", str(procs)]
 
@@ -89,7 +93,9 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--threads", type=int, default=4, help="objects in flight per process (both tools)")
     ap.add_argument("--format", default="pt")
+    ap.add_argument("--no-verify", action="store_true", help="dlio_ckpt reads without comparing bytes")
     a = ap.parse_args()
+    VERIFY[0] = f"++workload.checkpoint.verify={not a.no_verify}"
     scale = scale_for(a.procs, a.mib)
     sizes = planned_sizes(a.procs, scale, a.format)
     results: dict[str, dict[str, list[float]]] = {}
@@ -112,7 +118,7 @@ def main() -> None:
                     print(f"round {n} {kind:5s} {tool:5s} save {save:.3f} GiB/s  load {load:.3f} GiB/s", flush=True)
     total = sum(map(sum, sizes))
     print(f"\n{a.procs} processes x {a.threads} threads, {total / GIB:.3f} GiB per checkpoint ({a.format}), "
-          f"{a.rounds} rounds, medians in GiB/s")
+          f"{a.rounds} rounds, reads {'counted' if a.no_verify else 'verified'}, medians in GiB/s")
     for kind in a.backends.split(","):
         d = {k: statistics.median(v) for k, v in results[f"{kind}/dlio"].items()}
         line = f"{kind:5s} dlio_ckpt save {d['save']:.3f} load {d['load']:.3f}"

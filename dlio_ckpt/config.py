@@ -71,6 +71,7 @@ class Checkpoint(Section):
         False, description="false: evict each file's cached pages before it is read"
     )
     ranks_per_host: int | None = Field(None, ge=1, description="for recovery_rank_shift")
+    verify: bool = Field(True, description="compare every byte read back; false: only count them")
     chunk_size: int = Field(8 * MIB, ge=4096, le=64 * MIB, multiple_of=4096)
 
     @model_validator(mode="after")

@@ -86,7 +86,7 @@ def build_job(workload: Workload, comm: Comm, world_size: int) -> Job:
 
 def io_options(workload: Workload) -> IOOptions:
     ck = workload.checkpoint
-    return IOOptions(ck.fsync, ck.odirect, not ck.read_from_page_cache, ck.chunk_size)
+    return IOOptions(ck.fsync, ck.odirect, not ck.read_from_page_cache, ck.verify, ck.chunk_size)
 
 
 def _timed(job: Job, phase: str, index: int, step: int, tasks: list[FileTask], engine: Engine) -> OpRecord:
@@ -189,7 +189,7 @@ def run(job: Job, run_dir: str, meta: dict[str, Any]) -> dict[str, Any] | None:
         "io": {
             "storage_type": job.backend.name, "storage": job.backend.describe(), "format": job.fmt.name,
             "fsync": _fsync_meaning(job) if ck.fsync else False, "odirect": ck.odirect,
-            "read_cache": _read_cache(job), "verified": job.backend.capabilities.stores_data,
+            "read_cache": _read_cache(job), "verified": job.backend.capabilities.stores_data and ck.verify,
             "recovery_rank_shift": ck.recovery_rank_shift, "scale": ck.scale, "chunk_size": ck.chunk_size,
         },
         "memory": {"peak_rss_bytes_max": max(rss), "peak_rss_bytes_per_process": rss},

@@ -133,7 +133,14 @@ def test_a_corrupted_block_is_caught_and_located(store):
         _corrupt(backend, tasks[1].path, offset)
         with pytest.raises(VerifyError, match=f"wrong data at offset {offset} \\(4 KiB block 5\\)"):
             engine.read_files(tasks)
-        backend.put_small(tasks[1].path, fetch(backend, tasks[1].path)[:-1])
+        counting = Engine(backend, RUN_KEY, IOOptions(chunk_size=MIB, verify=False))
+        try:
+            assert counting.read_files(tasks) == sum(t.size for t in tasks)  # verify=False: bytes counted only
+            backend.put_small(tasks[1].path, fetch(backend, tasks[1].path)[:-1])
+            with pytest.raises(VerifyError, match=f"read {tasks[1].size - 1} bytes, planned {tasks[1].size}"):
+                counting.read_files(tasks)
+        finally:
+            counting.close()
         with pytest.raises(VerifyError, match=f"has {tasks[1].size - 1} bytes, planned {tasks[1].size}"):
             engine.read_files(tasks)
     finally:
@@ -216,6 +223,17 @@ def test_s3_credentials_from_storage_options_and_dlio_option_names(tmp_path, s3_
     for written in (tmp_path / "out").rglob("*"):
         if written.is_file():
             assert "from-options" not in written.read_text(), f"credentials leaked into {written}"
+
+
+@pytest.mark.parametrize("kind,variable", [("s3", "AWS_ENDPOINT_URL"), ("gcs", "STORAGE_EMULATOR_HOST")])
+def test_the_sdk_endpoint_variable_is_enough(tmp_path, request, kind, variable):
+    server = request.getfixturevalue(f"{kind}_server")
+    args = ["workload=tiny", "++workload.checkpoint.time_between_checkpoints=0", "++hydra.run.dir=out",
+            f"++workload.storage.storage_type={kind}", f"++workload.storage.storage_root={server.bucket}/env-endpoint",
+            "--world-size", "2"]
+    res = dlio(args, tmp_path, env={**server.env, variable: server.endpoint})
+    assert res.returncode == 0, res.stderr
+    assert load(tmp_path / "out" / "summary.json")["status"] == "ok"
 
 
 @pytest.mark.parametrize("kind", ["s3", "gcs"])

@@ -27,6 +27,7 @@ _RESUMABLE_UNIT = 256 << 10
 
 
 class GCSOptions(ObjectStoreOptions):
+    # STORAGE_EMULATOR_HOST (the Google SDKs' variable) is honoured by gcsfs itself when this is unset
     project: str = Field(default_factory=lambda: os.environ.get("GOOGLE_CLOUD_PROJECT", ""))
     token: str | None = Field(
         None, description="gcsfs token: anon, google_default, cloud, or a service-account JSON path; "
@@ -108,17 +109,18 @@ class GCSBackend(ObjectStore):
     def __init__(self, root: str, options: dict[str, Any]) -> None:
         super().__init__(root, parse_options(GCSOptions, self.name, options))
         o = self.options
-        emulated = o.endpoint_url or os.environ.get("STORAGE_EMULATOR_HOST")
-        token = o.token or ("anon" if emulated else None)
+        self.endpoint = o.endpoint_url or os.environ.get("STORAGE_EMULATOR_HOST")
+        token = o.token or ("anon" if self.endpoint else None)
         self.fs = gcsfs.GCSFileSystem(project=o.project, token=token, endpoint_url=o.endpoint_url,
                                       requests_timeout=o.timeout, skip_instance_cache=True)
 
     def describe(self) -> dict[str, Any]:
         o = self.options
-        return {**super().describe(), "block_size": o.block_size, "consistency": o.consistency}
+        return {**super().describe(), "endpoint_url": self.endpoint, "block_size": o.block_size,
+                "consistency": o.consistency}
 
     def check(self, writing: bool) -> None:
-        where = f"gs://{self.bucket} at {self.options.endpoint_url or 'Google Cloud Storage'}"
+        where = f"gs://{self.bucket} at {self.endpoint or 'Google Cloud Storage'}"
         try:
             self.fs.ls(self.bucket, detail=False, max_results=1)
         except FileNotFoundError:

@@ -32,6 +32,8 @@ class S3Options(ObjectStoreOptions):
     # The CRT already uploads and downloads the parts of one object in parallel, so few objects in
     # flight suffice; each adds the CRT's part buffers (~100 MiB at the defaults) to the process.
     threads: int = Field(2, ge=1, le=256, description="objects in flight per process")
+    endpoint_url: str | None = Field(  # the AWS SDKs' variables, so existing set-ups carry over
+        default_factory=lambda: os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL"))
     region: str = Field(default_factory=lambda: os.environ.get("AWS_REGION", os.environ.get(
         "AWS_DEFAULT_REGION", "us-east-1")))
     access_key_id: str | None = None
