@@ -18,7 +18,7 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
-from .comm import Comm, SelfComm, get_comm, hostname, on_root
+from .comm import Comm, SelfComm, get_comm, on_root
 from .config import check_world_size, compose
 from .errors import ConfigError, DlioCkptError
 
@@ -86,22 +86,29 @@ def _plan(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace, comm: Comm) -> int:
+    from .failure import RunState, Watchdog, die, on_signals
     from .runner import build_job, preflight, run
 
+    state = RunState()
+    on_signals(comm, state)  # from here on, SIGINT/SIGTERM end every rank (no rank left in a barrier)
     world_size = args.world_size or comm.size
     # Every rank validates (same input, same answer, no collective needed); rank 0 alone resolves
     # the run folder (it holds the time) and shares it.
     workload, raw, run_dir = compose(args.overrides, args.config_dir)
     check_world_size(workload, world_size)
     job = build_job(workload, comm, world_size)
-    preflight(job)
+    watchdog = Watchdog(comm, state, workload.checkpoint.io_timeout)
+    state.phase = "storage checks"
+    with watchdog:
+        preflight(job)
     run_dir = os.path.abspath(comm.bcast(run_dir if comm.rank == 0 else None))
     try:
         on_root(comm, lambda: _prepare_run_dir(run_dir, redact(raw), [redact(o) for o in args.overrides]))
+        state.run_dir = run_dir
         _setup_logging(run_dir, comm.rank)
         meta = {"workload": workload.model.name, "world_size": world_size, "run_dir": run_dir,
                 "command": " ".join(["dlio_ckpt", *(redact(a) for a in sys.argv[1:])])}
-        result = run(job, run_dir, meta)
+        result = run(job, run_dir, meta, state, watchdog)
         if result is not None:
             m = result["metric"]
             logging.getLogger("dlio_ckpt").info(
@@ -110,12 +117,10 @@ def _run(args: argparse.Namespace, comm: Comm) -> int:
                 f"{m['load_checkpoint_io_mean_GiB_per_second']:.3f} GiB/s mean"
                 if "load_checkpoint_io_mean_GiB_per_second" in m else "none", run_dir)
         return 0
-    except ConfigError:
-        raise
-    except DlioCkptError as exc:
-        _die(comm, f"rank {comm.rank} on {hostname()}: {exc}")
+    except DlioCkptError as exc:  # raised on one rank or on all: either way every rank must end
+        die(comm, state, str(exc), exc.exit_code)
     except Exception:
-        _die(comm, f"rank {comm.rank} on {hostname()}: unexpected error\n{traceback.format_exc()}")
+        die(comm, state, f"unexpected error\n{traceback.format_exc()}")
     return 1
 
 
@@ -131,12 +136,6 @@ def redact(item: Any) -> Any:
         if key.rsplit(".", 1)[-1] in _SECRETS:
             return f"{key}=***"
     return item
-
-
-def _die(comm: Comm, message: str) -> None:
-    """One rank failed: say who and why, then end every rank (no one waits in a barrier)."""
-    print(f"dlio_ckpt: error: {message}", file=sys.stderr, flush=True)
-    comm.abort(1)
 
 
 def _prepare_run_dir(run_dir: str, raw: dict, overrides: list[str]) -> None:

@@ -72,6 +72,8 @@ class Checkpoint(Section):
     )
     ranks_per_host: int | None = Field(None, ge=1, description="for recovery_rank_shift")
     verify: bool = Field(True, description="compare every byte read back; false: only count them")
+    overwrite: bool = Field(False, description="replace checkpoints an earlier run left in checkpoint_folder")
+    io_timeout: float = Field(300.0, ge=0, description="end the job when I/O makes no progress this long; 0: never")
     chunk_size: int = Field(8 * MIB, ge=4096, le=64 * MIB, multiple_of=4096)
 
     @model_validator(mode="after")

@@ -9,8 +9,11 @@ protocols: it gets segments from a format and moves them through a backend.
 
 from __future__ import annotations
 
+import logging
 import mmap
 import queue
+import threading
+import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass
@@ -18,9 +21,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from .backends import Backend, Writer
-from .errors import ConfigError, VerifyError
+from .errors import ConfigError, StorageError, VerifyError
 from .formats import Segment, file_size
 from .synthetic import BLOCK, SyntheticData, first_difference
+
+log = logging.getLogger("dlio_ckpt")
 
 
 def _address(view: memoryview) -> int:
@@ -78,9 +83,13 @@ class _Worker:
 class Engine:
     """Moves a process's files through a backend, ``backend.options.threads`` files at a time."""
 
-    def __init__(self, backend: Backend, run_key: int, options: IOOptions) -> None:
+    def __init__(self, backend: Backend, run_key: int, options: IOOptions,
+                 progress: Callable[[str], None] = lambda _path: None) -> None:
         caps = backend.capabilities
         self.backend, self.options = backend, options
+        self._progress = progress  # told the file at every chunk: the stall watchdog listens
+        self.retries = 0  # files re-sent or re-read after a transient error, this process
+        self._lock = threading.Lock()
         self._chunk = options.chunk_size
         self._align = caps.alignment if options.odirect else 1
         self._verify = caps.stores_data
@@ -94,12 +103,12 @@ class Engine:
     def _each(self, fn: Callable[[_Worker, FileTask], int], tasks: list[FileTask]) -> int:
         """Run ``fn`` on every task, ``threads`` at a time; the first error cancels the rest."""
         if self._pool is None:
-            return sum(fn(self._workers[0], t) for t in tasks)
+            return sum(self._attempt(fn, self._workers[0], t) for t in tasks)
 
         def one(task: FileTask) -> int:
             worker = self._idle.get()
             try:
-                return fn(worker, task)
+                return self._attempt(fn, worker, task)
             finally:
                 self._idle.put(worker)
 
@@ -110,6 +119,25 @@ class Engine:
             for f in futures:
                 f.cancel()
             wait(futures)
+
+    def _attempt(self, fn: Callable[[_Worker, FileTask], int], worker: _Worker, task: FileTask) -> int:
+        """One file, redone from its first byte after a transient storage error, at most
+        ``retries`` times (the client's own attempts come on top); counted in ``self.retries``."""
+        allowed = self.backend.options.retries
+        for attempt in range(allowed + 1):
+            self._progress(task.path)
+            try:
+                return fn(worker, task)
+            except StorageError as exc:
+                if not exc.transient or attempt == allowed:
+                    if attempt:
+                        raise StorageError(f"{exc} (after {attempt} retries of the whole file)") from None
+                    raise
+                with self._lock:
+                    self.retries += 1
+                log.warning("retrying %s after: %s", task.path, exc)
+                time.sleep(min(0.5 * 2**attempt, 5.0))
+        raise AssertionError("unreachable")
 
     # -- content -------------------------------------------------------------------------------
 
@@ -129,6 +157,7 @@ class Engine:
                 room = self._chunk - file_offset % self._chunk
                 n = min(remaining, room if room % BLOCK == 0 else self._chunk)
                 yield data.window(task.key, stream_offset, n)
+                self._progress(task.path)
                 remaining -= n
                 stream_offset += n
                 file_offset += n
@@ -226,6 +255,7 @@ class Engine:
             total = 0
             while n := reader.readinto(buf):
                 total += n
+                self._progress(task.path)
         finally:
             buf.release()
             reader.close()

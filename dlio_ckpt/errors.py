@@ -27,7 +27,15 @@ class ConfigError(DlioCkptError):
 
 
 class StorageError(DlioCkptError):
-    """A storage operation failed; the message names the file and the cause."""
+    """A storage operation failed; the message names the file and the cause. ``transient`` errors
+    (a dropped connection, a timeout, a 5xx) are worth retrying the whole file for."""
+
+    def __init__(self, message: str, transient: bool = False) -> None:
+        super().__init__(message)
+        self.transient = transient
+
+    def __reduce__(self) -> tuple:
+        return (type(self), (str(self), self.transient))
 
 
 class VerifyError(DlioCkptError):

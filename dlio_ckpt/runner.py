@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import resource
 import secrets
 import time
@@ -23,6 +24,7 @@ from .comm import Comm, hostname, on_root
 from .config import Workload
 from .engine import Engine, FileTask, IOOptions, check_capabilities
 from .errors import ConfigError
+from .failure import RunState, Watchdog
 from .formats import Format, get_format
 from .planner import Layout, RankPlan
 from .results import OpRecord, dumps, iso, per_epoch_stats, summary
@@ -135,54 +137,101 @@ def _read_plans(job: Job) -> list[RankPlan]:
     return [job.layout.rank_plan((p.rank + per_host) % w) for p in job.mine]
 
 
+def old_checkpoints(job: Job) -> list[str]:
+    """Steps (folders and manifests) an earlier run left in the checkpoint folder."""
+    return [n for n in job.backend.list_names(job.folder) if n.startswith("global_epoch")]
+
+
+def _refuse_old_checkpoints(job: Job) -> None:
+    old = old_checkpoints(job)
+    if old and not job.workload.checkpoint.overwrite:
+        shown = ", ".join(old[:3]) + (f" and {len(old) - 3} more" if len(old) > 3 else "")
+        raise ConfigError("workload.checkpoint.checkpoint_folder", job.workload.checkpoint.checkpoint_folder,
+                          f"already holds checkpoints of an earlier run ({shown} in {job.folder}); set "
+                          "++workload.checkpoint.overwrite=True to replace them, or choose another folder")
+
+
 def preflight(job: Job) -> None:
     """Checks that need storage but must fail before anything is created: the storage is usable
-    (folder writable, bucket there, credentials accepted), and a read-only run needs every step it
-    will read to be complete and of this layout."""
+    (folder writable, bucket there, credentials accepted), a writing run does not silently mix with
+    an earlier run's checkpoints, and a read-only run needs every step it will read to be complete
+    and of this layout."""
     ck = job.workload.checkpoint
     on_root(job.comm, lambda: job.backend.check(writing=ck.num_checkpoints_write > 0))
+    if ck.num_checkpoints_write > 0:
+        on_root(job.comm, lambda: _refuse_old_checkpoints(job))
     if ck.num_checkpoints_write == 0:
         key = on_root(job.comm, lambda: _check_manifest(job, 1, None))
         for i in range(2, ck.num_checkpoints_read + 1):
             on_root(job.comm, lambda i=i: _check_manifest(job, i, key))
 
 
-def run(job: Job, run_dir: str, meta: dict[str, Any]) -> dict[str, Any] | None:
-    """Run the benchmark; returns the summary on rank 0 (None elsewhere)."""
+def _replace_old_checkpoints(job: Job) -> None:
+    """``checkpoint.overwrite``: manifests go first (so no old step can pass for complete), then
+    the step folders; before any timing starts."""
+    old = old_checkpoints(job)
+    for name in sorted(old, key=lambda n: not n.endswith(".manifest.json")):
+        path = job.backend.join(job.workload.checkpoint.checkpoint_folder, name)
+        job.backend.remove(path) if name.endswith(".manifest.json") else job.backend.remove_tree(path)
+    if old:
+        log.info("removed %d entries of an earlier run from %s (checkpoint.overwrite)", len(old), job.folder)
+
+
+def run(job: Job, run_dir: str, meta: dict[str, Any], state: RunState, watchdog: Watchdog) -> dict[str, Any] | None:
+    """Run the benchmark; returns the summary on rank 0 (None elsewhere). ``state`` tells the
+    failure path where we are; ``watchdog`` ends the job if I/O stalls."""
     ck, comm = job.workload.checkpoint, job.comm
     run_start = time.time()
     if ck.num_checkpoints_write > 0:
         run_key = comm.bcast(secrets.randbits(63) if comm.rank == 0 else None)
+        if comm.rank == 0 and ck.overwrite:
+            with watchdog:
+                _replace_old_checkpoints(job)
     else:
         run_key = on_root(comm, lambda: _check_manifest(job, 1, None))
-    engine = Engine(job.backend, run_key, io_options(job.workload))
+    engine = Engine(job.backend, run_key, io_options(job.workload), watchdog.progress)
     records: list[OpRecord] = []
+    retries = {"save": 0, "load": 0}
     for i in range(1, ck.num_checkpoints_write + 1):
+        state.phase, state.step = "wait before save", i
         time.sleep(ck.time_between_checkpoints)
-        if comm.rank == 0:
-            job.backend.remove(job.manifest_path(i))  # a step being rewritten is not complete
-            job.backend.makedirs(job.backend.join(ck.checkpoint_folder, step_name(i)))
-        records.append(_timed(job, "save", i, i, job.tasks(i, job.mine), engine))
+        state.phase = "save"
+        with watchdog:
+            if comm.rank == 0:
+                job.backend.remove(job.manifest_path(i))  # a step being rewritten is not complete
+                job.backend.makedirs(job.backend.join(ck.checkpoint_folder, step_name(i)))
+            before = engine.retries
+            records.append(_timed(job, "save", i, i, job.tasks(i, job.mine), engine))
+            retries["save"] += engine.retries - before
+        state.phase = "commit"
         if comm.gather(None) is not None:  # all processes finished the step: commit it, last
             manifest = _manifest(job, i, run_key)
-            job.backend.put_small(job.manifest_path(i), json.dumps(manifest).encode())
+            with watchdog:
+                job.backend.put_small(job.manifest_path(i), json.dumps(manifest).encode())
+            state.committed.append(i)
             log.info("save_ckpt%d: %.3f s, %d files", i, records[-1].duration, len(manifest["files"]))
     read_plans = _read_plans(job) if ck.num_checkpoints_read else []
     for i in range(1, ck.num_checkpoints_read + 1):
-        on_root(comm, lambda i=i: _check_manifest(job, i, run_key))
-        records.append(_timed(job, "load", i, i, job.tasks(i, read_plans), engine))
-        log.info("load_ckpt%d verified", i)
+        state.phase, state.step = "load", i
+        with watchdog:
+            on_root(comm, lambda i=i: _check_manifest(job, i, run_key))
+            before = engine.retries
+            records.append(_timed(job, "load", i, i, job.tasks(i, read_plans), engine))
+            retries["load"] += engine.retries - before
+        log.info("load_ckpt%d %s", i, "verified" if ck.verify else "read")
     engine.close()
+    state.phase, state.step = "results", None
     peak_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-    gathered = comm.gather((records, hostname(), peak_rss))
+    gathered = comm.gather((records, hostname(), peak_rss, retries))
     if gathered is None:
         return None
     run_end = time.time()
-    all_records = [r for recs, _, _ in gathered for r in recs]
-    for proc, (recs, _, _) in enumerate(gathered):
+    all_records = [r for recs, _, _, _ in gathered for r in recs]
+    for proc, (recs, _, _, _) in enumerate(gathered):
         _write(f"{run_dir}/{proc}_per_epoch_stats.json", dumps(per_epoch_stats(recs, run_start, run_end)))
-    hosts = [h for _, h, _ in gathered]
-    rss = [r for _, _, r in gathered]
+    hosts = [h for _, h, _, _ in gathered]
+    rss = [r for _, _, r, _ in gathered]
+    tries = [t for _, _, _, t in gathered]
     meta = {
         **meta, "status": "ok", "num_accelerators": job.layout.world_size, "num_processes": comm.size,
         "num_hosts": len(set(hosts)), "hostname": hostname(), "start": iso(run_start), "end": iso(run_end),
@@ -193,6 +242,10 @@ def run(job: Job, run_dir: str, meta: dict[str, Any]) -> dict[str, Any] | None:
             "recovery_rank_shift": ck.recovery_rank_shift, "scale": ck.scale, "chunk_size": ck.chunk_size,
         },
         "memory": {"peak_rss_bytes_max": max(rss), "peak_rss_bytes_per_process": rss},
+        "retries": {"save": sum(t["save"] for t in tries), "load": sum(t["load"] for t in tries),
+                    "per_process": tries,
+                    "note": "files redone after a transient storage error; the client's own attempts "
+                            "(S3 max_attempts, gcsfs) are not visible here"},
     }
     total = sum(job.layout.rank_plan(r).payload_bytes for r in range(job.layout.world_size))
     result = summary(all_records, checkpoint_bytes=total, meta=meta)
@@ -222,5 +275,8 @@ def _read_cache(job: Job) -> str:
 
 
 def _write(path: str, text: str) -> None:
-    with open(path, "w") as fh:
+    """Atomically: a result file is whole or absent, never half-written by a killed process."""
+    tmp = f"{path}.tmp{os.getpid()}"
+    with open(tmp, "w") as fh:
         fh.write(text)
+    os.replace(tmp, path)

@@ -87,7 +87,9 @@ def test_read_phase_catches_a_corrupted_block_and_names_file_and_offset(tmp_path
     assert res.returncode != 0
     assert f"{victim.name}: wrong data at offset {3 * 4096 + 100}" in res.stderr, res.stderr
     assert "rank 1 on " in res.stderr
-    assert not (tmp_path / "r" / "summary.json").exists()
+    failed = load(tmp_path / "r" / "summary.json")  # the failing rank leaves a failed summary, never "ok"
+    assert failed["status"] == "failed" and failed["failed_rank"] == 1 and "wrong data" in failed["reason"]
+    assert failed["during"] == "load of step 2"
 
 
 def test_read_only_run_refuses_a_step_without_manifest(tmp_path):

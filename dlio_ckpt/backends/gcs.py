@@ -8,9 +8,16 @@ and hashing would be our CPU time, not the store's.
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import os
+import socket
 from typing import Any, Literal
+from urllib.parse import urlsplit
 
+import aiohttp
+from fsspec.asyn import sync
+from fsspec.exceptions import FSTimeoutError
 from pydantic import Field
 
 from ..errors import ConfigError, StorageError
@@ -22,6 +29,8 @@ from .object_store import MIB, ObjectStore, ObjectStoreOptions
 os.environ.setdefault("GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT", "false")
 
 import gcsfs  # noqa: E402  (must follow the variable above)
+
+logging.getLogger("gcsfs").setLevel(logging.CRITICAL)  # it logs tracebacks on retries; we report the cause
 
 _RESUMABLE_UNIT = 256 << 10
 
@@ -35,36 +44,58 @@ class GCSOptions(ObjectStoreOptions):
     block_size: int = Field(16 * MIB, ge=_RESUMABLE_UNIT, multiple_of=_RESUMABLE_UNIT,
                             description="bytes per resumable-upload request")
     consistency: Literal["none", "md5", "crc32c"] = "none"
-    timeout: float = Field(60.0, gt=0, description="seconds per HTTP request")
+    timeout: float = Field(60.0, gt=0, description="seconds one operation may take, gcsfs's own retries "
+                           "included (it retries a refused connection with backoff for ~30 s)")
 
 
-def _explain(exc: Exception) -> str:
-    text = f"{type(exc).__name__}: {exc}".strip()
-    if "Cannot connect" in text or "Connection refused" in text:
-        return f"cannot connect to the server ({text})"
-    return text
+_TRANSIENT = (asyncio.TimeoutError, FSTimeoutError, aiohttp.ClientError, ConnectionError, TimeoutError)
+
+
+def _probe(endpoint: str | None) -> str:
+    """After a timeout, say whether the server is there at all."""
+    if not endpoint:
+        return ""
+    url = urlsplit(endpoint)
+    try:
+        socket.create_connection((url.hostname, url.port or (443 if url.scheme == "https" else 80)), 2).close()
+        return " (the server accepts connections but did not answer in time)"
+    except ConnectionRefusedError:
+        return f" (connection refused at {url.netloc})"
+    except OSError as exc:
+        return f" ({url.netloc}: {exc.strerror or exc})"
+
+
+def _failure(what: str, url: str, exc: Exception, backend: GCSBackend) -> StorageError:
+    if isinstance(exc, FSTimeoutError | asyncio.TimeoutError):
+        cause = f"no answer within {backend.options.timeout:g} s{_probe(backend.endpoint)}"
+    elif isinstance(exc, aiohttp.ClientConnectorError):
+        cause = f"cannot connect to the server ({exc})"
+    else:
+        cause = f"{type(exc).__name__}: {exc}".strip()
+    return StorageError(f"{what} {url}: {cause}", transient=isinstance(exc, _TRANSIENT))
 
 
 class GCSWriter:
     def __init__(self, backend: GCSBackend, path: str) -> None:
-        self.url = backend.url(path)
+        self.url, self._b = backend.url(path), backend
         o = backend.options
         try:
-            self._fh = backend.fs.open(self.url, "wb", block_size=o.block_size, consistency=o.consistency)
+            self._fh = backend.fs.open(self.url, "wb", block_size=o.block_size, consistency=o.consistency,
+                                       timeout=o.timeout)
         except Exception as exc:
-            raise StorageError(f"cannot create {self.url}: {_explain(exc)}") from None
+            raise _failure("cannot create", self.url, exc, backend) from None
 
     def write(self, data: memoryview) -> None:
         try:
             self._fh.write(data)
         except Exception as exc:
-            raise StorageError(f"write failed on {self.url}: {_explain(exc)}") from None
+            raise _failure("write failed on", self.url, exc, self._b) from None
 
     def finish(self, fsync: bool) -> None:
         try:
             self._fh.close()  # sends the last chunk and finalizes the upload
         except Exception as exc:
-            raise StorageError(f"upload failed on {self.url}: {_explain(exc)}") from None
+            raise _failure("upload failed on", self.url, exc, self._b) from None
 
     def abort(self) -> None:
         """Forget the upload session: an unfinalized resumable upload never becomes an object."""
@@ -76,29 +107,29 @@ class GCSWriter:
 
 
 class GCSReader:
+    """Sequential reads as ranged GETs of the caller's buffer size, each bounded by ``timeout``."""
+
     def __init__(self, backend: GCSBackend, path: str) -> None:
-        self.url = backend.url(path)
-        try:
-            self._fh = backend.fs.open(self.url, "rb", block_size=0, cache_type="none")
-        except FileNotFoundError:
-            raise StorageError(f"cannot open {self.url}: no such object") from None
-        except Exception as exc:
-            raise StorageError(f"cannot open {self.url}: {_explain(exc)}") from None
+        self.url, self._b, self._pos = backend.url(path), backend, 0
+        size = backend.size(path)
+        if size is None:
+            raise StorageError(f"cannot open {self.url}: no such object")
+        self._size = size
 
     def readinto(self, buf: memoryview) -> int:
+        n = min(len(buf), self._size - self._pos)
+        if n <= 0:
+            return 0
         try:
-            total = 0
-            while total < len(buf):
-                n = self._fh.readinto(buf[total:])
-                if not n:
-                    break
-                total += n
-            return total
+            data = self._b.call(self._b.fs._cat_file, self.url, start=self._pos, end=self._pos + n)
         except Exception as exc:
-            raise StorageError(f"read failed on {self.url}: {_explain(exc)}") from None
+            raise _failure("read failed on", self.url, exc, self._b) from None
+        buf[:len(data)] = data
+        self._pos += len(data)
+        return len(data)
 
     def close(self) -> None:
-        self._fh.close()
+        pass
 
 
 class GCSBackend(ObjectStore):
@@ -114,6 +145,10 @@ class GCSBackend(ObjectStore):
         self.fs = gcsfs.GCSFileSystem(project=o.project, token=token, endpoint_url=o.endpoint_url,
                                       requests_timeout=o.timeout, skip_instance_cache=True)
 
+    def call(self, coroutine: Any, *args: Any, **kwargs: Any) -> Any:
+        """One gcsfs operation, its retries included, bounded by ``timeout`` seconds."""
+        return sync(self.fs.loop, coroutine, *args, timeout=self.options.timeout, **kwargs)
+
     def describe(self) -> dict[str, Any]:
         o = self.options
         return {**super().describe(), "endpoint_url": self.endpoint, "block_size": o.block_size,
@@ -122,12 +157,12 @@ class GCSBackend(ObjectStore):
     def check(self, writing: bool) -> None:
         where = f"gs://{self.bucket} at {self.endpoint or 'Google Cloud Storage'}"
         try:
-            self.fs.ls(self.bucket, detail=False, max_results=1)
+            self.call(self.fs._ls, self.bucket, detail=False, max_results=1)
         except FileNotFoundError:
             raise ConfigError("workload.storage.storage_root", self.bucket,
                               f"bucket does not exist ({where}): create it first") from None
         except Exception as exc:
-            raise StorageError(f"cannot use {where}: {_explain(exc)}") from None
+            raise _failure("cannot use", where, exc, self) from None
 
     def open_write(self, path: str, odirect: bool) -> GCSWriter:
         return GCSWriter(self, path)
@@ -137,31 +172,44 @@ class GCSBackend(ObjectStore):
 
     def size(self, path: str) -> int | None:
         try:
-            return int(self.fs.info(self.url(path))["size"])
+            self.fs.invalidate_cache(self.url(path))
+            return int(self.call(self.fs._info, self.url(path))["size"])
         except FileNotFoundError:
             return None
         except Exception as exc:
-            raise StorageError(f"cannot stat {self.url(path)}: {_explain(exc)}") from None
+            raise _failure("cannot stat", self.url(path), exc, self) from None
 
     def put_small(self, path: str, data: bytes) -> None:
         """One simple upload: the object appears whole or not at all."""
         try:
-            self.fs.pipe_file(self.url(path), data)
+            self.call(self.fs._pipe_file, self.url(path), data)
         except Exception as exc:
-            raise StorageError(f"cannot write {self.url(path)}: {_explain(exc)}") from None
+            raise _failure("cannot write", self.url(path), exc, self) from None
 
     def get_small(self, path: str) -> bytes | None:
         try:
-            return self.fs.cat_file(self.url(path))
+            return self.call(self.fs._cat_file, self.url(path))
         except FileNotFoundError:
             return None
         except Exception as exc:
-            raise StorageError(f"cannot read {self.url(path)}: {_explain(exc)}") from None
+            raise _failure("cannot read", self.url(path), exc, self) from None
 
     def remove(self, path: str) -> None:
+        self.remove_key(self.key(path))
+
+    def list_keys(self, prefix: str) -> list[str]:
         try:
-            self.fs.rm_file(self.url(path))
+            found = self.call(self.fs._find, f"{self.bucket}/{prefix}")
+        except FileNotFoundError:
+            return []
+        except Exception as exc:
+            raise _failure("cannot list", f"gs://{self.bucket}/{prefix}", exc, self) from None
+        return [k.removeprefix(self.bucket + "/") for k in found]
+
+    def remove_key(self, key: str) -> None:
+        try:
+            self.call(self.fs._rm_file, f"{self.bucket}/{key}")
         except FileNotFoundError:
             pass
         except Exception as exc:
-            raise StorageError(f"cannot delete {self.url(path)}: {_explain(exc)}") from None
+            raise _failure("cannot delete", f"gs://{self.bucket}/{key}", exc, self) from None

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+import shutil
 from typing import Any
 
 from pydantic import Field
@@ -154,6 +155,22 @@ class LocalFSBackend:
             return os.stat(path).st_size
         except FileNotFoundError:
             return None
+
+    def list_names(self, path: str) -> list[str]:
+        try:
+            return sorted(os.listdir(path))
+        except FileNotFoundError:
+            return []
+        except NotADirectoryError:
+            raise ConfigError("workload.checkpoint.checkpoint_folder", path, "is a file, not a folder") from None
+
+    def remove_tree(self, path: str) -> None:
+        try:
+            shutil.rmtree(path) if os.path.isdir(path) else os.remove(path)
+        except FileNotFoundError:
+            pass
+        except OSError as exc:
+            raise _fail("cannot remove", path, exc) from None
 
     def put_small(self, path: str, data: bytes) -> None:
         """Write a small file atomically (temporary name, fsync, rename): readers see all or none."""

@@ -19,6 +19,8 @@ MIB = 1 << 20
 
 class ObjectStoreOptions(Options):
     threads: int = Field(4, ge=1, le=256, description="objects in flight per process")
+    retries: int = Field(2, ge=0, le=20, description="times an object is re-sent or re-read after a "
+                         "transient error, on top of the client's own attempts")
     endpoint_url: str | None = None
     spread_prefixes: int = Field(
         0, ge=0, le=4096,
@@ -64,6 +66,35 @@ class ObjectStore:
         rest = key.removeprefix(self.prefix + "/") if self.prefix else key
         spread = f"{zlib.crc32(rest.rsplit('/', 1)[-1].encode()) % n:0{len(f'{n - 1:x}')}x}"
         return "/".join(p for p in (self.prefix, spread, rest) if p)
+
+    def key_prefixes(self, path: str) -> list[str]:
+        """Every key prefix under which objects of folder ``path`` may lie (one per spread)."""
+        key = path.removeprefix(self.bucket + "/").strip("/")
+        n = self.options.spread_prefixes
+        if not n:
+            return [key + "/" if key else ""]
+        rest = key.removeprefix(self.prefix + "/") if self.prefix else key
+        width = len(f"{n - 1:x}")
+        spread = ["/".join(p for p in (self.prefix, f"{h:0{width}x}", rest) if p) + "/" for h in range(n)]
+        return [key + "/", *spread]
+
+    def list_names(self, path: str) -> list[str]:
+        names: set[str] = set()
+        for prefix in self.key_prefixes(path):
+            names.update(k[len(prefix):].split("/")[0] for k in self.list_keys(prefix))
+        return sorted(n for n in names if n)
+
+    def remove_tree(self, path: str) -> None:
+        for prefix in self.key_prefixes(path):
+            for key in self.list_keys(prefix):
+                self.remove_key(key)
+
+    def list_keys(self, prefix: str) -> list[str]:
+        """Every object key starting with ``prefix``."""
+        raise NotImplementedError
+
+    def remove_key(self, key: str) -> None:
+        raise NotImplementedError
 
     def url(self, path: str) -> str:
         return f"{self.scheme}://{self.bucket}/{self.key(path)}"

@@ -56,6 +56,16 @@ class S3Options(ObjectStoreOptions):
         return self
 
 
+_TRANSIENT = ("aws-c-io", "CONNECTION", "SOCKET", "TIMEOUT", "timed out", "SlowDown", "Throttl",
+              "InternalError", "ServiceUnavailable", "503", "500", "REQUEST_HAS_COMPLETED", "dispatch failure")
+
+
+def failure(what: str, url: str, exc: Exception) -> StorageError:
+    """A StorageError naming the object and cause, marked transient when a retry may help."""
+    text = str(exc)
+    return StorageError(f"{what} {url}: {explain(exc)}", transient=any(t in text for t in _TRANSIENT))
+
+
 def explain(exc: Exception) -> str:
     """The CRT's messages, made to say what the user can do."""
     text = str(exc)
@@ -74,19 +84,19 @@ class S3Writer:
         try:
             self._stream = client.put_object(bucket, key)
         except S3Exception as exc:
-            raise StorageError(f"cannot create {url}: {explain(exc)}") from None
+            raise failure("cannot create", url, exc) from None
 
     def write(self, data: memoryview) -> None:
         try:
             self._stream.write(bytes(data))  # the native stream takes bytes only
         except S3Exception as exc:
-            raise StorageError(f"write failed on {self.url}: {explain(exc)}") from None
+            raise failure("write failed on", self.url, exc) from None
 
     def finish(self, fsync: bool) -> None:
         try:
             self._stream.close()  # completes the multipart upload: the object now exists whole
         except S3Exception as exc:
-            raise StorageError(f"upload failed on {self.url}: {explain(exc)}") from None
+            raise failure("upload failed on", self.url, exc) from None
 
     def abort(self) -> None:
         """Drop the stream without completing it: S3 never shows a partial object."""
@@ -131,7 +141,7 @@ class S3Reader:
                 self._left = self._left[n:]
                 total += n
         except S3Exception as exc:
-            raise StorageError(f"read failed on {self._url}: {explain(exc)}") from None
+            raise failure("read failed on", self._url, exc) from None
         return total
 
     def close(self) -> None:
@@ -186,7 +196,7 @@ class S3Backend(ObjectStore):
         except S3Exception as exc:
             if "not found" in str(exc).lower():
                 return None
-            raise StorageError(f"cannot stat {self.url(path)}: {explain(exc)}") from None
+            raise failure("cannot stat", self.url(path), exc) from None
 
     def put_small(self, path: str, data: bytes) -> None:
         """A PUT is atomic: readers see the whole object or none."""
@@ -200,11 +210,23 @@ class S3Backend(ObjectStore):
         except S3Exception as exc:
             if "not found" in str(exc).lower() or "does not exist" in str(exc).lower():
                 return None
-            raise StorageError(f"cannot read {self.url(path)}: {explain(exc)}") from None
+            raise failure("cannot read", self.url(path), exc) from None
+
+    def list_keys(self, prefix: str) -> list[str]:
+        try:
+            return [o.key for page in self.client.list_objects(self.bucket, prefix, "", 1000) for o in page.object_info]
+        except S3Exception as exc:
+            raise failure("cannot list", f"s3://{self.bucket}/{prefix}", exc) from None
+
+    def remove_key(self, key: str) -> None:
+        try:
+            self.client.delete_object(self.bucket, key)
+        except S3Exception as exc:
+            raise failure("cannot delete", f"s3://{self.bucket}/{key}", exc) from None
 
     def remove(self, path: str) -> None:
         try:
             self.client.delete_object(self.bucket, self.key(path))
         except S3Exception as exc:
             if "not found" not in str(exc).lower():
-                raise StorageError(f"cannot delete {self.url(path)}: {explain(exc)}") from None
+                raise failure("cannot delete", self.url(path), exc) from None

@@ -1,0 +1,118 @@
+"""How a run ends when something goes wrong: every rank stops promptly, the cause is named, and no
+result claims success.
+
+Why MPI_Abort and never a normal exit: a rank that leaves normally enters MPI_Finalize and waits for
+the others, while they wait in a barrier for it; and Python signal handlers never run while a rank
+sits inside a C-level MPI wait. So whichever rank sees the fault (an error, SIGINT, SIGTERM, a stall)
+prints who, where and why, records a failed summary where it can, and aborts the whole job; mpiexec
+also ends every rank when one is killed outright (``kill -9``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from .comm import Comm, hostname
+
+
+@dataclass
+class RunState:
+    """Where this process is, for messages and the failed summary; updated by the runner."""
+
+    run_dir: str | None = None
+    phase: str = "starting"  # starting, save, load, results
+    step: int | None = None
+    file: str | None = None  # the file in progress when a stall is detected
+    committed: list[int] = field(default_factory=list)  # steps whose manifest this process wrote
+
+    def where(self) -> str:
+        return self.phase if self.step is None else f"{self.phase} of step {self.step}"
+
+
+def write_failed_summary(state: RunState, rank: int, reason: str) -> None:
+    """``summary.json`` with ``"status": "failed"``, atomically, if this host sees the run folder
+    (rank 0 creates it; on other hosts it may not exist and then nothing is written)."""
+    if not state.run_dir or not os.path.isdir(state.run_dir):
+        return
+    body: dict[str, Any] = {
+        "status": "failed", "reason": reason, "failed_rank": rank, "host": hostname(), "during": state.where(),
+        "time": time.strftime("%Y-%m-%dT%H:%M:%S"),
+        "note": "no throughput is reported for a failed run; steps without a manifest are incomplete",
+    }
+    if rank == 0:
+        body["steps_committed"] = state.committed
+    path = os.path.join(state.run_dir, "summary.json")
+    tmp = f"{path}.tmp{os.getpid()}"
+    try:
+        with open(tmp, "w") as fh:
+            json.dump(body, fh, indent=2)
+        os.replace(tmp, path)
+    except OSError:
+        pass  # the run folder itself may be what failed; the message on stderr still says why
+
+
+def die(comm: Comm, state: RunState, reason: str, code: int = 1) -> None:
+    """Say who failed and why, leave a failed summary, end every rank."""
+    message = f"rank {comm.rank} on {hostname()}, during {state.where()}: {reason}"
+    print(f"dlio_ckpt: error: {message}", file=sys.stderr, flush=True)
+    write_failed_summary(state, comm.rank, message)
+    comm.abort(code)
+
+
+def on_signals(comm: Comm, state: RunState) -> None:
+    """SIGINT and SIGTERM (mpiexec forwards both to every rank) end the job as a failure."""
+
+    def handler(signum: int, _frame: object) -> None:
+        die(comm, state, f"interrupted by {signal.Signals(signum).name}", 128 + signum)
+
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, handler)
+
+
+class Watchdog:
+    """Ends the job when I/O makes no progress for ``timeout`` seconds (a hung mount, a server that
+    accepts connections and never answers): a stalled rank would otherwise hold every other rank in
+    the next barrier forever. Runs in its own thread, since the stalled one may be the main thread."""
+
+    def __init__(self, comm: Comm, state: RunState, timeout: float) -> None:
+        self.comm, self.state, self.timeout = comm, state, timeout
+        self._last = time.monotonic()
+        self._busy = 0
+        self._lock = threading.Lock()
+        if timeout > 0:
+            threading.Thread(target=self._watch, name="dlio_ckpt_watchdog", daemon=True).start()
+
+    def progress(self, file: str | None = None) -> None:
+        self._last = time.monotonic()
+        if file is not None:
+            self.state.file = file
+
+    def __enter__(self) -> Watchdog:
+        with self._lock:
+            self._busy += 1
+        self.progress()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        with self._lock:
+            self._busy -= 1
+
+    def _watch(self) -> None:
+        while True:
+            time.sleep(min(1.0, self.timeout / 4))
+            idle = time.monotonic() - self._last
+            if self._busy and idle > self.timeout:
+                what = f" on {self.state.file}" if self.state.file else ""
+                reason = (f"no I/O progress for {idle:.0f} s{what} (checkpoint.io_timeout="
+                          f"{self.timeout:g}): storage stalled or unreachable")
+                print(f"dlio_ckpt: error: rank {self.comm.rank} on {hostname()}, during {self.state.where()}: "
+                      f"{reason}", file=sys.stderr, flush=True)
+                write_failed_summary(self.state, self.comm.rank, reason)
+                os._exit(1)  # the main thread may be stuck in the kernel: leave now; mpiexec ends the rest
