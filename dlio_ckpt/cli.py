@@ -68,6 +68,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _plan(args: argparse.Namespace) -> int:
+    from .backends import check_options
     from .formats import get_format
     from .plan_view import plan_json, plan_table
     from .planner import make_plan
@@ -76,6 +77,7 @@ def _plan(args: argparse.Namespace) -> int:
         raise ConfigError("--world-size", None, "plan needs the number of ranks to lay out")
     workload, _, _ = compose(args.overrides, args.config_dir)
     check_world_size(workload, args.world_size)
+    check_options(workload.storage.storage_type, workload.storage.storage_options)
     fmt = get_format(workload.checkpoint.format)
     plan = make_plan(workload, args.world_size)
     if args.format == "json":

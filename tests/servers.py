@@ -55,6 +55,13 @@ class Server:
     proc: subprocess.Popen
     folder: str
     env: dict[str, str] = field(default_factory=dict)
+    cmd: list[str] = field(default_factory=list)
+    ready: tuple[str, str] = ("", "GET")  # URL and method that answer once the server is up
+
+    def restart(self) -> None:
+        """Start the server again on the same ports and data (after :meth:`kill`)."""
+        self.proc, log = _start(self.cmd, self.folder)
+        _wait_http(*self.ready, self.proc, log)
 
     def stop(self) -> None:
         if self.proc.poll() is None:
@@ -81,7 +88,7 @@ def _wait_http(url: str, method: str, proc: subprocess.Popen, log: Path, timeout
             urllib.request.urlopen(urllib.request.Request(url, method=method), timeout=2)
             return
         except urllib.error.HTTPError as exc:
-            if exc.code < 500 and method != "PUT":
+            if exc.code < 500 and (method != "PUT" or exc.code == 409):  # 409: the bucket is already there
                 return
         except OSError:
             pass
@@ -91,7 +98,7 @@ def _wait_http(url: str, method: str, proc: subprocess.Popen, log: Path, timeout
 
 def _start(cmd: list[str], folder: str) -> tuple[subprocess.Popen, Path]:
     log = Path(folder) / "server.log"
-    with open(log, "wb") as out:
+    with open(log, "ab") as out:
         proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, cwd=folder, start_new_session=True)
     return proc, log
 
@@ -110,9 +117,10 @@ def seaweedfs(bucket: str = "dlio-test") -> Iterator[Server]:
            f"-admin.port={grpc[4]}", f"-admin.port.grpc={grpc[5]}", "-admin.ui=false", "-webdav=false",
            "-s3.port.iceberg=0", "-s3.port.lance=0"]
     proc, log = _start(cmd, folder)
-    server = Server("s3", f"http://127.0.0.1:{s3}", bucket, proc, folder, dict(S3_ENV))
+    server = Server("s3", f"http://127.0.0.1:{s3}", bucket, proc, folder, dict(S3_ENV), cmd,
+                    (f"http://127.0.0.1:{s3}/{bucket}", "PUT"))
     try:
-        _wait_http(f"{server.endpoint}/{bucket}", "PUT", proc, log)  # creates the bucket
+        _wait_http(*server.ready, proc, log)  # creates the bucket
         yield server
     finally:
         server.stop()
@@ -139,9 +147,10 @@ def fake_gcs(bucket: str = "dlio-test") -> Iterator[Server]:
     cmd = [str(binary), "-backend", "filesystem", "-filesystem-root", f"{folder}/data", "-host", "127.0.0.1",
            "-port", str(port), "-scheme", "http", "-external-url", endpoint, "-log-level", "error"]
     proc, log = _start(cmd, folder)
-    server = Server("gcs", endpoint, bucket, proc, folder, {"GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT": "false"})
+    server = Server("gcs", endpoint, bucket, proc, folder, {"GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT": "false"}, cmd,
+                    (f"{endpoint}/storage/v1/b", "GET"))
     try:
-        _wait_http(f"{endpoint}/storage/v1/b", "GET", proc, log)
+        _wait_http(*server.ready, proc, log)
         req = urllib.request.Request(f"{endpoint}/storage/v1/b?project=test", method="POST",
                                      data=f'{{"name": "{bucket}"}}'.encode(),
                                      headers={"Content-Type": "application/json"})

@@ -50,3 +50,42 @@ def test_put_small_is_atomic_and_get_small_reads_back(tmp_path):
     assert backend.get_small(backend.join("m.json")) == b"{}"
     assert backend.get_small(backend.join("missing")) is None
     assert sorted(p.name for p in tmp_path.iterdir()) == ["m.json"]
+
+
+class _Flaky:
+    """local_fs whose first ``failures`` opens for writing fail with a transient error (a unit
+    test of the engine's retry logic; the real faults are in test_faults.py)."""
+
+    def __init__(self, inner, failures: int) -> None:
+        self._inner, self.failures = inner, failures
+
+    def __getattr__(self, name):
+        return getattr(self._inner, name)
+
+    def open_write(self, path, odirect):
+        from dlio_ckpt.errors import StorageError
+
+        if self.failures:
+            self.failures -= 1
+            raise StorageError(f"cannot create {path}: connection reset", transient=True)
+        return self._inner.open_write(path, odirect)
+
+
+@pytest.mark.parametrize("retries,failures,ok", [(2, 2, True), (1, 2, False), (0, 1, False)])
+def test_transient_errors_are_retried_a_bounded_number_of_times_and_counted(tmp_path, retries, failures, ok):
+    from dlio_ckpt.engine import Engine, FileTask, IOOptions
+    from dlio_ckpt.errors import StorageError
+
+    backend = _Flaky(get_backend("local_fs", str(tmp_path), {"retries": retries}), failures)
+    task = FileTask(str(tmp_path / "f.bin"), (1 << 20,), 7)
+    engine = Engine(backend, 1, IOOptions(chunk_size=1 << 20))
+    try:
+        if ok:
+            assert engine.write_files([task]) == 1 << 20
+            assert engine.read_files([task]) == 1 << 20
+        else:
+            with pytest.raises(StorageError, match="connection reset"):
+                engine.write_files([task])
+        assert engine.retries == min(retries, failures)
+    finally:
+        engine.close()

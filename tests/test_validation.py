@@ -28,6 +28,15 @@ BAD = [
     (["workload=tiny", "++workload.checkpoint.fsync=[1"], "no viable alternative"),
     (["workload=tiny", "--config-dir", "/does/not/exist"], "--config-dir='/does/not/exist'"),
     (["workload=tiny", "++workload.workflow.train=True"], "workflow.train=True"),
+    (["workload=tiny", "++workload.checkpoint.time_between_checkpoints=-1"], "time_between_checkpoints=-1"),
+    (["workload=tiny", "++workload.checkpoint.chunk_size=5000"], "multiple of 4096"),
+    (["workload=tiny", "++workload.model.num_layers=0"], "num_layers=0"),
+    (["workload=tiny", "++workload.checkpoint.scale=2"], "less than or equal to 1"),
+    (["workload=tiny", "++workload.checkpoint.io_timeout=-5"], "io_timeout=-5"),
+    (["workload=tiny", "++workload.checkpoint.mode=partial"], "mode='partial'"),
+    (["workload=tiny", "++workload.storage.storage_options.retries=-1", "--world-size", "2"],
+     "storage_options.retries=-1"),
+    (["workload=tiny", "++workload.model.parallelism.zero_stage=4"], "zero_stage=4"),
 ]
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import importlib
 
 from ..errors import ConfigError
-from .base import Backend, Capabilities, Reader, Writer
+from .base import Backend, Capabilities, Options, Reader, Writer, parse_options
 
 _REGISTRY: dict[str, tuple[str, str, str, str]] = {
     # storage_type: (module, class, what to install, pip extra that provides it)
@@ -21,6 +21,19 @@ _REGISTRY: dict[str, tuple[str, str, str, str]] = {
     "gds": ("dlio_ckpt.backends.gds", "GDSBackend", "kvikio and cupy (CUDA 12 builds)", "gds"),
     "null": ("dlio_ckpt.backends.null", "NullBackend", "", ""),
 }
+_OPTIONS = {"local_fs": "LocalFSOptions", "parallel_fs": "LocalFSOptions", "s3": "S3Options",
+            "gcs": "GCSOptions", "gds": "GDSOptions", "null": None}
+
+
+def check_options(storage_type: str, options: dict) -> None:
+    """Validate ``storage_options`` without connecting to anything (for ``plan``); a backend whose
+    package is not installed is not checked, since plan does not need it."""
+    try:
+        module = importlib.import_module(_REGISTRY[storage_type][0])
+    except (KeyError, ImportError):
+        return
+    name = _OPTIONS.get(storage_type)
+    parse_options(getattr(module, name) if name else Options, storage_type, options)
 STORAGE_TYPES = tuple(_REGISTRY)
 
 
@@ -39,4 +52,4 @@ def get_backend(storage_type: str, root: str, options: dict) -> Backend:
     return backend_cls(root, options)
 
 
-__all__ = ["STORAGE_TYPES", "Backend", "Capabilities", "Reader", "Writer", "get_backend"]
+__all__ = ["STORAGE_TYPES", "Backend", "Capabilities", "Reader", "Writer", "check_options", "get_backend"]

@@ -162,7 +162,11 @@ class LocalFSBackend:
         except FileNotFoundError:
             return []
         except NotADirectoryError:
-            raise ConfigError("workload.checkpoint.checkpoint_folder", path, "is a file, not a folder") from None
+            blocker = path = os.path.abspath(path)
+            while not os.path.exists(blocker):
+                blocker = os.path.dirname(blocker)
+            raise ConfigError("workload.checkpoint.checkpoint_folder", path,
+                              f"cannot be a folder: {blocker} is a file") from None
 
     def remove_tree(self, path: str) -> None:
         try:
