@@ -99,10 +99,9 @@ def _run(args: argparse.Namespace, comm: Comm) -> int:
     workload, raw, run_dir = compose(args.overrides, args.config_dir)
     check_world_size(workload, world_size)
     job = build_job(workload, comm, world_size)
-    watchdog = Watchdog(comm, state, workload.checkpoint.io_timeout)
+    job.watchdog = Watchdog(comm, state, workload.checkpoint.io_timeout)
     state.phase = "storage checks"
-    with watchdog:
-        preflight(job)
+    preflight(job)
     run_dir = os.path.abspath(comm.bcast(run_dir if comm.rank == 0 else None))
     try:
         on_root(comm, lambda: _prepare_run_dir(run_dir, redact(raw), [redact(o) for o in args.overrides]))
@@ -110,7 +109,7 @@ def _run(args: argparse.Namespace, comm: Comm) -> int:
         _setup_logging(run_dir, comm.rank)
         meta = {"workload": workload.model.name, "world_size": world_size, "run_dir": run_dir,
                 "command": " ".join(["dlio_ckpt", *(redact(a) for a in sys.argv[1:])])}
-        result = run(job, run_dir, meta, state, watchdog)
+        result = run(job, run_dir, meta, state)
         if result is not None:
             m = result["metric"]
             logging.getLogger("dlio_ckpt").info(

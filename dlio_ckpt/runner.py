@@ -14,9 +14,11 @@ import resource
 import secrets
 import time
 from collections import Counter
+from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Any
+from typing import Any, TypeVar
 
 from . import __version__
 from .backends import Backend, get_backend
@@ -31,6 +33,7 @@ from .results import OpRecord, dumps, iso, per_epoch_stats, summary
 from .synthetic import file_key
 
 log = logging.getLogger("dlio_ckpt")
+T = TypeVar("T")
 
 
 def step_name(step: int) -> str:
@@ -47,6 +50,19 @@ class Job:
     backend: Backend
     fmt: Format
     mine: list[RankPlan]  # the logical ranks this process emulates
+    watchdog: Watchdog | None = None  # set by the CLI; ends the job when this process's I/O stalls
+
+    def watch(self) -> AbstractContextManager:
+        """Wrap this process's own storage I/O, and nothing else: a rank waiting in a collective for
+        a slower one is not stalled."""
+        return self.watchdog if self.watchdog is not None else nullcontext()
+
+    def on_root_io(self, fn: Callable[[], T]) -> T:
+        """``on_root`` for a storage operation: rank 0 does it under the watchdog, the others wait."""
+        def watched() -> T:
+            with self.watch():
+                return fn()
+        return on_root(self.comm, watched)
 
     @property
     def folder(self) -> str:
@@ -94,7 +110,8 @@ def io_options(workload: Workload) -> IOOptions:
 def _timed(job: Job, phase: str, index: int, step: int, tasks: list[FileTask], engine: Engine) -> OpRecord:
     job.comm.barrier()  # every process starts the checkpoint together
     start, t0 = time.time(), time.perf_counter()
-    nbytes = engine.write_files(tasks) if phase == "save" else engine.read_files(tasks)
+    with job.watch():
+        nbytes = engine.write_files(tasks) if phase == "save" else engine.read_files(tasks)
     duration = time.perf_counter() - t0
     return OpRecord(phase, index, step, job.comm.rank, start, time.time(), duration, nbytes, len(tasks))
 
@@ -157,13 +174,13 @@ def preflight(job: Job) -> None:
     an earlier run's checkpoints, and a read-only run needs every step it will read to be complete
     and of this layout."""
     ck = job.workload.checkpoint
-    on_root(job.comm, lambda: job.backend.check(writing=ck.num_checkpoints_write > 0))
+    job.on_root_io(lambda: job.backend.check(writing=ck.num_checkpoints_write > 0))
     if ck.num_checkpoints_write > 0:
-        on_root(job.comm, lambda: _refuse_old_checkpoints(job))
+        job.on_root_io(lambda: _refuse_old_checkpoints(job))
     if ck.num_checkpoints_write == 0:
-        key = on_root(job.comm, lambda: _check_manifest(job, 1, None))
+        key = job.on_root_io(lambda: _check_manifest(job, 1, None))
         for i in range(2, ck.num_checkpoints_read + 1):
-            on_root(job.comm, lambda i=i: _check_manifest(job, i, key))
+            job.on_root_io(lambda i=i: _check_manifest(job, i, key))
 
 
 def _replace_old_checkpoints(job: Job) -> None:
@@ -177,47 +194,47 @@ def _replace_old_checkpoints(job: Job) -> None:
         log.info("removed %d entries of an earlier run from %s (checkpoint.overwrite)", len(old), job.folder)
 
 
-def run(job: Job, run_dir: str, meta: dict[str, Any], state: RunState, watchdog: Watchdog) -> dict[str, Any] | None:
+def run(job: Job, run_dir: str, meta: dict[str, Any], state: RunState) -> dict[str, Any] | None:
     """Run the benchmark; returns the summary on rank 0 (None elsewhere). ``state`` tells the
-    failure path where we are; ``watchdog`` ends the job if I/O stalls."""
+    failure path where we are."""
     ck, comm = job.workload.checkpoint, job.comm
     run_start = time.time()
     if ck.num_checkpoints_write > 0:
         run_key = comm.bcast(secrets.randbits(63) if comm.rank == 0 else None)
         if comm.rank == 0 and ck.overwrite:
-            with watchdog:
+            with job.watch():
                 _replace_old_checkpoints(job)
     else:
-        run_key = on_root(comm, lambda: _check_manifest(job, 1, None))
-    engine = Engine(job.backend, run_key, io_options(job.workload), watchdog.progress)
+        run_key = job.on_root_io(lambda: _check_manifest(job, 1, None))
+    progress = job.watchdog.progress if job.watchdog else lambda _path: None
+    engine = Engine(job.backend, run_key, io_options(job.workload), progress)
     records: list[OpRecord] = []
     retries = {"save": 0, "load": 0}
     for i in range(1, ck.num_checkpoints_write + 1):
         state.phase, state.step = "wait before save", i
         time.sleep(ck.time_between_checkpoints)
         state.phase = "save"
-        with watchdog:
-            if comm.rank == 0:
+        if comm.rank == 0:
+            with job.watch():
                 job.backend.remove(job.manifest_path(i))  # a step being rewritten is not complete
                 job.backend.makedirs(job.backend.join(ck.checkpoint_folder, step_name(i)))
-            before = engine.retries
-            records.append(_timed(job, "save", i, i, job.tasks(i, job.mine), engine))
-            retries["save"] += engine.retries - before
+        before = engine.retries
+        records.append(_timed(job, "save", i, i, job.tasks(i, job.mine), engine))
+        retries["save"] += engine.retries - before
         state.phase = "commit"
         if comm.gather(None) is not None:  # all processes finished the step: commit it, last
             manifest = _manifest(job, i, run_key)
-            with watchdog:
+            with job.watch():
                 job.backend.put_small(job.manifest_path(i), json.dumps(manifest).encode())
             state.committed.append(i)
             log.info("save_ckpt%d: %.3f s, %d files", i, records[-1].duration, len(manifest["files"]))
     read_plans = _read_plans(job) if ck.num_checkpoints_read else []
     for i in range(1, ck.num_checkpoints_read + 1):
         state.phase, state.step = "load", i
-        with watchdog:
-            on_root(comm, lambda i=i: _check_manifest(job, i, run_key))
-            before = engine.retries
-            records.append(_timed(job, "load", i, i, job.tasks(i, read_plans), engine))
-            retries["load"] += engine.retries - before
+        job.on_root_io(lambda i=i: _check_manifest(job, i, run_key))
+        before = engine.retries
+        records.append(_timed(job, "load", i, i, job.tasks(i, read_plans), engine))
+        retries["load"] += engine.retries - before
         log.info("load_ckpt%d %s", i, "verified" if ck.verify else "read")
     engine.close()
     state.phase, state.step = "results", None

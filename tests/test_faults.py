@@ -226,3 +226,12 @@ def test_a_server_that_never_answers_ends_the_job_after_io_timeout(tmp_path):
     assert "no I/O progress for" in err and "checkpoint.io_timeout=3" in err, err
     assert "during storage checks" in err
     assert not (tmp_path / "out").exists()
+
+
+def test_waiting_is_not_a_stall(tmp_path):
+    """Only a process's own I/O is watched: sleeping between checkpoints, or waiting in a barrier
+    for a slower rank, longer than io_timeout must not end the job."""
+    res = dlio([*BASE, "++workload.checkpoint.io_timeout=1", "++workload.checkpoint.time_between_checkpoints=2.5"],
+               tmp_path, nprocs=2)
+    assert res.returncode == 0, res.stderr
+    assert load(tmp_path / "out" / "summary.json")["status"] == "ok"
