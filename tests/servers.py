@@ -98,8 +98,11 @@ def _wait_http(url: str, method: str, proc: subprocess.Popen, log: Path, timeout
 
 def _start(cmd: list[str], folder: str) -> tuple[subprocess.Popen, Path]:
     log = Path(folder) / "server.log"
+    # SeaweedFS turns on S3 authentication when it sees AWS_* credentials: keep the clients' out of it
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
     with open(log, "ab") as out:
-        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, cwd=folder, start_new_session=True)
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, cwd=folder, start_new_session=True,
+                                env=env)
     return proc, log
 
 

@@ -175,13 +175,14 @@ def test_sigterm_or_sigint_ends_every_rank_with_a_failed_summary(tmp_path, sig):
 
 
 @pytest.mark.parametrize("kind", ["s3", "gcs"])
-def test_object_store_killed_mid_run_ends_the_job_naming_the_object(tmp_path, kind):
+def test_object_store_killed_mid_run_ends_the_job_naming_the_object(tmp_path, kind, monkeypatch):
     from .servers import fake_gcs, seaweedfs
 
     with (seaweedfs if kind == "s3" else fake_gcs)() as server:
         from dlio_ckpt.backends import get_backend
 
-        os.environ.update(server.env)
+        for key, value in server.env.items():
+            monkeypatch.setenv(key, value)
         options = {"endpoint_url": server.endpoint, "retries": 1}
         if kind == "gcs":
             options["timeout"] = 4
