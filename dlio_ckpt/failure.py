@@ -63,7 +63,15 @@ def die(comm: Comm, state: RunState, reason: str, code: int = 1) -> None:
     message = f"rank {comm.rank} on {hostname()}, during {state.where()}: {reason}"
     print(f"dlio_ckpt: error: {message}", file=sys.stderr, flush=True)
     write_failed_summary(state, comm.rank, message)
+    _let_output_drain()
     comm.abort(code)
+
+
+def _let_output_drain() -> None:
+    """mpiexec forwards a rank's stderr through its proxy; an abort right after the print can tear
+    the job down before the line is forwarded (seen: an ENOSPC run ended with empty stderr). A
+    short pause costs nothing on a job that is ending anyway."""
+    time.sleep(0.5)
 
 
 def on_signals(comm: Comm, state: RunState) -> None:
@@ -115,4 +123,5 @@ class Watchdog:
                 print(f"dlio_ckpt: error: rank {self.comm.rank} on {hostname()}, during {self.state.where()}: "
                       f"{reason}", file=sys.stderr, flush=True)
                 write_failed_summary(self.state, self.comm.rank, reason)
+                _let_output_drain()
                 os._exit(1)  # the main thread may be stuck in the kernel: leave now; mpiexec ends the rest
