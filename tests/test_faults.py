@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -82,7 +83,8 @@ def rank_pid(proc: subprocess.Popen, rank: int) -> int:
 def tmpfs(folder: Path, options: str) -> Iterator[Path]:
     """A real, small file system of our own (tests run as root here; skip where mounting is not allowed)."""
     folder.mkdir()
-    if subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(folder)], capture_output=True).returncode:
+    if shutil.which("mount") is None or subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(folder)], capture_output=True).returncode:
         pytest.skip("cannot mount a tmpfs here (needs root)")
     try:
         yield folder

@@ -22,7 +22,7 @@ import numpy as np
 from pydantic import Field
 
 from ..errors import ConfigError, StorageError
-from .base import Capabilities, Options, parse_options
+from .base import Capabilities, Options
 from .local_fs import LocalFSBackend
 
 MIB = 1 << 20
@@ -121,9 +121,10 @@ class GDSBackend(LocalFSBackend):
     capabilities = Capabilities(fsync=True, durable_on_close=False, odirect=True, alignment=4096,
                                 evict_cache=True, ranged_reads=True, device_buffers=True)
 
+    options_model = GDSOptions
+
     def __init__(self, root: str, options: dict[str, Any]) -> None:
-        self.root = root or "./"
-        self.options = parse_options(GDSOptions, self.name, options)
+        super().__init__(root, options)
         count = _device_count()
         if count == 0:
             raise ConfigError("workload.storage.storage_type", "gds", "needs a CUDA GPU; none found")

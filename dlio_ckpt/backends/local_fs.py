@@ -94,9 +94,11 @@ class LocalFSBackend:
     capabilities = Capabilities(fsync=True, durable_on_close=False, odirect=True, alignment=4096,
                                 evict_cache=True, ranged_reads=True, device_buffers=False)
 
+    options_model: type[Options] = LocalFSOptions
+
     def __init__(self, root: str, options: dict[str, Any]) -> None:
         self.root = root or "./"
-        self.options = parse_options(LocalFSOptions, self.name, options)
+        self.options = parse_options(self.options_model, self.name, options)
 
     def check(self, writing: bool) -> None:
         """The root must be a folder, or creatable: its nearest existing parent a writable folder."""
