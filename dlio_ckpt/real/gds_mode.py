@@ -1,0 +1,247 @@
+"""``mode=gds``: one GPU tensor of ``gds.size_mib`` saved and loaded along each transfer path, with
+a table per path like fio's and gdsio's summaries (MiB/s and MB/s, threads, I/O size).
+
+The paths (``gds.paths``, the first one listed also fills save_ckpt/load_ckpt in summary.json):
+- ``gds``: Storage<->GPU through kvikio's CuFile (GPUDirect Storage, or kvikio's compat mode).
+- ``cpu``: Storage<->CPU only: a host tensor written and read in ``io_size`` requests (the baseline).
+- ``cpu_gpu``: Storage<->CPU<->GPU: ``torch.save`` of the tensor copied to the host, ``torch.load``
+  and a copy back to the GPU, as a framework without GDS does it.
+- ``pinned_async``: pinned host buffers, device copies on a CUDA stream overlapped with file I/O,
+  two buffers of ``io_size`` in turn.
+- ``torch_gds``: ``torch.cuda.gds.GdsFile`` where this torch build has it (skipped with a note if not).
+Reads follow ``checkpoint.read_from_page_cache``: false evicts the file's pages before each read.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from ..errors import ConfigError, StorageError, VerifyError
+from .context import ModeContext, clear_old, record, storage_preflight, write_results
+
+log = logging.getLogger("dlio_ckpt")
+MIB = 1 << 20
+
+
+def preflight(ctx: ModeContext) -> None:
+    if not torch.cuda.is_available():
+        raise ConfigError("workload.mode", "gds", "needs a CUDA GPU, and torch sees none "
+                          "(torch.cuda.is_available() is False); run it on a GPU machine")
+    if "gds" in ctx.workload.gds.paths:
+        try:
+            import kvikio  # noqa: F401
+        except ImportError:
+            raise ConfigError("workload.gds.paths", "gds", "needs kvikio (pip install 'dlio_ckpt[gds]'), "
+                              "or leave gds out of the paths") from None
+    storage_preflight(ctx, supported=("local_fs", "gds"))
+
+
+def _evict(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    finally:
+        os.close(fd)
+
+
+class Paths:
+    """Save and load of one device tensor along each path; every function returns after the bytes
+    are on storage (fsync) or back in GPU memory (synchronized)."""
+
+    def __init__(self, ctx: ModeContext, device: torch.device) -> None:
+        s = ctx.workload.gds
+        self.io_size, self.threads, self.fsync = s.io_size_mib * MIB, s.threads, ctx.ck.fsync
+        self.device = device
+        self.compat = s.compat_mode
+        if "gds" in s.paths:
+            import kvikio
+
+            settings = {"num_threads": s.threads, "task_size": self.io_size}
+            if s.compat_mode != "auto":
+                settings["compat_mode"] = s.compat_mode == "on"
+            kvikio.defaults.set(settings)
+
+    def _sync_file(self, path: str) -> None:
+        if self.fsync:
+            fd = os.open(path, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+
+    def save_gds(self, t: torch.Tensor, path: str) -> None:
+        import kvikio
+
+        with kvikio.CuFile(path, "w") as f:
+            f.write(t)
+        self._sync_file(path)
+
+    def load_gds(self, t: torch.Tensor, path: str) -> None:
+        import kvikio
+
+        with kvikio.CuFile(path, "r") as f:
+            f.read(t)
+        torch.cuda.synchronize()
+
+    def save_cpu(self, t: torch.Tensor, path: str) -> None:
+        host = t.cpu() if t.is_cuda else t  # prepared once by the caller for this path
+        view = memoryview(host.numpy()).cast("B")
+        with open(path, "wb", buffering=0) as f:
+            for off in range(0, len(view), self.io_size):
+                f.write(view[off:off + self.io_size])
+        self._sync_file(path)
+
+    def load_cpu(self, t: torch.Tensor, path: str) -> None:
+        view = memoryview(t.numpy()).cast("B")
+        with open(path, "rb", buffering=0) as f:
+            for off in range(0, len(view), self.io_size):
+                f.readinto(view[off:off + self.io_size])
+
+    def save_cpu_gpu(self, t: torch.Tensor, path: str) -> None:
+        torch.save(t.cpu(), path)
+        self._sync_file(path)
+
+    def load_cpu_gpu(self, t: torch.Tensor, path: str) -> None:
+        t.copy_(torch.load(path, weights_only=True).to(self.device))
+        torch.cuda.synchronize()
+
+    def save_pinned_async(self, t: torch.Tensor, path: str) -> None:
+        flat, stream = t.view(torch.uint8).flatten(), torch.cuda.Stream()
+        bufs = [torch.empty(self.io_size, dtype=torch.uint8, pin_memory=True) for _ in range(2)]
+        done = [torch.cuda.Event(), torch.cuda.Event()]
+        chunks = [(off, min(self.io_size, flat.numel() - off)) for off in range(0, flat.numel(), self.io_size)]
+        with open(path, "wb", buffering=0) as f:
+            def start(i: int) -> None:
+                off, n = chunks[i]
+                with torch.cuda.stream(stream):
+                    bufs[i % 2][:n].copy_(flat[off:off + n], non_blocking=True)
+                    done[i % 2].record(stream)
+            start(0)
+            for i, (_, n) in enumerate(chunks):
+                done[i % 2].synchronize()
+                if i + 1 < len(chunks):
+                    start(i + 1)  # the next device->host copy runs while this chunk is written
+                f.write(memoryview(bufs[i % 2][:n].numpy()))
+        self._sync_file(path)
+
+    def load_pinned_async(self, t: torch.Tensor, path: str) -> None:
+        flat, stream = t.view(torch.uint8).flatten(), torch.cuda.Stream()
+        bufs = [torch.empty(self.io_size, dtype=torch.uint8, pin_memory=True) for _ in range(2)]
+        free = [torch.cuda.Event(), torch.cuda.Event()]
+        with open(path, "rb", buffering=0) as f:
+            for i, off in enumerate(range(0, flat.numel(), self.io_size)):
+                n = min(self.io_size, flat.numel() - off)
+                free[i % 2].synchronize()  # its previous host->device copy has finished
+                f.readinto(memoryview(bufs[i % 2][:n].numpy()))
+                with torch.cuda.stream(stream):
+                    flat[off:off + n].copy_(bufs[i % 2][:n], non_blocking=True)
+                    free[i % 2].record(stream)
+        stream.synchronize()
+
+    def save_torch_gds(self, t: torch.Tensor, path: str) -> None:
+        f = torch.cuda.gds.GdsFile(path, os.O_CREAT | os.O_RDWR)
+        f.save_storage(t.untyped_storage(), offset=0)
+        del f
+        self._sync_file(path)
+
+    def load_torch_gds(self, t: torch.Tensor, path: str) -> None:
+        f = torch.cuda.gds.GdsFile(path, os.O_RDONLY)
+        f.load_storage(t.untyped_storage(), offset=0)
+        del f
+        torch.cuda.synchronize()
+
+
+def _available(name: str) -> str | None:
+    """Why a path cannot run in this build, or None."""
+    if name == "torch_gds" and not hasattr(getattr(torch.cuda, "gds", None), "GdsFile"):
+        return f"torch {torch.__version__} has no torch.cuda.gds.GdsFile"
+    return None
+
+
+def _timed(fn: Callable[[torch.Tensor, str], None], t: torch.Tensor, path: str) -> tuple[float, float]:
+    torch.cuda.synchronize()
+    start, t0 = time.time(), time.perf_counter()
+    fn(t, path)
+    return start, time.perf_counter() - t0
+
+
+def run(ctx: ModeContext) -> dict[str, Any] | None:
+    s, ck = ctx.workload.gds, ctx.ck
+    clear_old(ctx)
+    local = [i for i in range(torch.cuda.device_count())]
+    device = torch.device("cuda", local[ctx.comm.rank % len(local)])
+    torch.cuda.set_device(device)
+    nbytes = s.size_mib * MIB
+    source = torch.randint(0, 255, (nbytes,), dtype=torch.uint8, device=device)
+    paths = Paths(ctx, device)
+    table: dict[str, dict[str, Any]] = {}
+    records = []
+    for name in s.paths:
+        why = _available(name)
+        if why:
+            table[name] = {"skipped": why}
+            continue
+        on_host = name == "cpu"
+        data = source.cpu() if on_host else source
+        save, load = getattr(paths, f"save_{name}"), getattr(paths, f"load_{name}")
+        saves, loads = [], []
+        for i in range(1, ck.num_checkpoints_write + 1):
+            folder = ctx.path(i)
+            ctx.backend.makedirs(folder)
+            file = f"{folder}/{name}.{ctx.comm.rank}.bin"
+            ctx.state.phase, ctx.state.step, ctx.state.file = f"save ({name})", i, file
+            ctx.comm.barrier()
+            try:
+                with ctx.watch():
+                    start, duration = _timed(save, data, file)
+            except OSError as exc:
+                raise StorageError(f"{name} save to {file}: {exc}") from None
+            saves.append(duration)
+            if name == s.paths[0]:
+                records.append(record(ctx, "save", i, start, duration, nbytes, 1))
+        for i in range(1, ck.num_checkpoints_read + 1):
+            file = f"{ctx.path(i)}/{name}.{ctx.comm.rank}.bin"
+            target = torch.empty_like(data)
+            if not ck.read_from_page_cache:
+                _evict(file)
+            ctx.state.phase, ctx.state.step, ctx.state.file = f"load ({name})", i, file
+            ctx.comm.barrier()
+            try:
+                with ctx.watch():
+                    start, duration = _timed(load, target, file)
+            except OSError as exc:
+                raise StorageError(f"{name} load from {file}: {exc}") from None
+            if not torch.equal(target, data):
+                raise VerifyError(f"{file}: the {name} path read back other bytes than it wrote")
+            loads.append(duration)
+            if name == s.paths[0]:
+                records.append(record(ctx, "load", i, start, duration, nbytes, 1))
+        table[name] = _row(name, nbytes, saves, loads, s)
+        log.info("%-13s write %9.1f MiB/s  read %9.1f MiB/s", name, table[name]["write_MiB_per_s"],
+                 table[name].get("read_MiB_per_s", 0.0))
+    io = {"format": "raw device bytes", "primary_path": s.paths[0], "paths": table,
+          "read_cache": "allowed" if ck.read_from_page_cache else "evicted",
+          "fsync": "every file fsynced inside its save time" if ck.fsync else False, "verified": True}
+    extra = {"device": torch.cuda.get_device_name(device), "versions": {"torch": torch.__version__}}
+    return write_results(ctx, records, nbytes * ctx.comm.size, io, extra)
+
+
+def _row(name: str, nbytes: int, saves: list[float], loads: list[float], s: Any) -> dict[str, Any]:
+    """One line of the table: medians, in both units, like fio's ``bw=`` and gdsio's ``Throughput``."""
+    import statistics
+
+    row: dict[str, Any] = {"io_size_bytes": s.io_size_mib * MIB, "threads": s.threads if name == "gds" else 1,
+                           "bytes": nbytes}
+    for kind, times in (("write", saves), ("read", loads)):
+        if times:
+            med = statistics.median(times)
+            row[f"{kind}_MiB_per_s"] = nbytes / MIB / med
+            row[f"{kind}_MB_per_s"] = nbytes / 1e6 / med
+            row[f"{kind}_seconds_median"] = med
+    return row

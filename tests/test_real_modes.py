@@ -1,0 +1,180 @@
+"""The real modes as a user runs them: Lightning and FSDP train on CPU and write real checkpoints
+(local files, the local S3 and GCS servers); gds runs where a GPU is, and elsewhere must refuse
+cleanly. Each run's result files have the emulator's keys."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+from .conftest import REPO, Store, dlio, load
+
+pytestmark = pytest.mark.real
+
+LIGHT = ["workload=lightning_demo", "++workload.model.num_layers=1", "++workload.checkpoint.num_checkpoints_write=2",
+         "++workload.checkpoint.num_checkpoints_read=2"]
+FSDP = ["workload=tiny", "++workload.mode=fsdp"]
+
+
+def run_dir(cwd, name):
+    (found,) = (cwd / "hydra_log" / name).iterdir()
+    return found
+
+
+def emulated_metric_keys(tmp_path) -> set[str]:
+    cwd = tmp_path / "emulated"
+    cwd.mkdir()
+    r = dlio(["workload=tiny", "--world-size", "2", "++workload.checkpoint.num_checkpoints_write=2",
+              "++workload.checkpoint.num_checkpoints_read=2"], cwd)
+    assert r.returncode == 0, r.stderr
+    return set(load(run_dir(cwd, "tiny") / "summary.json")["metric"])
+
+
+def check_summary(summary: dict, mode: str, keys: set[str]) -> None:
+    assert summary["status"] == "ok" and summary["mode"] == mode
+    assert set(summary["metric"]) == keys  # the emulator's keys, no more and no fewer
+    m = summary["metric"]
+    assert m["save_checkpoint_io_mean_GiB_per_second"] > 0 and m["load_checkpoint_io_mean_GiB_per_second"] > 0
+    assert [c["index"] for c in summary["checkpoints"]["save"]] == [1, 2]
+
+
+def predicted_bytes(overrides: list[str]) -> int:
+    out = subprocess.run([sys.executable, "-m", "dlio_ckpt", "plan", *overrides, "--format", "json"],
+                         capture_output=True, text=True, cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert out.returncode == 0, out.stderr
+    import json
+
+    return json.loads(out.stdout)["checkpoint_bytes"]
+
+
+def test_emulator_starts_without_torch(tmp_path):
+    code = ("import sys; from dlio_ckpt.cli import main; rc = main(['workload=tiny', '--world-size', '2']); "
+            "heavy = sorted(m for m in ('torch', 'lightning') if m in sys.modules); "
+            "print(rc, heavy); sys.exit(1 if rc or heavy else 0)")
+    r = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True,
+                       env={**os.environ, "PYTHONPATH": str(REPO)}, timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
+
+
+@pytest.mark.parametrize("extra", [[], ["++workload.lightning.optimizer=adam", "++workload.lightning.async_save=True",
+                                        "++workload.checkpoint.fsync=True"]],
+                         ids=["sgd", "adam-async-fsync"])
+def test_lightning_local_files_sizes_and_plan(tmp_path, extra):
+    r = dlio(LIGHT + extra, tmp_path, timeout=300)
+    assert r.returncode == 0, r.stderr
+    files = sorted((tmp_path / "checkpoints" / "lightning_demo").iterdir())
+    assert [f.name for f in files] == ["global_epoch1_step1.ckpt", "global_epoch1_step2.ckpt"]
+    summary = load(run_dir(tmp_path, "lightning_demo") / "summary.json")
+    check_summary(summary, "lightning", emulated_metric_keys(tmp_path))
+    sizes = [f.stat().st_size for f in files]
+    assert [c["bytes"] for c in summary["checkpoints"]["save"]] == sizes
+    predicted = predicted_bytes(LIGHT + extra)
+    assert abs(predicted - sizes[0]) / sizes[0] < 0.01, (predicted, sizes)
+    import torch
+
+    ckpt = torch.load(files[1], weights_only=False)
+    assert ckpt["global_step"] == 2
+    assert ("exp_avg" in str(ckpt["optimizer_states"])) == ("adam" in str(extra))
+    proc = summary["per_process"][0]
+    assert len(proc["blocking_save_seconds"]) == 2
+    for held, c in zip(proc["blocking_save_seconds"], summary["checkpoints"]["save"], strict=True):
+        assert 0 < held <= c["duration_seconds"] + 1e-6
+    if extra:
+        assert "AsyncCheckpointIO" in summary["io"]["checkpoint_io"] and summary["io"]["fsync"]
+
+
+def test_lightning_sizes_at_10_layers_match_the_published_benchmark():
+    """75.6 MiB at 10 layers with SGD, as the Lightning benchmark reports (plan only: no training)."""
+    predicted = predicted_bytes(["workload=lightning_demo"])
+    assert round(predicted / (1 << 20), 1) == 75.6
+
+
+def test_lightning_refuses_more_than_one_process(tmp_path):
+    r = dlio(LIGHT, tmp_path, nprocs=2)
+    assert r.returncode == 2 and "runs one process" in r.stderr
+    assert not (tmp_path / "checkpoints").exists()
+
+
+def object_sizes(store: Store, folder: str) -> dict[str, int]:
+    backend = store.backend()
+    path = backend.join(folder)
+    return {name: backend.size(backend.join(folder, name)) for name in backend.list_names(path)}
+
+
+@pytest.mark.parametrize("kind,io", [("s3", "s3"), ("s3", "torch"), ("gcs", "torch")])
+def test_lightning_on_object_stores(tmp_path, request, monkeypatch, kind, io):
+    server = request.getfixturevalue(f"{kind}_server")
+    for key, value in server.env.items():
+        monkeypatch.setenv(key, value)
+    store = Store(kind, f"{server.bucket}/light-{io}-{time.monotonic_ns()}", {"endpoint_url": server.endpoint},
+                  dict(server.env))
+    r = dlio(LIGHT + store.overrides() + [f"++workload.lightning.checkpoint_io={io}"], tmp_path, env=store.env,
+             timeout=300)
+    assert r.returncode == 0, r.stderr
+    sizes = object_sizes(store, "checkpoints/lightning_demo")
+    assert sorted(sizes) == ["global_epoch1_step1.ckpt", "global_epoch1_step2.ckpt"]
+    summary = load(run_dir(tmp_path, "lightning_demo") / "summary.json")
+    assert [c["bytes"] for c in summary["checkpoints"]["save"]] == [sizes["global_epoch1_step1.ckpt"],
+                                                                   sizes["global_epoch1_step2.ckpt"]]
+    assert summary["io"]["checkpoint_io"] == ("S3LightningCheckpoint" if io == "s3" else "TorchCheckpointIO")
+    assert not (tmp_path / "checkpoints").exists()  # nothing went to local files
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("extra", [[], ["++workload.fsdp.async_save=True", "++workload.fsdp.thread_count=2"]],
+                         ids=["sync", "async-2threads"])
+def test_fsdp_two_processes_write_dcp_shards_and_load_them_back(tmp_path, extra):
+    r = dlio(FSDP + extra, tmp_path, nprocs=2, timeout=300)
+    assert r.returncode == 0, r.stderr
+    threads = 2 if extra else 1
+    summary = load(run_dir(tmp_path, "tiny") / "summary.json")
+    check_summary(summary, "fsdp", emulated_metric_keys(tmp_path))
+    for step in (1, 2):
+        folder = tmp_path / "checkpoints" / "tiny" / f"global_epoch1_step{step}"
+        names = sorted(p.name for p in folder.iterdir())
+        assert names == [".metadata"] + [f"__{r}_{t}.distcp" for r in range(2) for t in range(threads)]
+        total = sum(p.stat().st_size for p in folder.iterdir())
+        assert summary["checkpoints"]["save"][step - 1]["bytes"] == total
+    assert summary["metric"]["checkpoint_size_bytes"] == total
+    params = summary["per_process"][0]["model"]["parameters"]
+    assert total > 3 * params * 2  # fp16 weights and Adam's two moments
+    assert summary["io"]["async_save"] == bool(extra)
+    import torch.distributed.checkpoint as dcp
+
+    md = dcp.FileSystemReader(str(folder)).read_metadata()
+    assert any(k.startswith("model.layers.0.qkv.weight") for k in md.state_dict_metadata)
+
+
+@pytest.mark.mpi
+def test_fsdp_on_s3(tmp_path, s3_server, monkeypatch):
+    for key, value in s3_server.env.items():
+        monkeypatch.setenv(key, value)
+    store = Store("s3", f"{s3_server.bucket}/fsdp-{time.monotonic_ns()}", {"endpoint_url": s3_server.endpoint},
+                  dict(s3_server.env))
+    r = dlio(FSDP + store.overrides(), tmp_path, nprocs=2, env=store.env, timeout=300)
+    assert r.returncode == 0, r.stderr
+    summary = load(run_dir(tmp_path, "tiny") / "summary.json")
+    assert summary["io"]["writer"] == "S3StorageWriter"
+    for step in (1, 2):
+        sizes = object_sizes(store, f"checkpoints/tiny/global_epoch1_step{step}")
+        assert {".metadata", "__0_0.distcp", "__1_0.distcp"} == set(sizes)
+        assert summary["checkpoints"]["save"][step - 1]["bytes"] == sum(sizes.values())
+
+
+def test_gds_mode_without_a_gpu_stops_cleanly(tmp_path):
+    import torch
+
+    if torch.cuda.is_available():
+        r = dlio(["workload=tiny", "++workload.mode=gds", "++workload.gds.size_mib=64"], tmp_path, timeout=300)
+        assert r.returncode == 0, r.stderr
+        summary = load(run_dir(tmp_path, "tiny") / "summary.json")
+        assert summary["io"]["paths"]["cpu"]["write_MiB_per_s"] > 0
+        return
+    r = dlio(["workload=tiny", "++workload.mode=gds"], tmp_path)
+    assert r.returncode == 2
+    assert "needs a CUDA GPU" in r.stderr
+    assert not (tmp_path / "hydra_log").exists() and not (tmp_path / "checkpoints").exists()
