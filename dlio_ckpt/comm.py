@@ -6,6 +6,7 @@ Why a wrapper (DCP's ``_DistWrapper``): the runner is written once and runs the 
 
 from __future__ import annotations
 
+import os
 import socket
 import sys
 from collections.abc import Callable
@@ -71,8 +72,49 @@ class MPIComm:
         self._c.Abort(code)
 
 
+class TorchComm:
+    """The same collectives over torch.distributed, for processes started by torchrun (which sets
+    RANK, WORLD_SIZE and the rendezvous address instead of MPI)."""
+
+    def __init__(self) -> None:
+        import torch
+        import torch.distributed as dist
+
+        if not dist.is_initialized():  # gloo for our objects; nccl too where there are GPUs (fsdp)
+            dist.init_process_group("cpu:gloo,cuda:nccl" if torch.cuda.is_available() else "gloo")
+        self._d = dist
+        self.rank, self.size = dist.get_rank(), dist.get_world_size()
+
+    def barrier(self) -> None:
+        self._d.barrier()
+
+    def bcast(self, obj: Any) -> Any:
+        box = [obj]
+        self._d.broadcast_object_list(box, src=0)
+        return box[0]
+
+    def gather(self, obj: Any) -> list[Any] | None:
+        out = [None] * self.size if self.rank == 0 else None
+        self._d.gather_object(obj, out, dst=0)
+        return out
+
+    def allgather(self, obj: Any) -> list[Any]:
+        out = [None] * self.size
+        self._d.all_gather_object(out, obj)
+        return out
+
+    def abort(self, code: int) -> None:
+        """torchrun ends the other workers when one exits with an error."""
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+
+
 def get_comm() -> Comm:
-    """MPI when mpi4py is importable (a plain ``python`` run is then a singleton world of 1)."""
+    """torch.distributed under torchrun; else MPI when mpi4py is importable (a plain ``python`` run
+    is then a singleton world of 1)."""
+    if "TORCHELASTIC_RUN_ID" in os.environ and int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        return TorchComm()
     try:
         import mpi4py
 

@@ -178,3 +178,15 @@ def test_gds_mode_without_a_gpu_stops_cleanly(tmp_path):
     assert r.returncode == 2
     assert "needs a CUDA GPU" in r.stderr
     assert not (tmp_path / "hydra_log").exists() and not (tmp_path / "checkpoints").exists()
+
+
+def test_fsdp_under_torchrun(tmp_path):
+    """torchrun instead of mpiexec: the collectives go over torch.distributed."""
+    torchrun = os.path.join(os.path.dirname(sys.executable), "torchrun")
+    r = subprocess.run([torchrun, "--nproc-per-node", "2", "-m", "dlio_ckpt", *FSDP], cwd=tmp_path,
+                       capture_output=True, text=True, timeout=300, env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert r.returncode == 0, r.stderr[-3000:]
+    summary = load(run_dir(tmp_path, "tiny") / "summary.json")
+    assert summary["num_processes"] == 2 and summary["mode"] == "fsdp"
+    names = {p.name for p in (tmp_path / "checkpoints" / "tiny" / "global_epoch1_step2").iterdir()}
+    assert names == {".metadata", "__0_0.distcp", "__1_0.distcp"}

@@ -90,6 +90,20 @@ def clear_old(ctx: ModeContext) -> None:
     ctx.comm.barrier()
 
 
+def evict_before_read(ctx: ModeContext, paths: list[str]) -> None:
+    """As in emulated runs: unless ``checkpoint.read_from_page_cache``, a load reads from storage,
+    not from the pages the save left in this host's cache."""
+    if ctx.backend.capabilities.evict_cache and not ctx.ck.read_from_page_cache:
+        for path in paths:
+            ctx.backend.evict(path)
+
+
+def read_cache(ctx: ModeContext) -> str:
+    if not ctx.backend.capabilities.evict_cache:
+        return "server: no client-side cache"
+    return "allowed" if ctx.ck.read_from_page_cache else "evicted"
+
+
 def record(ctx: ModeContext, phase: str, index: int, start: float, duration: float, nbytes: int,
            files: int) -> OpRecord:
     return OpRecord(phase, index, index, ctx.comm.rank, start, start + duration, duration, nbytes, files)

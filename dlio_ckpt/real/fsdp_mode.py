@@ -34,7 +34,16 @@ from ..comm import hostname
 from ..config import DATATYPE_BYTES
 from ..errors import ConfigError, StorageError, VerifyError
 from ..model import TransformerShape
-from .context import ModeContext, clear_old, fsync_meaning, record, storage_preflight, write_results
+from .context import (
+    ModeContext,
+    clear_old,
+    evict_before_read,
+    fsync_meaning,
+    read_cache,
+    record,
+    storage_preflight,
+    write_results,
+)
 from .fsspec_config import storage_options
 from .llama import Llama
 
@@ -273,6 +282,8 @@ def run(ctx: ModeContext) -> dict[str, Any] | None:
                 raise _fail("dcp.save to", url, exc) from None
     saves.wait()
     records = saves.records
+    hosts = ctx.comm.allgather(hostname())
+    first_on_host = hosts.index(hostname()) == ctx.comm.rank
     for i in range(1, ck.num_checkpoints_read + 1):
         ctx.state.phase, ctx.state.step = "load", i
         msd, osd = get_state_dict(model, opt)
@@ -281,6 +292,9 @@ def run(ctx: ModeContext) -> dict[str, Any] | None:
             for _, t in _tensors(state):
                 _local(t).zero_()  # a load that reads nothing cannot pass the check
         url = ctx.url(ctx.path(i))
+        step = ctx.path(i)
+        if first_on_host:  # one process per host drops every shard from that host's cache
+            evict_before_read(ctx, [f"{step}/{name}" for name in ctx.backend.list_names(step)])
         ctx.comm.barrier()
         start, t0 = time.time(), time.perf_counter()
         with ctx.watch():
@@ -299,6 +313,7 @@ def run(ctx: ModeContext) -> dict[str, Any] | None:
           "writer": _WRITERS.get(ctx.backend.name, "FileSystemWriter"), "thread_count": s.thread_count,
           "async_save": s.async_save,
           "fsync": fsync_meaning(ctx, "sync_files=True: DCP fsyncs every shard before its save ends"),
+          "read_cache": read_cache(ctx),
           "verified": "per-tensor checksums of every shard read back equal those saved",
           "bytes_read_note": "each process is credited with the bytes it saved for that step"}
     extra = {"setup_seconds": setup, "blocking_save_seconds": saves.blocking, "host": hostname(),

@@ -25,7 +25,16 @@ from torch.utils.data import DataLoader, TensorDataset
 
 from ..config import LightningSettings
 from ..errors import ConfigError, VerifyError
-from .context import ModeContext, clear_old, fsync_meaning, record, storage_preflight, write_results
+from .context import (
+    ModeContext,
+    clear_old,
+    evict_before_read,
+    fsync_meaning,
+    read_cache,
+    record,
+    storage_preflight,
+    write_results,
+)
 from .demo_shapes import predict
 from .fsspec_config import configure_fsspec
 
@@ -152,6 +161,7 @@ def run(ctx: ModeContext) -> dict[str, Any] | None:
     for i in range(1, ck.num_checkpoints_read + 1):
         ctx.state.phase, ctx.state.step = "load", i
         url = saver.saves[i - 1][1]
+        evict_before_read(ctx, [_backend_path(ctx, i)])
         start, t0 = time.time(), time.perf_counter()
         with ctx.watch():
             loaded = io.load_checkpoint(url, map_location="cpu", weights_only=False)
@@ -164,6 +174,7 @@ def run(ctx: ModeContext) -> dict[str, Any] | None:
         "format": "lightning .ckpt (torch.save)",
         "checkpoint_io": type(io.inner).__name__ + (" in AsyncCheckpointIO" if s.async_save else ""),
         "fsync": fsync_meaning(ctx, "every .ckpt fsynced before its save time ends"),
+        "read_cache": read_cache(ctx),
         "verified": "global_step of every checkpoint read; the last one tensor by tensor",
     }
     extra = {"setup_seconds": setup, "blocking_save_seconds": blocking,
