@@ -25,7 +25,11 @@ from .errors import ConfigError, DlioCkptError
 
 USAGE = """\
 dlio_ckpt [plan] workload=NAME [++workload.KEY=VALUE ...] [--config-dir DIR] [--world-size W]
-          [--format json|table]   (--format applies to plan)"""
+          [--format json|table]   (--format applies to plan)
+dlio_ckpt diff A B [--threshold PCT] [--format table|json] [--metrics REGEX]
+dlio_ckpt report RUN
+dlio_ckpt check RUN [READ_RUN]"""
+RESULT_COMMANDS = ("diff", "report", "check")
 
 
 class _ArgError(Exception):
@@ -50,7 +54,9 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    command = argv.pop(0) if argv and argv[0] in ("plan", "run") else "run"
+    command = argv.pop(0) if argv and argv[0] in ("plan", "run", *RESULT_COMMANDS) else "run"
+    if command in RESULT_COMMANDS:
+        return _results_command(command, argv)
     parser = _parser()
     comm: Comm = SelfComm() if command == "plan" else get_comm()
     try:
@@ -66,6 +72,74 @@ def main(argv: list[str] | None = None) -> int:
         if comm.rank == 0:
             print(f"dlio_ckpt: error: {exc}", file=sys.stderr)
         return exc.exit_code
+
+
+def _results_command(command: str, argv: list[str]) -> int:
+    """diff, report and check: read finished runs, write nothing but the report's own files.
+    Exit 0: fine; 1: a regression (diff) or a failed rule (check); 2: bad arguments or unreadable input."""
+    p = _Parser(prog=f"dlio_ckpt {command}", usage=USAGE)
+    if command == "diff":
+        p.add_argument("a", help="run folder or summary.json (ours or DLIO's): the baseline")
+        p.add_argument("b", help="run folder or summary.json: the run judged against A")
+        p.add_argument("--threshold", type=float, default=5.0, help="percent a metric may worsen (default 5)")
+        p.add_argument("--format", choices=["table", "json"], default="table")
+        p.add_argument("--metrics", help="judge only metrics matching this regular expression")
+    elif command == "report":
+        p.add_argument("run", help="a dlio_ckpt run folder")
+    else:
+        p.add_argument("runs", nargs="+", metavar="RUN", help="a run folder; or a write-only run then a read-only run")
+    try:
+        args = p.parse_args(argv)
+        if command == "diff":
+            return _diff(args)
+        if command == "report":
+            from .report import write_report
+
+            for path in write_report(args.run):
+                print(path)
+            return 0
+        return _check(args)
+    except (ConfigError, _ArgError) as exc:
+        print(f"dlio_ckpt {command}: error: {exc}", file=sys.stderr)
+        return 2
+    except DlioCkptError as exc:
+        print(f"dlio_ckpt {command}: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+
+
+def _diff(args: argparse.Namespace) -> int:
+    import re
+
+    from .compare import compare_metrics, config_differences, regressions, render_json, render_table
+    from .runfiles import load_run
+
+    if args.threshold < 0:
+        raise ConfigError("--threshold", args.threshold, "must be >= 0 (percent)")
+    if args.metrics is not None:
+        try:
+            re.compile(args.metrics)
+        except re.error as exc:
+            raise ConfigError("--metrics", args.metrics, f"is not a regular expression ({exc})") from None
+    a, b = load_run(args.a), load_run(args.b)
+    changes = compare_metrics(a, b, args.threshold, args.metrics)
+    if not any(c.direction != "none" and c.a is not None for c in changes):
+        raise ConfigError("--metrics" if args.metrics else "A", args.metrics or args.a,
+                          "leaves no throughput or duration of A to judge")
+    render = render_json if args.format == "json" else render_table
+    print(render(a, b, changes, config_differences(a, b), args.threshold))
+    return 1 if regressions(changes) else 0
+
+
+def _check(args: argparse.Namespace) -> int:
+    from .mlperf import check_runs, render
+    from .runfiles import load_run
+
+    if len(args.runs) > 2:
+        raise ConfigError("RUN", args.runs, "give one run, or a write-only run and then a read-only run")
+    runs = [load_run(r) for r in args.runs]
+    rules = check_runs(runs)
+    print(render(rules, args.runs))
+    return 0 if all(r.ok for r in rules) else 1
 
 
 def _plan(args: argparse.Namespace) -> int:

@@ -74,6 +74,8 @@ class Checkpoint(Section):
     verify: bool = Field(True, description="compare every byte read back; false: only count them")
     overwrite: bool = Field(False, description="replace checkpoints an earlier run left in checkpoint_folder")
     io_timeout: float = Field(300.0, ge=0, description="end the job when I/O makes no progress this long; 0: never")
+    progress: bool = Field(True, description="rank 0 shows a bar on a terminal, log lines otherwise")
+    progress_interval: float = Field(10.0, gt=0, description="seconds between progress lines when not on a terminal")
     chunk_size: int = Field(8 * MIB, ge=4096, le=64 * MIB, multiple_of=4096)
 
     @model_validator(mode="after")

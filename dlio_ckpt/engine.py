@@ -84,10 +84,11 @@ class Engine:
     """Moves a process's files through a backend, ``backend.options.threads`` files at a time."""
 
     def __init__(self, backend: Backend, run_key: int, options: IOOptions,
-                 progress: Callable[[str], None] = lambda _path: None) -> None:
+                 progress: Callable[[str, int], None] = lambda _path, _n: None) -> None:
         caps = backend.capabilities
         self.backend, self.options = backend, options
-        self._progress = progress  # told the file at every chunk: the stall watchdog listens
+        self._progress = progress  # told the file and its bytes at every chunk: watchdog, progress bar
+        self.file_times: list[tuple[str, float, float, int]] = []  # (path, start, end, bytes), wall clock
         self.retries = 0  # files re-sent or re-read after a transient error, this process
         self._lock = threading.Lock()
         self._chunk = options.chunk_size
@@ -125,9 +126,12 @@ class Engine:
         ``retries`` times (the client's own attempts come on top); counted in ``self.retries``."""
         allowed = self.backend.options.retries
         for attempt in range(allowed + 1):
-            self._progress(task.path)
+            self._progress(task.path, 0)
             try:
-                return fn(worker, task)
+                start = time.time()
+                nbytes = fn(worker, task)
+                self.file_times.append((task.path, start, time.time(), nbytes))  # list.append is atomic
+                return nbytes
             except StorageError as exc:
                 if not exc.transient or attempt == allowed:
                     if attempt:
@@ -157,7 +161,7 @@ class Engine:
                 room = self._chunk - file_offset % self._chunk
                 n = min(remaining, room if room % BLOCK == 0 else self._chunk)
                 yield data.window(task.key, stream_offset, n)
-                self._progress(task.path)
+                self._progress(task.path, n)
                 remaining -= n
                 stream_offset += n
                 file_offset += n
@@ -255,7 +259,7 @@ class Engine:
             total = 0
             while n := reader.readinto(buf):
                 total += n
-                self._progress(task.path)
+                self._progress(task.path, n)
         finally:
             buf.release()
             reader.close()
@@ -275,6 +279,11 @@ class Engine:
             buf.release()
             reader.close()
         return task.size
+
+    def take_file_times(self) -> list[tuple[str, float, float, int]]:
+        """The files finished since the last call (for the report's timeline)."""
+        out, self.file_times = self.file_times, []
+        return out
 
     def close(self) -> None:
         if self._pool is not None:

@@ -97,7 +97,7 @@ class Watchdog:
         if timeout > 0:
             threading.Thread(target=self._watch, name="dlio_ckpt_watchdog", daemon=True).start()
 
-    def progress(self, file: str | None = None) -> None:
+    def progress(self, file: str | None = None, _nbytes: int = 0) -> None:
         self._last = time.monotonic()
         if file is not None:
             self.state.file = file

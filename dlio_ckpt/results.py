@@ -32,6 +32,8 @@ class OpRecord:
     duration: float  # monotonic clock, from the common barrier to this process's last byte
     bytes: int
     files: int
+    # (file name, start, end, bytes) of each file, wall clock; 0 bytes: its fsync or cache eviction
+    file_times: tuple[tuple[str, float, float, int], ...] = ()
 
 
 def iso(t: float) -> str:
@@ -48,6 +50,9 @@ def per_epoch_stats(records: list[OpRecord], run_start: float, run_end: float) -
             "throughput": r.bytes / GIB / r.duration if r.duration > 0 else 0.0,
             "bytes": r.bytes, "files": r.files, "step": r.step,
         }
+        if r.file_times:  # seconds from this operation's start: the report's timeline
+            epoch[f"{r.phase}_ckpt{r.index}"]["file_times"] = [
+                [name, round(s - r.start, 6), round(e - r.start, 6), n] for name, s, e, n in r.file_times]
     epoch["end"] = iso(run_end)
     return {"1": epoch}
 
@@ -101,6 +106,23 @@ def summary(records: list[OpRecord], *, checkpoint_bytes: int, meta: dict[str, A
         metric[f"{phase}_checkpoint_io_mean_GB_decimal_per_second"] = m * GIB / GB
         metric[f"{phase}_checkpoint_io_median_GiB_per_second"] = statistics.median(gib)
     return {**meta, "metric": metric, "checkpoints": figures}
+
+
+def host_memory() -> int:
+    """This host's physical memory in bytes (what the page cache can hold at most)."""
+    import os
+
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
+def hosts_summary(per_process: list[tuple[str, int]]) -> dict[str, Any]:
+    """From each process's (host, memory): DLIO's ``host_memory_GB`` list (GiB, one per host) and
+    ours, naming hosts and their process counts (MLPerf's page-cache rule needs both)."""
+    hosts: dict[str, dict[str, int]] = {}
+    for host, memory in per_process:
+        entry = hosts.setdefault(host, {"processes": 0, "memory_bytes": memory})
+        entry["processes"] += 1
+    return {"host_memory_GB": [h["memory_bytes"] / GIB for h in hosts.values()], "hosts": hosts}
 
 
 def dumps(obj: Any) -> str:

@@ -29,7 +29,8 @@ from .errors import ConfigError
 from .failure import RunState, Watchdog
 from .formats import Format, get_format
 from .planner import Layout, RankPlan
-from .results import OpRecord, dumps, iso, per_epoch_stats, summary
+from .progress import ProgressDisplay, progress_display
+from .results import OpRecord, dumps, host_memory, hosts_summary, iso, per_epoch_stats, summary
 from .synthetic import file_key
 
 log = logging.getLogger("dlio_ckpt")
@@ -107,13 +108,19 @@ def io_options(workload: Workload) -> IOOptions:
     return IOOptions(ck.fsync, ck.odirect, not ck.read_from_page_cache, ck.verify, ck.chunk_size)
 
 
-def _timed(job: Job, phase: str, index: int, step: int, tasks: list[FileTask], engine: Engine) -> OpRecord:
+def _timed(job: Job, phase: str, index: int, step: int, tasks: list[FileTask], engine: Engine,
+           shown: ProgressDisplay) -> OpRecord:
     job.comm.barrier()  # every process starts the checkpoint together
+    shown.start(f"{phase}_ckpt{index}", sum(t.size for t in tasks))
     start, t0 = time.time(), time.perf_counter()
-    with job.watch():
-        nbytes = engine.write_files(tasks) if phase == "save" else engine.read_files(tasks)
+    try:
+        with job.watch():
+            nbytes = engine.write_files(tasks) if phase == "save" else engine.read_files(tasks)
+    finally:
+        shown.stop()
     duration = time.perf_counter() - t0
-    return OpRecord(phase, index, step, job.comm.rank, start, time.time(), duration, nbytes, len(tasks))
+    files = tuple((p.rsplit("/", 1)[-1], s, e, n) for p, s, e, n in engine.take_file_times())
+    return OpRecord(phase, index, step, job.comm.rank, start, time.time(), duration, nbytes, len(tasks), files)
 
 
 def _manifest(job: Job, step: int, run_key: int) -> dict[str, Any]:
@@ -208,7 +215,13 @@ def run(job: Job, run_dir: str, meta: dict[str, Any], state: RunState) -> dict[s
                 replace_old_checkpoints(job.backend, ck.checkpoint_folder)
     else:
         run_key = job.on_root_io(lambda: _check_manifest(job, 1, None))
-    progress = job.watchdog.progress if job.watchdog else lambda _path: None
+    shown = progress_display(comm.rank == 0 and ck.progress, ck.progress_interval)  # rank 0's share of each checkpoint
+    watchdog = job.watchdog
+
+    def progress(path: str, nbytes: int) -> None:
+        if watchdog is not None:
+            watchdog.progress(path)
+        shown.advance(nbytes)
     engine = Engine(job.backend, run_key, io_options(job.workload), progress)
     records: list[OpRecord] = []
     retries = {"save": 0, "load": 0}
@@ -221,7 +234,7 @@ def run(job: Job, run_dir: str, meta: dict[str, Any], state: RunState) -> dict[s
                 job.backend.remove(job.manifest_path(i))  # a step being rewritten is not complete
                 job.backend.makedirs(job.backend.join(ck.checkpoint_folder, step_name(i)))
         before = engine.retries
-        records.append(_timed(job, "save", i, i, job.tasks(i, job.mine), engine))
+        records.append(_timed(job, "save", i, i, job.tasks(i, job.mine), engine, shown))
         retries["save"] += engine.retries - before
         state.phase = "commit"
         if comm.gather(None) is not None:  # all processes finished the step: commit it, last
@@ -235,24 +248,25 @@ def run(job: Job, run_dir: str, meta: dict[str, Any], state: RunState) -> dict[s
         state.phase, state.step = "load", i
         job.on_root_io(lambda i=i: _check_manifest(job, i, run_key))
         before = engine.retries
-        records.append(_timed(job, "load", i, i, job.tasks(i, read_plans), engine))
+        records.append(_timed(job, "load", i, i, job.tasks(i, read_plans), engine, shown))
         retries["load"] += engine.retries - before
         log.info("load_ckpt%d %s", i, "verified" if ck.verify else "read")
     engine.close()
     state.phase, state.step = "results", None
     peak_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-    gathered = comm.gather((records, hostname(), peak_rss, retries))
+    gathered = comm.gather((records, (hostname(), host_memory()), peak_rss, retries))
     if gathered is None:
         return None
     run_end = time.time()
     all_records = [r for recs, _, _, _ in gathered for r in recs]
     write_per_epoch_stats(run_dir, [recs for recs, _, _, _ in gathered], run_start, run_end)
-    hosts = [h for _, h, _, _ in gathered]
+    hosts = [h for _, (h, _), _, _ in gathered]
     rss = [r for _, _, r, _ in gathered]
     tries = [t for _, _, _, t in gathered]
     meta = {
         **meta, "status": "ok", "num_accelerators": job.layout.world_size, "num_processes": comm.size,
         "num_hosts": len(set(hosts)), "hostname": hostname(), "start": iso(run_start), "end": iso(run_end),
+        **hosts_summary([g[1] for g in gathered]),
         "io": {
             "storage_type": job.backend.name, "storage": job.backend.describe(), "format": job.fmt.name,
             "fsync": _fsync_meaning(job) if ck.fsync else False, "odirect": ck.odirect,

@@ -21,7 +21,7 @@ from ..comm import Comm, hostname, on_root
 from ..config import Checkpoint, Workload
 from ..errors import ConfigError
 from ..failure import RunState, Watchdog
-from ..results import OpRecord, dumps, iso, summary
+from ..results import OpRecord, dumps, host_memory, hosts_summary, iso, summary
 from ..runner import refuse_old_checkpoints, replace_old_checkpoints, step_name, write_per_epoch_stats, write_result
 
 log = logging.getLogger("dlio_ckpt")
@@ -114,7 +114,7 @@ def write_results(ctx: ModeContext, records: list[OpRecord], checkpoint_bytes: i
     """Gather every process's records and write the result files on rank 0 (None elsewhere).
     ``checkpoint_bytes``: one checkpoint, all processes, as written."""
     peak_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-    gathered = ctx.comm.gather((records, hostname(), peak_rss, extra or {}))
+    gathered = ctx.comm.gather((records, (hostname(), host_memory()), peak_rss, extra or {}))
     if gathered is None:
         return None
     end = time.time()
@@ -122,7 +122,8 @@ def write_results(ctx: ModeContext, records: list[OpRecord], checkpoint_bytes: i
     rss = [g[2] for g in gathered]
     meta = {
         **ctx.meta, "status": "ok", "mode": ctx.workload.mode, "num_accelerators": ctx.comm.size,
-        "num_processes": ctx.comm.size, "num_hosts": len({g[1] for g in gathered}), "hostname": hostname(),
+        "num_processes": ctx.comm.size, "num_hosts": len({g[1][0] for g in gathered}), "hostname": hostname(),
+        **hosts_summary([g[1] for g in gathered]),
         "start": iso(ctx.started), "end": iso(end),
         "io": {"storage_type": ctx.backend.name, "storage": ctx.backend.describe(), **io},
         "memory": {"peak_rss_bytes_max": max(rss), "peak_rss_bytes_per_process": rss},

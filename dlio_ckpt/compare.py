@@ -1,0 +1,125 @@
+"""``dlio_ckpt diff A B``: every metric of two runs side by side, and a verdict a CI job can gate on.
+
+Why a direction per metric: "did save throughput drop more than 5%" and "did save duration grow more
+than 5%" are both regressions, while a standard deviation or a checkpoint size has no better side
+(a size change means the runs did not do the same work, which is shown, not judged). A metric that A
+has and B lacks is a regression too: a gate must not pass because the figure it watches vanished.
+NaN (DLIO's read-only runs) means "no figure" on either side and is never judged.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import asdict, dataclass
+from typing import Any, Literal
+
+from .runfiles import Run, number
+
+Direction = Literal["higher", "lower", "none"]
+_RUN_SPECIFIC = ("checkpoint.checkpoint_folder", "storage.storage_root")  # differ between any two runs; shown
+
+
+def direction(name: str) -> Direction:
+    """Which way is better for a metric, from its name (DLIO's and ours follow the same words)."""
+    if "stdev" in name or "size" in name:
+        return "none"
+    if name.endswith(("_per_second", "_percentage")) or "throughput" in name:
+        return "higher"
+    if "duration" in name or name.endswith("_seconds"):
+        return "lower"
+    return "none"
+
+
+@dataclass
+class MetricChange:
+    name: str
+    a: float | None
+    b: float | None
+    change_pct: float | None  # (b - a) / a, in percent
+    direction: Direction
+    verdict: str  # better, worse, same, regression, missing in B, new in B, no figure, not judged
+
+
+def compare_metrics(a: Run, b: Run, threshold_pct: float, select: str | None = None) -> list[MetricChange]:
+    names = [n for n in dict.fromkeys([*a.metric, *b.metric]) if select is None or re.search(select, n)]
+    out = []
+    for name in names:
+        va, vb = a.metric.get(name), b.metric.get(name)
+        if isinstance(va, list | str) or isinstance(vb, list | str):
+            continue  # per-epoch lists and verdict strings of DLIO's training metrics
+        na, nb = number(va), number(vb)
+        d = direction(name)
+        change = (nb - na) / abs(na) * 100 if na not in (None, 0.0) and nb is not None else None
+        if na is None and nb is None:
+            verdict = "no figure"
+        elif nb is None:
+            verdict = "missing in B" if name in a.metric and na is not None else "no figure"
+        elif na is None:
+            verdict = "new in B"
+        elif d == "none":
+            verdict = "not judged"
+        elif change is None or abs(change) < 1e-9:
+            verdict = "same"
+        else:
+            worse = change < 0 if d == "higher" else change > 0
+            verdict = ("regression" if abs(change) > threshold_pct else "worse") if worse else "better"
+        if verdict == "missing in B" and d == "none":
+            verdict = "missing in B (not judged)"
+        out.append(MetricChange(name, na, nb, change, d, verdict))
+    return out
+
+
+def regressions(changes: list[MetricChange]) -> list[MetricChange]:
+    return [c for c in changes if c.verdict in ("regression", "missing in B")]
+
+
+def config_differences(a: Run, b: Run) -> list[dict[str, Any]] | None:
+    """Keys whose values differ (None when either run has no config beside its summary)."""
+    if a.config is None or b.config is None:
+        return None
+    keys = dict.fromkeys([*a.config, *b.config])
+    return [{"key": k, "a": a.config.get(k, "(absent)"), "b": b.config.get(k, "(absent)")}
+            for k in keys if a.config.get(k, "(absent)") != b.config.get(k, "(absent)")]
+
+
+def _fmt(v: float | None) -> str:
+    if v is None:
+        return "-"
+    return f"{v:.4g}" if abs(v) < 1e6 else f"{v:.4e}"
+
+
+def render_table(a: Run, b: Run, changes: list[MetricChange], configs: list[dict] | None, threshold: float) -> str:
+    rows = [("metric", "A", "B", "change", "verdict")]
+    for c in changes:
+        pct = f"{c.change_pct:+.1f}%" if c.change_pct is not None else ""
+        rows.append((c.name, _fmt(c.a), _fmt(c.b), pct, c.verdict.upper() if c.verdict == "regression" else c.verdict))
+    widths = [max(len(r[i]) for r in rows) for i in range(5)]
+    lines = [f"A: {a.path}", f"B: {b.path}", f"threshold: {threshold:g}% (throughput down or duration up)", ""]
+    for i, r in enumerate(rows):
+        lines.append("  ".join(v.ljust(w) if j == 0 else v.rjust(w) for j, (v, w) in enumerate(zip(r, widths,
+                                                                                                      strict=True))))
+        if i == 0:
+            lines.append("  ".join("-" * w for w in widths))
+    lines.append("")
+    if configs is None:
+        lines.append("config: not compared (a run has no .hydra/config.yaml beside its summary)")
+    elif not configs:
+        lines.append("config: identical")
+    else:
+        lines.append(f"config keys that differ ({len(configs)}):")
+        for d in configs:
+            note = "  (run-specific)" if d["key"] in _RUN_SPECIFIC else ""
+            lines.append(f"  {d['key']}: {d['a']!r} -> {d['b']!r}{note}")
+    bad = regressions(changes)
+    lines.append("")
+    lines.append("result: " + ("REGRESSION in " + ", ".join(c.name for c in bad) if bad else "no regression"))
+    return "\n".join(lines)
+
+
+def render_json(a: Run, b: Run, changes: list[MetricChange], configs: list[dict] | None, threshold: float) -> str:
+    bad = regressions(changes)
+    return json.dumps({"a": a.path, "b": b.path, "threshold_pct": threshold,
+                       "metrics": [asdict(c) for c in changes], "config_differences": configs,
+                       "regressions": [c.name for c in bad], "result": "regression" if bad else "ok"},
+                      indent=2, default=str)

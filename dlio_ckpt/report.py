@@ -1,0 +1,224 @@
+"""``dlio_ckpt report RUN``: PNG figures in the run folder and one self-contained HTML page.
+
+Why these three pictures: throughput per checkpoint shows drift over a run; per-process durations
+show stragglers (the slowest process sets every checkpoint's duration); the timeline shows where
+each process spent its time, file by file. They must stay readable from 4 to 1024 processes, so
+nothing is drawn per process that needs a legend: durations are a strip of points over a box per
+checkpoint with the slowest processes labelled, plus a process-by-checkpoint heat map; the timeline
+has one thin row per process and colours by phase only.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import json
+import statistics
+from pathlib import Path
+from typing import Any
+
+from .runfiles import Run, UnreadableRunError, load_run, operations
+
+PHASE_COLOURS = {"save": "#1f77b4", "load": "#ff7f0e"}
+SYNC_COLOUR = "#9e9e9e"
+
+
+def _pyplot() -> Any:
+    import matplotlib
+
+    matplotlib.use("Agg")  # files only: no display needed on a cluster node
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _durations(run: Run) -> dict[str, dict[int, float]]:
+    """``save_ckpt1`` -> {process: duration}."""
+    out: dict[str, dict[int, float]] = {}
+    for proc, stats in run.per_process.items():
+        for name, entry in operations(stats).items():
+            out.setdefault(name, {})[proc] = float(entry["duration"])
+    return out
+
+
+def _ordered(names: Any) -> list[str]:
+    return sorted(names, key=lambda n: (not n.startswith("save"), int(n.split("ckpt")[1])))
+
+
+def throughput_figure(run: Run, path: Path) -> None:
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    for phase, colour in PHASE_COLOURS.items():
+        items = run.summary["checkpoints"].get(phase, [])
+        if items:
+            x = [c["index"] for c in items]
+            y = [c["throughput_GiB_per_second"] for c in items]
+            ax.plot(x, y, "o-", color=colour, label=f"{phase} (median {statistics.median(y):.3g} GiB/s)")
+    from matplotlib.ticker import MaxNLocator
+
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.set_xlabel("checkpoint")
+    ax.set_ylabel("GiB/s (all processes, slowest process's time)")
+    ax.set_ylim(bottom=0)
+    ax.set_title(f"{run.summary.get('workload', '')}: throughput per checkpoint, "
+                 f"{run.summary.get('num_processes', '?')} processes")
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def durations_figure(run: Run, path: Path, label_slowest: int = 3) -> None:
+    """A box per checkpoint, every process a point over it, the slowest processes named."""
+    import numpy as np
+
+    plt = _pyplot()
+    data = _durations(run)
+    names = _ordered(data)
+    fig, ax = plt.subplots(figsize=(max(8, 0.6 * len(names) + 3), 5))
+    rng = np.random.default_rng(0)
+    n = max(len(d) for d in data.values())
+    size, alpha = (30, 0.9) if n <= 32 else (6, 0.4)
+    for i, name in enumerate(names):
+        procs = list(data[name])
+        values = np.array([data[name][p] for p in procs])
+        colour = PHASE_COLOURS[name.split("_")[0]]
+        ax.boxplot(values, positions=[i], widths=0.6, showfliers=False, medianprops={"color": "black"})
+        ax.scatter(i + rng.uniform(-0.22, 0.22, len(values)), values, s=size, alpha=alpha, color=colour,
+                   linewidths=0)
+        for j in np.argsort(values)[::-1][:label_slowest]:
+            if values[j] > 1.05 * np.median(values):  # only processes that stand out
+                ax.annotate(f"p{procs[j]}", (i, values[j]), xytext=(6, 0), textcoords="offset points",
+                            fontsize=7, va="center")
+    ax.set_xticks(range(len(names)), names, rotation=45, ha="right")
+    ax.set_ylabel("seconds (barrier to this process's last byte)")
+    ax.set_title(f"Per-process durations ({n} processes; labels: processes >5% slower than the median)")
+    ax.set_ylim(bottom=0)
+    ax.grid(axis="y", alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def heatmap_figure(run: Run, path: Path) -> None:
+    """Process x checkpoint, coloured by duration / that checkpoint's median: a straggler is a bright row."""
+    import numpy as np
+
+    plt = _pyplot()
+    data = _durations(run)
+    names = _ordered(data)
+    procs = sorted({p for d in data.values() for p in d})
+    grid = np.full((len(procs), len(names)), np.nan)
+    for j, name in enumerate(names):
+        med = statistics.median(data[name].values()) or 1.0
+        for i, p in enumerate(procs):
+            if p in data[name]:
+                grid[i, j] = data[name][p] / med
+    fig, ax = plt.subplots(figsize=(max(7, 0.5 * len(names) + 4.5), min(12, 3 + len(procs) / 40)))
+    image = ax.imshow(grid, aspect="auto", interpolation="nearest", cmap="magma", vmin=min(0.8, np.nanmin(grid)),
+                      vmax=max(1.5, np.nanmax(grid)))
+    ax.set_xticks(range(len(names)), names, rotation=45, ha="right")
+    ax.set_ylabel("process")
+    if len(procs) <= 32:
+        ax.set_yticks(range(len(procs)), [str(p) for p in procs])
+    fig.colorbar(image, ax=ax, pad=0.14, label="duration / median of that checkpoint")
+    mean_ratio = np.nanmean(grid, axis=1)
+    for i in np.argsort(mean_ratio)[::-1][:5]:  # name the worst rows where they stand out
+        if mean_ratio[i] > 1.1:
+            ax.annotate(f"p{procs[i]} ({mean_ratio[i]:.2f}x)", (len(names) - 0.5, i), xytext=(4, 0),
+                        textcoords="offset points", fontsize=8, va="center", annotation_clip=False)
+    ax.set_title("Stragglers: each process's duration relative to the checkpoint's median")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def timeline_figure(run: Run, path: Path) -> None:
+    """One row per process; a bar per file (or per operation where files were not recorded)."""
+    from datetime import datetime
+
+    from matplotlib.collections import PolyCollection
+
+    plt = _pyplot()
+    t0 = min(datetime.fromisoformat(e["start"]).timestamp() for s in run.per_process.values()
+             for e in operations(s).values())
+    verts, colours = [], []
+    procs = sorted(run.per_process)
+    height = 0.8 if len(procs) <= 64 else 1.0  # many rows: no gaps, or the picture turns to moire
+    for row, proc in enumerate(procs):
+        for name, e in operations(run.per_process[proc]).items():
+            phase = name.split("_")[0]
+            base = datetime.fromisoformat(e["start"]).timestamp() - t0
+            spans = [(s, t, n) for _, s, t, n in e.get("file_times", [])] or [(0.0, e["duration"], e["bytes"])]
+            for k, (s, t, n) in enumerate(spans):
+                x0, x1 = base + s, base + max(t, s + 1e-4)
+                verts.append([(x0, row - height / 2), (x1, row - height / 2), (x1, row + height / 2),
+                              (x0, row + height / 2)])
+                shade = 1.0 if k % 2 == 0 else 0.7  # neighbouring files of a row alternate in shade
+                colours.append(SYNC_COLOUR if n == 0 else _shade(PHASE_COLOURS[phase], shade))
+    fig, ax = plt.subplots(figsize=(11, min(14, 2.5 + len(procs) / 25)))
+    ax.add_collection(PolyCollection(verts, facecolors=colours, edgecolors="none"))
+    ax.autoscale()
+    ax.set_ylim(-0.5, len(procs) - 0.5)
+    ax.invert_yaxis()
+    ax.set_xlabel("seconds since the first checkpoint started")
+    ax.set_ylabel("process")
+    if len(procs) <= 32:
+        ax.set_yticks(range(len(procs)), [str(p) for p in procs])
+    handles = [plt.Rectangle((0, 0), 1, 1, color=c) for c in (*PHASE_COLOURS.values(), SYNC_COLOUR)]
+    ax.legend(handles, ["save (a bar per file)", "load", "fsync / cache eviction"], loc="upper center",
+              bbox_to_anchor=(0.5, -0.08 if len(procs) > 64 else -0.25), ncol=3, fontsize=8, frameon=False)
+    ax.set_title(f"Timeline of each process's files ({len(procs)} processes)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def _shade(colour: str, factor: float) -> tuple[float, float, float]:
+    from matplotlib.colors import to_rgb
+
+    return tuple(c * factor for c in to_rgb(colour))  # type: ignore[return-value]
+
+
+FIGURES = {"throughput.png": throughput_figure, "durations.png": durations_figure,
+           "stragglers.png": heatmap_figure, "timeline.png": timeline_figure}
+
+
+def write_report(path: str) -> list[Path]:
+    """Every figure and ``report.html`` into the run folder; returns what was written."""
+    run = load_run(path, need_stats=True)
+    if not run.ours:
+        raise UnreadableRunError(f"{path}: report needs a dlio_ckpt run folder (its summary.json has per-checkpoint "
+                                 "figures; DLIO's has only means)")
+    folder = run.folder
+    written = []
+    for name, draw in FIGURES.items():
+        draw(run, folder / name)
+        written.append(folder / name)
+    page = folder / "report.html"
+    page.write_text(_html(run, written))
+    return [*written, page]
+
+
+def _html(run: Run, images: list[Path]) -> str:
+    s = run.summary
+    rows = [("workload", s.get("workload")), ("mode", s.get("mode", "emulated")), ("status", s.get("status")),
+            ("processes / hosts", f"{s.get('num_processes')} / {s.get('num_hosts')}"),
+            ("storage", json.dumps(s.get("io", {}).get("storage"))), ("format", s.get("io", {}).get("format")),
+            ("start / end", f"{s.get('start')} / {s.get('end')}"), ("command", s.get("command"))]
+    rows += [(k, f"{v:.6g}" if isinstance(v, float) else v) for k, v in s.get("metric", {}).items()]
+    table = "\n".join(f"<tr><th>{html.escape(str(k))}</th><td>{html.escape(str(v))}</td></tr>" for k, v in rows)
+    figures = "\n".join(
+        f'<figure><img alt="{p.stem}" src="data:image/png;base64,{base64.b64encode(p.read_bytes()).decode()}">'
+        f"<figcaption>{p.name}</figcaption></figure>" for p in images)
+    return f"""<!doctype html>
+<html><head><meta charset="utf-8"><title>dlio_ckpt report: {html.escape(str(s.get('workload')))}</title>
+<style>body{{font-family:sans-serif;max-width:1200px;margin:2em auto}} table{{border-collapse:collapse}}
+th,td{{border:1px solid #ccc;padding:2px 8px;text-align:left;font-size:13px}} img{{max-width:100%}}
+figure{{margin:1.5em 0}}</style></head>
+<body><h1>dlio_ckpt report</h1><p>{html.escape(str(run.folder))}</p>
+<table>{table}</table>
+{figures}
+</body></html>
+"""

@@ -1,0 +1,260 @@
+"""diff, report, check and the progress display, as a user runs them: on real runs of this machine,
+on DLIO's own summary.json (NaN included), and on run folders of 1024 processes made through the
+real result writers (tests/made_runs.py)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+from .conftest import REPO, dlio, load
+from .made_runs import dlio_summary, make_run
+
+LLAMA3_8B = {"model": {"name": "llama3_8b", "num_layers": 32, "model_datatype": "fp16", "optimizer_datatype": "fp32",
+                       "parallelism": {"tensor": 1, "pipeline": 1, "zero_stage": 3},
+                       "transformer": {"vocab_size": 128256, "hidden_size": 4096, "ffn_hidden_size": 14336,
+                                       "num_attention_heads": 32, "num_kv_heads": 8}},
+             "checkpoint": {"fsync": True, "num_checkpoints_write": 10, "num_checkpoints_read": 10}}
+
+
+def cli(*args: str, cwd=REPO) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "dlio_ckpt", *map(str, args)], cwd=cwd, capture_output=True,
+                          text=True, timeout=300, env={**os.environ, "PYTHONPATH": str(REPO)})
+
+
+# -- diff ---------------------------------------------------------------------------------------
+
+def test_diff_gates_a_throughput_drop_beyond_the_threshold(tmp_path):
+    a = make_run(tmp_path / "a", 8, 3)
+    slower = make_run(tmp_path / "b", 8, 3, speed=0.9)  # 10% less throughput, 11% longer durations
+    r = cli("diff", a, slower)
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert "REGRESSION in" in r.stdout and "save_checkpoint_io_mean_GB_per_second" in r.stdout.split("REGRESSION in")[1]
+    assert cli("diff", a, slower, "--threshold", "20").returncode == 0
+    faster = make_run(tmp_path / "c", 8, 3, speed=1.2)
+    r = cli("diff", a, faster)
+    assert r.returncode == 0 and "no regression" in r.stdout and "better" in r.stdout
+
+
+def test_diff_a_duration_going_up_is_a_regression(tmp_path):
+    a = make_run(tmp_path / "a", 4, 2)
+    b = make_run(tmp_path / "b", 4, 2, speed=0.8)
+    r = cli("diff", a, b, "--metrics", "duration_mean", "--format", "json")
+    assert r.returncode == 1
+    out = json.loads(r.stdout)
+    assert set(out["regressions"]) == {"save_checkpoint_duration_mean_seconds", "load_checkpoint_duration_mean_seconds"}
+    assert all(m["direction"] == "lower" for m in out["metrics"])
+
+
+def test_diff_reads_dlio_summaries_with_nan(tmp_path):
+    full = dlio_summary(tmp_path / "dlio_full" / "summary.json", save=2.0, load=4.0)
+    read_only = dlio_summary(tmp_path / "dlio_read" / "summary.json", save=None, load=4.1)
+    assert "NaN" in read_only.read_text()
+    r = cli("diff", full, read_only, "--format", "json")
+    assert r.returncode == 1  # the save figures vanished: a gate must not pass on that
+    out = json.loads(r.stdout)
+    verdicts = {m["name"]: m["verdict"] for m in out["metrics"]}
+    assert verdicts["save_checkpoint_io_mean_GB_per_second"] == "missing in B"
+    assert verdicts["load_checkpoint_io_mean_GB_per_second"] == "better"
+    assert cli("diff", full, read_only, "--metrics", "^load").returncode == 0
+    assert cli("diff", read_only, full).returncode == 0  # NaN in A: nothing to regress from
+    # ours against DLIO's: the shared keys are compared
+    ours = make_run(tmp_path / "ours", 8, 2)
+    r = cli("diff", full, ours / "summary.json")
+    assert r.returncode in (0, 1) and "load_checkpoint_io_mean_GB_per_second" in r.stdout
+
+
+def test_diff_shows_config_keys_that_differ(tmp_path):
+    a = make_run(tmp_path / "a", 2, 1, config={"checkpoint": {"fsync": True, "format": "pt"}})
+    b = make_run(tmp_path / "b", 2, 1, config={"checkpoint": {"fsync": False, "format": "pt"}})
+    r = cli("diff", a, b, "--threshold", "50")
+    assert "checkpoint.fsync: True -> False" in r.stdout and "format" not in r.stdout.split("config keys")[1]
+
+
+@pytest.mark.parametrize("case", ["missing", "bad_json", "failed_run", "no_metric", "bad_regex", "threshold"])
+def test_diff_unreadable_input_exits_2(tmp_path, case):
+    a = make_run(tmp_path / "a", 2, 1)
+    b = tmp_path / "b.json"
+    args = ["diff", a, b]
+    if case == "bad_json":
+        b.write_text("{not json")
+    elif case == "failed_run":
+        b.write_text(json.dumps({"status": "failed", "reason": "rank 3 on h: ENOSPC"}))
+    elif case == "no_metric":
+        b.write_text(json.dumps({"x": 1}))
+    elif case in ("bad_regex", "threshold"):
+        args = ["diff", a, a, "--metrics", "(" if case == "bad_regex" else ".", "--threshold",
+                "-1" if case == "threshold" else "5"]
+    r = cli(*args)
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert r.stderr.startswith("dlio_ckpt diff: error:") and len(r.stderr.strip().splitlines()) == 1
+    if case == "failed_run":
+        assert "ENOSPC" in r.stderr
+
+
+@pytest.mark.mpi
+def test_diff_two_real_runs_as_a_ci_gate(tmp_path):
+    args = ["workload=tiny", "++workload.checkpoint.num_checkpoints_write=2",
+            "++workload.checkpoint.num_checkpoints_read=2"]
+    for name in ("base", "new"):
+        r = dlio(args + [f"++hydra.run.dir={tmp_path / name}", f"++workload.checkpoint.checkpoint_folder=ck_{name}"],
+                 tmp_path, nprocs=2)
+        assert r.returncode == 0, r.stderr
+    r = cli("diff", tmp_path / "base", tmp_path / "new", "--threshold", "1000")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "checkpoint.checkpoint_folder: 'ck_base' -> 'ck_new'" in r.stdout
+
+
+# -- report ---------------------------------------------------------------------------------------
+
+def _png_size(path) -> tuple[int, int]:
+    from PIL import Image
+
+    with Image.open(path) as im:
+        return im.size
+
+
+@pytest.mark.mpi
+def test_report_of_a_real_four_process_run(tmp_path):
+    r = dlio(["workload=tiny", "++workload.checkpoint.num_checkpoints_write=3", f"++hydra.run.dir={tmp_path / 'run'}"],
+             tmp_path, nprocs=4)
+    assert r.returncode == 0, r.stderr
+    r = cli("report", tmp_path / "run")
+    assert r.returncode == 0, r.stderr
+    names = {"throughput.png", "durations.png", "stragglers.png", "timeline.png", "report.html"}
+    assert {os.path.basename(p) for p in r.stdout.split()} == names
+    for png in names - {"report.html"}:
+        w, h = _png_size(tmp_path / "run" / png)
+        assert 600 <= w <= 2500 and 250 <= h <= 1600
+    page = (tmp_path / "run" / "report.html").read_text()
+    assert page.count("data:image/png;base64,") == 4 and "save_checkpoint_io_mean_GB_per_second" in page
+    stats = load(tmp_path / "run" / "0_per_epoch_stats.json")["1"]["save_ckpt1"]
+    assert len(stats["file_times"]) >= stats["files"]  # the timeline's data: every file, with its fsync
+
+
+def test_report_at_1024_processes_names_the_stragglers(tmp_path):
+    from dlio_ckpt.report import _durations
+    from dlio_ckpt.runfiles import load_run
+
+    run = make_run(tmp_path / "big", 1024, 10, stragglers={77: 1.6, 900: 1.3})
+    t0 = time.perf_counter()
+    r = cli("report", run)
+    assert r.returncode == 0, r.stderr
+    assert time.perf_counter() - t0 < 120
+    for png in ("durations.png", "stragglers.png", "timeline.png"):
+        w, h = _png_size(run / png)
+        assert w <= 2500 and h <= 1600  # bounded, not one row or legend entry per process
+    durations = _durations(load_run(str(run)))
+    assert len(durations) == 20 and all(len(d) == 1024 for d in durations.values())
+    assert all(max(d, key=d.get) == 77 for d in durations.values())
+
+
+def test_report_refuses_a_dlio_summary(tmp_path):
+    path = dlio_summary(tmp_path / "dlio" / "summary.json", save=1.0, load=2.0)
+    (tmp_path / "dlio" / "0_per_epoch_stats.json").write_text("{}")
+    r = cli("report", path.parent)
+    assert r.returncode == 2 and "needs a dlio_ckpt run folder" in r.stderr
+
+
+# -- check ----------------------------------------------------------------------------------------
+
+def test_check_passes_a_conforming_run_rule_by_rule(tmp_path):
+    run = make_run(tmp_path / "ok", 8, 10, config=LLAMA3_8B, per_host=8)
+    r = cli("check", run)
+    assert r.returncode == 0, r.stdout
+    verdicts = [line[:4] for line in r.stdout.splitlines() if line[:4] in ("PASS", "FAIL")]
+    assert verdicts == ["PASS"] * 8 and "result: PASS" in r.stdout
+
+
+def test_check_explains_each_failure(tmp_path):
+    config = {**LLAMA3_8B, "checkpoint": {"fsync": False}}
+    run = make_run(tmp_path / "bad", 4, 3, config=config, fsync=False, read_cache="allowed", memory=512 << 30,
+                   per_host=4)
+    r = cli("check", run)
+    assert r.returncode == 1
+    out = r.stdout
+    assert "FAIL  process count" in out and "8 MPI processes" in out and "4 processes for 4 simulated" in out
+    assert "FAIL  10 writes then 10 reads" in out and "3 written, 3 read" in out
+    assert "FAIL  fsync" in out and "FAIL  page cache" in out and "reads: allowed" in out
+    assert "PASS  model" in out and "llama3_8b" in out
+
+
+def test_check_recomputes_durations_from_every_process(tmp_path):
+    run = make_run(tmp_path / "r0", 8, 10, config=LLAMA3_8B)
+    summary = load(run / "summary.json")
+    summary["checkpoints"]["save"][0]["duration_seconds"] /= 2  # as if timed on one rank's clock
+    (run / "summary.json").write_text(json.dumps(summary))
+    r = cli("check", run)
+    assert r.returncode == 1 and "FAIL  max duration" in r.stdout and "save_ckpt1: reported" in r.stdout
+
+
+def test_check_two_invocations_and_subset_mode(tmp_path):
+    subset = {**LLAMA3_8B, "model": {**LLAMA3_8B["model"], "num_layers": 80, "parallelism": {
+        "tensor": 8, "pipeline": 1, "zero_stage": 3, "data": 8}, "transformer": {
+        **LLAMA3_8B["model"]["transformer"], "hidden_size": 8192, "ffn_hidden_size": 28672,
+        "num_attention_heads": 128}}, "checkpoint": {"fsync": True, "mode": "subset"}}
+    write = make_run(tmp_path / "w", 8, 10, config=subset)
+    read = make_run(tmp_path / "r", 8, 10, config=subset)
+    for path, drop in ((write, "load"), (read, "save")):  # one run writes, the next reads
+        s = load(path / "summary.json")
+        s["checkpoints"][drop] = []
+        (path / "summary.json").write_text(json.dumps(s))
+        for f in path.glob("*_per_epoch_stats.json"):
+            stats = load(f)
+            stats["1"] = {k: v for k, v in stats["1"].items() if not k.startswith(drop)}
+            f.write_text(json.dumps(stats))
+    r = cli("check", write, read)
+    assert r.returncode == 0, r.stdout
+    assert "llama3_70b" in r.stdout and "subset: 8 processes" in r.stdout
+    assert "run 1: 10 written, 0 read; run 2: 0 written, 10 read" in r.stdout
+
+
+@pytest.mark.mpi
+def test_check_a_real_llama3_8b_run_scaled_down(tmp_path):
+    """8 real processes, 10 writes and 10 reads: every rule holds except the full size (scale)."""
+    r = dlio(["workload=llama3_8b", "++workload.checkpoint.scale=0.0001", f"++hydra.run.dir={tmp_path / 'run'}",
+              "++workload.checkpoint.time_between_checkpoints=0"], tmp_path, nprocs=8, timeout=300)
+    assert r.returncode == 0, r.stderr
+    r = cli("check", tmp_path / "run")
+    assert r.returncode == 1, r.stdout
+    failed = [line for line in r.stdout.splitlines() if line.startswith("FAIL")]
+    assert len(failed) == 1 and "full-size checkpoint" in failed[0], r.stdout
+    assert "scale=0.0001" in r.stdout and "80 checkpoints" not in r.stdout
+
+
+# -- progress -------------------------------------------------------------------------------------
+
+def test_progress_lines_when_output_is_not_a_terminal(tmp_path):
+    r = dlio(["workload=tiny", "--world-size", "4", "++workload.checkpoint.progress_interval=0.001",
+              "++workload.checkpoint.num_checkpoints_read=1"], tmp_path)
+    assert r.returncode == 0, r.stderr
+    lines = [line for line in r.stdout.splitlines() if "(rank 0's files)" in line]
+    assert any("save_ckpt1:" in line and "GiB/s" in line and "left" in line for line in lines)
+    assert any("load_ckpt1:" in line for line in lines)
+
+
+def test_progress_bar_on_a_terminal(tmp_path):
+    import pty
+
+    master, slave = pty.openpty()
+    proc = subprocess.Popen([sys.executable, "-m", "dlio_ckpt", "workload=llama_7b_zero3", "--world-size", "8",
+                             "++workload.checkpoint.scale=0.01", "++workload.checkpoint.time_between_checkpoints=0"],
+                            cwd=tmp_path, stdout=slave, stderr=slave, env={**os.environ, "PYTHONPATH": str(REPO)})
+    os.close(slave)
+    out = b""
+    while True:
+        try:
+            chunk = os.read(master, 65536)
+        except OSError:
+            break
+        if not chunk:
+            break
+        out += chunk
+    assert proc.wait(timeout=300) == 0, out[-2000:]
+    text = out.decode(errors="replace")
+    assert "save_ckpt1 (rank 0)" in text and "GiB" in text and "(rank 0's files)" not in text
