@@ -167,7 +167,8 @@ def timeline_figure(run: Run, path: Path) -> None:
     if len(procs) <= 32:
         ax.set_yticks(range(len(procs)), [str(p) for p in procs])
     handles = [plt.Rectangle((0, 0), 1, 1, color=c) for c in (*PHASE_COLOURS.values(), SYNC_COLOUR)]
-    ax.legend(handles, ["save (a bar per file)", "load", "fsync / cache eviction"], loc="upper center",
+    labels = ["save (a bar per file, or per checkpoint in real modes)", "load", "fsync / cache eviction"]
+    ax.legend(handles, labels, loc="upper center",
               bbox_to_anchor=(0.5, -0.08 if len(procs) > 64 else -0.25), ncol=3, fontsize=8, frameon=False)
     ax.set_title(f"Timeline of each process's files ({len(procs)} processes)")
     fig.tight_layout()

@@ -150,15 +150,17 @@ def test_fsdp_two_processes_write_dcp_shards_and_load_them_back(tmp_path, extra)
 
 
 @pytest.mark.mpi
-def test_fsdp_on_s3(tmp_path, s3_server, monkeypatch):
-    for key, value in s3_server.env.items():
+@pytest.mark.parametrize("kind", ["s3", "gcs"])
+def test_fsdp_on_object_stores(tmp_path, request, monkeypatch, kind):
+    server = request.getfixturevalue(f"{kind}_server")
+    for key, value in server.env.items():
         monkeypatch.setenv(key, value)
-    store = Store("s3", f"{s3_server.bucket}/fsdp-{time.monotonic_ns()}", {"endpoint_url": s3_server.endpoint},
-                  dict(s3_server.env))
+    store = Store(kind, f"{server.bucket}/fsdp-{time.monotonic_ns()}", {"endpoint_url": server.endpoint},
+                  dict(server.env))
     r = dlio(FSDP + store.overrides(), tmp_path, nprocs=2, env=store.env, timeout=300)
     assert r.returncode == 0, r.stderr
     summary = load(run_dir(tmp_path, "tiny") / "summary.json")
-    assert summary["io"]["writer"] == "S3StorageWriter"
+    assert summary["io"]["writer"] == {"s3": "S3StorageWriter", "gcs": "FsspecWriter"}[kind]
     for step in (1, 2):
         sizes = object_sizes(store, f"checkpoints/tiny/global_epoch1_step{step}")
         assert {".metadata", "__0_0.distcp", "__1_0.distcp"} == set(sizes)

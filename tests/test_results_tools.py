@@ -258,3 +258,17 @@ def test_progress_bar_on_a_terminal(tmp_path):
     assert proc.wait(timeout=300) == 0, out[-2000:]
     text = out.decode(errors="replace")
     assert "save_ckpt1 (rank 0)" in text and "GiB" in text and "(rank 0's files)" not in text
+
+
+def test_check_reads_a_dlio_run_folder_and_says_what_it_cannot_show(tmp_path):
+    import yaml
+
+    folder = dlio_summary(tmp_path / "dlio" / "summary.json", save=2.0, load=4.0).parent
+    (folder / ".hydra").mkdir()
+    (folder / ".hydra" / "config.yaml").write_text(yaml.safe_dump({"workload": LLAMA3_8B}))
+    r = cli("check", folder)
+    assert r.returncode == 1
+    out = r.stdout
+    assert "PASS  model" in out and "PASS  process count" in out and "PASS  10 writes then 10 reads" in out
+    assert "FAIL  fsync" in out and "DLIO ignores checkpoint.fsync" in out
+    assert "FAIL  max duration" in out and "rank 0's clock" in out
