@@ -200,7 +200,9 @@ def _run(args: argparse.Namespace, comm: Comm) -> int:
         return 0
     except DlioCkptError as exc:  # raised on one rank or on all: either way every rank must end
         die(comm, state, str(exc), exc.exit_code)
-    except Exception:
+    except (SystemExit, KeyboardInterrupt):
+        raise
+    except BaseException:  # Exception, and libraries' BaseExceptions (DCP's CheckpointException)
         die(comm, state, f"unexpected error\n{traceback.format_exc()}")
     return 1
 

@@ -5,6 +5,7 @@ cleanly. Each run's result files have the emulator's keys."""
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -192,3 +193,93 @@ def test_fsdp_under_torchrun(tmp_path):
     assert summary["num_processes"] == 2 and summary["mode"] == "fsdp"
     names = {p.name for p in (tmp_path / "checkpoints" / "tiny" / "global_epoch1_step2").iterdir()}
     assert names == {".metadata", "__0_0.distcp", "__1_0.distcp"}
+
+
+# -- bad input and faults in real modes -----------------------------------------------------------
+
+@pytest.mark.parametrize("extra,message", [
+    (["++workload.storage.storage_type=null"], "mode=fsdp supports storage_type local_fs, s3, gcs"),
+    (["++workload.checkpoint.num_checkpoints_write=0"], "must be >= 1 in mode=fsdp"),
+    (["++workload.fsdp.thread_count=0"], "workload.fsdp.thread_count"),
+    (["++workload.fsdp.backend=mpi"], "workload.fsdp.backend"),
+])
+def test_fsdp_bad_input_exits_2_before_anything_is_written(tmp_path, extra, message):
+    r = dlio(FSDP + extra, tmp_path)
+    assert r.returncode == 2 and message in r.stderr, r.stderr
+    assert not (tmp_path / "checkpoints").exists() and not (tmp_path / "hydra_log").exists()
+
+
+def test_lightning_refuses_an_earlier_runs_checkpoints_unless_overwrite(tmp_path):
+    assert dlio(LIGHT, tmp_path, timeout=300).returncode == 0
+    r = dlio(LIGHT, tmp_path)
+    assert r.returncode == 2 and "already holds checkpoints of an earlier run" in r.stderr
+    r = dlio(LIGHT + ["++workload.checkpoint.overwrite=True"], tmp_path, timeout=300)
+    assert r.returncode == 0, r.stderr
+
+
+SLOW_FSDP = FSDP + [
+    "++workload.model.transformer.hidden_size=1024", "++workload.model.transformer.ffn_hidden_size=2816",
+    "++workload.model.num_layers=8", "++workload.model.transformer.vocab_size=32000",
+    "++workload.checkpoint.num_checkpoints_write=6", "++workload.checkpoint.num_checkpoints_read=0",
+    "++workload.checkpoint.checkpoint_folder=ck", "++hydra.run.dir=out"]
+
+
+@pytest.mark.mpi
+def test_fsdp_sigterm_ends_every_rank_with_a_failed_summary(tmp_path):
+    from .test_faults import ended, no_ok_summary, start, wait_for
+
+    proc = start(SLOW_FSDP, tmp_path)
+    wait_for(lambda: (tmp_path / "ck" / "global_epoch1_step1" / ".metadata").exists(), timeout=120)
+    proc.send_signal(signal.SIGTERM)
+    code, err, _ = ended(proc, 15)
+    assert code != 0 and "interrupted by SIGTERM" in err, err
+    summary = no_ok_summary(tmp_path / "out")
+    assert summary is not None and summary["during"].startswith(("save", "train"))
+
+
+@pytest.mark.mpi
+def test_fsdp_s3_server_killed_mid_run_ends_the_job_naming_the_checkpoint(tmp_path, monkeypatch):
+    from .servers import seaweedfs
+    from .test_faults import ended, no_ok_summary, start, wait_for
+
+    with seaweedfs() as server:
+        for key, value in server.env.items():
+            monkeypatch.setenv(key, value)
+        store = Store("s3", f"{server.bucket}/killed", {"endpoint_url": server.endpoint}, dict(server.env))
+        backend = store.backend()
+        proc = start(SLOW_FSDP + store.overrides() + ["++workload.checkpoint.io_timeout=60"], tmp_path,
+                     env=server.env)
+        wait_for(lambda: backend.size(backend.join("ck", "global_epoch1_step1", ".metadata")) is not None,
+                 timeout=120)
+        server.kill()
+        code, err, _ = ended(proc, 90)
+    assert code != 0
+    assert f"s3://{server.bucket}/killed/ck/global_epoch1_step" in err, err
+    assert "connection refused" in err.lower() and "Traceback" not in err, err
+    no_ok_summary(tmp_path / "out")
+
+
+def test_lightning_s3_server_killed_mid_run_names_the_checkpoint(tmp_path, monkeypatch):
+    from .servers import seaweedfs
+    from .test_faults import ended, wait_for
+
+    with seaweedfs() as server:
+        for key, value in server.env.items():
+            monkeypatch.setenv(key, value)
+        store = Store("s3", f"{server.bucket}/killed", {"endpoint_url": server.endpoint, "max_attempts": 2},
+                      dict(server.env))
+        backend = store.backend()
+        args = [*LIGHT, "++workload.checkpoint.num_checkpoints_write=40",
+                "++workload.checkpoint.num_checkpoints_read=0", "++workload.lightning.checkpoint_io=s3",
+                "++hydra.run.dir=out", *store.overrides()]
+        proc = subprocess.Popen([sys.executable, "-m", "dlio_ckpt", *args], cwd=tmp_path, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True,
+                                env={**os.environ, **server.env, "PYTHONPATH": str(REPO)})
+        wait_for(lambda: backend.size(backend.join("checkpoints/lightning_demo", "global_epoch1_step2.ckpt")),
+                 timeout=120)
+        server.kill()
+        code, err, _ = ended(proc, 60)
+    assert code != 0
+    assert f"save to s3://{server.bucket}/killed/checkpoints/lightning_demo/global_epoch1_step" in err, err
+    assert "Traceback" not in err and "rank 0 on" in err
+    assert load(tmp_path / "out" / "summary.json")["status"] == "failed"

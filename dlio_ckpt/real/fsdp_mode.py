@@ -26,6 +26,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
+from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.checkpoint.state_dict import get_state_dict
 from torch.distributed.fsdp import fully_shard
 from torch.distributed.tensor import DTensor
@@ -202,8 +203,22 @@ def bytes_by_rank(metadata: Any) -> dict[int, tuple[int, int]]:
     return {r: (sum(f.values()), len(f)) for r, f in per.items()}
 
 
-def _fail(what: str, url: str, exc: Exception) -> StorageError:
-    return StorageError(f"{what} {url}: {type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc) else ''}")
+# DCP reports a failure on any rank as CheckpointException, a BaseException: caught beside Exception
+DCP_ERRORS = (Exception, CheckpointException)
+
+
+def _fail(what: str, url: str, exc: BaseException) -> StorageError:
+    """The cause in one line: for DCP's CheckpointException, each failed rank's own exception."""
+    if isinstance(exc, CheckpointException):
+        causes = "; ".join(f"rank {rank}: {type(e).__name__}: {_first_line(e)}"
+                           for rank, (e, _trace) in sorted(exc.failures.items()))
+        return StorageError(f"{what} {url} failed: {causes}")
+    return StorageError(f"{what} {url} failed: {type(exc).__name__}: {_first_line(exc)}")
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else ""
 
 
 class _Saves:
@@ -236,7 +251,7 @@ class _Saves:
         with self.ctx.watch():
             try:
                 metadata = future.result()
-            except Exception as exc:
+            except DCP_ERRORS as exc:
                 raise _fail("dcp.async_save to", url, exc) from None
         self.pending = None
         self.finish(step, start, t0, done[0], metadata)
@@ -278,7 +293,7 @@ def run(ctx: ModeContext) -> dict[str, Any] | None:
                     saves.finish(i, start, t0, time.perf_counter(), metadata)
             except StorageError:
                 raise
-            except Exception as exc:
+            except DCP_ERRORS as exc:
                 raise _fail("dcp.save to", url, exc) from None
     saves.wait()
     records = saves.records
@@ -300,7 +315,7 @@ def run(ctx: ModeContext) -> dict[str, Any] | None:
         with ctx.watch():
             try:
                 dcp.load(state, storage_reader=_reader(ctx, i))
-            except Exception as exc:
+            except DCP_ERRORS as exc:
                 raise _fail("dcp.load from", url, exc) from None
         duration = time.perf_counter() - t0
         _check(fingerprint(state), sums[i], url)

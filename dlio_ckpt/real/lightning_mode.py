@@ -14,6 +14,8 @@ from __future__ import annotations
 import logging
 import os
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import lightning as lit
@@ -24,7 +26,7 @@ from torch.nn import functional
 from torch.utils.data import DataLoader, TensorDataset
 
 from ..config import LightningSettings
-from ..errors import ConfigError, VerifyError
+from ..errors import ConfigError, DlioCkptError, StorageError, VerifyError
 from .context import (
     ModeContext,
     clear_old,
@@ -100,7 +102,7 @@ class SaveEveryStep(lit.Callback):
         url = self.ctx.url(self.ctx.path(step, ".ckpt"))
         self.ctx.state.phase, self.ctx.state.step = "save", step
         start, t0 = time.time(), time.perf_counter()
-        with self.ctx.watch():
+        with self.ctx.watch(), _storage_errors("save to", url):
             trainer.save_checkpoint(url)
         self.saves.append((step, url, start, t0, time.perf_counter() - t0))
 
@@ -148,7 +150,7 @@ def run(ctx: ModeContext) -> dict[str, Any] | None:
                         plugins=[plugin], num_sanity_val_steps=0)
     setup = time.time() - ctx.started
     trainer.fit(module, data)
-    with ctx.watch():
+    with ctx.watch(), _storage_errors("background save to", ctx.url(ctx.path(steps, ".ckpt")) + " (or earlier)"):
         plugin.teardown()  # AsyncCheckpointIO: wait for the last background write
     records, blocking = [], []
     for step, url, start, t0, held in saver.saves:
@@ -163,7 +165,7 @@ def run(ctx: ModeContext) -> dict[str, Any] | None:
         url = saver.saves[i - 1][1]
         evict_before_read(ctx, [_backend_path(ctx, i)])
         start, t0 = time.time(), time.perf_counter()
-        with ctx.watch():
+        with ctx.watch(), _storage_errors("load from", url):
             loaded = io.load_checkpoint(url, map_location="cpu", weights_only=False)
         duration = time.perf_counter() - t0
         _check(loaded, i, final if i == steps else None, url)
@@ -182,6 +184,19 @@ def run(ctx: ModeContext) -> dict[str, Any] | None:
                        "optimizer": s.optimizer, "predicted_checkpoint_bytes": predicted.file_bytes},
              "versions": {"torch": torch.__version__, "lightning": lit.__version__}}
     return write_results(ctx, records, records[0].bytes, io_meta, extra)
+
+
+@contextmanager
+def _storage_errors(what: str, url: str) -> Iterator[None]:
+    """A failed save or load names the checkpoint and the cause in one line (no traceback)."""
+    try:
+        yield
+    except DlioCkptError:
+        raise
+    except Exception as exc:
+        text = str(exc).strip()
+        raise StorageError(f"{what} {url} failed: {type(exc).__name__}: {text.splitlines()[0] if text else ''}") \
+            from None
 
 
 def _backend_path(ctx: ModeContext, step: int) -> str:
