@@ -85,11 +85,11 @@ def durations_figure(run: Run, path: Path, label_slowest: int = 3) -> None:
         values = np.array([data[name][p] for p in procs])
         colour = PHASE_COLOURS[name.split("_")[0]]
         ax.boxplot(values, positions=[i], widths=0.6, showfliers=False, medianprops={"color": "black"})
-        ax.scatter(i + rng.uniform(-0.22, 0.22, len(values)), values, s=size, alpha=alpha, color=colour,
-                   linewidths=0)
+        xs = i + rng.uniform(-0.22, 0.22, len(values))
+        ax.scatter(xs, values, s=size, alpha=alpha, color=colour, linewidths=0)
         for j in np.argsort(values)[::-1][:label_slowest]:
-            if values[j] > 1.05 * np.median(values):  # only processes that stand out
-                ax.annotate(f"p{procs[j]}", (i, values[j]), xytext=(6, 0), textcoords="offset points",
+            if values[j] > 1.05 * np.median(values):  # only processes that stand out, beside their point
+                ax.annotate(f"p{procs[j]}", (xs[j], values[j]), xytext=(5, 0), textcoords="offset points",
                             fontsize=7, va="center")
     ax.set_xticks(range(len(names)), names, rotation=45, ha="right")
     ax.set_ylabel("seconds (barrier to this process's last byte)")

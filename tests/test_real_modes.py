@@ -283,3 +283,28 @@ def test_lightning_s3_server_killed_mid_run_names_the_checkpoint(tmp_path, monke
     assert f"save to s3://{server.bucket}/killed/checkpoints/lightning_demo/global_epoch1_step" in err, err
     assert "Traceback" not in err and "rank 0 on" in err
     assert load(tmp_path / "out" / "summary.json")["status"] == "failed"
+
+
+def test_gds_mode_host_path_and_table_row(tmp_path):
+    """The one gds-mode path that needs no GPU (Storage<->CPU in io_size requests), and its table row;
+    the device paths run only where a GPU is (test_gds_mode_without_a_gpu_stops_cleanly)."""
+    from types import SimpleNamespace
+
+    import torch
+
+    from dlio_ckpt.config import validate
+    from dlio_ckpt.real.gds_mode import MIB, Paths, _row
+
+    w = validate({"model": {"num_layers": 1}, "mode": "gds", "checkpoint": {"fsync": True},
+                  "gds": {"paths": ["cpu"], "io_size_mib": 1, "size_mib": 3}})
+    paths = Paths(SimpleNamespace(workload=w, ck=w.checkpoint), torch.device("cpu"))
+    data = torch.randint(0, 255, (3 * MIB + 4097,), dtype=torch.uint8)
+    path = str(tmp_path / "cpu.bin")
+    paths.save_cpu(data, path)
+    assert os.path.getsize(path) == data.numel()
+    target = torch.zeros_like(data)
+    paths.load_cpu(target, path)
+    assert torch.equal(target, data)
+    row = _row("cpu", 4 * MIB, [0.5, 1.0, 2.0], [0.25], w.gds)
+    assert row["write_MiB_per_s"] == 4.0 and row["write_MB_per_s"] == 4 * MIB / 1e6
+    assert row["read_MiB_per_s"] == 16.0 and row["io_size_bytes"] == MIB and row["threads"] == 1
