@@ -75,7 +75,11 @@ def check_runs(runs: list[Run]) -> list[Rule]:
     """The rules over one run, or a write-only run followed by a read-only one."""
     first = runs[0]
     config = _defaults(first.config or {})
-    rules = [_model_rule(config)]
+    if first.config is None:
+        rules = [Rule("model", "one of " + ", ".join(m.name for m in MODELS),
+                      f"unknown: no .hydra/config.yaml beside {first.path}'s summary.json", False)]
+    else:
+        rules = [_model_rule(config)]
     model = next((m for m in MODELS if all(config.get(k) == v for k, v in m.shape.items())), None)
     rules.append(_process_rule(first, config, model))
     rules.append(_mode_rule(config))
