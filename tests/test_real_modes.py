@@ -202,6 +202,9 @@ def test_fsdp_under_torchrun(tmp_path):
     (["++workload.checkpoint.num_checkpoints_write=0"], "must be >= 1 in mode=fsdp"),
     (["++workload.fsdp.thread_count=0"], "workload.fsdp.thread_count"),
     (["++workload.fsdp.backend=mpi"], "workload.fsdp.backend"),
+    (["++workload.storage.storage_type=s3", "++workload.storage.storage_root=b",
+      "++workload.storage.storage_options.endpoint_url=http://127.0.0.1:1",
+      "++workload.storage.storage_options.spread_prefixes=4"], "applies to emulated runs only"),
 ])
 def test_fsdp_bad_input_exits_2_before_anything_is_written(tmp_path, extra, message):
     r = dlio(FSDP + extra, tmp_path)

@@ -74,6 +74,9 @@ def storage_preflight(ctx: ModeContext, *, supported: tuple[str, ...]) -> None:
     if ctx.backend.name not in supported:
         raise ConfigError("workload.storage.storage_type", st.storage_type,
                           f"mode={ctx.workload.mode} supports storage_type {', '.join(supported)}")
+    if getattr(getattr(ctx.backend, "options", None), "spread_prefixes", 0):
+        raise ConfigError("workload.storage.storage_options.spread_prefixes", ctx.backend.options.spread_prefixes,
+                          "applies to emulated runs only: in real modes the framework names the objects")
     if ck.num_checkpoints_write == 0:
         raise ConfigError("workload.checkpoint.num_checkpoints_write", 0,
                           f"must be >= 1 in mode={ctx.workload.mode} (it reads back what this run saved)")
