@@ -99,12 +99,9 @@ def _results_command(command: str, argv: list[str]) -> int:
                 print(path)
             return 0
         return _check(args)
-    except (ConfigError, _ArgError) as exc:
+    except (_ArgError, DlioCkptError) as exc:  # bad arguments, unreadable runs (exit 2)
         print(f"dlio_ckpt {command}: error: {exc}", file=sys.stderr)
-        return 2
-    except DlioCkptError as exc:
-        print(f"dlio_ckpt {command}: error: {exc}", file=sys.stderr)
-        return exc.exit_code
+        return getattr(exc, "exit_code", 2)
 
 
 def _diff(args: argparse.Namespace) -> int:

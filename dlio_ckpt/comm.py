@@ -141,3 +141,8 @@ def on_root(comm: Comm, fn: Callable[[], T]) -> T:
 
 def hostname() -> str:
     return socket.gethostname()
+
+
+def host_memory() -> int:
+    """This host's physical memory in bytes (what the page cache can hold at most)."""
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")

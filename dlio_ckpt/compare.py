@@ -53,8 +53,8 @@ def compare_metrics(a: Run, b: Run, threshold_pct: float, select: str | None = N
         change = (nb - na) / abs(na) * 100 if na not in (None, 0.0) and nb is not None else None
         if na is None and nb is None:
             verdict = "no figure"
-        elif nb is None:
-            verdict = "missing in B" if name in a.metric and na is not None else "no figure"
+        elif nb is None:  # A has a figure, B none
+            verdict = "missing in B" if d != "none" else "missing in B (not judged)"
         elif na is None:
             verdict = "new in B"
         elif d == "none":
@@ -64,8 +64,6 @@ def compare_metrics(a: Run, b: Run, threshold_pct: float, select: str | None = N
         else:
             worse = change < 0 if d == "higher" else change > 0
             verdict = ("regression" if abs(change) > threshold_pct else "worse") if worse else "better"
-        if verdict == "missing in B" and d == "none":
-            verdict = "missing in B (not judged)"
         out.append(MetricChange(name, na, nb, change, d, verdict))
     return out
 

@@ -16,6 +16,7 @@ import signal
 import sys
 import threading
 import time
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -97,7 +98,7 @@ class Watchdog:
         if timeout > 0:
             threading.Thread(target=self._watch, name="dlio_ckpt_watchdog", daemon=True).start()
 
-    def progress(self, file: str | None = None, _nbytes: int = 0) -> None:
+    def progress(self, file: str | None = None) -> None:
         self._last = time.monotonic()
         if file is not None:
             self.state.file = file
@@ -125,3 +126,9 @@ class Watchdog:
                 write_failed_summary(self.state, self.comm.rank, reason)
                 _let_output_drain()
                 os._exit(1)  # the main thread may be stuck in the kernel: leave now; mpiexec ends the rest
+
+
+def watching(watchdog: Watchdog | None) -> AbstractContextManager:
+    """Wrap this process's own storage I/O, and nothing else: a rank waiting in a collective for a
+    slower one is not stalled."""
+    return watchdog if watchdog is not None else nullcontext()

@@ -75,31 +75,29 @@ def check_runs(runs: list[Run]) -> list[Rule]:
     """The rules over one run, or a write-only run followed by a read-only one."""
     first = runs[0]
     config = _defaults(first.config or {})
-    if first.config is None:
-        rules = [Rule("model", "one of " + ", ".join(m.name for m in MODELS),
-                      f"unknown: no .hydra/config.yaml beside {first.path}'s summary.json", False)]
-    else:
-        rules = [_model_rule(config)]
-    model = next((m for m in MODELS if all(config.get(k) == v for k, v in m.shape.items())), None)
-    rules.append(_process_rule(first, config, model))
-    rules.append(_mode_rule(config))
-    rules += _count_rules(runs)
-    rules.append(_fsync_rule(runs))
-    rules.append(_scale_rule(runs))
-    rules.append(_cache_rule(runs))
-    rules += _timing_rules(runs)
-    return rules
+    model = _matching(config)
+    return [_model_rule(first, config, model), _process_rule(first, config, model), _mode_rule(config),
+            _count_rule(runs), _fsync_rule(runs), _scale_rule(runs), _cache_rule(runs), _timing_rule(runs)]
 
 
-def _model_rule(config: dict[str, Any]) -> Rule:
+def _differences(config: dict[str, Any], model: MLPerfModel) -> dict[str, Any]:
+    """The model's shape keys this config sets otherwise, with the model's values."""
+    return {k: v for k, v in model.shape.items() if config.get(k) != v}
+
+
+def _matching(config: dict[str, Any]) -> MLPerfModel | None:
+    return next((m for m in MODELS if not _differences(config, m)), None)
+
+
+def _model_rule(run: Run, config: dict[str, Any], model: MLPerfModel | None) -> Rule:
     expected = "one of " + ", ".join(m.name for m in MODELS) + " (shape, parallelism, ZeRO, datatypes)"
-    for m in MODELS:
-        diffs = [k for k, v in m.shape.items() if config.get(k) != v]
-        if not diffs:
-            return Rule("model", expected, m.name, True)
-    closest = min(MODELS, key=lambda m: sum(config.get(k) != v for k, v in m.shape.items()))
-    off = ", ".join(f"{k.rsplit('.', 1)[1]}={config.get(k)} (not {v})" for k, v in closest.shape.items()
-                    if config.get(k) != v)
+    if run.config is None:
+        return Rule("model", expected, f"unknown: no .hydra/config.yaml beside {run.path}'s summary.json", False)
+    if model is not None:
+        return Rule("model", expected, model.name, True)
+    closest = min(MODELS, key=lambda m: len(_differences(config, m)))
+    off = ", ".join(f"{k.rsplit('.', 1)[1]}={config.get(k)} (not {v})"
+                    for k, v in _differences(config, closest).items())
     return Rule("model", expected, f"closest is {closest.name}, but {off}", False)
 
 
@@ -137,7 +135,7 @@ def _count(run: Run, phase: str) -> int:
     return int((run.config or {}).get(key, 1))
 
 
-def _count_rules(runs: list[Run]) -> list[Rule]:
+def _count_rule(runs: list[Run]) -> Rule:
     writes = [_count(r, "save") for r in runs]
     reads = [_count(r, "load") for r in runs]
     if len(runs) == 1:
@@ -146,8 +144,8 @@ def _count_rules(runs: list[Run]) -> list[Rule]:
         actual = f"run 1: {writes[0]} written, {reads[0]} read; run 2: {writes[1]} written, {reads[1]} read"
     ok = (len(runs) == 1 and writes[0] == reads[0] == REQUIRED_CHECKPOINTS) or \
         (len(runs) == 2 and writes == [REQUIRED_CHECKPOINTS, 0] and reads == [0, REQUIRED_CHECKPOINTS])
-    return [Rule("10 writes then 10 reads", "10 checkpoints written, then the same 10 read (one run, or a "
-                 "write-only run then a read-only run)", actual, ok)]
+    return Rule("10 writes then 10 reads", "10 checkpoints written, then the same 10 read (one run, or a "
+                 "write-only run then a read-only run)", actual, ok)
 
 
 def _fsync_rule(runs: list[Run]) -> Rule:
@@ -187,7 +185,7 @@ def _cache_rule(runs: list[Run]) -> Rule:
                 f"{per_host:.2f} GiB per host, {mem:.1f} GiB memory; reads: {how}", big or cleared)
 
 
-def _timing_rules(runs: list[Run]) -> list[Rule]:
+def _timing_rule(runs: list[Run]) -> Rule:
     """Recompute each checkpoint's duration (max over processes) and throughput (size / that) from
     the per-process files and compare with what summary.json reports."""
     worst: list[str] = []
@@ -220,8 +218,8 @@ def _timing_rules(runs: list[Run]) -> list[Rule]:
                                  f"size / slowest duration = {rate:.6g}")
     actual = f"{checked} checkpoints recomputed from every process's file" + (
         "; " + "; ".join(worst[:3]) if worst else ": all agree")
-    return [Rule("max duration, min throughput", "each checkpoint's duration is its slowest process's and its "
-                 "throughput the size over that (the minimum), as recomputed here", actual, not worst and checked > 0)]
+    return Rule("max duration, min throughput", "each checkpoint's duration is its slowest process's and its "
+                 "throughput the size over that (the minimum), as recomputed here", actual, not worst and checked > 0)
 
 
 def render(rules: list[Rule], paths: list[str]) -> str:

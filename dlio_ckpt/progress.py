@@ -13,7 +13,7 @@ import logging
 import sys
 import threading
 import time
-from typing import Protocol
+from typing import Any, Protocol
 
 log = logging.getLogger("dlio_ckpt")
 GIB = 1 << 30
@@ -75,6 +75,10 @@ class ProgressBar:
     """rich's bar with bytes, rate and time left; removed when the checkpoint ends."""
 
     def __init__(self) -> None:
+        self._bar: Any = None
+        self._task: Any = None
+
+    def start(self, label: str, total: int) -> None:
         from rich.progress import (
             BarColumn,
             DownloadColumn,
@@ -84,15 +88,9 @@ class ProgressBar:
             TransferSpeedColumn,
         )
 
-        self._columns = (TextColumn("{task.description}"), BarColumn(), DownloadColumn(binary_units=True),
-                         TransferSpeedColumn(), TimeRemainingColumn())
-        self._progress_cls = Progress
-        self._bar = None
-        self._task = None
-
-    def start(self, label: str, total: int) -> None:
-        self._bar = self._progress_cls(*self._columns, transient=True, redirect_stdout=False,
-                                       redirect_stderr=False)
+        self._bar = Progress(TextColumn("{task.description}"), BarColumn(), DownloadColumn(binary_units=True),
+                             TransferSpeedColumn(), TimeRemainingColumn(), transient=True, redirect_stdout=False,
+                             redirect_stderr=False)
         self._task = self._bar.add_task(f"{label} (rank 0)", total=total)
         self._bar.start()
 

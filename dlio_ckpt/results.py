@@ -108,13 +108,6 @@ def summary(records: list[OpRecord], *, checkpoint_bytes: int, meta: dict[str, A
     return {**meta, "metric": metric, "checkpoints": figures}
 
 
-def host_memory() -> int:
-    """This host's physical memory in bytes (what the page cache can hold at most)."""
-    import os
-
-    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-
-
 def hosts_summary(per_process: list[tuple[str, int]]) -> dict[str, Any]:
     """From each process's (host, memory): DLIO's ``host_memory_GB`` list (GiB, one per host) and
     ours, naming hosts and their process counts (MLPerf's page-cache rule needs both)."""

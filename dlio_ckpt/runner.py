@@ -15,22 +15,22 @@ import secrets
 import time
 from collections import Counter
 from collections.abc import Callable
-from contextlib import AbstractContextManager, nullcontext
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Any, TypeVar
 
 from . import __version__
 from .backends import Backend, get_backend
-from .comm import Comm, hostname, on_root
+from .comm import Comm, host_memory, hostname, on_root
 from .config import Checkpoint, Workload
 from .engine import Engine, FileTask, IOOptions, check_capabilities
 from .errors import ConfigError
-from .failure import RunState, Watchdog
+from .failure import RunState, Watchdog, watching
 from .formats import Format, get_format
 from .planner import Layout, RankPlan
 from .progress import ProgressDisplay, progress_display
-from .results import OpRecord, dumps, host_memory, hosts_summary, iso, per_epoch_stats, summary
+from .results import OpRecord, dumps, hosts_summary, iso, per_epoch_stats, summary
 from .synthetic import file_key
 
 log = logging.getLogger("dlio_ckpt")
@@ -54,9 +54,7 @@ class Job:
     watchdog: Watchdog | None = None  # set by the CLI; ends the job when this process's I/O stalls
 
     def watch(self) -> AbstractContextManager:
-        """Wrap this process's own storage I/O, and nothing else: a rank waiting in a collective for
-        a slower one is not stalled."""
-        return self.watchdog if self.watchdog is not None else nullcontext()
+        return watching(self.watchdog)
 
     def on_root_io(self, fn: Callable[[], T]) -> T:
         """``on_root`` for a storage operation: rank 0 does it under the watchdog, the others wait."""
@@ -253,50 +251,68 @@ def run(job: Job, run_dir: str, meta: dict[str, Any], state: RunState) -> dict[s
         log.info("load_ckpt%d %s", i, "verified" if ck.verify else "read")
     engine.close()
     state.phase, state.step = "results", None
+    total = sum(job.layout.rank_plan(r).payload_bytes for r in range(job.layout.world_size))
+
+    backend = job.backend
+    fsync = fsync_meaning(backend, True, "every file fsynced before the process's end time") if ck.fsync else False
+
+    def describe(tries: list[dict[str, int]]) -> dict[str, Any]:
+        return {
+            "num_accelerators": job.layout.world_size,
+            "io": {
+                "storage_type": backend.name, "storage": backend.describe(), "format": job.fmt.name,
+                "fsync": fsync, "odirect": ck.odirect, "read_cache": read_cache(backend, ck),
+                "verified": backend.capabilities.stores_data and ck.verify,
+                "recovery_rank_shift": ck.recovery_rank_shift, "scale": ck.scale, "chunk_size": ck.chunk_size,
+            },
+            "retries": {"save": sum(t["save"] for t in tries), "load": sum(t["load"] for t in tries),
+                        "per_process": tries,
+                        "note": "files redone after a transient storage error; the client's own attempts "
+                                "(S3 max_attempts, gcsfs) are not visible here"},
+        }
+    return finish_run(comm, run_dir, meta, run_start, records, total, retries, describe)
+
+
+def finish_run(comm: Comm, run_dir: str, meta: dict[str, Any], run_start: float, records: list[OpRecord],
+               checkpoint_bytes: int, mine: Any, describe: Callable[[list[Any]], dict[str, Any]]
+               ) -> dict[str, Any] | None:
+    """Gather every process's records and facts; rank 0 writes ``{process}_per_epoch_stats.json`` and
+    ``summary.json`` and returns the summary (None elsewhere). ``mine`` is this process's own facts
+    (retries, set-up time...); ``describe`` turns every process's into the caller's summary fields.
+    ``checkpoint_bytes``: one checkpoint, all processes. Emulated and real modes share this, so their
+    result files agree."""
     peak_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-    gathered = comm.gather((records, (hostname(), host_memory()), peak_rss, retries))
+    gathered = comm.gather((records, hostname(), host_memory(), peak_rss, mine))
     if gathered is None:
         return None
     run_end = time.time()
-    all_records = [r for recs, _, _, _ in gathered for r in recs]
-    write_per_epoch_stats(run_dir, [recs for recs, _, _, _ in gathered], run_start, run_end)
-    hosts = [h for _, (h, _), _, _ in gathered]
-    rss = [r for _, _, r, _ in gathered]
-    tries = [t for _, _, _, t in gathered]
+    write_per_epoch_stats(run_dir, [g[0] for g in gathered], run_start, run_end)
+    rss = [g[3] for g in gathered]
     meta = {
-        **meta, "status": "ok", "num_accelerators": job.layout.world_size, "num_processes": comm.size,
-        "num_hosts": len(set(hosts)), "hostname": hostname(), "start": iso(run_start), "end": iso(run_end),
-        **hosts_summary([g[1] for g in gathered]),
-        "io": {
-            "storage_type": job.backend.name, "storage": job.backend.describe(), "format": job.fmt.name,
-            "fsync": _fsync_meaning(job) if ck.fsync else False, "odirect": ck.odirect,
-            "read_cache": _read_cache(job), "verified": job.backend.capabilities.stores_data and ck.verify,
-            "recovery_rank_shift": ck.recovery_rank_shift, "scale": ck.scale, "chunk_size": ck.chunk_size,
-        },
+        **meta, "status": "ok", "num_processes": comm.size, "num_hosts": len({g[1] for g in gathered}),
+        "hostname": hostname(), "start": iso(run_start), "end": iso(run_end),
+        **hosts_summary([(g[1], g[2]) for g in gathered]),
         "memory": {"peak_rss_bytes_max": max(rss), "peak_rss_bytes_per_process": rss},
-        "retries": {"save": sum(t["save"] for t in tries), "load": sum(t["load"] for t in tries),
-                    "per_process": tries,
-                    "note": "files redone after a transient storage error; the client's own attempts "
-                            "(S3 max_attempts, gcsfs) are not visible here"},
+        **describe([g[4] for g in gathered]),
     }
-    total = sum(job.layout.rank_plan(r).payload_bytes for r in range(job.layout.world_size))
-    result = summary(all_records, checkpoint_bytes=total, meta=meta)
+    result = summary([r for g in gathered for r in g[0]], checkpoint_bytes=checkpoint_bytes, meta=meta)
     write_result(f"{run_dir}/summary.json", dumps(result))
     return result
 
 
-def _fsync_meaning(job: Job) -> str:
-    caps = job.backend.capabilities
+def fsync_meaning(backend: Backend, asked: bool, what: str) -> str | bool:
+    """What ``checkpoint.fsync`` meant on this storage, said plainly (``what``: how this writer syncs)."""
+    caps = backend.capabilities
     if not caps.stores_data:
         return "nothing stored: null storage"
     if caps.durable_on_close:
         return "implicit: each object is committed when its upload completes"
-    return "every file fsynced before the process's end time"
+    return what if asked else False
 
 
-def _read_cache(job: Job) -> str:
+def read_cache(backend: Backend, ck: Checkpoint) -> str:
     """Where reads could have been served from, said plainly."""
-    ck, caps = job.workload.checkpoint, job.backend.capabilities
+    caps = backend.capabilities
     if not caps.stores_data:
         return "none: null storage"
     if not caps.evict_cache:

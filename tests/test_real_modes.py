@@ -291,16 +291,15 @@ def test_lightning_s3_server_killed_mid_run_names_the_checkpoint(tmp_path, monke
 def test_gds_mode_host_path_and_table_row(tmp_path):
     """The one gds-mode path that needs no GPU (Storage<->CPU in io_size requests), and its table row;
     the device paths run only where a GPU is (test_gds_mode_without_a_gpu_stops_cleanly)."""
-    from types import SimpleNamespace
-
     import torch
 
+    from dlio_ckpt.backends import get_backend
     from dlio_ckpt.config import validate
     from dlio_ckpt.real.gds_mode import MIB, Paths, _row
 
     w = validate({"model": {"num_layers": 1}, "mode": "gds", "checkpoint": {"fsync": True},
                   "gds": {"paths": ["cpu"], "io_size_mib": 1, "size_mib": 3}})
-    paths = Paths(SimpleNamespace(workload=w, ck=w.checkpoint), torch.device("cpu"))
+    paths = Paths(w.gds, get_backend("local_fs", str(tmp_path), {}).sync, torch.device("cpu"))
     data = torch.randint(0, 255, (3 * MIB + 4097,), dtype=torch.uint8)
     path = str(tmp_path / "cpu.bin")
     paths.save_cpu(data, path)

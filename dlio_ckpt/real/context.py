@@ -8,24 +8,19 @@ the same ``summary.json`` and ``{rank}_per_epoch_stats.json`` the emulator write
 
 from __future__ import annotations
 
-import logging
-import resource
 import time
-from collections.abc import Callable
-from contextlib import AbstractContextManager, nullcontext
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any
 
+from .. import runner
 from ..backends import Backend, get_backend
-from ..comm import Comm, hostname, on_root
+from ..comm import Comm, on_root
 from ..config import Checkpoint, Workload
 from ..errors import ConfigError
-from ..failure import RunState, Watchdog
-from ..results import OpRecord, dumps, host_memory, hosts_summary, iso, summary
-from ..runner import refuse_old_checkpoints, replace_old_checkpoints, step_name, write_per_epoch_stats, write_result
-
-log = logging.getLogger("dlio_ckpt")
-T = TypeVar("T")
+from ..failure import RunState, Watchdog, watching
+from ..results import OpRecord
+from ..runner import refuse_old_checkpoints, replace_old_checkpoints, step_name
 
 
 @dataclass
@@ -60,11 +55,7 @@ class ModeContext:
         return url(path) if url else path
 
     def watch(self) -> AbstractContextManager:
-        """Wrap this process's own storage I/O: the watchdog ends the job if it stalls."""
-        return self.watchdog if self.watchdog is not None else nullcontext()
-
-    def on_root(self, fn: Callable[[], T]) -> T:
-        return on_root(self.comm, fn)
+        return watching(self.watchdog)
 
 
 def storage_preflight(ctx: ModeContext, *, supported: tuple[str, ...]) -> None:
@@ -80,8 +71,8 @@ def storage_preflight(ctx: ModeContext, *, supported: tuple[str, ...]) -> None:
     if ck.num_checkpoints_write == 0:
         raise ConfigError("workload.checkpoint.num_checkpoints_write", 0,
                           f"must be >= 1 in mode={ctx.workload.mode} (it reads back what this run saved)")
-    ctx.on_root(lambda: ctx.backend.check(writing=True))
-    ctx.on_root(lambda: refuse_old_checkpoints(ctx.backend, ck))
+    on_root(ctx.comm, lambda: ctx.backend.check(writing=True))
+    on_root(ctx.comm, lambda: refuse_old_checkpoints(ctx.backend, ck))
 
 
 def clear_old(ctx: ModeContext) -> None:
@@ -102,9 +93,12 @@ def evict_before_read(ctx: ModeContext, paths: list[str]) -> None:
 
 
 def read_cache(ctx: ModeContext) -> str:
-    if not ctx.backend.capabilities.evict_cache:
-        return "server: no client-side cache"
-    return "allowed" if ctx.ck.read_from_page_cache else "evicted"
+    return runner.read_cache(ctx.backend, ctx.ck)
+
+
+def fsync_meaning(ctx: ModeContext, what: str) -> str | bool:
+    """``what``: how this mode syncs when ``checkpoint.fsync`` asks (object stores: implicit)."""
+    return runner.fsync_meaning(ctx.backend, ctx.ck.fsync, what)
 
 
 def record(ctx: ModeContext, phase: str, index: int, start: float, duration: float, nbytes: int,
@@ -114,32 +108,11 @@ def record(ctx: ModeContext, phase: str, index: int, start: float, duration: flo
 
 def write_results(ctx: ModeContext, records: list[OpRecord], checkpoint_bytes: int, io: dict[str, Any],
                   extra: dict[str, Any] | None = None) -> dict[str, Any] | None:
-    """Gather every process's records and write the result files on rank 0 (None elsewhere).
-    ``checkpoint_bytes``: one checkpoint, all processes, as written."""
-    peak_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-    gathered = ctx.comm.gather((records, (hostname(), host_memory()), peak_rss, extra or {}))
-    if gathered is None:
-        return None
-    end = time.time()
-    write_per_epoch_stats(ctx.run_dir, [g[0] for g in gathered], ctx.started, end)
-    rss = [g[2] for g in gathered]
-    meta = {
-        **ctx.meta, "status": "ok", "mode": ctx.workload.mode, "num_accelerators": ctx.comm.size,
-        "num_processes": ctx.comm.size, "num_hosts": len({g[1][0] for g in gathered}), "hostname": hostname(),
-        **hosts_summary([g[1] for g in gathered]),
-        "start": iso(ctx.started), "end": iso(end),
-        "io": {"storage_type": ctx.backend.name, "storage": ctx.backend.describe(), **io},
-        "memory": {"peak_rss_bytes_max": max(rss), "peak_rss_bytes_per_process": rss},
-        "per_process": [g[3] for g in gathered],
-    }
-    result = summary([r for g in gathered for r in g[0]], checkpoint_bytes=checkpoint_bytes, meta=meta)
-    write_result(f"{ctx.run_dir}/summary.json", dumps(result))
-    return result
-
-
-def fsync_meaning(ctx: ModeContext, what: str) -> str | bool:
-    caps = ctx.backend.capabilities
-    if caps.durable_on_close:
-        return "implicit: each object is committed when its upload completes"
-    return what if ctx.ck.fsync else False
-
+    """The emulator's result files (:func:`~dlio_ckpt.runner.finish_run`), with this mode's facts.
+    ``checkpoint_bytes``: one checkpoint, all processes, as written; ``extra``: this process's own."""
+    def describe(per_process: list[dict[str, Any]]) -> dict[str, Any]:
+        return {"mode": ctx.workload.mode, "num_accelerators": ctx.comm.size,
+                "io": {"storage_type": ctx.backend.name, "storage": ctx.backend.describe(), **io},
+                "per_process": per_process}
+    return runner.finish_run(ctx.comm, ctx.run_dir, ctx.meta, ctx.started, records, checkpoint_bytes,
+                             extra or {}, describe)

@@ -35,6 +35,7 @@ from ..comm import hostname
 from ..config import DATATYPE_BYTES
 from ..errors import ConfigError, StorageError, VerifyError
 from ..model import TransformerShape
+from ..runner import step_name
 from .context import (
     ModeContext,
     clear_old,
@@ -65,11 +66,10 @@ def preflight(ctx: ModeContext) -> None:
     storage_preflight(ctx, supported=("local_fs", "s3", "gcs"))
 
 
-def init_distributed(ctx: ModeContext) -> torch.device:
+def init_distributed(ctx: ModeContext, hosts: list[str]) -> torch.device:
     """One torch.distributed process per MPI rank (rendezvous address shared over MPI), or the
     process group torchrun's environment describes."""
     backend = ctx.workload.fsdp.backend
-    hosts = ctx.comm.allgather(hostname())
     local_rank = hosts[:ctx.comm.rank].count(hostname())
     if not dist.is_initialized():
         if ctx.comm.rank == 0:
@@ -236,7 +236,7 @@ class _Saves:
         written = bytes_by_rank(metadata)
         nbytes, files = written.get(ctx.comm.rank, (0, 0))
         if ctx.comm.rank == 0:
-            meta_path = ctx.backend.join(ctx.ck.checkpoint_folder, ctx.path(step).rsplit("/", 1)[1], ".metadata")
+            meta_path = ctx.backend.join(ctx.ck.checkpoint_folder, step_name(step), ".metadata")
             nbytes, files = nbytes + (ctx.backend.size(meta_path) or 0), files + 1
             written[0] = (nbytes, files)
         self.written[step] = written
@@ -260,7 +260,8 @@ class _Saves:
 def run(ctx: ModeContext) -> dict[str, Any] | None:
     w, s, ck = ctx.workload, ctx.workload.fsdp, ctx.workload.checkpoint
     clear_old(ctx)
-    device = init_distributed(ctx)
+    hosts = ctx.comm.allgather(hostname())  # each process's host, gathered once
+    device = init_distributed(ctx, hosts)
     model, opt = build_model(ctx, device)
     gen = torch.Generator().manual_seed(1 + ctx.comm.rank)  # data parallel: each rank its own tokens
     train_step(ctx, model, opt, device, gen)  # the optimizer has state before the first save
@@ -297,7 +298,6 @@ def run(ctx: ModeContext) -> dict[str, Any] | None:
                 raise _fail("dcp.save to", url, exc) from None
     saves.wait()
     records = saves.records
-    hosts = ctx.comm.allgather(hostname())
     first_on_host = hosts.index(hostname()) == ctx.comm.rank
     for i in range(1, ck.num_checkpoints_read + 1):
         ctx.state.phase, ctx.state.step = "load", i

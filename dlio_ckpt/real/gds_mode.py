@@ -16,14 +16,25 @@ from __future__ import annotations
 
 import logging
 import os
+import statistics
 import time
 from collections.abc import Callable
 from typing import Any
 
 import torch
 
+from ..config import GDSSettings
 from ..errors import ConfigError, StorageError, VerifyError
-from .context import ModeContext, clear_old, record, storage_preflight, write_results
+from .context import (
+    ModeContext,
+    clear_old,
+    evict_before_read,
+    fsync_meaning,
+    read_cache,
+    record,
+    storage_preflight,
+    write_results,
+)
 
 log = logging.getLogger("dlio_ckpt")
 MIB = 1 << 20
@@ -42,23 +53,14 @@ def preflight(ctx: ModeContext) -> None:
     storage_preflight(ctx, supported=("local_fs", "gds"))
 
 
-def _evict(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-    finally:
-        os.close(fd)
-
-
 class Paths:
     """Save and load of one device tensor along each path; every function returns after the bytes
     are on storage (fsync) or back in GPU memory (synchronized)."""
 
-    def __init__(self, ctx: ModeContext, device: torch.device) -> None:
-        s = ctx.workload.gds
-        self.io_size, self.threads, self.fsync = s.io_size_mib * MIB, s.threads, ctx.ck.fsync
-        self.device = device
-        self.compat = s.compat_mode
+    def __init__(self, s: GDSSettings, sync: Callable[[str], None] | None, device: torch.device) -> None:
+        """``sync``: the backend's fsync of a written file, or None when ``checkpoint.fsync`` is off."""
+        self.io_size, self.device = s.io_size_mib * MIB, device
+        self._sync = sync
         if "gds" in s.paths:
             import kvikio
 
@@ -68,12 +70,8 @@ class Paths:
             kvikio.defaults.set(settings)
 
     def _sync_file(self, path: str) -> None:
-        if self.fsync:
-            fd = os.open(path, os.O_RDONLY)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
+        if self._sync is not None:
+            self._sync(path)
 
     def save_gds(self, t: torch.Tensor, path: str) -> None:
         import kvikio
@@ -164,22 +162,29 @@ def _available(name: str) -> str | None:
     return None
 
 
-def _timed(fn: Callable[[torch.Tensor, str], None], t: torch.Tensor, path: str) -> tuple[float, float]:
-    torch.cuda.synchronize()
-    start, t0 = time.time(), time.perf_counter()
-    fn(t, path)
-    return start, time.perf_counter() - t0
+def _transfer(ctx: ModeContext, phase: str, name: str, step: int, fn: Callable[[torch.Tensor, str], None],
+              t: torch.Tensor, file: str) -> tuple[float, float]:
+    """One timed save or load of one path, started together on every process: (start, seconds)."""
+    ctx.state.phase, ctx.state.step, ctx.state.file = f"{phase} ({name})", step, file
+    ctx.comm.barrier()
+    try:
+        with ctx.watch():
+            torch.cuda.synchronize()
+            start, t0 = time.time(), time.perf_counter()
+            fn(t, file)
+            return start, time.perf_counter() - t0
+    except OSError as exc:
+        raise StorageError(f"{name} {phase} {'to' if phase == 'save' else 'from'} {file}: {exc}") from None
 
 
 def run(ctx: ModeContext) -> dict[str, Any] | None:
     s, ck = ctx.workload.gds, ctx.ck
     clear_old(ctx)
-    local = [i for i in range(torch.cuda.device_count())]
-    device = torch.device("cuda", local[ctx.comm.rank % len(local)])
+    device = torch.device("cuda", ctx.comm.rank % torch.cuda.device_count())
     torch.cuda.set_device(device)
     nbytes = s.size_mib * MIB
     source = torch.randint(0, 255, (nbytes,), dtype=torch.uint8, device=device)
-    paths = Paths(ctx, device)
+    paths = Paths(s, ctx.backend.sync if ck.fsync else None, device)
     table: dict[str, dict[str, Any]] = {}
     records = []
     for name in s.paths:
@@ -187,36 +192,21 @@ def run(ctx: ModeContext) -> dict[str, Any] | None:
         if why:
             table[name] = {"skipped": why}
             continue
-        on_host = name == "cpu"
-        data = source.cpu() if on_host else source
+        data = source.cpu() if name == "cpu" else source
         save, load = getattr(paths, f"save_{name}"), getattr(paths, f"load_{name}")
         saves, loads = [], []
         for i in range(1, ck.num_checkpoints_write + 1):
-            folder = ctx.path(i)
-            ctx.backend.makedirs(folder)
-            file = f"{folder}/{name}.{ctx.comm.rank}.bin"
-            ctx.state.phase, ctx.state.step, ctx.state.file = f"save ({name})", i, file
-            ctx.comm.barrier()
-            try:
-                with ctx.watch():
-                    start, duration = _timed(save, data, file)
-            except OSError as exc:
-                raise StorageError(f"{name} save to {file}: {exc}") from None
+            ctx.backend.makedirs(ctx.path(i))
+            file = f"{ctx.path(i)}/{name}.{ctx.comm.rank}.bin"
+            start, duration = _transfer(ctx, "save", name, i, save, data, file)
             saves.append(duration)
             if name == s.paths[0]:
                 records.append(record(ctx, "save", i, start, duration, nbytes, 1))
         for i in range(1, ck.num_checkpoints_read + 1):
             file = f"{ctx.path(i)}/{name}.{ctx.comm.rank}.bin"
             target = torch.empty_like(data)
-            if not ck.read_from_page_cache:
-                _evict(file)
-            ctx.state.phase, ctx.state.step, ctx.state.file = f"load ({name})", i, file
-            ctx.comm.barrier()
-            try:
-                with ctx.watch():
-                    start, duration = _timed(load, target, file)
-            except OSError as exc:
-                raise StorageError(f"{name} load from {file}: {exc}") from None
+            evict_before_read(ctx, [file])
+            start, duration = _transfer(ctx, "load", name, i, load, target, file)
             if not torch.equal(target, data):
                 raise VerifyError(f"{file}: the {name} path read back other bytes than it wrote")
             loads.append(duration)
@@ -226,16 +216,14 @@ def run(ctx: ModeContext) -> dict[str, Any] | None:
         log.info("%-13s write %9.1f MiB/s  read %9.1f MiB/s", name, table[name]["write_MiB_per_s"],
                  table[name].get("read_MiB_per_s", 0.0))
     io = {"format": "raw device bytes", "primary_path": s.paths[0], "paths": table,
-          "read_cache": "allowed" if ck.read_from_page_cache else "evicted",
-          "fsync": "every file fsynced inside its save time" if ck.fsync else False, "verified": True}
+          "read_cache": read_cache(ctx), "fsync": fsync_meaning(ctx, "every file fsynced inside its save time"),
+          "verified": True}
     extra = {"device": torch.cuda.get_device_name(device), "versions": {"torch": torch.__version__}}
     return write_results(ctx, records, nbytes * ctx.comm.size, io, extra)
 
 
-def _row(name: str, nbytes: int, saves: list[float], loads: list[float], s: Any) -> dict[str, Any]:
+def _row(name: str, nbytes: int, saves: list[float], loads: list[float], s: GDSSettings) -> dict[str, Any]:
     """One line of the table: medians, in both units, like fio's ``bw=`` and gdsio's ``Throughput``."""
-    import statistics
-
     row: dict[str, Any] = {"io_size_bytes": s.io_size_mib * MIB, "threads": s.threads if name == "gds" else 1,
                            "bytes": nbytes}
     for kind, times in (("write", saves), ("read", loads)):

@@ -12,9 +12,8 @@ held is reported beside it as ``blocking_seconds``.
 from __future__ import annotations
 
 import logging
-import os
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -68,18 +67,14 @@ class TimedIO(CheckpointIO):
     """Wraps the chosen CheckpointIO and notes when each write really finished (in AsyncCheckpointIO's
     thread, that is after ``save_checkpoint`` returned to the training loop)."""
 
-    def __init__(self, inner: CheckpointIO, fsync: bool) -> None:
-        self.inner, self.fsync = inner, fsync
+    def __init__(self, inner: CheckpointIO, sync: Callable[[str], None] | None) -> None:
+        self.inner, self.sync = inner, sync
         self.finished: dict[str, float] = {}
 
     def save_checkpoint(self, checkpoint: dict[str, Any], path: Any, storage_options: Any = None) -> None:
         self.inner.save_checkpoint(checkpoint, path, storage_options)
-        if self.fsync:  # Lightning never fsyncs; checkpoint.fsync asks for it, inside the timed save
-            fd = os.open(path, os.O_RDONLY)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
+        if self.sync is not None:  # Lightning never fsyncs; checkpoint.fsync asks for it, inside the timed save
+            self.sync(str(path))
         self.finished[str(path)] = time.perf_counter()
 
     def load_checkpoint(self, path: Any, map_location: Any = None, **kwargs: Any) -> dict[str, Any]:
@@ -140,8 +135,8 @@ def run(ctx: ModeContext) -> dict[str, Any] | None:
     steps = ck.num_checkpoints_write
     tokens = torch.randint(0, s.vocab_size, (steps * s.batch_size, s.seq_len + 1))
     data = DataLoader(TensorDataset(tokens[:, :-1], tokens[:, 1:]), batch_size=s.batch_size)
-    local = ctx.backend.name == "local_fs"
-    io = TimedIO(_checkpoint_io(ctx), fsync=local and ck.fsync)
+    syncs = ck.fsync and ctx.backend.capabilities.fsync  # object stores commit on close
+    io = TimedIO(_checkpoint_io(ctx), ctx.backend.sync if syncs else None)
     plugin: CheckpointIO = AsyncCheckpointIO(io) if s.async_save else io
     saver = SaveEveryStep(ctx)
     module = DemoModule(s, w.model.num_layers)
@@ -155,7 +150,7 @@ def run(ctx: ModeContext) -> dict[str, Any] | None:
     records, blocking = [], []
     for step, url, start, t0, held in saver.saves:
         duration = max(io.finished[url] - t0, held)  # sync: the whole save_checkpoint call
-        nbytes = ctx.backend.size(_backend_path(ctx, step))
+        nbytes = ctx.backend.size(ctx.path(step, ".ckpt"))
         records.append(record(ctx, "save", step, start, duration, nbytes, 1))
         blocking.append(held)
         log.info("save_ckpt%d: %.3f s (%.3f s blocking), %d bytes", step, duration, held, nbytes)
@@ -163,13 +158,13 @@ def run(ctx: ModeContext) -> dict[str, Any] | None:
     for i in range(1, ck.num_checkpoints_read + 1):
         ctx.state.phase, ctx.state.step = "load", i
         url = saver.saves[i - 1][1]
-        evict_before_read(ctx, [_backend_path(ctx, i)])
+        evict_before_read(ctx, [ctx.path(i, ".ckpt")])
         start, t0 = time.time(), time.perf_counter()
         with ctx.watch(), _storage_errors("load from", url):
             loaded = io.load_checkpoint(url, map_location="cpu", weights_only=False)
         duration = time.perf_counter() - t0
         _check(loaded, i, final if i == steps else None, url)
-        records.append(record(ctx, "load", i, start, duration, ctx.backend.size(_backend_path(ctx, i)), 1))
+        records.append(record(ctx, "load", i, start, duration, ctx.backend.size(ctx.path(i, ".ckpt")), 1))
         log.info("load_ckpt%d: %.3f s, checked", i, duration)
     predicted = predict(w)
     io_meta = {
@@ -197,10 +192,6 @@ def _storage_errors(what: str, url: str) -> Iterator[None]:
         text = str(exc).strip()
         raise StorageError(f"{what} {url} failed: {type(exc).__name__}: {text.splitlines()[0] if text else ''}") \
             from None
-
-
-def _backend_path(ctx: ModeContext, step: int) -> str:
-    return ctx.path(step, ".ckpt")
 
 
 def _check(loaded: dict[str, Any], step: int, final: dict[str, torch.Tensor] | None, url: str) -> None:
