@@ -205,6 +205,8 @@ def test_fsdp_under_torchrun(tmp_path):
     (["++workload.storage.storage_type=s3", "++workload.storage.storage_root=b",
       "++workload.storage.storage_options.endpoint_url=http://127.0.0.1:1",
       "++workload.storage.storage_options.spread_prefixes=4"], "applies to emulated runs only"),
+    (["++workload.checkpoint.format=safetensors"], "workload.checkpoint.format='safetensors': applies to emulated"),
+    (["++workload.checkpoint.odirect=True"], "workload.checkpoint.odirect=True: applies to emulated"),
 ])
 def test_fsdp_bad_input_exits_2_before_anything_is_written(tmp_path, extra, message):
     r = dlio(FSDP + extra, tmp_path)

@@ -58,6 +58,10 @@ class ModeContext:
         return watching(self.watchdog)
 
 
+# Checkpoint keys that shape the emulator's synthetic files and mean nothing to a framework's own save
+EMULATOR_ONLY = ("format", "scale", "odirect", "verify", "chunk_size", "recovery_rank_shift", "ranks_per_host", "mode")
+
+
 def storage_preflight(ctx: ModeContext, *, supported: tuple[str, ...]) -> None:
     """Before anything is written: the mode can use this storage, the storage answers, and an earlier
     run's checkpoints are not silently mixed with ours."""
@@ -65,6 +69,11 @@ def storage_preflight(ctx: ModeContext, *, supported: tuple[str, ...]) -> None:
     if ctx.backend.name not in supported:
         raise ConfigError("workload.storage.storage_type", st.storage_type,
                           f"mode={ctx.workload.mode} supports storage_type {', '.join(supported)}")
+    for key in EMULATOR_ONLY:  # a key the framework cannot honour is refused, never silently dropped
+        value = getattr(ck, key)
+        if value != Checkpoint.model_fields[key].default:
+            raise ConfigError(f"workload.checkpoint.{key}", value, f"applies to emulated runs only: in "
+                              f"mode={ctx.workload.mode} the framework decides it; leave it out")
     if getattr(getattr(ctx.backend, "options", None), "spread_prefixes", 0):
         raise ConfigError("workload.storage.storage_options.spread_prefixes", ctx.backend.options.spread_prefixes,
                           "applies to emulated runs only: in real modes the framework names the objects")
