@@ -21,6 +21,10 @@ setup(
         # storage_type=s3 / gcs / gds, format=hdf5 (pt, raw and safetensors need nothing)
         "s3": ["s3torchconnector>=1.4,<2"],
         "gcs": ["gcsfs>=2025.1"],
+        # gds: kvikio and cupy built for the machine's CUDA major version (nvidia-smi shows it);
+        # "gds" alone stays the CUDA 12 set it always was
+        "gds-cu12": ["kvikio-cu12>=25.2", "cupy-cuda12x>=13"],
+        "gds-cu13": ["kvikio-cu13>=25.10", "cupy-cuda13x>=14"],
         "gds": ["kvikio-cu12>=25.2", "cupy-cuda12x>=13"],
         "hdf5": ["h5py>=3.10"],
         # real modes (install torch==2.13.0 first where only that wheel is local)

@@ -179,6 +179,7 @@ def _run(args: argparse.Namespace, comm: Comm) -> int:
     state.phase = "storage checks"
     execute = _emulated(workload, comm, world_size, watchdog, state) if workload.mode == "emulated" else \
         _real(workload, comm, world_size, watchdog, state)
+    state.phase = "setup"  # checks passed: what fails from here is not a storage check
     run_dir = os.path.abspath(comm.bcast(run_dir if comm.rank == 0 else None))
     try:
         on_root(comm, lambda: _prepare_run_dir(run_dir, redact(raw), [redact(o) for o in args.overrides]))

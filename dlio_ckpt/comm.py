@@ -18,6 +18,7 @@ T = TypeVar("T")
 class Comm(Protocol):
     rank: int
     size: int
+    local_rank: int  # this process's index among those on its host: which GPU it uses
 
     def barrier(self) -> None: ...
     def bcast(self, obj: Any) -> Any: ...
@@ -29,7 +30,7 @@ class Comm(Protocol):
 class SelfComm:
     """A world of one process."""
 
-    rank, size = 0, 1
+    rank, size, local_rank = 0, 1, 0
 
     def barrier(self) -> None:
         pass
@@ -53,6 +54,9 @@ class MPIComm:
 
         self._c = MPI.COMM_WORLD
         self.rank, self.size = self._c.Get_rank(), self._c.Get_size()
+        host = self._c.Split_type(MPI.COMM_TYPE_SHARED)  # the processes sharing this host's memory
+        self.local_rank = host.Get_rank()
+        host.Free()
 
     def barrier(self) -> None:
         self._c.Barrier()
@@ -84,6 +88,7 @@ class TorchComm:
             dist.init_process_group("cpu:gloo,cuda:nccl" if torch.cuda.is_available() else "gloo")
         self._d = dist
         self.rank, self.size = dist.get_rank(), dist.get_world_size()
+        self.local_rank = int(os.environ.get("LOCAL_RANK", "0"))  # set by torchrun
 
     def barrier(self) -> None:
         self._d.barrier()

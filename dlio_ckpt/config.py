@@ -115,6 +115,9 @@ class LightningSettings(Section):
         "torch", description="torch: Lightning's TorchCheckpointIO (a local path, or s3:// / gs:// through "
         "fsspec); s3: s3torchconnector's S3LightningCheckpoint (storage_type=s3)")
     async_save: bool = Field(False, description="wrap it in Lightning's AsyncCheckpointIO")
+    accelerator: Literal["cpu", "gpu", "auto"] = Field(
+        "cpu", description="where the model trains and checkpoints are saved from: cpu as in the published "
+        "benchmark; gpu saves from GPU memory (one GPU); auto lets Lightning choose")
     optimizer: Literal["sgd", "adam"] = Field("sgd", description="sgd as in the demo (no state); adam "
                                               "adds two tensors per parameter")
     vocab_size: int = Field(33278, ge=2, description="the demo's (WikiText2's) sizes")

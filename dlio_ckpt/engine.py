@@ -16,14 +16,16 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor, wait
+from contextlib import nullcontext
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
-from .backends import Backend, Writer
+from .backends import Backend, DeviceMemory, Writer
 from .errors import ConfigError, StorageError, VerifyError
 from .formats import Segment, file_size
-from .synthetic import BLOCK, SyntheticData, first_difference
+from .synthetic import BLOCK, SyntheticData, first_difference, first_difference_on_device
 
 log = logging.getLogger("dlio_ckpt")
 
@@ -67,17 +69,34 @@ def check_capabilities(backend: Backend, options: IOOptions) -> None:
 
 class _Worker:
     """What one I/O thread owns: its synthetic source (windows are restamped in place, so threads
-    cannot share one) and its two chunk buffers, all allocated once."""
+    cannot share one) and its chunk buffers, all allocated once. With a backend that moves device
+    buffers (``device``), the source and the read buffer live in GPU memory and reads are compared
+    there: bulk data never crosses PCIe except through the storage path being measured."""
 
-    def __init__(self, run_key: int, chunk: int) -> None:
-        self.data = SyntheticData(run_key, chunk)
+    def __init__(self, run_key: int, chunk: int, device: DeviceMemory | None) -> None:
+        self.device = device
+        with self.scope():
+            self.data = SyntheticData(run_key, chunk, device=device.xp if device else None)
+            self._readmap = None if device else mmap.mmap(-1, chunk)
+            self.readbuf: Any = device.xp.empty(chunk, dtype=device.xp.uint8) if device else \
+                memoryview(self._readmap)
         self.staging = mmap.mmap(-1, chunk)  # page-aligned: usable under O_DIRECT
-        self.readbuf = mmap.mmap(-1, chunk)
+
+    def scope(self) -> Any:
+        """Where this worker's arrays live: its GPU selected for the calling thread, or nothing."""
+        return self.device.scope() if self.device else nullcontext()
+
+    def first_difference(self, got: Any, want: Any) -> int | None:
+        return first_difference_on_device(self.device.xp, got, want) if self.device else \
+            first_difference(got, want)
 
     def close(self) -> None:
         self.data.close()
         self.staging.close()
-        self.readbuf.close()
+        if self._readmap is not None:
+            self.readbuf.release()
+            self._readmap.close()
+        self.readbuf = None
 
 
 class Engine:
@@ -92,11 +111,13 @@ class Engine:
         self.retries = 0  # files re-sent or re-read after a transient error, this process
         self._lock = threading.Lock()
         self._chunk = options.chunk_size
-        self._align = caps.alignment if options.odirect else 1
+        # O_DIRECT staging is for host buffers; a device-buffer backend aligns its own transfers
+        self._align = caps.alignment if options.odirect and not caps.device_buffers else 1
         self._verify = caps.stores_data
         self._threads = backend.options.threads
         self._idle: queue.SimpleQueue[_Worker] = queue.SimpleQueue()
-        self._workers = [_Worker(run_key, self._chunk) for _ in range(self._threads)]
+        device = backend.device_memory() if caps.device_buffers else None
+        self._workers = [_Worker(run_key, self._chunk, device) for _ in range(self._threads)]
         for w in self._workers:
             self._idle.put(w)
         self._pool = ThreadPoolExecutor(self._threads, "dlio_ckpt_io") if self._threads > 1 else None
@@ -129,7 +150,8 @@ class Engine:
             self._progress(task.path, 0)
             try:
                 start = time.time()
-                nbytes = fn(worker, task)
+                with worker.scope():
+                    nbytes = fn(worker, task)
                 self.file_times.append((task.path, start, time.time(), nbytes))  # list.append is atomic
                 return nbytes
             except StorageError as exc:
@@ -228,18 +250,18 @@ class Engine:
             raise VerifyError(f"{task.path}: has {actual} bytes, planned {task.size}"
                               if actual is not None else f"{task.path}: missing")
         reader = self.backend.open_read(task.path, self.options.odirect)
-        buf = memoryview(worker.readbuf)
+        buf = worker.readbuf
         try:
             base, used, filled = 0, 0, 0
             for piece in self._pieces(worker.data, task):
-                while piece:
+                while len(piece):  # a device array has no truth value
                     if used == filled:
                         base += filled
                         used, filled = 0, reader.readinto(buf)
                         if filled == 0:
                             raise VerifyError(f"{task.path}: ended at offset {base}, planned {task.size}")
                     n = min(len(piece), filled - used)
-                    bad = first_difference(buf[used:used + n], piece[:n])
+                    bad = worker.first_difference(buf[used:used + n], piece[:n])
                     if bad is not None:
                         off = base + used + bad
                         raise VerifyError(f"{task.path}: wrong data at offset {off} "
@@ -247,21 +269,18 @@ class Engine:
                     used += n
                     piece = piece[n:]
         finally:
-            buf.release()
             reader.close()
         return task.size
 
     def _read_counted(self, worker: _Worker, task: FileTask) -> int:
         """``checkpoint.verify=False``: read every byte, check only that the size is as planned."""
         reader = self.backend.open_read(task.path, self.options.odirect)
-        buf = memoryview(worker.readbuf)
         try:
             total = 0
-            while n := reader.readinto(buf):
+            while n := reader.readinto(worker.readbuf):
                 total += n
                 self._progress(task.path, n)
         finally:
-            buf.release()
             reader.close()
         if total != task.size:
             raise VerifyError(f"{task.path}: read {total} bytes, planned {task.size}")
@@ -271,12 +290,10 @@ class Engine:
         """A backend that keeps nothing (null): produce the expected bytes and request as many,
         so the figure is our own cost of a read minus the compare."""
         reader = self.backend.open_read(task.path, self.options.odirect)
-        buf = memoryview(worker.readbuf)
         try:
             for piece in self._pieces(worker.data, task):
-                reader.readinto(buf[:len(piece)])
+                reader.readinto(worker.readbuf[:len(piece)])
         finally:
-            buf.release()
             reader.close()
         return task.size
 

@@ -96,7 +96,7 @@ def build_job(workload: Workload, comm: Comm, world_size: int) -> Job:
     layout = Layout.from_workload(workload, world_size)
     per = world_size // comm.size
     mine = [layout.rank_plan(r) for r in range(comm.rank * per, (comm.rank + 1) * per)]
-    backend = get_backend(st.storage_type, st.storage_root, st.storage_options)
+    backend = get_backend(st.storage_type, st.storage_root, st.storage_options, comm.local_rank)
     check_capabilities(backend, io_options(workload))
     return Job(workload, comm, layout, backend, get_format(ck.format), mine)
 
@@ -221,6 +221,8 @@ def run(job: Job, run_dir: str, meta: dict[str, Any], state: RunState) -> dict[s
             watchdog.progress(path)
         shown.advance(nbytes)
     engine = Engine(job.backend, run_key, io_options(job.workload), progress)
+    if comm.rank == 0 and "transport" in (storage := job.backend.describe()):  # GDS or POSIX, said up front
+        log.info("storage_type=%s moves bytes by %s: %s", job.backend.name, storage["transport"], storage["why"])
     records: list[OpRecord] = []
     retries = {"save": 0, "load": 0}
     for i in range(1, ck.num_checkpoints_write + 1):

@@ -6,11 +6,17 @@ first 32 bytes of every 4 KiB block with (run key, file key, block index, a mix 
 Stamping touches 32 bytes per block, so a chunk is ready in microseconds and is written straight
 from the pool (no copy). Every block carries its own identity, so deduplicating storage finds no
 repeat and the read phase can say exactly which file and offset came back wrong.
+
+The same source works in GPU memory (``device``: an array module such as cupy) for backends that
+move device buffers (GDS): the pool is made once on the host and copied to the device once, then
+every window is stamped there, so bulk data never crosses PCIe just to be made, and the bytes are
+exactly those of the host generator (a file written from the GPU verifies on the host).
 """
 
 from __future__ import annotations
 
 import mmap
+from typing import Any
 
 import numpy as np
 
@@ -41,7 +47,7 @@ class SyntheticData:
     overlapping blocks: consume (write or compare) it first.
     """
 
-    def __init__(self, run_key: int, max_window: int, pool_bytes: int = 0) -> None:
+    def __init__(self, run_key: int, max_window: int, pool_bytes: int = 0, device: Any = None) -> None:
         if max_window % BLOCK:
             raise ValueError("max_window must be a multiple of 4096")
         # Two chunks: enough distinct window starts (stamps already make every block unique), and
@@ -55,14 +61,22 @@ class SyntheticData:
         for i in range(0, words.size, step):
             words[i:i + step] = rng.integers(0, _MASK64, size=min(step, words.size - i),
                                              dtype=np.uint64, endpoint=True)
-        self._blocks = words.reshape(-1, _WORDS_PER_BLOCK)
         self._max_blocks = max_window // BLOCK
-        self._starts = self._blocks.shape[0] - self._max_blocks + 1
-        self._view = memoryview(self._mm)
-        self._arange = np.arange(self._max_blocks, dtype=np.uint64)
+        self._starts = words.size // _WORDS_PER_BLOCK - self._max_blocks + 1
+        if device is None:
+            self._blocks = words.reshape(-1, _WORDS_PER_BLOCK)
+            self._view: Any = memoryview(self._mm)
+            self._arange = np.arange(self._max_blocks, dtype=np.uint64)
+        else:  # one host-to-device copy of the pool, here and never again
+            self._blocks = device.asarray(words).reshape(-1, _WORDS_PER_BLOCK)
+            self._view = self._blocks.reshape(-1).view(device.uint8)
+            self._arange = device.arange(self._max_blocks, dtype=device.uint64)
+            del words
+            self._mm.close()
 
-    def window(self, key: int, offset: int, nbytes: int) -> memoryview:
-        """Bytes ``[offset, offset + nbytes)`` of the payload stream of file ``key``.
+    def window(self, key: int, offset: int, nbytes: int) -> Any:
+        """Bytes ``[offset, offset + nbytes)`` of the payload stream of file ``key``: a memoryview,
+        or a device array when made with ``device``.
 
         ``offset`` must be block-aligned; ``nbytes`` at most the ``max_window`` given at creation.
         """
@@ -73,15 +87,15 @@ class SyntheticData:
         start = _splitmix64(self.run_key ^ _splitmix64(key ^ (first * 0x9E3779B97F4A7C15 & _MASK64))) % self._starts
         rows = self._blocks[start:start + nblocks]
         index = self._arange[:nblocks] + np.uint64(first)
-        rows[:, 0] = self.run_key
-        rows[:, 1] = key
+        rows[:, 0] = np.uint64(self.run_key)  # numpy scalars: a device array module takes them as they are
+        rows[:, 1] = np.uint64(key)
         rows[:, 2] = index
         rows[:, 3] = (index * np.uint64(0xD6E8FEB86659FD93)) ^ np.uint64(self.run_key ^ key)
         return self._view[start * BLOCK:start * BLOCK + nbytes]
 
     def close(self) -> None:
         """Drop the pool now rather than at garbage collection (windows must no longer be used)."""
-        self._blocks = self._view = None  # type: ignore[assignment]
+        self._blocks = self._view = None
         try:
             self._mm.close()
         except BufferError:  # a window is still referenced somewhere; GC frees it later
@@ -100,3 +114,17 @@ def first_difference(got: memoryview, want: memoryview) -> int | None:
     ):
         return None
     return int(np.flatnonzero(a != b)[0])
+
+
+def first_difference_on_device(xp: Any, got: Any, want: Any) -> int | None:
+    """:func:`first_difference` for a device buffer ``got``: the compare runs on the device and only
+    its answer comes back (a bool, and the offset when a block is wrong). ``want`` may be host bytes
+    (format metadata), copied over first."""
+    if isinstance(want, memoryview | bytes):
+        want = xp.asarray(np.frombuffer(want, dtype=np.uint8))
+    if got.size != want.size:
+        return min(got.size, want.size)
+    differs = got != want
+    if not bool(differs.any()):
+        return None
+    return int(differs.argmax())

@@ -24,7 +24,9 @@ def dlio(args: list[str], cwd: Path, nprocs: int | None = None, timeout: float =
         if not MPIEXEC.exists():
             pytest.skip("mpiexec from the mpich wheel is not installed in this environment")
         cmd = [str(MPIEXEC), "-n", str(nprocs), *cmd]
-    env = {**os.environ, **(env or {}), "PYTHONPATH": str(REPO)}
+    extra = env or {}  # a PYTHONPATH given here (the GPU stand-ins) goes before the repository
+    paths = [p for p in (extra.get("PYTHONPATH"), str(REPO)) if p]
+    env = {**os.environ, **extra, "PYTHONPATH": os.pathsep.join(paths)}
     return subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=timeout, env=env)
 
 
@@ -79,7 +81,26 @@ def gpu_available() -> bool:
         return False
 
 
-BACKENDS = ["local_fs", "s3", "gcs", "null", "gds"]
+STANDINS = Path(__file__).resolve().parent / "standins"
+BACKENDS = ["local_fs", "s3", "gcs", "null", "gds", "gds_standin"]
+
+
+@pytest.fixture
+def gpu_standin(monkeypatch):
+    """cupy and kvikio replaced by CPU stand-ins that behave as the real ones did on an H100 without
+    nvidia-fs (tests/standins/README.md); the real modules come back afterwards."""
+    def purge() -> None:
+        for name in list(sys.modules):
+            if name.split(".")[0] in ("cupy", "kvikio") or name == "dlio_ckpt.backends.gds":
+                del sys.modules[name]
+
+    saved = {k: v for k, v in sys.modules.items()
+             if k.split(".")[0] in ("cupy", "kvikio") or k == "dlio_ckpt.backends.gds"}
+    purge()
+    monkeypatch.syspath_prepend(str(STANDINS))
+    yield {"PYTHONPATH": str(STANDINS)}
+    purge()
+    sys.modules.update(saved)
 
 
 @pytest.fixture(params=BACKENDS)
@@ -93,6 +114,8 @@ def store(request, tmp_path, monkeypatch):
         if not gpu_available():
             pytest.skip("gds needs a CUDA GPU with kvikio and cupy; none here")
         yield Store("gds", str(tmp_path / "storage"))
+    elif kind == "gds_standin":
+        yield Store("gds", str(tmp_path / "storage"), env=request.getfixturevalue("gpu_standin"))
     else:
         server = request.getfixturevalue(f"{kind}_server")
         for key, value in server.env.items():

@@ -10,15 +10,16 @@ from __future__ import annotations
 import importlib
 
 from ..errors import ConfigError
-from .base import Backend, Capabilities, Options, Reader, Writer, parse_options
+from .base import Backend, Capabilities, DeviceMemory, Options, Reader, Writer, parse_options
 
 _REGISTRY: dict[str, tuple[str, str, str, str]] = {
-    # storage_type: (module, class, what to install, pip extra that provides it)
+    # storage_type: (module, class, what to install, the pip command that provides it)
     "local_fs": ("dlio_ckpt.backends.local_fs", "LocalFSBackend", "", ""),
     "parallel_fs": ("dlio_ckpt.backends.local_fs", "LocalFSBackend", "", ""),  # DLIO's name for Lustre/GPFS
-    "s3": ("dlio_ckpt.backends.s3", "S3Backend", "s3torchconnector", "s3"),
-    "gcs": ("dlio_ckpt.backends.gcs", "GCSBackend", "gcsfs", "gcs"),
-    "gds": ("dlio_ckpt.backends.gds", "GDSBackend", "kvikio and cupy (CUDA 12 builds)", "gds"),
+    "s3": ("dlio_ckpt.backends.s3", "S3Backend", "s3torchconnector", "pip install 'dlio_ckpt[s3]'"),
+    "gcs": ("dlio_ckpt.backends.gcs", "GCSBackend", "gcsfs", "pip install 'dlio_ckpt[gcs]'"),
+    "gds": ("dlio_ckpt.backends.gds", "GDSBackend", "kvikio and cupy built for your CUDA",
+            "pip install 'dlio_ckpt[gds-cu13]' for CUDA 13, 'dlio_ckpt[gds-cu12]' for CUDA 12"),
     "null": ("dlio_ckpt.backends.null", "NullBackend", "", ""),
 }
 _OPTIONS = {"local_fs": "LocalFSOptions", "parallel_fs": "LocalFSOptions", "s3": "S3Options",
@@ -37,9 +38,11 @@ def check_options(storage_type: str, options: dict) -> None:
 STORAGE_TYPES = tuple(_REGISTRY)
 
 
-def get_backend(storage_type: str, root: str, options: dict) -> Backend:
+def get_backend(storage_type: str, root: str, options: dict, local_rank: int = 0) -> Backend:
+    """``local_rank``: this process's index on its host, which picks its GPU where the backend
+    moves device buffers."""
     try:
-        module, cls, needs, extra = _REGISTRY[storage_type]
+        module, cls, needs, install = _REGISTRY[storage_type]
     except KeyError:
         raise ConfigError("workload.storage.storage_type", storage_type,
                           f"unknown backend; choose one of {', '.join(sorted(_REGISTRY))}") from None
@@ -48,8 +51,11 @@ def get_backend(storage_type: str, root: str, options: dict) -> Backend:
     except ImportError as exc:
         raise ConfigError("workload.storage.storage_type", storage_type,
                           f"install {needs} to use storage_type={storage_type} "
-                          f"(pip install 'dlio_ckpt[{extra}]'; missing module: {exc.name})") from None
+                          f"({install}; missing module: {exc.name})") from None
+    if backend_cls.capabilities.device_buffers:
+        return backend_cls(root, options, local_rank=local_rank)
     return backend_cls(root, options)
 
 
-__all__ = ["STORAGE_TYPES", "Backend", "Capabilities", "Reader", "Writer", "check_options", "get_backend"]
+__all__ = ["STORAGE_TYPES", "Backend", "Capabilities", "DeviceMemory", "Reader", "Writer", "check_options",
+           "get_backend"]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -48,6 +49,17 @@ def parse_options(cls: type[Options], storage_type: str, raw: dict[str, Any]) ->
         raise ConfigError(key, err.get("input"), rule) from None
 
 
+class DeviceMemory(Protocol):
+    """The GPU a device-buffer backend (``capabilities.device_buffers``) lends the engine, so that
+    synthetic data is made and checked where the backend reads and writes it."""
+
+    xp: Any  # the array module of that memory (cupy)
+
+    def scope(self) -> AbstractContextManager:
+        """Select this process's GPU in the calling thread (CUDA's current device is per thread)."""
+        ...
+
+
 class Writer(Protocol):
     def write(self, data: memoryview) -> None: ...
     def finish(self, fsync: bool) -> None: ...
@@ -85,6 +97,10 @@ class Backend(Protocol):
 
     def remove_tree(self, path: str) -> None:
         """Remove a folder and everything under it; nothing when it does not exist."""
+        ...
+
+    def device_memory(self) -> DeviceMemory:
+        """Only where ``capabilities.device_buffers``: the GPU memory writes come from and reads go to."""
         ...
 
     def put_small(self, path: str, data: bytes) -> None: ...

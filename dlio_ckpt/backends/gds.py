@@ -1,11 +1,10 @@
 """GPUDirect Storage through kvikio: files written from and read into GPU memory with cuFile.
 
-Every write goes from a device buffer; every read lands in one, and is copied back to the host only
-to be verified (after the timed I/O of that chunk, like the page-cache-free reads of local_fs). The
-engine's synthetic chunks are produced on the host, so each chunk makes one host-to-device copy
-into a device buffer allocated once per writer thread; kvikio then moves it to storage with its own
-thread pool (``threads``, ``task_size``), by GDS where the file system supports it and in kvikio's
-compatibility mode (POSIX through a bounce buffer) where not: ``summary.json`` says which.
+The engine makes and checks the synthetic payload in GPU memory (:meth:`GDSBackend.device_memory`),
+so bulk data crosses PCIe only along the storage path being measured; the small format metadata
+(headers, trailers) is staged through one device buffer per thread. kvikio moves the bytes with
+its own thread pool (``kvikio_threads``, ``task_size``), by GDS where the system supports it and
+through POSIX otherwise: ``summary.json`` (``io.storage.transport``) says which, and why.
 
 Without a CUDA GPU this backend stops at start-up with a message saying so.
 """
@@ -14,15 +13,18 @@ from __future__ import annotations
 
 import os
 import threading
+from contextlib import AbstractContextManager
 from typing import Any
 
 import cupy
 import kvikio
+import kvikio.defaults  # kvikio >= 26 no longer imports its submodules with the package
 import numpy as np
 from pydantic import Field
 
 from ..errors import ConfigError, StorageError
 from .base import Capabilities, Options
+from .cufile_status import transport
 from .local_fs import LocalFSBackend
 
 MIB = 1 << 20
@@ -32,21 +34,22 @@ class GDSOptions(Options):
     threads: int = Field(1, ge=1, le=256, description="files in flight per process")
     kvikio_threads: int = Field(16, ge=1, le=1024, description="kvikio's I/O thread pool size")
     task_size: int = Field(4 * MIB, ge=4096, multiple_of=4096, description="bytes per kvikio task")
-    device: int = Field(0, ge=0, description="CUDA device of this process (default: local rank mod GPUs)")
+    device: int | None = Field(None, ge=0, description="CUDA device of every process (default: local rank mod GPUs)")
     compat_mode: bool | None = Field(None, description="kvikio compatibility mode: None lets kvikio decide")
 
 
-def _configure(o: GDSOptions) -> None:
-    settings = {"num_threads": o.kvikio_threads, "task_size": o.task_size}
-    if o.compat_mode is not None:
-        settings["compat_mode"] = o.compat_mode
+def configure_kvikio(threads: int, task_size: int, compat_mode: bool | None) -> None:
+    """kvikio's thread pool, task size and compatibility mode (None: kvikio's AUTO)."""
+    settings: dict[str, Any] = {"num_threads": threads, "task_size": task_size}
+    if compat_mode is not None:
+        settings["compat_mode"] = compat_mode
     if hasattr(kvikio.defaults, "set"):
         kvikio.defaults.set(settings)
     else:  # kvikio < 25.02
-        kvikio.defaults.num_threads_reset(o.kvikio_threads)
-        kvikio.defaults.task_size_reset(o.task_size)
-        if o.compat_mode is not None:
-            kvikio.defaults.compat_mode_reset(o.compat_mode)
+        kvikio.defaults.num_threads_reset(threads)
+        kvikio.defaults.task_size_reset(task_size)
+        if compat_mode is not None:
+            kvikio.defaults.compat_mode_reset(compat_mode)
 
 
 def _device_count() -> int:
@@ -57,23 +60,37 @@ def _device_count() -> int:
                           f"needs a CUDA GPU and driver; none usable here ({exc})") from None
 
 
+def _host(view: memoryview) -> np.ndarray:
+    return np.frombuffer(view, dtype=np.uint8)
+
+
 class GDSWriter:
-    def __init__(self, path: str, staging: cupy.ndarray) -> None:
+    """Writes sequentially: device arrays go to cuFile as they are; host bytes (format metadata)
+    are staged through the thread's device buffer first."""
+
+    def __init__(self, path: str, staging: Any) -> None:
         self.path, self._dev, self._offset = path, staging, 0
         try:
             self._fh = kvikio.CuFile(path, "w")
         except Exception as exc:
             raise StorageError(f"cannot create {path}: {exc}") from None
 
-    def write(self, data: memoryview) -> None:
+    def write(self, data: Any) -> None:
         try:
-            while data:
+            if not isinstance(data, memoryview | bytes):
+                self._put(data, data.size)
+                return
+            data = memoryview(data)
+            while len(data):
                 n = min(len(data), self._dev.size)
-                self._dev[:n].set(_host_array(data[:n]))
-                self._offset += self._fh.pwrite(self._dev[:n], n, self._offset).get()
+                self._dev[:n] = cupy.asarray(_host(data[:n]))
+                self._put(self._dev[:n], n)
                 data = data[n:]
         except Exception as exc:
             raise StorageError(f"write failed on {self.path}: {exc}") from None
+
+    def _put(self, device_bytes: Any, n: int) -> None:
+        self._offset += self._fh.pwrite(device_bytes, n, self._offset).get()
 
     def finish(self, fsync: bool) -> None:
         self._fh.close()
@@ -83,35 +100,53 @@ class GDSWriter:
 
 
 class GDSReader:
-    def __init__(self, path: str, staging: cupy.ndarray) -> None:
+    """Reads sequentially into a device array (the engine's), or into host memory through the
+    thread's device buffer. Never asks cuFile for bytes past the end of the file: kvikio raises
+    ("POSIX error on pread: EOF") where POSIX would return a short read."""
+
+    def __init__(self, path: str, staging: Any) -> None:
         self.path, self._dev, self._offset = path, staging, 0
         try:
+            self._size = os.stat(path).st_size
             self._fh = kvikio.CuFile(path, "r")
         except Exception as exc:
             raise StorageError(f"cannot open {path}: {exc}") from None
 
-    def readinto(self, buf: memoryview) -> int:
-        """Read into device memory, then copy to ``buf`` for verification."""
-        total = 0
+    def readinto(self, buf: Any) -> int:
+        """Fill ``buf`` unless the file ends first; the bytes read (0 at the end)."""
         try:
-            while total < len(buf):
-                want = min(len(buf) - total, self._dev.size)
-                n = self._fh.pread(self._dev[:want], want, self._offset).get()
-                if n == 0:
-                    break
-                self._dev[:n].get(out=_host_array(buf[total:total + n]))
-                self._offset += n
+            if not isinstance(buf, memoryview | bytearray):
+                return self._get(buf, min(buf.size, self._size - self._offset))
+            buf, total = memoryview(buf), 0
+            while total < len(buf) and (n := self._get(self._dev, min(len(buf) - total, self._dev.size,
+                                                                       self._size - self._offset))):
+                cupy.asnumpy(self._dev[:n], out=_host(buf[total:total + n]))
                 total += n
+            return total
         except Exception as exc:
             raise StorageError(f"read failed on {self.path}: {exc}") from None
-        return total
+
+    def _get(self, device_buf: Any, want: int) -> int:
+        if want <= 0:
+            return 0
+        n = self._fh.pread(device_buf[:want], want, self._offset).get()
+        self._offset += n
+        return n
 
     def close(self) -> None:
         self._fh.close()
 
 
-def _host_array(view: memoryview) -> np.ndarray:
-    return np.frombuffer(view, dtype=np.uint8)
+class CupyMemory:
+    """This process's GPU, lent to the engine (see :class:`~dlio_ckpt.backends.base.DeviceMemory`)."""
+
+    xp = cupy
+
+    def __init__(self, device: int) -> None:
+        self.device = device
+
+    def scope(self) -> AbstractContextManager:
+        return cupy.cuda.Device(self.device)
 
 
 class GDSBackend(LocalFSBackend):
@@ -123,30 +158,36 @@ class GDSBackend(LocalFSBackend):
 
     options_model = GDSOptions
 
-    def __init__(self, root: str, options: dict[str, Any]) -> None:
+    def __init__(self, root: str, options: dict[str, Any], local_rank: int = 0) -> None:
         super().__init__(root, options)
         count = _device_count()
         if count == 0:
             raise ConfigError("workload.storage.storage_type", "gds", "needs a CUDA GPU; none found")
-        local_rank = int(os.environ.get("MPI_LOCALRANKID", os.environ.get("OMPI_COMM_WORLD_LOCAL_RANK", "0")))
-        self.device = self.options.device or local_rank % count
+        self.device = self.options.device if self.options.device is not None else local_rank % count
+        if self.device >= count:
+            raise ConfigError("workload.storage.storage_options.device", self.device,
+                              f"this host has {count} GPU(s): 0 to {count - 1}")
         cupy.cuda.Device(self.device).use()
-        _configure(self.options)
-        self._staging: dict[int, cupy.ndarray] = {}
+        configure_kvikio(self.options.kvikio_threads, self.options.task_size, self.options.compat_mode)
+        self._staging: dict[int, Any] = {}
+        self._lock = threading.Lock()
 
-    def _buffer(self) -> cupy.ndarray:
-        """One device buffer per thread, allocated on first use and reused."""
+    def device_memory(self) -> CupyMemory:
+        return CupyMemory(self.device)
+
+    def _buffer(self) -> Any:
+        """One device buffer per thread for format metadata and host reads, made on first use."""
         ident = threading.get_ident()
-        if ident not in self._staging:
-            self._staging[ident] = cupy.empty(16 * MIB, dtype=cupy.uint8)
-        return self._staging[ident]
+        with self._lock:
+            if ident not in self._staging:
+                with cupy.cuda.Device(self.device):
+                    self._staging[ident] = cupy.empty(16 * MIB, dtype=cupy.uint8)
+            return self._staging[ident]
 
     def describe(self) -> dict[str, Any]:
-        compat = kvikio.defaults.get("compat_mode") if hasattr(kvikio.defaults, "get") else \
-            kvikio.defaults.compat_mode()
         return {**super().describe(), "device": self.device, "kvikio_version": kvikio.__version__,
-                "compat_mode": str(compat), "kvikio_threads": self.options.kvikio_threads,
-                "task_size": self.options.task_size}
+                "kvikio_threads": self.options.kvikio_threads, "task_size": self.options.task_size,
+                **transport(self.root)}
 
     def open_write(self, path: str, odirect: bool) -> GDSWriter:
         return GDSWriter(path, self._buffer())

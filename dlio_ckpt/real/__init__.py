@@ -17,7 +17,8 @@ _MODULES: dict[str, tuple[str, str]] = {
     # mode: (module, what provides its imports)
     "lightning": ("dlio_ckpt.real.lightning_mode", "pip install 'dlio_ckpt[lightning]'"),
     "fsdp": ("dlio_ckpt.real.fsdp_mode", "pip install 'dlio_ckpt[fsdp]'"),
-    "gds": ("dlio_ckpt.real.gds_mode", "pip install 'dlio_ckpt[gds]' on a machine with a CUDA GPU"),
+    "gds": ("dlio_ckpt.real.gds_mode", "pip install 'dlio_ckpt[gds-cu13]' (CUDA 13) or 'dlio_ckpt[gds-cu12]' (CUDA 12) "
+            "on a machine with a CUDA GPU"),
 }
 
 

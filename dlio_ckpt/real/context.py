@@ -39,7 +39,8 @@ class ModeContext:
     @classmethod
     def build(cls, workload: Workload, comm: Comm) -> ModeContext:
         st = workload.storage
-        return cls(workload, comm, get_backend(st.storage_type, st.storage_root, st.storage_options))
+        return cls(workload, comm, get_backend(st.storage_type, st.storage_root, st.storage_options,
+                                               comm.local_rank))
 
     @property
     def ck(self) -> Checkpoint:

@@ -28,10 +28,11 @@ import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.checkpoint.state_dict import get_state_dict
+from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import fully_shard
 from torch.distributed.tensor import DTensor
 
-from ..comm import hostname
+from ..comm import hostname, on_root
 from ..config import DATATYPE_BYTES
 from ..errors import ConfigError, StorageError, VerifyError
 from ..model import TransformerShape
@@ -70,7 +71,6 @@ def init_distributed(ctx: ModeContext, hosts: list[str]) -> torch.device:
     """One torch.distributed process per MPI rank (rendezvous address shared over MPI), or the
     process group torchrun's environment describes."""
     backend = ctx.workload.fsdp.backend
-    local_rank = hosts[:ctx.comm.rank].count(hostname())
     if not dist.is_initialized():
         if ctx.comm.rank == 0:
             with socket.socket() as s:
@@ -83,9 +83,9 @@ def init_distributed(ctx: ModeContext, hosts: list[str]) -> torch.device:
         dist.init_process_group(backend, init_method=f"tcp://{where[0]}:{where[1]}", rank=ctx.comm.rank,
                                 world_size=ctx.comm.size, timeout=timeout)
     if backend == "nccl":
-        torch.cuda.set_device(local_rank % torch.cuda.device_count())
+        torch.cuda.set_device(ctx.comm.local_rank % torch.cuda.device_count())
         return torch.device("cuda", torch.cuda.current_device())
-    return torch.device("cpu")
+    return torch.device("cpu")  # gloo: everything on the CPU, even where a GPU is present
 
 
 def build_model(ctx: ModeContext, device: torch.device) -> tuple[Llama, torch.optim.Optimizer]:
@@ -95,9 +95,11 @@ def build_model(ctx: ModeContext, device: torch.device) -> tuple[Llama, torch.op
                              t.num_attention_heads, t.num_kv_heads)
     with torch.device("meta"):
         model = Llama(shape).to(_TORCH_DTYPES[m.model_datatype])
+    # The mesh names the device: left out, FSDP2 picks CUDA wherever a GPU exists, even under gloo
+    mesh = init_device_mesh(device.type, (ctx.comm.size,))
     for block in model.layers:
-        fully_shard(block)
-    fully_shard(model)
+        fully_shard(block, mesh=mesh)
+    fully_shard(model, mesh=mesh)
     model.to_empty(device=device)
     torch.manual_seed(0)
     model.init_weights()
@@ -192,6 +194,13 @@ def _point_at_endpoint(ctx: ModeContext, storage: Any, url: str) -> None:
     storage.path = storage.fs.init_path(url)
 
 
+def written_by_rank(ctx: ModeContext, step: int) -> dict[int, tuple[int, int]]:
+    """(bytes, files) each rank wrote, from the ``.metadata`` DCP stored, read back by rank 0 after
+    the save's time: the Metadata that ``dcp.save`` returns has no ``storage_data`` before torch 2.13,
+    while the stored one always has it (loads need it)."""
+    return on_root(ctx.comm, lambda: bytes_by_rank(_reader(ctx, step).read_metadata()))
+
+
 def bytes_by_rank(metadata: Any) -> dict[int, tuple[int, int]]:
     """(bytes, files) each rank wrote, from DCP's metadata (files are ``__RANK_N.distcp``)."""
     per: dict[int, dict[str, int]] = {}
@@ -231,9 +240,9 @@ class _Saves:
         self.written: dict[int, dict[int, tuple[int, int]]] = {}  # step -> rank -> (bytes, files)
         self.pending: tuple | None = None
 
-    def finish(self, step: int, start: float, t0: float, end: float, metadata: Any) -> None:
+    def finish(self, step: int, start: float, t0: float, end: float) -> None:
         ctx = self.ctx
-        written = bytes_by_rank(metadata)
+        written = written_by_rank(ctx, step)
         nbytes, files = written.get(ctx.comm.rank, (0, 0))
         if ctx.comm.rank == 0:
             meta_path = ctx.backend.join(ctx.ck.checkpoint_folder, step_name(step), ".metadata")
@@ -250,11 +259,11 @@ class _Saves:
         url = self.ctx.url(self.ctx.path(step))
         with self.ctx.watch():
             try:
-                metadata = future.result()
+                future.result()
             except DCP_ERRORS as exc:
                 raise _fail("dcp.async_save to", url, exc) from None
         self.pending = None
-        self.finish(step, start, t0, done[0], metadata)
+        self.finish(step, start, t0, done[0])
 
 
 def run(ctx: ModeContext) -> dict[str, Any] | None:
@@ -264,6 +273,7 @@ def run(ctx: ModeContext) -> dict[str, Any] | None:
     device = init_distributed(ctx, hosts)
     model, opt = build_model(ctx, device)
     gen = torch.Generator().manual_seed(1 + ctx.comm.rank)  # data parallel: each rank its own tokens
+    ctx.state.phase = "train"
     train_step(ctx, model, opt, device, gen)  # the optimizer has state before the first save
     async_group = dist.new_group(backend="gloo") if s.async_save else None
     setup = time.time() - ctx.started
@@ -289,9 +299,10 @@ def run(ctx: ModeContext) -> dict[str, Any] | None:
                     saves.blocking.append(time.perf_counter() - t0)
                     saves.pending = (i, start, t0, future, done)
                 else:
-                    metadata = dcp.save(state, storage_writer=_writer(ctx, i))
-                    saves.blocking.append(time.perf_counter() - t0)
-                    saves.finish(i, start, t0, time.perf_counter(), metadata)
+                    dcp.save(state, storage_writer=_writer(ctx, i))
+                    end = time.perf_counter()
+                    saves.blocking.append(end - t0)
+                    saves.finish(i, start, t0, end)
             except StorageError:
                 raise
             except DCP_ERRORS as exc:

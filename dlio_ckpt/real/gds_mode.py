@@ -10,6 +10,11 @@ The paths (``gds.paths``, the first one listed also fills save_ckpt/load_ckpt in
   two buffers of ``io_size`` in turn.
 - ``torch_gds``: ``torch.cuda.gds.GdsFile`` where this torch build has it (skipped with a note if not).
 Reads follow ``checkpoint.read_from_page_cache``: false evicts the file's pages before each read.
+
+A path the system cannot take (``torch_gds`` on a file system cuFile cannot register: "cuFileHandleRegister
+failed") is reported as unsupported with its reason, decided by all processes together after the first
+save, and the run goes on with the other paths. ``io.paths.gds.transport`` says whether cuFile really
+used GDS or a POSIX compatibility mode.
 """
 
 from __future__ import annotations
@@ -23,8 +28,10 @@ from typing import Any
 
 import torch
 
+from ..backends.cufile_status import transport
 from ..config import GDSSettings
 from ..errors import ConfigError, StorageError, VerifyError
+from ..results import OpRecord
 from .context import (
     ModeContext,
     clear_old,
@@ -48,7 +55,8 @@ def preflight(ctx: ModeContext) -> None:
         try:
             import kvikio  # noqa: F401
         except ImportError:
-            raise ConfigError("workload.gds.paths", "gds", "needs kvikio (pip install 'dlio_ckpt[gds]'), "
+            raise ConfigError("workload.gds.paths", "gds", "needs kvikio (pip install 'dlio_ckpt[gds-cu13]', or "
+                              "[gds-cu12] for CUDA 12), "
                               "or leave gds out of the paths") from None
     storage_preflight(ctx, supported=("local_fs", "gds"))
 
@@ -62,12 +70,9 @@ class Paths:
         self.io_size, self.device = s.io_size_mib * MIB, device
         self._sync = sync
         if "gds" in s.paths:
-            import kvikio
+            from ..backends.gds import configure_kvikio
 
-            settings = {"num_threads": s.threads, "task_size": self.io_size}
-            if s.compat_mode != "auto":
-                settings["compat_mode"] = s.compat_mode == "on"
-            kvikio.defaults.set(settings)
+            configure_kvikio(s.threads, self.io_size, None if s.compat_mode == "auto" else s.compat_mode == "on")
 
     def _sync_file(self, path: str) -> None:
         if self._sync is not None:
@@ -85,7 +90,7 @@ class Paths:
 
         with kvikio.CuFile(path, "r") as f:
             f.read(t)
-        torch.cuda.synchronize()
+        _synchronize(t)
 
     def save_cpu(self, t: torch.Tensor, path: str) -> None:
         host = t.cpu() if t.is_cuda else t  # prepared once by the caller for this path
@@ -107,7 +112,7 @@ class Paths:
 
     def load_cpu_gpu(self, t: torch.Tensor, path: str) -> None:
         t.copy_(torch.load(path, weights_only=True).to(self.device))
-        torch.cuda.synchronize()
+        _synchronize(t)
 
     def save_pinned_async(self, t: torch.Tensor, path: str) -> None:
         flat, stream = t.view(torch.uint8).flatten(), torch.cuda.Stream()
@@ -152,7 +157,16 @@ class Paths:
         f = torch.cuda.gds.GdsFile(path, os.O_RDONLY)
         f.load_storage(t.untyped_storage(), offset=0)
         del f
-        torch.cuda.synchronize()
+        _synchronize(t)
+
+
+def _synchronize(t: torch.Tensor) -> None:
+    if t.is_cuda:
+        torch.cuda.synchronize(t.device)
+
+
+# Paths whose first save may find the system unable to take them (cuFile refusing the file system)
+_MAY_BE_UNSUPPORTED = ("gds", "torch_gds")
 
 
 def _available(name: str) -> str | None:
@@ -169,7 +183,7 @@ def _transfer(ctx: ModeContext, phase: str, name: str, step: int, fn: Callable[[
     ctx.comm.barrier()
     try:
         with ctx.watch():
-            torch.cuda.synchronize()
+            _synchronize(t)
             start, t0 = time.time(), time.perf_counter()
             fn(t, file)
             return start, time.perf_counter() - t0
@@ -180,46 +194,74 @@ def _transfer(ctx: ModeContext, phase: str, name: str, step: int, fn: Callable[[
 def run(ctx: ModeContext) -> dict[str, Any] | None:
     s, ck = ctx.workload.gds, ctx.ck
     clear_old(ctx)
-    device = torch.device("cuda", ctx.comm.rank % torch.cuda.device_count())
+    device = torch.device("cuda", ctx.comm.local_rank % torch.cuda.device_count())
     torch.cuda.set_device(device)
-    nbytes = s.size_mib * MIB
-    source = torch.randint(0, 255, (nbytes,), dtype=torch.uint8, device=device)
+    source = torch.randint(0, 255, (s.size_mib * MIB,), dtype=torch.uint8, device=device)
     paths = Paths(s, ctx.backend.sync if ck.fsync else None, device)
     table: dict[str, dict[str, Any]] = {}
-    records = []
+    records: list[OpRecord] = []
     for name in s.paths:
         why = _available(name)
-        if why:
-            table[name] = {"skipped": why}
-            continue
-        data = source.cpu() if name == "cpu" else source
-        save, load = getattr(paths, f"save_{name}"), getattr(paths, f"load_{name}")
-        saves, loads = [], []
-        for i in range(1, ck.num_checkpoints_write + 1):
-            ctx.backend.makedirs(ctx.path(i))
-            file = f"{ctx.path(i)}/{name}.{ctx.comm.rank}.bin"
-            start, duration = _transfer(ctx, "save", name, i, save, data, file)
-            saves.append(duration)
-            if name == s.paths[0]:
-                records.append(record(ctx, "save", i, start, duration, nbytes, 1))
-        for i in range(1, ck.num_checkpoints_read + 1):
-            file = f"{ctx.path(i)}/{name}.{ctx.comm.rank}.bin"
-            target = torch.empty_like(data)
-            evict_before_read(ctx, [file])
-            start, duration = _transfer(ctx, "load", name, i, load, target, file)
-            if not torch.equal(target, data):
-                raise VerifyError(f"{file}: the {name} path read back other bytes than it wrote")
-            loads.append(duration)
-            if name == s.paths[0]:
-                records.append(record(ctx, "load", i, start, duration, nbytes, 1))
-        table[name] = _row(name, nbytes, saves, loads, s)
-        log.info("%-13s write %9.1f MiB/s  read %9.1f MiB/s", name, table[name]["write_MiB_per_s"],
-                 table[name].get("read_MiB_per_s", 0.0))
+        row, path_records = ({"skipped": why}, []) if why else measure_path(ctx, paths, name, source)
+        table[name] = row
+        if name == s.paths[0]:
+            records = path_records
+        if "write_MiB_per_s" in row:
+            log.info("%-13s write %9.1f MiB/s  read %9.1f MiB/s", name, row["write_MiB_per_s"],
+                     row.get("read_MiB_per_s", 0.0))
+        else:
+            log.info("%-13s %s", name, row.get("skipped") or f"unsupported here: {row['unsupported']}")
+    if "gds" in table:
+        table["gds"]["transport"] = transport(ctx.backend.join(ck.checkpoint_folder))
+        log.info("gds transport: %s (%s)", table["gds"]["transport"]["transport"], table["gds"]["transport"]["why"])
+    if not records:
+        raise StorageError(f"the first of gds.paths ({s.paths[0]}) could not run here: "
+                           f"{table[s.paths[0]].get('unsupported') or table[s.paths[0]].get('skipped')}; "
+                           "list a path that can first")
     io = {"format": "raw device bytes", "primary_path": s.paths[0], "paths": table,
           "read_cache": read_cache(ctx), "fsync": fsync_meaning(ctx, "every file fsynced inside its save time"),
           "verified": True}
     extra = {"device": torch.cuda.get_device_name(device), "versions": {"torch": torch.__version__}}
-    return write_results(ctx, records, nbytes * ctx.comm.size, io, extra)
+    return write_results(ctx, records, source.numel() * ctx.comm.size, io, extra)
+
+
+def measure_path(ctx: ModeContext, paths: Paths, name: str, source: torch.Tensor) -> tuple[dict[str, Any],
+                                                                                           list[OpRecord]]:
+    """Every save then every load of one path: its table row and timing records. If the first save
+    fails on any process with a RuntimeError of a path that needs cuFile, the path is unsupported
+    here (decided together, so every process skips it) and the run goes on."""
+    s, ck = ctx.workload.gds, ctx.ck
+    data = source.cpu() if name == "cpu" else source
+    nbytes = data.numel()
+    save, load = getattr(paths, f"save_{name}"), getattr(paths, f"load_{name}")
+    saves, loads, records = [], [], []
+    for i in range(1, ck.num_checkpoints_write + 1):
+        ctx.backend.makedirs(ctx.path(i))
+        file = f"{ctx.path(i)}/{name}.{ctx.comm.rank}.bin"
+        why = None
+        try:
+            start, duration = _transfer(ctx, "save", name, i, save, data, file)
+        except RuntimeError as exc:
+            if i > 1 or name not in _MAY_BE_UNSUPPORTED:
+                raise
+            why = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"
+        if i == 1:
+            reasons = [(r, w) for r, w in enumerate(ctx.comm.allgather(why)) if w]
+            if reasons:
+                ctx.backend.remove(file)
+                return {"unsupported": "; ".join(f"rank {r}: {w}" for r, w in reasons[:4])}, []
+        saves.append(duration)
+        records.append(record(ctx, "save", i, start, duration, nbytes, 1))
+    for i in range(1, ck.num_checkpoints_read + 1):
+        file = f"{ctx.path(i)}/{name}.{ctx.comm.rank}.bin"
+        target = torch.empty_like(data)
+        evict_before_read(ctx, [file])
+        start, duration = _transfer(ctx, "load", name, i, load, target, file)
+        if not torch.equal(target, data):
+            raise VerifyError(f"{file}: the {name} path read back other bytes than it wrote")
+        loads.append(duration)
+        records.append(record(ctx, "load", i, start, duration, nbytes, 1))
+    return _row(name, nbytes, saves, loads, s), records
 
 
 def _row(name: str, nbytes: int, saves: list[float], loads: list[float], s: GDSSettings) -> dict[str, Any]:

@@ -90,10 +90,11 @@ class SaveEveryStep(lit.Callback):
     def __init__(self, ctx: ModeContext) -> None:
         self.ctx = ctx
         self.saves: list[tuple[int, str, float, float, float]] = []  # step, url, wall start, t0, blocking
+        self.device = torch.device("cpu")  # where the model was when it was saved
 
     def on_train_batch_end(self, trainer: lit.Trainer, module: lit.LightningModule, outputs: Any, batch: Any,
                            batch_idx: int) -> None:
-        step = trainer.global_step
+        step, self.device = trainer.global_step, module.device
         url = self.ctx.url(self.ctx.path(step, ".ckpt"))
         self.ctx.state.phase, self.ctx.state.step = "save", step
         start, t0 = time.time(), time.perf_counter()
@@ -122,6 +123,9 @@ def preflight(ctx: ModeContext) -> None:
     if ctx.comm.size > 1:
         raise ConfigError("workload.mode", "lightning", f"runs one process (the benchmark it reproduces "
                           f"trains on one device); this job has {ctx.comm.size}: run it without mpiexec -n")
+    if s.accelerator == "gpu" and not torch.cuda.is_available():
+        raise ConfigError("workload.lightning.accelerator", "gpu", "needs a CUDA GPU, and torch sees none "
+                          "(torch.cuda.is_available() is False); use cpu or auto")
     if s.checkpoint_io == "s3" and w.storage.storage_type != "s3":
         raise ConfigError("workload.lightning.checkpoint_io", "s3",
                           f"needs storage_type=s3 (storage_type is {w.storage.storage_type})")
@@ -140,9 +144,9 @@ def run(ctx: ModeContext) -> dict[str, Any] | None:
     plugin: CheckpointIO = AsyncCheckpointIO(io) if s.async_save else io
     saver = SaveEveryStep(ctx)
     module = DemoModule(s, w.model.num_layers)
-    trainer = lit.Trainer(max_steps=steps, accelerator="cpu", devices=1, logger=False, enable_checkpointing=False,
-                        enable_progress_bar=False, enable_model_summary=False, callbacks=[saver],
-                        plugins=[plugin], num_sanity_val_steps=0)
+    trainer = lit.Trainer(max_steps=steps, accelerator=s.accelerator, devices=1, logger=False,
+                          enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
+                          callbacks=[saver], plugins=[plugin], num_sanity_val_steps=0)
     setup = time.time() - ctx.started
     trainer.fit(module, data)
     with ctx.watch(), _storage_errors("background save to", ctx.url(ctx.path(steps, ".ckpt")) + " (or earlier)"):
@@ -154,7 +158,7 @@ def run(ctx: ModeContext) -> dict[str, Any] | None:
         records.append(record(ctx, "save", step, start, duration, nbytes, 1))
         blocking.append(held)
         log.info("save_ckpt%d: %.3f s (%.3f s blocking), %d bytes", step, duration, held, nbytes)
-    final = {k: v.detach().clone() for k, v in module.state_dict().items()}
+    final = {k: v.detach().cpu() for k, v in module.state_dict().items()}  # loads map to the CPU
     for i in range(1, ck.num_checkpoints_read + 1):
         ctx.state.phase, ctx.state.step = "load", i
         url = saver.saves[i - 1][1]
@@ -175,6 +179,9 @@ def run(ctx: ModeContext) -> dict[str, Any] | None:
         "verified": "global_step of every checkpoint read; the last one tensor by tensor",
     }
     extra = {"setup_seconds": setup, "blocking_save_seconds": blocking,
+             "accelerator": {"asked": s.accelerator, "saved_from": str(saver.device),
+                             "name": torch.cuda.get_device_name(saver.device) if saver.device.type == "cuda"
+                             else "cpu"},
              "model": {"nlayers": w.model.num_layers, "parameters": predicted.num_parameters,
                        "optimizer": s.optimizer, "predicted_checkpoint_bytes": predicted.file_bytes},
              "versions": {"torch": torch.__version__, "lightning": lit.__version__}}
