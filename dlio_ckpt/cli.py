@@ -13,14 +13,14 @@ import json
 import logging
 import os
 import sys
+import time
 import traceback
-from collections.abc import Callable
 from typing import Any
 
 from omegaconf import OmegaConf
 
 from .comm import Comm, SelfComm, get_comm, on_root
-from .config import Workload, check_world_size, compose
+from .config import check_world_size, compose
 from .errors import ConfigError, DlioCkptError
 
 USAGE = """\
@@ -158,6 +158,7 @@ def _plan(args: argparse.Namespace) -> int:
     check_options(workload.storage.storage_type, workload.storage.storage_options)
     fmt = get_format(workload.checkpoint.format)
     plan = make_plan(workload, args.world_size)
+    plan.validate()
     if args.format == "json":
         print(json.dumps(plan_json(plan, fmt)))
     else:
@@ -166,28 +167,35 @@ def _plan(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace, comm: Comm) -> int:
+    from .backends import get_backend
+    from .context import RunContext
     from .failure import RunState, Watchdog, die, on_signals
+    from .modes import load_mode
 
     state = RunState()
     on_signals(comm, state)  # from here on, SIGINT/SIGTERM end every rank (no rank left in a barrier)
     world_size = args.world_size or comm.size
     # Every rank validates (same input, same answer, no collective needed); rank 0 alone resolves
-    # the run folder (it holds the time) and shares it.
+    # the run folder (it holds the time) and shares it. Config-only rules all come before storage.
     workload, raw, run_dir = compose(args.overrides, args.config_dir)
-    check_world_size(workload, world_size)
-    watchdog = Watchdog(comm, state, workload.checkpoint.io_timeout)
+    check_world_size(workload, world_size, comm.size)
+    mode = load_mode(workload.mode)
     state.phase = "storage checks"
-    execute = _emulated(workload, comm, world_size, watchdog, state) if workload.mode == "emulated" else \
-        _real(workload, comm, world_size, watchdog, state)
+    st = workload.storage
+    backend = get_backend(st.storage_type, st.storage_root, st.storage_options, comm.local_rank)
+    ctx = RunContext(workload, comm, backend, world_size, state,
+                     Watchdog(comm, state, workload.checkpoint.io_timeout))
+    mode.preflight(ctx)
     state.phase = "setup"  # checks passed: what fails from here is not a storage check
     run_dir = os.path.abspath(comm.bcast(run_dir if comm.rank == 0 else None))
     try:
         on_root(comm, lambda: _prepare_run_dir(run_dir, redact(raw), [redact(o) for o in args.overrides]))
-        state.run_dir = run_dir
+        state.run_dir = ctx.run_dir = run_dir
         _setup_logging(run_dir, comm.rank)
-        meta = {"workload": workload.model.name, "world_size": world_size, "run_dir": run_dir,
-                "command": " ".join(["dlio_ckpt", *(redact(a) for a in sys.argv[1:])])}
-        result = execute(run_dir, meta)
+        ctx.meta = {"workload": workload.model.name, "world_size": world_size, "run_dir": run_dir,
+                    "command": " ".join(["dlio_ckpt", *(redact(a) for a in sys.argv[1:])])}
+        ctx.started = time.time()
+        result = mode.run(ctx)
         if result is not None:
             m = result["metric"]
             logging.getLogger("dlio_ckpt").info(
@@ -203,38 +211,6 @@ def _run(args: argparse.Namespace, comm: Comm) -> int:
     except BaseException:  # Exception, and libraries' BaseExceptions (DCP's CheckpointException)
         die(comm, state, f"unexpected error\n{traceback.format_exc()}")
     return 1
-
-
-Execute = Callable[[str, dict], "dict | None"]
-
-
-def _emulated(workload: Workload, comm: Comm, world_size: int, watchdog: Any, state: Any) -> Execute:
-    """Checks before anything is created; returns what runs the benchmark in a run folder."""
-    from .runner import build_job, preflight, run
-
-    job = build_job(workload, comm, world_size)
-    job.watchdog = watchdog
-    preflight(job)
-    return lambda run_dir, meta: run(job, run_dir, meta, state)
-
-
-def _real(workload: Workload, comm: Comm, world_size: int, watchdog: Any, state: Any) -> Execute:
-    """The same for a real mode (lightning, fsdp, gds): one rank per process, the framework's own I/O."""
-    from .real import load_mode
-    from .real.context import ModeContext
-
-    if world_size != comm.size:
-        raise ConfigError("--world-size", world_size, f"mode={workload.mode} runs one rank per process "
-                          f"({comm.size} here): leave --world-size out")
-    mode = load_mode(workload.mode)
-    ctx = ModeContext.build(workload, comm)
-    ctx.state, ctx.watchdog = state, watchdog
-    mode.preflight(ctx)
-
-    def execute(run_dir: str, meta: dict) -> dict | None:
-        ctx.run_dir, ctx.meta = run_dir, meta
-        return mode.run(ctx)
-    return execute
 
 
 _SECRETS = ("access_key_id", "secret_access_key", "session_token", "token")

@@ -18,7 +18,6 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from .errors import ConfigError
 
-DATATYPE_BYTES: dict[str, int] = {"fp16": 2, "bf16": 2, "fp32": 4, "fp64": 8, "int8": 1, "uint8": 1}
 Datatype = Literal["fp16", "bf16", "fp32", "fp64", "int8", "uint8"]
 MIB = 1 << 20
 
@@ -199,19 +198,65 @@ class Workload(Section):
                               "data-parallel size is world size // (tensor*pipeline)")
         return self
 
+    @model_validator(mode="after")
+    def _real_mode_rules(self) -> Workload:
+        """What a real mode cannot honour is refused here, never silently dropped (DLIO's defect)."""
+        if self.mode == "emulated":
+            return self
+        st, ck, mode = self.storage, self.checkpoint, self.mode
+        supported = REAL_MODE_STORAGE[mode]
+        if {"parallel_fs": "local_fs"}.get(st.storage_type, st.storage_type) not in supported:
+            raise ConfigError("workload.storage.storage_type", st.storage_type,
+                              f"mode={mode} supports storage_type {', '.join(supported)}")
+        for name in EMULATOR_ONLY:
+            value = getattr(ck, name)
+            if value != Checkpoint.model_fields[name].default:
+                raise ConfigError(f"workload.checkpoint.{name}", value, f"applies to emulated runs only: in "
+                                  f"mode={mode} the framework decides it; leave it out")
+        if st.storage_options.get("spread_prefixes"):
+            raise ConfigError("workload.storage.storage_options.spread_prefixes", st.storage_options["spread_prefixes"],
+                              "applies to emulated runs only: in real modes the framework names the objects")
+        if ck.num_checkpoints_write == 0:
+            raise ConfigError("workload.checkpoint.num_checkpoints_write", 0,
+                              f"must be >= 1 in mode={mode} (it reads back what this run saved)")
+        if mode == "lightning" and self.lightning.checkpoint_io == "s3" and st.storage_type != "s3":
+            raise ConfigError("workload.lightning.checkpoint_io", "s3",
+                              f"needs storage_type=s3 (storage_type is {st.storage_type})")
+        if mode == "fsdp" and self.model.model_datatype not in FSDP_DATATYPES:
+            raise ConfigError("workload.model.model_datatype", self.model.model_datatype,
+                              f"mode=fsdp trains in one of {', '.join(FSDP_DATATYPES)}")
+        return self
 
-def check_world_size(workload: Workload, world_size: int) -> None:
-    """Rules that need the world size: DLIO's, checked before anything is written."""
+
+# Checkpoint keys that shape the emulator's synthetic files and mean nothing to a framework's own save
+EMULATOR_ONLY = ("format", "scale", "odirect", "verify", "chunk_size", "recovery_rank_shift", "ranks_per_host", "mode")
+REAL_MODE_STORAGE = {"lightning": ("local_fs", "s3", "gcs"), "fsdp": ("local_fs", "s3", "gcs"),
+                     "gds": ("local_fs", "gds")}
+FSDP_DATATYPES = ("fp16", "bf16", "fp32", "fp64")  # torch dtypes the real model can train in
+
+
+def check_world_size(workload: Workload, world_size: int, processes: int | None = None) -> None:
+    """Every rule that needs the world size (DLIO's) or the process count (``processes``; None for
+    ``plan``, which starts none), checked before anything is written."""
     par = workload.model.parallelism
     mp = par.tensor * par.pipeline
     if world_size < 1:
         raise ConfigError("--world-size", world_size, "must be >= 1")
-    if workload.mode != "emulated":
-        return  # the real modes have no emulated tensor/pipeline layout: the framework decides
+    if workload.mode != "emulated":  # no emulated tensor/pipeline layout: the framework decides
+        if processes is not None and world_size != processes:
+            raise ConfigError("--world-size", world_size, f"mode={workload.mode} runs one rank per process "
+                              f"({processes} here): leave --world-size out")
+        if processes is not None and processes > 1 and workload.mode == "lightning":
+            raise ConfigError("workload.mode", "lightning", f"runs one process (the benchmark it reproduces "
+                              f"trains on one device); this job has {processes}: run it without mpiexec -n")
+        return
+    if processes is not None and world_size % processes:
+        raise ConfigError("--world-size", world_size, f"must be a multiple of the number of processes ({processes})")
     if workload.checkpoint.mode == "default" and world_size % mp:
+        hint = f"; or run {mp} ranks in this one process with --world-size {mp}" if processes == 1 else ""
         raise ConfigError(
             "workload.model.parallelism", f"tensor={par.tensor} pipeline={par.pipeline}",
-            f"tensor*pipeline={mp} must divide the world size {world_size}",
+            f"tensor*pipeline={mp} must divide the world size {world_size}{hint}",
         )
     if workload.checkpoint.mode == "subset" and par.data * mp < world_size:
         raise ConfigError(
@@ -283,11 +328,11 @@ def validate(raw: Any) -> Workload:
     try:
         return Workload.model_validate(raw)
     except ValidationError as exc:
-        lines = [_explain(err, raw) for err in exc.errors()]
+        lines = [_explain(err) for err in exc.errors()]
         raise ConfigError("", None, "invalid workload configuration:\n  " + "\n  ".join(lines)) from None
 
 
-def _explain(err: dict, raw: dict) -> str:
+def _explain(err: dict) -> str:
     loc = [str(p) for p in err["loc"]]
     key = "workload." + ".".join(loc)
     if err["type"] == "extra_forbidden":

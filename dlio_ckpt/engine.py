@@ -207,7 +207,7 @@ class Engine:
                     writer.write(piece)
             else:
                 self._write_staged(worker, writer, task)
-            writer.finish(fsync=False)
+            writer.finish()
         except BaseException:
             writer.abort()
             raise

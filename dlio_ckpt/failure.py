@@ -10,7 +10,6 @@ also ends every rank when one is killed outright (``kill -9``).
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import sys
@@ -21,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .comm import Comm, hostname
+from .results import dumps, write_result
 
 
 @dataclass
@@ -49,12 +49,8 @@ def write_failed_summary(state: RunState, rank: int, reason: str) -> None:
     }
     if rank == 0:
         body["steps_committed"] = state.committed
-    path = os.path.join(state.run_dir, "summary.json")
-    tmp = f"{path}.tmp{os.getpid()}"
     try:
-        with open(tmp, "w") as fh:
-            json.dump(body, fh, indent=2)
-        os.replace(tmp, path)
+        write_result(os.path.join(state.run_dir, "summary.json"), dumps(body))
     except OSError:
         pass  # the run folder itself may be what failed; the message on stderr still says why
 

@@ -8,6 +8,12 @@ All ``//`` are floor divisions applied left to right: the truncation is part of 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .config import Model
+
+DATATYPE_BYTES: dict[str, int] = {"fp16": 2, "bf16": 2, "fp32": 4, "fp64": 8, "int8": 1, "uint8": 1}
 
 
 @dataclass(frozen=True)
@@ -18,6 +24,13 @@ class TransformerShape:
     vocab_size: int
     num_attention_heads: int
     num_kv_heads: int
+
+    @classmethod
+    def from_model(cls, m: Model) -> TransformerShape:
+        """The shape a workload's ``model`` section describes (the emulator's and fsdp's alike)."""
+        t = m.transformer
+        return cls(m.num_layers, t.hidden_size, t.ffn_hidden_size, t.vocab_size, t.num_attention_heads,
+                   t.num_kv_heads)
 
     @property
     def kv_dim(self) -> int:

@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from functools import cache, cached_property
 from typing import Literal
 
-from .config import DATATYPE_BYTES, Workload
-from .model import TransformerShape
+from .config import Workload
+from .model import DATATYPE_BYTES, TransformerShape
 
 GIB = 1 << 30
 
@@ -79,11 +79,9 @@ class Layout:
     @classmethod
     def from_workload(cls, workload: Workload, world_size: int) -> Layout:
         m, par, ck = workload.model, workload.model.parallelism, workload.checkpoint
-        tr = m.transformer
         mp = par.tensor * par.pipeline
         return cls(
-            shape=TransformerShape(m.num_layers, tr.hidden_size, tr.ffn_hidden_size, tr.vocab_size,
-                                   tr.num_attention_heads, tr.num_kv_heads),
+            shape=TransformerShape.from_model(m),
             tensor=par.tensor, pipeline=par.pipeline,
             data=par.data if ck.mode == "subset" else world_size // mp,
             zero_stage=par.zero_stage, model_dtype=m.model_datatype,
@@ -165,6 +163,31 @@ class Plan:
     @property
     def checkpoint_size_GB(self) -> float:  # noqa: N802 - DLIO's key name (it is GiB)
         return self.total_payload_bytes / GIB
+
+    def validate(self) -> None:
+        """Check the job's plan once, before a byte is written (as DCP validates its global plan):
+        one plan per rank in order, no file written by two ranks, every layer in exactly one pipeline
+        stage, and the model states of one replica (all its tensor-parallel ranks and ZeRO-3 shards)
+        holding exactly the elements the model arithmetic gives. A failure is our bug, not input."""
+        lay, shape = self.layout, self.layout.shape
+        problems = []
+        if [r.rank for r in self.ranks] != list(range(self.world_size)):
+            problems.append("ranks are not 0..world_size-1 in order")
+        stems = [f.stem for r in self.ranks for f in r.files]
+        if len(set(stems)) != len(stems):
+            problems.append("two ranks write the same file")
+        layers = sorted(i for pp in range(lay.pipeline) for i in shape.stage_layers(pp, lay.pipeline))
+        if layers != list(range(shape.num_layers + 3)):
+            problems.append("pipeline stages do not cover every layer exactly once")
+        if lay.scale == 1.0 and lay.data * lay.mp == self.world_size:  # a whole replica is planned
+            sf = lay.data if lay.zero_stage == 3 else 1
+            replica = [f for r in self.ranks if lay.zero_stage == 3 or r.dp == 0 for f in r.files if f.kind == "model"]
+            elements = sum(sum(g.numels) for f in replica for g in f.groups)
+            expected = lay.tensor * sf * sum(sum(shape.layer_numels(i, lay.tensor, sf)) for i in layers)
+            if elements != expected:
+                problems.append(f"one replica's model states hold {elements} elements, the model {expected}")
+        if problems:
+            raise RuntimeError(f"inconsistent plan for world size {self.world_size}: {'; '.join(problems)}")
 
 
 def make_plan(workload: Workload, world_size: int) -> Plan:

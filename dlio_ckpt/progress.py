@@ -13,6 +13,7 @@ import logging
 import sys
 import threading
 import time
+from importlib.util import find_spec
 from typing import Any, Protocol
 
 log = logging.getLogger("dlio_ckpt")
@@ -105,6 +106,7 @@ class ProgressBar:
 
 
 def progress_display(enabled: bool, interval: float = 10.0) -> ProgressDisplay:
+    """A bar on a terminal where rich is installed (the ``progress`` extra), log lines otherwise."""
     if not enabled:
         return NoProgress()
-    return ProgressBar() if sys.stdout.isatty() else ProgressLines(interval)
+    return ProgressBar() if sys.stdout.isatty() and find_spec("rich") else ProgressLines(interval)

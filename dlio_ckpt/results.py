@@ -10,10 +10,16 @@ figure that does not exist is left out, never written as NaN.
 from __future__ import annotations
 
 import json
+import os
+import resource
 import statistics
-from dataclasses import asdict, dataclass
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
+
+from .comm import Comm, host_memory, hostname
 
 GIB = 1 << 30
 GB = 10**9
@@ -123,5 +129,37 @@ def dumps(obj: Any) -> str:
     return json.dumps(obj, indent=2, allow_nan=False) + "\n"
 
 
-def record_dict(r: OpRecord) -> dict[str, Any]:
-    return asdict(r)
+def finish_run(comm: Comm, run_dir: str, meta: dict[str, Any], run_start: float, records: list[OpRecord],
+               checkpoint_bytes: int, mine: Any, describe: Callable[[list[Any]], dict[str, Any]]
+               ) -> dict[str, Any] | None:
+    """Gather every process's records and facts; rank 0 writes ``{process}_per_epoch_stats.json`` and
+    ``summary.json`` and returns the summary (None elsewhere). ``mine`` is this process's own facts
+    (retries, set-up time...); ``describe`` turns every process's into the mode's summary fields.
+    ``checkpoint_bytes``: one checkpoint, all processes. Every mode ends here, so their result
+    files agree."""
+    peak_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    gathered = comm.gather((records, hostname(), host_memory(), peak_rss, mine))
+    if gathered is None:
+        return None
+    run_end = time.time()
+    for proc, recs in enumerate(g[0] for g in gathered):
+        write_result(f"{run_dir}/{proc}_per_epoch_stats.json", dumps(per_epoch_stats(recs, run_start, run_end)))
+    rss = [g[3] for g in gathered]
+    meta = {
+        **meta, "status": "ok", "num_processes": comm.size, "num_hosts": len({g[1] for g in gathered}),
+        "hostname": hostname(), "start": iso(run_start), "end": iso(run_end),
+        **hosts_summary([(g[1], g[2]) for g in gathered]),
+        "memory": {"peak_rss_bytes_max": max(rss), "peak_rss_bytes_per_process": rss},
+        **describe([g[4] for g in gathered]),
+    }
+    result = summary([r for g in gathered for r in g[0]], checkpoint_bytes=checkpoint_bytes, meta=meta)
+    write_result(f"{run_dir}/summary.json", dumps(result))
+    return result
+
+
+def write_result(path: str, text: str) -> None:
+    """Atomically: a result file is whole or absent, never half-written by a killed process."""
+    tmp = f"{path}.tmp{os.getpid()}"
+    with open(tmp, "w") as fh:
+        fh.write(text)
+    os.replace(tmp, path)

@@ -94,13 +94,19 @@ def tmpfs(folder: Path, options: str) -> Iterator[Path]:
 
 @pytest.fixture
 def small_fs(tmp_path):
-    """A 16 MiB tmpfs: tiny's 45 MiB checkpoint cannot fit."""
-    with tmpfs(tmp_path / "small", "size=16m") as mnt:
+    """A 128 MiB tmpfs: room for tiny's two 45 MiB checkpoints until a test fills it."""
+    with tmpfs(tmp_path / "small", "size=128m") as mnt:
         yield mnt
 
 
 def test_full_file_system_ends_every_rank_naming_rank_file_and_cause(tmp_path, small_fs):
-    proc = start([*BASE, f"++workload.storage.storage_root={small_fs}"], tmp_path)
+    """The file system fills up after the checks (another writer takes the room): ENOSPC mid-save."""
+    proc = start([*BASE, f"++workload.storage.storage_root={small_fs}",
+                  "++workload.checkpoint.time_between_checkpoints=3"], tmp_path)
+    wait_for(lambda: (tmp_path / "out" / ".hydra").exists(), timeout=30)
+    free = shutil.disk_usage(small_fs).free
+    with open(small_fs / "filler", "wb") as fh:
+        fh.write(bytes(free - (8 << 20)))
     code, err, _ = ended(proc, 30)
     assert code != 0
     assert "No space left on device (errno 28)" in err, err

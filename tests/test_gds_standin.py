@@ -124,11 +124,11 @@ def test_the_gds_extras_match_the_machines_cuda(extra, cuda):
 def _gds_mode_context(tmp_path, paths: list[str]):
     from dlio_ckpt.comm import SelfComm
     from dlio_ckpt.config import validate
-    from dlio_ckpt.real.context import ModeContext
+    from dlio_ckpt.context import RunContext
 
     w = validate({"model": {"num_layers": 1}, "mode": "gds", "checkpoint": {"checkpoint_folder": str(tmp_path / "ck"),
                   "num_checkpoints_write": 2, "num_checkpoints_read": 2}, "gds": {"paths": paths, "size_mib": 2}})
-    return ModeContext.build(w, SelfComm())
+    return RunContext(w, SelfComm(), get_backend("local_fs", "", {}), 1)
 
 
 def test_a_path_the_file_system_cannot_take_is_reported_unsupported_and_the_run_goes_on(tmp_path, monkeypatch):

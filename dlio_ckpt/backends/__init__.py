@@ -10,7 +10,8 @@ from __future__ import annotations
 import importlib
 
 from ..errors import ConfigError
-from .base import Backend, Capabilities, DeviceMemory, Options, Reader, Writer, parse_options
+from .base import Backend, Capabilities, DeviceMemory, Reader, Writer, parse_options
+from .options import OPTIONS
 
 _REGISTRY: dict[str, tuple[str, str, str, str]] = {
     # storage_type: (module, class, what to install, the pip command that provides it)
@@ -22,20 +23,11 @@ _REGISTRY: dict[str, tuple[str, str, str, str]] = {
             "pip install 'dlio_ckpt[gds-cu13]' for CUDA 13, 'dlio_ckpt[gds-cu12]' for CUDA 12"),
     "null": ("dlio_ckpt.backends.null", "NullBackend", "", ""),
 }
-_OPTIONS = {"local_fs": "LocalFSOptions", "parallel_fs": "LocalFSOptions", "s3": "S3Options",
-            "gcs": "GCSOptions", "gds": "GDSOptions", "null": None}
 
 
 def check_options(storage_type: str, options: dict) -> None:
-    """Validate ``storage_options`` without connecting to anything (for ``plan``); a backend whose
-    package is not installed is not checked, since plan does not need it."""
-    try:
-        module = importlib.import_module(_REGISTRY[storage_type][0])
-    except (KeyError, ImportError):
-        return
-    name = _OPTIONS.get(storage_type)
-    parse_options(getattr(module, name) if name else Options, storage_type, options)
-STORAGE_TYPES = tuple(_REGISTRY)
+    """Validate ``storage_options`` without importing the backend's client or connecting (``plan``)."""
+    parse_options(OPTIONS[storage_type], storage_type, options)
 
 
 def get_backend(storage_type: str, root: str, options: dict, local_rank: int = 0) -> Backend:
@@ -57,5 +49,5 @@ def get_backend(storage_type: str, root: str, options: dict, local_rank: int = 0
     return backend_cls(root, options)
 
 
-__all__ = ["STORAGE_TYPES", "Backend", "Capabilities", "DeviceMemory", "Reader", "Writer", "check_options",
+__all__ = ["Backend", "Capabilities", "DeviceMemory", "Reader", "Writer", "check_options",
            "get_backend"]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -20,8 +21,7 @@ class Capabilities:
     odirect: bool  # can bypass the page cache (then buffers and offsets must be aligned)
     alignment: int  # required alignment of buffers, offsets and lengths under O_DIRECT
     evict_cache: bool  # can drop a file's cached pages so reads hit storage
-    ranged_reads: bool  # can read part of a file without the rest
-    device_buffers: bool  # moves data to and from GPU memory itself
+    device_buffers: bool = False  # moves data from and to GPU memory (device_memory)
     stores_data: bool = True  # False only for null: reads return nothing to verify
 
 
@@ -62,7 +62,7 @@ class DeviceMemory(Protocol):
 
 class Writer(Protocol):
     def write(self, data: memoryview) -> None: ...
-    def finish(self, fsync: bool) -> None: ...
+    def finish(self) -> None: ...  # the file is whole (an object is committed); durability is sync's
     def abort(self) -> None: ...
 
 
@@ -71,38 +71,69 @@ class Reader(Protocol):
     def close(self) -> None: ...
 
 
-class Backend(Protocol):
+class Backend(ABC):
+    """Every storage backend: the core each one implements (abstract here), and optional operations
+    whose defaults suit a store that lacks them (fsspec's AbstractFileSystem shape)."""
+
     name: str
     capabilities: Capabilities
     options: Options  # options.threads: how many files each process moves at once
 
+    @abstractmethod
     def check(self, writing: bool) -> None:
         """Fail before anything is written when storage cannot be used (no bucket, no server)."""
-        ...
 
+    @abstractmethod
     def describe(self) -> dict[str, Any]:
         """What summary.json records about the storage (never credentials)."""
-        ...
 
+    @abstractmethod
     def join(self, *parts: str) -> str: ...
-    def makedirs(self, path: str) -> None: ...
+    @abstractmethod
     def open_write(self, path: str, odirect: bool) -> Writer: ...
+    @abstractmethod
     def open_read(self, path: str, odirect: bool) -> Reader: ...
-    def evict(self, path: str) -> None: ...
-    def sync(self, path: str) -> None: ...
+    @abstractmethod
     def size(self, path: str) -> int | None: ...
+
+    @abstractmethod
     def list_names(self, path: str) -> list[str]:
         """Names directly under a folder (files and sub-folders); [] when there is none."""
-        ...
 
+    @abstractmethod
     def remove_tree(self, path: str) -> None:
         """Remove a folder and everything under it; nothing when it does not exist."""
-        ...
+
+    @abstractmethod
+    def put_small(self, path: str, data: bytes) -> None: ...
+    @abstractmethod
+    def get_small(self, path: str) -> bytes | None: ...
+    @abstractmethod
+    def remove(self, path: str) -> None: ...
+
+    # -- optional: the defaults are right for a store without folders, cache or fsync ----------
+
+    def makedirs(self, path: str) -> None:  # noqa: B027 (a no-op default, on purpose)
+        """Object stores have no folders."""
+
+    def evict(self, path: str) -> None:  # noqa: B027
+        """Drop a file's cached pages (where ``capabilities.evict_cache``)."""
+
+    def sync(self, path: str) -> None:  # noqa: B027
+        """Make a written file durable (where ``capabilities.fsync``; object stores are on close)."""
+
+    def free_bytes(self, path: str) -> int | None:
+        """Bytes that can still be written under ``path``; None where the storage cannot say."""
+        return None
+
+    def url(self, path: str) -> str:
+        """What a framework opens: a local path, or ``s3://`` / ``gs://`` URL."""
+        return path
+
+    def fsspec_options(self) -> dict[str, Any]:
+        """fsspec's options for :meth:`url` (endpoint, credentials, path style), for frameworks."""
+        return {}
 
     def device_memory(self) -> DeviceMemory:
         """Only where ``capabilities.device_buffers``: the GPU memory writes come from and reads go to."""
-        ...
-
-    def put_small(self, path: str, data: bytes) -> None: ...
-    def get_small(self, path: str) -> bytes | None: ...
-    def remove(self, path: str) -> None: ...
+        raise NotImplementedError(f"storage_type={self.name} moves host memory only")

@@ -12,17 +12,17 @@ import asyncio
 import logging
 import os
 import socket
-from typing import Any, Literal
+from typing import Any
 from urllib.parse import urlsplit
 
 import aiohttp
 from fsspec.asyn import sync
 from fsspec.exceptions import FSTimeoutError
-from pydantic import Field
 
 from ..errors import ConfigError, StorageError
 from .base import parse_options
-from .object_store import MIB, ObjectStore, ObjectStoreOptions
+from .object_store import ObjectStore
+from .options import GCSOptions
 
 # Without this, gcsfs >= 2025.x probes every bucket for hierarchical namespaces over gRPC, which
 # emulators do not serve (each call then waits ~60 s). Users who want the probe can set it first.
@@ -31,21 +31,6 @@ os.environ.setdefault("GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT", "false")
 import gcsfs  # noqa: E402  (must follow the variable above)
 
 logging.getLogger("gcsfs").setLevel(logging.CRITICAL)  # it logs tracebacks on retries; we report the cause
-
-_RESUMABLE_UNIT = 256 << 10
-
-
-class GCSOptions(ObjectStoreOptions):
-    # STORAGE_EMULATOR_HOST (the Google SDKs' variable) is honoured by gcsfs itself when this is unset
-    project: str = Field(default_factory=lambda: os.environ.get("GOOGLE_CLOUD_PROJECT", ""))
-    token: str | None = Field(
-        None, description="gcsfs token: anon, google_default, cloud, or a service-account JSON path; "
-        "default: anon with an endpoint_url, else Google's default credentials")
-    block_size: int = Field(16 * MIB, ge=_RESUMABLE_UNIT, multiple_of=_RESUMABLE_UNIT,
-                            description="bytes per resumable-upload request")
-    consistency: Literal["none", "md5", "crc32c"] = "none"
-    timeout: float = Field(60.0, gt=0, description="seconds one operation may take, gcsfs's own retries "
-                           "included (it retries a refused connection with backoff for ~30 s)")
 
 
 _TRANSIENT = (asyncio.TimeoutError, FSTimeoutError, aiohttp.ClientError, ConnectionError, TimeoutError)
@@ -91,7 +76,7 @@ class GCSWriter:
         except Exception as exc:
             raise _failure("write failed on", self.url, exc, self._b) from None
 
-    def finish(self, fsync: bool) -> None:
+    def finish(self) -> None:
         try:
             self._fh.close()  # sends the last chunk and finalizes the upload
         except Exception as exc:
@@ -141,13 +126,19 @@ class GCSBackend(ObjectStore):
         super().__init__(root, parse_options(GCSOptions, self.name, options))
         o = self.options
         self.endpoint = o.endpoint_url or os.environ.get("STORAGE_EMULATOR_HOST")
-        token = o.token or ("anon" if self.endpoint else None)
-        self.fs = gcsfs.GCSFileSystem(project=o.project, token=token, endpoint_url=o.endpoint_url,
+        self.token = o.token or ("anon" if self.endpoint else None)
+        self.fs = gcsfs.GCSFileSystem(project=o.project, token=self.token, endpoint_url=o.endpoint_url,
                                       requests_timeout=o.timeout, skip_instance_cache=True)
 
     def call(self, coroutine: Any, *args: Any, **kwargs: Any) -> Any:
         """One gcsfs operation, its retries included, bounded by ``timeout`` seconds."""
         return sync(self.fs.loop, coroutine, *args, timeout=self.options.timeout, **kwargs)
+
+    def fsspec_options(self) -> dict[str, Any]:
+        """gcsfs's options, as this backend's own client has them."""
+        o = self.options
+        return {"project": o.project, "token": self.token, "endpoint_url": self.endpoint,
+                "requests_timeout": o.timeout}
 
     def describe(self) -> dict[str, Any]:
         o = self.options

@@ -20,22 +20,14 @@ import cupy
 import kvikio
 import kvikio.defaults  # kvikio >= 26 no longer imports its submodules with the package
 import numpy as np
-from pydantic import Field
 
 from ..errors import ConfigError, StorageError
-from .base import Capabilities, Options
+from .base import Capabilities
 from .cufile_status import transport
 from .local_fs import LocalFSBackend
+from .options import GDSOptions
 
 MIB = 1 << 20
-
-
-class GDSOptions(Options):
-    threads: int = Field(1, ge=1, le=256, description="files in flight per process")
-    kvikio_threads: int = Field(16, ge=1, le=1024, description="kvikio's I/O thread pool size")
-    task_size: int = Field(4 * MIB, ge=4096, multiple_of=4096, description="bytes per kvikio task")
-    device: int | None = Field(None, ge=0, description="CUDA device of every process (default: local rank mod GPUs)")
-    compat_mode: bool | None = Field(None, description="kvikio compatibility mode: None lets kvikio decide")
 
 
 def configure_kvikio(threads: int, task_size: int, compat_mode: bool | None) -> None:
@@ -92,7 +84,7 @@ class GDSWriter:
     def _put(self, device_bytes: Any, n: int) -> None:
         self._offset += self._fh.pwrite(device_bytes, n, self._offset).get()
 
-    def finish(self, fsync: bool) -> None:
+    def finish(self) -> None:
         self._fh.close()
 
     def abort(self) -> None:
@@ -154,7 +146,7 @@ class GDSBackend(LocalFSBackend):
 
     name = "gds"
     capabilities = Capabilities(fsync=True, durable_on_close=False, odirect=True, alignment=4096,
-                                evict_cache=True, ranged_reads=True, device_buffers=True)
+                                evict_cache=True, device_buffers=True)
 
     options_model = GDSOptions
 

@@ -7,15 +7,9 @@ import os
 import shutil
 from typing import Any
 
-from pydantic import Field
-
 from ..errors import ConfigError, StorageError
-from .base import Capabilities, Options, parse_options
-
-
-class LocalFSOptions(Options):
-    threads: int = Field(1, ge=1, le=256, description="files written or read at once per process; "
-                         "more than 1 helps on parallel file systems and NVMe arrays")
+from .base import Backend, Capabilities, Options, parse_options
+from .options import LocalFSOptions
 
 
 def _fail(op: str, path: str, exc: OSError) -> StorageError:
@@ -51,14 +45,8 @@ class LocalWriter:
             n = os.write(self._fd, data)
             data = data[n:]
 
-    def finish(self, fsync: bool) -> None:
-        try:
-            if fsync:
-                os.fsync(self._fd)
-        except OSError as exc:
-            raise _fail("fsync failed on", self.path, exc) from None
-        finally:
-            os.close(self._fd)
+    def finish(self) -> None:
+        os.close(self._fd)
 
     def abort(self) -> None:
         os.close(self._fd)
@@ -89,10 +77,10 @@ class LocalReader:
         os.close(self._fd)
 
 
-class LocalFSBackend:
+class LocalFSBackend(Backend):
     name = "local_fs"
     capabilities = Capabilities(fsync=True, durable_on_close=False, odirect=True, alignment=4096,
-                                evict_cache=True, ranged_reads=True, device_buffers=False)
+                                evict_cache=True)
 
     options_model: type[Options] = LocalFSOptions
 
@@ -140,6 +128,14 @@ class LocalFSBackend:
             os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
         finally:
             os.close(fd)
+
+    def free_bytes(self, path: str) -> int | None:
+        """Free space of the file system holding ``path`` (its nearest existing parent)."""
+        path = os.path.abspath(path)
+        while not os.path.exists(path):
+            path = os.path.dirname(path)
+        st = os.statvfs(path)
+        return st.f_bavail * st.f_frsize
 
     def sync(self, path: str) -> None:
         """fsync a written, closed file (Linux flushes the inode's dirty pages whatever the fd)."""

@@ -8,14 +8,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from .base import Capabilities, Options, parse_options
+from .base import Backend, Capabilities, Options, parse_options
 
 
 class NullWriter:
     def write(self, data: memoryview) -> None:
         pass
 
-    def finish(self, fsync: bool) -> None:
+    def finish(self) -> None:
         pass
 
     def abort(self) -> None:
@@ -30,11 +30,10 @@ class NullReader:
         pass
 
 
-class NullBackend:
+class NullBackend(Backend):
     name = "null"
     capabilities = Capabilities(fsync=True, durable_on_close=True, odirect=True, alignment=1,
-                                evict_cache=True, ranged_reads=True, device_buffers=False,
-                                stores_data=False)
+                                evict_cache=True, stores_data=False)
 
     def __init__(self, root: str, options: dict[str, Any]) -> None:
         self.options = parse_options(Options, self.name, options)
@@ -49,20 +48,11 @@ class NullBackend:
     def join(self, *parts: str) -> str:
         return "/".join(p.strip("/") for p in ("null:", *parts) if p)
 
-    def makedirs(self, path: str) -> None:
-        pass
-
     def open_write(self, path: str, odirect: bool) -> NullWriter:
         return NullWriter()
 
     def open_read(self, path: str, odirect: bool) -> NullReader:
         return NullReader()
-
-    def evict(self, path: str) -> None:
-        pass
-
-    def sync(self, path: str) -> None:
-        pass
 
     def size(self, path: str) -> int | None:
         return None

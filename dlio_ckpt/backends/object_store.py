@@ -7,26 +7,12 @@ optional prefix (``s3://`` or ``gs://`` in front is accepted), the rest comes fr
 from __future__ import annotations
 
 import zlib
+from abc import abstractmethod
 from typing import Any
 
-from pydantic import Field
-
 from ..errors import ConfigError
-from .base import Capabilities, Options
-
-MIB = 1 << 20
-
-
-class ObjectStoreOptions(Options):
-    threads: int = Field(4, ge=1, le=256, description="objects in flight per process")
-    retries: int = Field(2, ge=0, le=20, description="times an object is re-sent or re-read after a "
-                         "transient error, on top of the client's own attempts")
-    endpoint_url: str | None = None
-    spread_prefixes: int = Field(
-        0, ge=0, le=4096,
-        description="0: keys as planned; N: put each object under one of N hashed sub-prefixes, "
-        "since object stores throttle request rates per prefix",
-    )
+from .base import Backend, Capabilities
+from .options import ObjectStoreOptions
 
 
 def split_root(storage_type: str, root: str, scheme: str) -> tuple[str, str]:
@@ -39,13 +25,14 @@ def split_root(storage_type: str, root: str, scheme: str) -> tuple[str, str]:
     return bucket, prefix
 
 
-class ObjectStore:
-    """Shared path handling; subclasses move the bytes."""
+class ObjectStore(Backend):
+    """Shared path handling; subclasses move the bytes. No folders, no page cache here, and an
+    object is durable once its upload completes: the base's optional operations stay no-ops."""
 
     name = ""
     scheme = ""
     capabilities = Capabilities(fsync=False, durable_on_close=True, odirect=False, alignment=1,
-                                evict_cache=False, ranged_reads=True, device_buffers=False)
+                                evict_cache=False)
     options: ObjectStoreOptions
 
     def __init__(self, root: str, options: ObjectStoreOptions) -> None:
@@ -89,12 +76,12 @@ class ObjectStore:
             for key in self.list_keys(prefix):
                 self.remove_key(key)
 
+    @abstractmethod
     def list_keys(self, prefix: str) -> list[str]:
         """Every object key starting with ``prefix``."""
-        raise NotImplementedError
 
-    def remove_key(self, key: str) -> None:
-        raise NotImplementedError
+    @abstractmethod
+    def remove_key(self, key: str) -> None: ...
 
     def url(self, path: str) -> str:
         return f"{self.scheme}://{self.bucket}/{self.key(path)}"
@@ -102,12 +89,3 @@ class ObjectStore:
     def describe(self) -> dict[str, Any]:
         return {"bucket": self.bucket, "prefix": self.prefix, "endpoint_url": self.options.endpoint_url,
                 "threads": self.options.threads, "spread_prefixes": self.options.spread_prefixes}
-
-    def makedirs(self, path: str) -> None:
-        """Object stores have no folders."""
-
-    def evict(self, path: str) -> None:
-        """Nothing is cached on this side: every read goes to the server."""
-
-    def sync(self, path: str) -> None:
-        """An object is durable once its upload completes (``Capabilities.durable_on_close``)."""

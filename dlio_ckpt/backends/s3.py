@@ -17,43 +17,15 @@ import os
 from collections.abc import Iterator
 from typing import Any
 
-from pydantic import AliasChoices, Field, model_validator
 from s3torchconnectorclient._mountpoint_s3_client import MountpointS3Client, S3Exception
 
 from ..errors import ConfigError, StorageError
 from .base import parse_options
-from .object_store import MIB, ObjectStore, ObjectStoreOptions
+from .object_store import ObjectStore
+from .options import S3Options
 
 _NO_CREDENTIALS = ("no AWS credentials found: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (or "
                    "AWS_PROFILE), or storage_options.access_key_id and secret_access_key")
-
-
-class S3Options(ObjectStoreOptions):
-    # The CRT already uploads and downloads the parts of one object in parallel, so few objects in
-    # flight suffice; each adds the CRT's part buffers (~100 MiB at the defaults) to the process.
-    threads: int = Field(2, ge=1, le=256, description="objects in flight per process")
-    endpoint_url: str | None = Field(  # the AWS SDKs' variables, so existing set-ups carry over
-        default_factory=lambda: os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL"))
-    region: str = Field(default_factory=lambda: os.environ.get("AWS_REGION", os.environ.get(
-        "AWS_DEFAULT_REGION", "us-east-1")))
-    access_key_id: str | None = None
-    secret_access_key: str | None = None
-    session_token: str | None = None
-    profile: str | None = None
-    force_path_style: bool | None = Field(
-        None, validation_alias=AliasChoices("force_path_style", "s3_force_path_style"),  # DLIO's name too
-        description="default: True when endpoint_url is set")
-    part_size: int = Field(8 * MIB, ge=5 * MIB, le=5 << 30, description="multipart upload part size")
-    throughput_target_gbps: float = Field(10.0, gt=0)
-    max_attempts: int = Field(5, ge=1, le=100, validation_alias=AliasChoices("max_attempts", "s3_max_attempts"),
-                              description="tries per request, first one included")
-    read_size: int = Field(32 * MIB, ge=MIB, description="bytes per ranged GET when reading (memory per thread)")
-
-    @model_validator(mode="after")
-    def _keys_in_pairs(self) -> S3Options:
-        if (self.access_key_id is None) != (self.secret_access_key is None):
-            raise ValueError("access_key_id and secret_access_key must be given together")
-        return self
 
 
 _TRANSIENT = ("aws-c-io", "CONNECTION", "SOCKET", "TIMEOUT", "timed out", "SlowDown", "Throttl",
@@ -92,7 +64,7 @@ class S3Writer:
         except S3Exception as exc:
             raise failure("write failed on", self.url, exc) from None
 
-    def finish(self, fsync: bool) -> None:
+    def finish(self) -> None:
         try:
             self._stream.close()  # completes the multipart upload: the object now exists whole
         except S3Exception as exc:
@@ -160,11 +132,32 @@ class S3Backend(ObjectStore):
                            ("AWS_SESSION_TOKEN", o.session_token)):
             if value is not None:
                 os.environ[var] = value
-        path_style = o.force_path_style if o.force_path_style is not None else o.endpoint_url is not None
+        # decided once, here: the CRT, s3fs and the DCP/Lightning clients all take it from this
+        self.path_style = o.force_path_style if o.force_path_style is not None else o.endpoint_url is not None
         self.client = MountpointS3Client(
             region=o.region, endpoint=o.endpoint_url, profile=o.profile, part_size=o.part_size,
-            throughput_target_gbps=o.throughput_target_gbps, force_path_style=path_style,
+            throughput_target_gbps=o.throughput_target_gbps, force_path_style=self.path_style,
             max_attempts=o.max_attempts)
+
+    def client_config(self) -> Any:
+        """s3torchconnector's settings, for the framework clients that build their own (DCP, Lightning)."""
+        from s3torchconnector import S3ClientConfig
+
+        o = self.options
+        return S3ClientConfig(throughput_target_gbps=o.throughput_target_gbps, part_size=o.part_size,
+                              force_path_style=self.path_style, max_attempts=o.max_attempts)
+
+    def fsspec_options(self) -> dict[str, Any]:
+        """s3fs's options; credentials come from the AWS chain, which __init__ filled from ours."""
+        o = self.options
+        opts: dict[str, Any] = {"client_kwargs": {"region_name": o.region},
+                                "config_kwargs": {"s3": {"addressing_style": "path" if self.path_style else "auto"},
+                                                  "retries": {"max_attempts": o.max_attempts}}}
+        if o.endpoint_url:
+            opts["endpoint_url"] = o.endpoint_url
+        if o.profile:
+            opts["profile"] = o.profile
+        return opts
 
     def describe(self) -> dict[str, Any]:
         o = self.options
@@ -202,7 +195,7 @@ class S3Backend(ObjectStore):
         """A PUT is atomic: readers see the whole object or none."""
         writer = self.open_write(path, False)
         writer.write(memoryview(data))
-        writer.finish(False)
+        writer.finish()
 
     def get_small(self, path: str) -> bytes | None:
         try:

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..config import DATATYPE_BYTES, Workload
+from ..config import Workload
+from ..model import DATATYPE_BYTES
 
 # Fitted to .ckpt files written by torch 2.13 / Lightning 2.6 (2, 10 and 100 layers, SGD and Adam;
 # tests/test_real_modes.py holds the prediction to 1%): per parameter tensor, its zip record, pickle

@@ -33,41 +33,40 @@ from torch.distributed.fsdp import fully_shard
 from torch.distributed.tensor import DTensor
 
 from ..comm import hostname, on_root
-from ..config import DATATYPE_BYTES
-from ..errors import ConfigError, StorageError, VerifyError
-from ..model import TransformerShape
-from ..runner import step_name
-from .context import (
-    ModeContext,
-    clear_old,
+from ..context import (
+    Clock,
+    RunContext,
     evict_before_read,
     fsync_meaning,
+    prepare_storage,
     read_cache,
     record,
-    storage_preflight,
+    start_writing,
+    timed,
     write_results,
 )
-from .fsspec_config import storage_options
+from ..errors import ConfigError, StorageError, VerifyError
+from ..model import DATATYPE_BYTES, TransformerShape
 from .llama import Llama
+from .predict import describe
 
 log = logging.getLogger("dlio_ckpt")
-_WRITERS = {"s3": "S3StorageWriter", "gcs": "FsspecWriter"}
 # FSDP2 and DTensor warn about patterns of our own small model (views, RNG tracker) on every step
 warnings.filterwarnings("ignore", category=UserWarning, module=r"torch\.distributed\.")
 _TORCH_DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32, "fp64": torch.float64}
 
 
-def preflight(ctx: ModeContext) -> None:
-    w = ctx.workload
-    if w.model.model_datatype not in _TORCH_DTYPES:
-        raise ConfigError("workload.model.model_datatype", w.model.model_datatype,
-                          f"mode=fsdp trains in one of {', '.join(_TORCH_DTYPES)}")
-    if w.fsdp.backend == "nccl" and not torch.cuda.is_available():
+def _needed(ctx: RunContext) -> int:
+    return ctx.ck.num_checkpoints_write * describe(ctx.workload, ctx.world_size)["payload_bytes"]
+
+
+def preflight(ctx: RunContext) -> None:
+    if ctx.workload.fsdp.backend == "nccl" and not torch.cuda.is_available():
         raise ConfigError("workload.fsdp.backend", "nccl", "needs CUDA GPUs; use backend=gloo on CPU")
-    storage_preflight(ctx, supported=("local_fs", "s3", "gcs"))
+    prepare_storage(ctx, lambda: _needed(ctx))
 
 
-def init_distributed(ctx: ModeContext, hosts: list[str]) -> torch.device:
+def init_distributed(ctx: RunContext, hosts: list[str]) -> torch.device:
     """One torch.distributed process per MPI rank (rendezvous address shared over MPI), or the
     process group torchrun's environment describes."""
     backend = ctx.workload.fsdp.backend
@@ -88,11 +87,9 @@ def init_distributed(ctx: ModeContext, hosts: list[str]) -> torch.device:
     return torch.device("cpu")  # gloo: everything on the CPU, even where a GPU is present
 
 
-def build_model(ctx: ModeContext, device: torch.device) -> tuple[Llama, torch.optim.Optimizer]:
+def build_model(ctx: RunContext, device: torch.device) -> tuple[Llama, torch.optim.Optimizer]:
     m = ctx.workload.model
-    t = m.transformer
-    shape = TransformerShape(m.num_layers, t.hidden_size, t.ffn_hidden_size, t.vocab_size,
-                             t.num_attention_heads, t.num_kv_heads)
+    shape = TransformerShape.from_model(m)
     with torch.device("meta"):
         model = Llama(shape).to(_TORCH_DTYPES[m.model_datatype])
     # The mesh names the device: left out, FSDP2 picks CUDA wherever a GPU exists, even under gloo
@@ -111,7 +108,7 @@ def build_model(ctx: ModeContext, device: torch.device) -> tuple[Llama, torch.op
     return model, opt
 
 
-def train_step(ctx: ModeContext, model: Llama, opt: torch.optim.Optimizer, device: torch.device,
+def train_step(ctx: RunContext, model: Llama, opt: torch.optim.Optimizer, device: torch.device,
                gen: torch.Generator) -> None:
     s, vocab = ctx.workload.fsdp, ctx.workload.model.transformer.vocab_size
     tokens = torch.randint(0, vocab, (s.batch_size, s.seq_len + 1), generator=gen).to(device)
@@ -147,58 +144,66 @@ def fingerprint(state: dict[str, Any]) -> dict[str, bytes]:
     return out
 
 
-def _writer(ctx: ModeContext, step: int) -> Any:
-    s, url, name = ctx.workload.fsdp, ctx.url(ctx.path(step)), ctx.backend.name
-    if name == "s3":
+def _scheme(ctx: RunContext) -> str:
+    """``s3``: s3torchconnector's DCP classes (the benchmark reproduced); another URL scheme: DCP's
+    fsspec classes with the backend's options; none: local files."""
+    return ctx.backend.url(ctx.path(1)).partition("://")[0] if "://" in ctx.backend.url(ctx.path(1)) else ""
+
+
+def _writer(ctx: RunContext, step: int) -> Any:
+    s, url = ctx.workload.fsdp, ctx.backend.url(ctx.path(step))
+    if _scheme(ctx) == "s3":
         from s3torchconnector.dcp import S3StorageWriter
 
         writer = S3StorageWriter(ctx.backend.options.region, url, thread_count=s.thread_count)
         _point_at_endpoint(ctx, writer, url)
         return writer
-    if name == "gcs":
+    if _scheme(ctx):
         from torch.distributed.checkpoint._fsspec_filesystem import FsspecWriter
 
-        return FsspecWriter(url, sync_files=False, thread_count=s.thread_count, **storage_options(ctx.backend))
+        return FsspecWriter(url, sync_files=False, thread_count=s.thread_count, **ctx.backend.fsspec_options())
     return dcp.FileSystemWriter(url, thread_count=s.thread_count, sync_files=ctx.ck.fsync)
 
 
-def _reader(ctx: ModeContext, step: int) -> Any:
-    url, name = ctx.url(ctx.path(step)), ctx.backend.name
-    if name == "s3":
+def _reader(ctx: RunContext, step: int) -> Any:
+    url = ctx.backend.url(ctx.path(step))
+    if _scheme(ctx) == "s3":
         from s3torchconnector.dcp import S3StorageReader
 
         reader = S3StorageReader(ctx.backend.options.region, url)
         _point_at_endpoint(ctx, reader, url)
         return reader
-    if name == "gcs":
+    if _scheme(ctx):
         from torch.distributed.checkpoint._fsspec_filesystem import FsspecReader
 
-        return FsspecReader(url, **storage_options(ctx.backend))
+        return FsspecReader(url, **ctx.backend.fsspec_options())
     return dcp.FileSystemReader(url)
 
 
-def _point_at_endpoint(ctx: ModeContext, storage: Any, url: str) -> None:
+def _point_at_endpoint(ctx: RunContext, storage: Any, url: str) -> None:
     """s3torchconnector's DCP classes take a region but no endpoint; give them a client built from
     our S3 options (endpoint, path style, part size, attempts) through S3FileSystem's own argument."""
-    from s3torchconnector import S3ClientConfig
     from s3torchconnector._s3client import S3Client
     from s3torchconnector.dcp import S3FileSystem
 
     o = ctx.backend.options
-    path_style = o.force_path_style if o.force_path_style is not None else o.endpoint_url is not None
-    config = S3ClientConfig(throughput_target_gbps=o.throughput_target_gbps, part_size=o.part_size,
-                            force_path_style=path_style, max_attempts=o.max_attempts)
-    client = S3Client(o.region, endpoint=o.endpoint_url, s3client_config=config)
+    client = S3Client(o.region, endpoint=o.endpoint_url, s3client_config=ctx.backend.client_config())
     reader_constructor = getattr(storage, "_reader_constructor", None)
     storage.fs = S3FileSystem(o.region, s3_client=client, reader_constructor=reader_constructor)
     storage.path = storage.fs.init_path(url)
 
 
-def written_by_rank(ctx: ModeContext, step: int) -> dict[int, tuple[int, int]]:
+def written_by_rank(ctx: RunContext, step: int) -> dict[int, tuple[int, int]]:
     """(bytes, files) each rank wrote, from the ``.metadata`` DCP stored, read back by rank 0 after
     the save's time: the Metadata that ``dcp.save`` returns has no ``storage_data`` before torch 2.13,
     while the stored one always has it (loads need it)."""
-    return on_root(ctx.comm, lambda: bytes_by_rank(_reader(ctx, step).read_metadata()))
+    def read() -> dict[int, tuple[int, int]]:
+        try:
+            return bytes_by_rank(_reader(ctx, step).read_metadata())
+        except DCP_ERRORS as exc:
+            raise _fail("reading the .metadata of", ctx.backend.url(ctx.path(step)), exc) from None
+    with ctx.watch():
+        return on_root(ctx.comm, read)
 
 
 def bytes_by_rank(metadata: Any) -> dict[int, tuple[int, int]]:
@@ -233,42 +238,40 @@ def _first_line(exc: BaseException) -> str:
 class _Saves:
     """Saves in flight (async) and done: their records and what each process wrote."""
 
-    def __init__(self, ctx: ModeContext) -> None:
+    def __init__(self, ctx: RunContext) -> None:
         self.ctx = ctx
         self.records: list = []
         self.blocking: list[float] = []
         self.written: dict[int, dict[int, tuple[int, int]]] = {}  # step -> rank -> (bytes, files)
         self.pending: tuple | None = None
 
-    def finish(self, step: int, start: float, t0: float, end: float) -> None:
+    def finish(self, step: int, clock: Clock, end: float) -> None:
         ctx = self.ctx
         written = written_by_rank(ctx, step)
         nbytes, files = written.get(ctx.comm.rank, (0, 0))
         if ctx.comm.rank == 0:
-            meta_path = ctx.backend.join(ctx.ck.checkpoint_folder, step_name(step), ".metadata")
-            nbytes, files = nbytes + (ctx.backend.size(meta_path) or 0), files + 1
+            nbytes, files = nbytes + (ctx.backend.size(f"{ctx.path(step)}/.metadata") or 0), files + 1
             written[0] = (nbytes, files)
         self.written[step] = written
-        self.records.append(record(ctx, "save", step, start, end - t0, nbytes, files))
-        log.info("save_ckpt%d: %.3f s on rank 0 (%.3f s blocking)", step, end - t0, self.blocking[-1])
+        self.records.append(record(ctx, "save", step, clock, nbytes, files, seconds=end - clock.t0))
+        log.info("save_ckpt%d: %.3f s on rank 0 (%.3f s blocking)", step, end - clock.t0, self.blocking[-1])
 
     def wait(self) -> None:
         if self.pending is None:
             return
-        step, start, t0, future, done = self.pending
-        url = self.ctx.url(self.ctx.path(step))
+        step, clock, future, done = self.pending
         with self.ctx.watch():
             try:
                 future.result()
             except DCP_ERRORS as exc:
-                raise _fail("dcp.async_save to", url, exc) from None
+                raise _fail("dcp.async_save to", self.ctx.backend.url(self.ctx.path(step)), exc) from None
         self.pending = None
-        self.finish(step, start, t0, done[0])
+        self.finish(step, clock, done[0])
 
 
-def run(ctx: ModeContext) -> dict[str, Any] | None:
+def run(ctx: RunContext) -> dict[str, Any] | None:
     w, s, ck = ctx.workload, ctx.workload.fsdp, ctx.workload.checkpoint
-    clear_old(ctx)
+    start_writing(ctx, lambda: _needed(ctx))
     hosts = ctx.comm.allgather(hostname())  # each process's host, gathered once
     device = init_distributed(ctx, hosts)
     model, opt = build_model(ctx, device)
@@ -286,27 +289,21 @@ def run(ctx: ModeContext) -> dict[str, Any] | None:
         msd, osd = get_state_dict(model, opt)
         state = {"model": msd, "optim": osd}
         sums[i] = fingerprint(state)
-        ctx.state.phase = "save"
-        url = ctx.url(ctx.path(i))
-        ctx.comm.barrier()
-        start, t0 = time.time(), time.perf_counter()
-        with ctx.watch():
+        url = ctx.backend.url(ctx.path(i))
+        with timed(ctx, "save", i) as clock:
             try:
                 if s.async_save:
                     future = dcp.async_save(state, storage_writer=_writer(ctx, i), process_group=async_group)
                     done = [0.0]
                     future.add_done_callback(lambda _f, done=done: done.__setitem__(0, time.perf_counter()))
-                    saves.blocking.append(time.perf_counter() - t0)
-                    saves.pending = (i, start, t0, future, done)
+                    saves.pending = (i, clock, future, done)
                 else:
                     dcp.save(state, storage_writer=_writer(ctx, i))
-                    end = time.perf_counter()
-                    saves.blocking.append(end - t0)
-                    saves.finish(i, start, t0, end)
-            except StorageError:
-                raise
             except DCP_ERRORS as exc:
                 raise _fail("dcp.save to", url, exc) from None
+        saves.blocking.append(clock.seconds)
+        if not s.async_save:
+            saves.finish(i, clock, clock.t0 + clock.seconds)
     saves.wait()
     records = saves.records
     first_on_host = hosts.index(hostname()) == ctx.comm.rank
@@ -317,26 +314,23 @@ def run(ctx: ModeContext) -> dict[str, Any] | None:
         with torch.no_grad():
             for _, t in _tensors(state):
                 _local(t).zero_()  # a load that reads nothing cannot pass the check
-        url = ctx.url(ctx.path(i))
-        step = ctx.path(i)
+        url, step = ctx.backend.url(ctx.path(i)), ctx.path(i)
         if first_on_host:  # one process per host drops every shard from that host's cache
             evict_before_read(ctx, [f"{step}/{name}" for name in ctx.backend.list_names(step)])
-        ctx.comm.barrier()
-        start, t0 = time.time(), time.perf_counter()
-        with ctx.watch():
+        with timed(ctx, "load", i) as clock:
             try:
                 dcp.load(state, storage_reader=_reader(ctx, i))
             except DCP_ERRORS as exc:
                 raise _fail("dcp.load from", url, exc) from None
-        duration = time.perf_counter() - t0
         _check(fingerprint(state), sums[i], url)
         nbytes, files = saves.written[i].get(ctx.comm.rank, (0, 0))
-        records.append(record(ctx, "load", i, start, duration, nbytes, files))
-        log.info("load_ckpt%d: %.3f s on rank 0, checked", i, duration)
+        records.append(record(ctx, "load", i, clock, nbytes, files))
+        log.info("load_ckpt%d: %.3f s on rank 0, checked", i, clock.seconds)
     total = sum(b for b, _ in saves.written[1].values())
     params = sum(p.numel() for p in model.parameters())
     io = {"format": "torch.distributed.checkpoint (.distcp shards + .metadata)",
-          "writer": _WRITERS.get(ctx.backend.name, "FileSystemWriter"), "thread_count": s.thread_count,
+          "writer": {"s3": "S3StorageWriter", "": "FileSystemWriter"}.get(_scheme(ctx), "FsspecWriter"),
+          "thread_count": s.thread_count,
           "async_save": s.async_save,
           "fsync": fsync_meaning(ctx, "sync_files=True: DCP fsyncs every shard before its save ends"),
           "read_cache": read_cache(ctx),

@@ -22,7 +22,6 @@ from __future__ import annotations
 import logging
 import os
 import statistics
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -30,24 +29,30 @@ import torch
 
 from ..backends.cufile_status import transport
 from ..config import GDSSettings
-from ..errors import ConfigError, StorageError, VerifyError
-from ..results import OpRecord
-from .context import (
-    ModeContext,
-    clear_old,
+from ..context import (
+    RunContext,
     evict_before_read,
     fsync_meaning,
+    prepare_storage,
     read_cache,
     record,
-    storage_preflight,
+    start_writing,
+    timed,
     write_results,
 )
+from ..errors import ConfigError, StorageError, VerifyError
+from ..results import OpRecord
 
 log = logging.getLogger("dlio_ckpt")
 MIB = 1 << 20
 
 
-def preflight(ctx: ModeContext) -> None:
+def _needed(ctx: RunContext) -> int:
+    s = ctx.workload.gds
+    return ctx.ck.num_checkpoints_write * len(s.paths) * ctx.comm.size * s.size_mib * MIB
+
+
+def preflight(ctx: RunContext) -> None:
     if not torch.cuda.is_available():
         raise ConfigError("workload.mode", "gds", "needs a CUDA GPU, and torch sees none "
                           "(torch.cuda.is_available() is False); run it on a GPU machine")
@@ -58,7 +63,7 @@ def preflight(ctx: ModeContext) -> None:
             raise ConfigError("workload.gds.paths", "gds", "needs kvikio (pip install 'dlio_ckpt[gds-cu13]', or "
                               "[gds-cu12] for CUDA 12), "
                               "or leave gds out of the paths") from None
-    storage_preflight(ctx, supported=("local_fs", "gds"))
+    prepare_storage(ctx, lambda: _needed(ctx))
 
 
 class Paths:
@@ -176,24 +181,22 @@ def _available(name: str) -> str | None:
     return None
 
 
-def _transfer(ctx: ModeContext, phase: str, name: str, step: int, fn: Callable[[torch.Tensor, str], None],
-              t: torch.Tensor, file: str) -> tuple[float, float]:
-    """One timed save or load of one path, started together on every process: (start, seconds)."""
-    ctx.state.phase, ctx.state.step, ctx.state.file = f"{phase} ({name})", step, file
-    ctx.comm.barrier()
+def _transfer(ctx: RunContext, phase: str, name: str, step: int, fn: Callable[[torch.Tensor, str], None],
+              t: torch.Tensor, file: str, nbytes: int) -> OpRecord:
+    """One timed save or load of one path, started together on every process."""
+    ctx.state.file = file
+    _synchronize(t)  # earlier device work is not this transfer's
     try:
-        with ctx.watch():
-            _synchronize(t)
-            start, t0 = time.time(), time.perf_counter()
+        with timed(ctx, phase, step, name) as clock:
             fn(t, file)
-            return start, time.perf_counter() - t0
     except OSError as exc:
         raise StorageError(f"{name} {phase} {'to' if phase == 'save' else 'from'} {file}: {exc}") from None
+    return record(ctx, phase, step, clock, nbytes, 1)
 
 
-def run(ctx: ModeContext) -> dict[str, Any] | None:
+def run(ctx: RunContext) -> dict[str, Any] | None:
     s, ck = ctx.workload.gds, ctx.ck
-    clear_old(ctx)
+    start_writing(ctx, lambda: _needed(ctx))
     device = torch.device("cuda", ctx.comm.local_rank % torch.cuda.device_count())
     torch.cuda.set_device(device)
     source = torch.randint(0, 255, (s.size_mib * MIB,), dtype=torch.uint8, device=device)
@@ -225,7 +228,7 @@ def run(ctx: ModeContext) -> dict[str, Any] | None:
     return write_results(ctx, records, source.numel() * ctx.comm.size, io, extra)
 
 
-def measure_path(ctx: ModeContext, paths: Paths, name: str, source: torch.Tensor) -> tuple[dict[str, Any],
+def measure_path(ctx: RunContext, paths: Paths, name: str, source: torch.Tensor) -> tuple[dict[str, Any],
                                                                                            list[OpRecord]]:
     """Every save then every load of one path: its table row and timing records. If the first save
     fails on any process with a RuntimeError of a path that needs cuFile, the path is unsupported
@@ -234,13 +237,13 @@ def measure_path(ctx: ModeContext, paths: Paths, name: str, source: torch.Tensor
     data = source.cpu() if name == "cpu" else source
     nbytes = data.numel()
     save, load = getattr(paths, f"save_{name}"), getattr(paths, f"load_{name}")
-    saves, loads, records = [], [], []
+    records: list[OpRecord] = []
     for i in range(1, ck.num_checkpoints_write + 1):
         ctx.backend.makedirs(ctx.path(i))
         file = f"{ctx.path(i)}/{name}.{ctx.comm.rank}.bin"
         why = None
         try:
-            start, duration = _transfer(ctx, "save", name, i, save, data, file)
+            records.append(_transfer(ctx, "save", name, i, save, data, file, nbytes))
         except RuntimeError as exc:
             if i > 1 or name not in _MAY_BE_UNSUPPORTED:
                 raise
@@ -250,18 +253,15 @@ def measure_path(ctx: ModeContext, paths: Paths, name: str, source: torch.Tensor
             if reasons:
                 ctx.backend.remove(file)
                 return {"unsupported": "; ".join(f"rank {r}: {w}" for r, w in reasons[:4])}, []
-        saves.append(duration)
-        records.append(record(ctx, "save", i, start, duration, nbytes, 1))
     for i in range(1, ck.num_checkpoints_read + 1):
         file = f"{ctx.path(i)}/{name}.{ctx.comm.rank}.bin"
         target = torch.empty_like(data)
         evict_before_read(ctx, [file])
-        start, duration = _transfer(ctx, "load", name, i, load, target, file)
+        records.append(_transfer(ctx, "load", name, i, load, target, file, nbytes))
         if not torch.equal(target, data):
             raise VerifyError(f"{file}: the {name} path read back other bytes than it wrote")
-        loads.append(duration)
-        records.append(record(ctx, "load", i, start, duration, nbytes, 1))
-    return _row(name, nbytes, saves, loads, s), records
+    seconds = {p: [r.duration for r in records if r.phase == p] for p in ("save", "load")}
+    return _row(name, nbytes, seconds["save"], seconds["load"], s), records
 
 
 def _row(name: str, nbytes: int, saves: list[float], loads: list[float], s: GDSSettings) -> dict[str, Any]:

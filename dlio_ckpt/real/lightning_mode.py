@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
+import fsspec
 import lightning as lit
 import torch
 from lightning.pytorch.demos import Transformer
@@ -25,19 +26,20 @@ from torch.nn import functional
 from torch.utils.data import DataLoader, TensorDataset
 
 from ..config import LightningSettings
-from ..errors import ConfigError, DlioCkptError, StorageError, VerifyError
-from .context import (
-    ModeContext,
-    clear_old,
+from ..context import (
+    Clock,
+    RunContext,
     evict_before_read,
     fsync_meaning,
+    prepare_storage,
     read_cache,
     record,
-    storage_preflight,
+    start_writing,
+    timed,
     write_results,
 )
+from ..errors import ConfigError, DlioCkptError, StorageError, VerifyError
 from .demo_shapes import predict
-from .fsspec_config import configure_fsspec
 
 log = logging.getLogger("dlio_ckpt")
 for _name in ("lightning.pytorch", "lightning.fabric"):  # "GPU available", tips: not our results
@@ -87,54 +89,48 @@ class TimedIO(CheckpointIO):
 class SaveEveryStep(lit.Callback):
     """After each optimizer step: one checkpoint, timed around the save alone."""
 
-    def __init__(self, ctx: ModeContext) -> None:
+    def __init__(self, ctx: RunContext) -> None:
         self.ctx = ctx
-        self.saves: list[tuple[int, str, float, float, float]] = []  # step, url, wall start, t0, blocking
+        self.saves: list[tuple[int, str, Clock]] = []  # step, url, clock (its seconds: training held)
         self.device = torch.device("cpu")  # where the model was when it was saved
 
     def on_train_batch_end(self, trainer: lit.Trainer, module: lit.LightningModule, outputs: Any, batch: Any,
                            batch_idx: int) -> None:
         step, self.device = trainer.global_step, module.device
-        url = self.ctx.url(self.ctx.path(step, ".ckpt"))
-        self.ctx.state.phase, self.ctx.state.step = "save", step
-        start, t0 = time.time(), time.perf_counter()
-        with self.ctx.watch(), _storage_errors("save to", url):
+        url = self.ctx.backend.url(self.ctx.path(step, ".ckpt"))
+        with timed(self.ctx, "save", step) as clock, _storage_errors("save to", url):
             trainer.save_checkpoint(url)
-        self.saves.append((step, url, start, t0, time.perf_counter() - t0))
+        self.saves.append((step, url, clock))
 
 
-def _checkpoint_io(ctx: ModeContext) -> CheckpointIO:
-    s = ctx.workload.lightning
-    if s.checkpoint_io == "s3":
-        from s3torchconnector import S3ClientConfig
+def _checkpoint_io(ctx: RunContext) -> CheckpointIO:
+    if ctx.workload.lightning.checkpoint_io == "s3":
         from s3torchconnector.lightning import S3LightningCheckpoint
 
         o = ctx.backend.options
-        path_style = o.force_path_style if o.force_path_style is not None else o.endpoint_url is not None
-        config = S3ClientConfig(throughput_target_gbps=o.throughput_target_gbps, part_size=o.part_size,
-                                force_path_style=path_style, max_attempts=o.max_attempts)
-        return S3LightningCheckpoint(o.region, s3client_config=config, endpoint=o.endpoint_url)
-    configure_fsspec(ctx.backend)
+        return S3LightningCheckpoint(o.region, s3client_config=ctx.backend.client_config(), endpoint=o.endpoint_url)
+    # Lightning opens s3:// and gs:// with fsspec.url_to_fs(path) and no options: they must be the
+    # protocol's defaults
+    scheme, sep, _ = ctx.backend.url(ctx.path(1)).partition("://")
+    if sep:
+        fsspec.config.conf[scheme] = ctx.backend.fsspec_options()
     return TorchCheckpointIO()
 
 
-def preflight(ctx: ModeContext) -> None:
-    s, w = ctx.workload.lightning, ctx.workload
-    if ctx.comm.size > 1:
-        raise ConfigError("workload.mode", "lightning", f"runs one process (the benchmark it reproduces "
-                          f"trains on one device); this job has {ctx.comm.size}: run it without mpiexec -n")
-    if s.accelerator == "gpu" and not torch.cuda.is_available():
+def _needed(ctx: RunContext) -> int:
+    return ctx.ck.num_checkpoints_write * predict(ctx.workload).file_bytes
+
+
+def preflight(ctx: RunContext) -> None:
+    if ctx.workload.lightning.accelerator == "gpu" and not torch.cuda.is_available():
         raise ConfigError("workload.lightning.accelerator", "gpu", "needs a CUDA GPU, and torch sees none "
                           "(torch.cuda.is_available() is False); use cpu or auto")
-    if s.checkpoint_io == "s3" and w.storage.storage_type != "s3":
-        raise ConfigError("workload.lightning.checkpoint_io", "s3",
-                          f"needs storage_type=s3 (storage_type is {w.storage.storage_type})")
-    storage_preflight(ctx, supported=("local_fs", "s3", "gcs"))
+    prepare_storage(ctx, lambda: _needed(ctx))
 
 
-def run(ctx: ModeContext) -> dict[str, Any] | None:
+def run(ctx: RunContext) -> dict[str, Any] | None:
     w, s, ck = ctx.workload, ctx.workload.lightning, ctx.workload.checkpoint
-    clear_old(ctx)
+    start_writing(ctx, lambda: _needed(ctx))
     torch.manual_seed(0)
     steps = ck.num_checkpoints_write
     tokens = torch.randint(0, s.vocab_size, (steps * s.batch_size, s.seq_len + 1))
@@ -149,27 +145,25 @@ def run(ctx: ModeContext) -> dict[str, Any] | None:
                           callbacks=[saver], plugins=[plugin], num_sanity_val_steps=0)
     setup = time.time() - ctx.started
     trainer.fit(module, data)
-    with ctx.watch(), _storage_errors("background save to", ctx.url(ctx.path(steps, ".ckpt")) + " (or earlier)"):
+    last = ctx.backend.url(ctx.path(steps, ".ckpt"))
+    with ctx.watch(), _storage_errors("background save to", f"{last} (or earlier)"):
         plugin.teardown()  # AsyncCheckpointIO: wait for the last background write
     records, blocking = [], []
-    for step, url, start, t0, held in saver.saves:
-        duration = max(io.finished[url] - t0, held)  # sync: the whole save_checkpoint call
+    for step, url, clock in saver.saves:
+        duration = max(io.finished[url] - clock.t0, clock.seconds)  # sync: the whole save_checkpoint call
         nbytes = ctx.backend.size(ctx.path(step, ".ckpt"))
-        records.append(record(ctx, "save", step, start, duration, nbytes, 1))
-        blocking.append(held)
-        log.info("save_ckpt%d: %.3f s (%.3f s blocking), %d bytes", step, duration, held, nbytes)
+        records.append(record(ctx, "save", step, clock, nbytes, 1, seconds=duration))
+        blocking.append(clock.seconds)
+        log.info("save_ckpt%d: %.3f s (%.3f s blocking), %d bytes", step, duration, clock.seconds, nbytes)
     final = {k: v.detach().cpu() for k, v in module.state_dict().items()}  # loads map to the CPU
     for i in range(1, ck.num_checkpoints_read + 1):
-        ctx.state.phase, ctx.state.step = "load", i
         url = saver.saves[i - 1][1]
         evict_before_read(ctx, [ctx.path(i, ".ckpt")])
-        start, t0 = time.time(), time.perf_counter()
-        with ctx.watch(), _storage_errors("load from", url):
+        with timed(ctx, "load", i) as clock, _storage_errors("load from", url):
             loaded = io.load_checkpoint(url, map_location="cpu", weights_only=False)
-        duration = time.perf_counter() - t0
         _check(loaded, i, final if i == steps else None, url)
-        records.append(record(ctx, "load", i, start, duration, ctx.backend.size(ctx.path(i, ".ckpt")), 1))
-        log.info("load_ckpt%d: %.3f s, checked", i, duration)
+        records.append(record(ctx, "load", i, clock, ctx.backend.size(ctx.path(i, ".ckpt")), 1))
+        log.info("load_ckpt%d: %.3f s, checked", i, clock.seconds)
     predicted = predict(w)
     io_meta = {
         "format": "lightning .ckpt (torch.save)",

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..config import DATATYPE_BYTES, Workload
-from ..model import TransformerShape
+from ..config import Workload
+from ..model import DATATYPE_BYTES, TransformerShape
 from .demo_shapes import predict
 
 MIB = 1 << 20
@@ -24,9 +24,8 @@ def describe(workload: Workload, world_size: int) -> dict[str, Any]:
                 "tensors_per_checkpoint": p.num_tensors, "payload_bytes": p.payload_bytes,
                 "checkpoint_bytes": p.file_bytes, "checkpoint_MiB": round(p.file_bytes / MIB, 1),
                 "files": [f"global_epoch1_step{i}.ckpt" for i in range(1, ck.num_checkpoints_write + 1)]}
-    m, t = workload.model, workload.model.transformer
-    params = TransformerShape(m.num_layers, t.hidden_size, t.ffn_hidden_size, t.vocab_size,
-                              t.num_attention_heads, t.num_kv_heads).num_parameters
+    m = workload.model
+    params = TransformerShape.from_model(m).num_parameters
     width = DATATYPE_BYTES[m.model_datatype]
     states = 3 if workload.mode == "fsdp" and workload.fsdp.optimizer == "adam" else 1
     payload = params * width * states

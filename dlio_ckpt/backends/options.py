@@ -1,0 +1,84 @@
+"""``storage.storage_options`` of every backend, as pydantic models: unknown keys are errors.
+
+Why apart from the backends: ``plan`` and the config checks validate the options of any backend
+without importing its client (s3torchconnector, gcsfs, kvikio), so a typo is found even where the
+package is not installed.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Literal
+
+from pydantic import AliasChoices, Field, model_validator
+
+from .base import Options
+
+MIB = 1 << 20
+RESUMABLE_UNIT = 256 << 10  # GCS resumable uploads send multiples of this
+
+
+class LocalFSOptions(Options):
+    threads: int = Field(1, ge=1, le=256, description="files written or read at once per process; "
+                         "more than 1 helps on parallel file systems and NVMe arrays")
+
+class ObjectStoreOptions(Options):
+    threads: int = Field(4, ge=1, le=256, description="objects in flight per process")
+    retries: int = Field(2, ge=0, le=20, description="times an object is re-sent or re-read after a "
+                         "transient error, on top of the client's own attempts")
+    endpoint_url: str | None = None
+    spread_prefixes: int = Field(
+        0, ge=0, le=4096,
+        description="0: keys as planned; N: put each object under one of N hashed sub-prefixes, "
+        "since object stores throttle request rates per prefix",
+    )
+
+class S3Options(ObjectStoreOptions):
+    # The CRT already uploads and downloads the parts of one object in parallel, so few objects in
+    # flight suffice; each adds the CRT's part buffers (~100 MiB at the defaults) to the process.
+    threads: int = Field(2, ge=1, le=256, description="objects in flight per process")
+    endpoint_url: str | None = Field(  # the AWS SDKs' variables, so existing set-ups carry over
+        default_factory=lambda: os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL"))
+    region: str = Field(default_factory=lambda: os.environ.get("AWS_REGION", os.environ.get(
+        "AWS_DEFAULT_REGION", "us-east-1")))
+    access_key_id: str | None = None
+    secret_access_key: str | None = None
+    session_token: str | None = None
+    profile: str | None = None
+    force_path_style: bool | None = Field(
+        None, validation_alias=AliasChoices("force_path_style", "s3_force_path_style"),  # DLIO's name too
+        description="default: True when endpoint_url is set")
+    part_size: int = Field(8 * MIB, ge=5 * MIB, le=5 << 30, description="multipart upload part size")
+    throughput_target_gbps: float = Field(10.0, gt=0)
+    max_attempts: int = Field(5, ge=1, le=100, validation_alias=AliasChoices("max_attempts", "s3_max_attempts"),
+                              description="tries per request, first one included")
+    read_size: int = Field(32 * MIB, ge=MIB, description="bytes per ranged GET when reading (memory per thread)")
+
+    @model_validator(mode="after")
+    def _keys_in_pairs(self) -> S3Options:
+        if (self.access_key_id is None) != (self.secret_access_key is None):
+            raise ValueError("access_key_id and secret_access_key must be given together")
+        return self
+
+class GCSOptions(ObjectStoreOptions):
+    # STORAGE_EMULATOR_HOST (the Google SDKs' variable) is honoured by gcsfs itself when this is unset
+    project: str = Field(default_factory=lambda: os.environ.get("GOOGLE_CLOUD_PROJECT", ""))
+    token: str | None = Field(
+        None, description="gcsfs token: anon, google_default, cloud, or a service-account JSON path; "
+        "default: anon with an endpoint_url, else Google's default credentials")
+    block_size: int = Field(16 * MIB, ge=RESUMABLE_UNIT, multiple_of=RESUMABLE_UNIT,
+                            description="bytes per resumable-upload request")
+    consistency: Literal["none", "md5", "crc32c"] = "none"
+    timeout: float = Field(60.0, gt=0, description="seconds one operation may take, gcsfs's own retries "
+                           "included (it retries a refused connection with backoff for ~30 s)")
+
+class GDSOptions(Options):
+    threads: int = Field(1, ge=1, le=256, description="files in flight per process")
+    kvikio_threads: int = Field(16, ge=1, le=1024, description="kvikio's I/O thread pool size")
+    task_size: int = Field(4 * MIB, ge=4096, multiple_of=4096, description="bytes per kvikio task")
+    device: int | None = Field(None, ge=0, description="CUDA device of every process (default: local rank mod GPUs)")
+    compat_mode: bool | None = Field(None, description="kvikio compatibility mode: None lets kvikio decide")
+
+
+OPTIONS: dict[str, type[Options]] = {"local_fs": LocalFSOptions, "parallel_fs": LocalFSOptions, "s3": S3Options,
+                                     "gcs": GCSOptions, "gds": GDSOptions, "null": Options}

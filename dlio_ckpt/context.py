@@ -1,0 +1,173 @@
+"""One run as every mode sees it, and the skeleton they all share: storage checks and old-checkpoint
+rules before anything is written, one timed block per save or load, one way to write the results.
+
+Why once: emulated, Lightning, FSDP and GDS runs differ in what they save and how, not in the
+contract around it (start together, slowest process's time, a watchdog on this process's I/O,
+DLIO's result files). A mode gets a :class:`RunContext` and uses :func:`timed` for each operation;
+it never re-implements barrier, clock, watchdog or result writing.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+from .backends import Backend
+from .comm import Comm, on_root
+from .config import Checkpoint, Workload
+from .errors import ConfigError
+from .failure import RunState, Watchdog, watching
+from .planner import Plan
+from .results import OpRecord, finish_run
+from .steps import old_checkpoints, refuse_old_checkpoints, replace_old_checkpoints, step_name
+
+T = TypeVar("T")
+GIB = 1 << 30
+
+
+@dataclass
+class RunContext:
+    """What one process knows of the run. ``plan`` is the emulated layout (built once, by the
+    emulated mode's preflight); ``run_dir`` and ``meta`` are set once the run folder exists."""
+
+    workload: Workload
+    comm: Comm
+    backend: Backend
+    world_size: int
+    state: RunState = field(default_factory=RunState)
+    watchdog: Watchdog | None = None
+    plan: Plan | None = None
+    run_dir: str = ""
+    meta: dict[str, Any] = field(default_factory=dict)
+    started: float = field(default_factory=time.time)
+
+    @property
+    def ck(self) -> Checkpoint:
+        return self.workload.checkpoint
+
+    def watch(self) -> AbstractContextManager:
+        return watching(self.watchdog)
+
+    def on_root_io(self, fn: Callable[[], T]) -> T:
+        """``on_root`` for a storage operation: rank 0 does it under the watchdog, the others wait."""
+        def watched() -> T:
+            with self.watch():
+                return fn()
+        return on_root(self.comm, watched)
+
+    def path(self, step: int, suffix: str = "") -> str:
+        """The backend path of a step (a folder for files and DCP, a file for Lightning)."""
+        return self.backend.join(self.ck.checkpoint_folder, step_name(step) + suffix)
+
+
+@dataclass
+class Clock:
+    """When a timed operation started (wall clock, for records; monotonic, for durations) and how
+    long it took once its block ended."""
+
+    start: float
+    t0: float
+    seconds: float = 0.0
+
+
+@contextmanager
+def timed(ctx: RunContext, phase: str, step: int, what: str = "") -> Iterator[Clock]:
+    """Every process starts the operation together (barrier), then the clock runs while the watchdog
+    watches this process's I/O. ``what`` names the path or file for messages."""
+    ctx.state.phase, ctx.state.step = f"{phase} ({what})" if what else phase, step
+    ctx.comm.barrier()
+    clock = Clock(time.time(), time.perf_counter())
+    with ctx.watch():
+        yield clock
+    clock.seconds = time.perf_counter() - clock.t0
+
+
+def record(ctx: RunContext, phase: str, index: int, clock: Clock, nbytes: int, files: int, *,
+           step: int | None = None, seconds: float | None = None,
+           file_times: tuple[tuple[str, float, float, int], ...] = ()) -> OpRecord:
+    """This process's part of one operation. ``seconds`` replaces the clock's where the operation
+    ends after its block (an async save, finished in the background)."""
+    seconds = clock.seconds if seconds is None else seconds
+    return OpRecord(phase, index, index if step is None else step, ctx.comm.rank, clock.start,
+                    clock.start + seconds, seconds, nbytes, files, file_times)
+
+
+def prepare_storage(ctx: RunContext, needed_bytes: Callable[[], int]) -> None:
+    """Before anything is written: the storage answers and can be written, an earlier run's
+    checkpoints are not mixed with ours, and ``needed_bytes()`` (every checkpoint this run writes;
+    asked on rank 0 only) fit where the storage can say."""
+    ck = ctx.ck
+    writing = ck.num_checkpoints_write > 0
+    ctx.on_root_io(lambda: ctx.backend.check(writing=writing))
+    if writing:
+        ctx.on_root_io(lambda: refuse_old_checkpoints(ctx.backend, ck))
+        if not ck.overwrite or not ctx.on_root_io(lambda: old_checkpoints(ctx.backend, ck.checkpoint_folder)):
+            ctx.on_root_io(lambda: check_room(ctx.backend, ck.checkpoint_folder, needed_bytes))
+
+
+def check_room(backend: Backend, folder: str, needed_bytes: Callable[[], int]) -> None:
+    free = backend.free_bytes(backend.join(folder))
+    if free is not None and (needed := needed_bytes()) > free:
+        raise ConfigError("workload.checkpoint.checkpoint_folder", folder,
+                          f"needs {needed / GIB:.2f} GiB ({needed} bytes) for num_checkpoints_write checkpoints, "
+                          f"and {backend.join(folder)} has {free / GIB:.2f} GiB ({free} bytes) free")
+
+
+def start_writing(ctx: RunContext, needed_bytes: Callable[[], int]) -> None:
+    """Rank 0 replaces an earlier run's checkpoints (``checkpoint.overwrite``: then checks the room
+    that frees) and makes the checkpoint folder, before any timing starts."""
+    ck = ctx.ck
+    if ctx.comm.rank == 0 and ck.overwrite and old_checkpoints(ctx.backend, ck.checkpoint_folder):
+        with ctx.watch():
+            replace_old_checkpoints(ctx.backend, ck.checkpoint_folder)
+        check_room(ctx.backend, ck.checkpoint_folder, needed_bytes)
+    if ctx.comm.rank == 0:
+        ctx.backend.makedirs(ctx.backend.join(ck.checkpoint_folder))
+    ctx.comm.barrier()
+
+
+def evict_before_read(ctx: RunContext, paths: list[str]) -> None:
+    """Unless ``checkpoint.read_from_page_cache``, a load reads from storage, not from the pages the
+    save left in this host's cache."""
+    if ctx.backend.capabilities.evict_cache and not ctx.ck.read_from_page_cache:
+        for path in paths:
+            ctx.backend.evict(path)
+
+
+def fsync_meaning(ctx: RunContext, what: str) -> str | bool:
+    """What ``checkpoint.fsync`` meant on this storage, said plainly (``what``: how this mode syncs)."""
+    caps = ctx.backend.capabilities
+    if not caps.stores_data:
+        return "nothing stored: null storage"
+    if caps.durable_on_close:
+        return "implicit: each object is committed when its upload completes"
+    return what if ctx.ck.fsync else False
+
+
+def read_cache(ctx: RunContext) -> str:
+    """Where reads could have been served from, said plainly."""
+    caps, ck = ctx.backend.capabilities, ctx.ck
+    if not caps.stores_data:
+        return "none: null storage"
+    if not caps.evict_cache:
+        return "server: no client-side cache"
+    if ck.odirect:
+        return "odirect"
+    return "allowed" if ck.read_from_page_cache else "evicted"
+
+
+def write_results(ctx: RunContext, records: list[OpRecord], checkpoint_bytes: int, io: dict[str, Any],
+                  mine: Any = None, describe: Callable[[list[Any]], dict[str, Any]] | None = None,
+                  ) -> dict[str, Any] | None:
+    """``summary.json`` and the per-process files for any mode: ``io`` is what the mode says of its
+    I/O, ``mine`` this process's own facts, listed as ``per_process`` unless ``describe`` turns them
+    into other summary fields. ``checkpoint_bytes``: one checkpoint, all processes, as written."""
+    def fields(per_process: list[Any]) -> dict[str, Any]:
+        base = {"mode": ctx.workload.mode, "num_accelerators": ctx.world_size,
+                "io": {"storage_type": ctx.backend.name, "storage": ctx.backend.describe(), **io}}
+        return {**base, **(describe(per_process) if describe else {"per_process": per_process})}
+    return finish_run(ctx.comm, ctx.run_dir, ctx.meta, ctx.started, records, checkpoint_bytes,
+                      mine if mine is not None else {}, fields)
