@@ -10,22 +10,19 @@ from __future__ import annotations
 
 import argparse
 import json
-import logging
 import os
 import sys
-import time
 import traceback
-from typing import Any
 
-from omegaconf import OmegaConf
-
-from .comm import Comm, SelfComm, get_comm, on_root
+from .comm import Comm, SelfComm, get_comm
 from .config import check_world_size, compose
 from .errors import ConfigError, DlioCkptError
 
 USAGE = """\
 dlio_ckpt [plan] workload=NAME [++workload.KEY=VALUE ...] [--config-dir DIR] [--world-size W]
           [--format json|table]   (--format applies to plan)
+dlio_ckpt sweep workload=NAME KEY=v1,v2 KEY2=range(a,b,step) ... [--world-size W1,W2] [--stop-on-failure]
+          [--keep-checkpoints]
 dlio_ckpt diff A B [--threshold PCT] [--format table|json] [--metrics REGEX]
 dlio_ckpt report RUN
 dlio_ckpt check RUN [READ_RUN]"""
@@ -54,9 +51,11 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    command = argv.pop(0) if argv and argv[0] in ("plan", "run", *RESULT_COMMANDS) else "run"
+    command = argv.pop(0) if argv and argv[0] in ("plan", "run", "sweep", *RESULT_COMMANDS) else "run"
     if command in RESULT_COMMANDS:
         return _results_command(command, argv)
+    if command == "sweep":
+        return _sweep(argv)
     parser = _parser()
     comm: Comm = SelfComm() if command == "plan" else get_comm()
     try:
@@ -72,6 +71,27 @@ def main(argv: list[str] | None = None) -> int:
         if comm.rank == 0:
             print(f"dlio_ckpt: error: {exc}", file=sys.stderr)
         return exc.exit_code
+
+
+def _sweep(argv: list[str]) -> int:
+    """Every point of a grid inside this one job (dlio_ckpt/sweep.py)."""
+    from .sweep import run_sweep
+
+    p = _Parser(prog="dlio_ckpt sweep", usage=USAGE)
+    p.add_argument("overrides", nargs="*", help="workload=NAME, KEY=v1,v2 sweeps and fixed overrides")
+    p.add_argument("--config-dir", "-cd")
+    p.add_argument("--world-size", help="ranks to emulate: one value or a comma list to sweep")
+    p.add_argument("--stop-on-failure", action="store_true", help="stop at the first failed point")
+    p.add_argument("--keep-checkpoints", action="store_true", help="keep each point's checkpoints")
+    comm = get_comm()
+    try:
+        args = p.parse_intermixed_args(argv)
+        return run_sweep(args.overrides, args.world_size, args.config_dir, comm, args.stop_on_failure,
+                         args.keep_checkpoints)
+    except (ConfigError, _ArgError, DlioCkptError) as exc:  # found before any point ran
+        if comm.rank == 0:
+            print(f"dlio_ckpt sweep: error: {exc}", file=sys.stderr)
+        return getattr(exc, "exit_code", 2)
 
 
 def _results_command(command: str, argv: list[str]) -> int:
@@ -94,8 +114,14 @@ def _results_command(command: str, argv: list[str]) -> int:
             return _diff(args)
         if command == "report":
             from .report import write_report
+            from .sweep_results import draw, is_sweep, load_sweep
 
-            for path in write_report(args.run):
+            if is_sweep(args.run):
+                body = load_sweep(args.run)
+                paths = draw(args.run, body["keys"], body["points"]) if body["points"] else []
+            else:
+                paths = write_report(args.run)
+            for path in paths:
                 print(path)
             return 0
         return _check(args)
@@ -117,6 +143,14 @@ def _diff(args: argparse.Namespace) -> int:
             re.compile(args.metrics)
         except re.error as exc:
             raise ConfigError("--metrics", args.metrics, f"is not a regular expression ({exc})") from None
+    from .sweep_results import is_sweep
+
+    if is_sweep(args.a) and is_sweep(args.b):
+        from .compare import diff_sweeps
+
+        text, regressed = diff_sweeps(args.a, args.b, args.threshold, args.metrics, args.format)
+        print(text)
+        return 1 if regressed else 0
     a, b = load_run(args.a), load_run(args.b)
     changes = compare_metrics(a, b, args.threshold, args.metrics)
     if not any(c.direction != "none" and c.a is not None for c in changes):
@@ -167,10 +201,8 @@ def _plan(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace, comm: Comm) -> int:
-    from .backends import get_backend
-    from .context import RunContext
     from .failure import RunState, Watchdog, die, on_signals
-    from .modes import load_mode
+    from .launch import execute, start
 
     state = RunState()
     on_signals(comm, state)  # from here on, SIGINT/SIGTERM end every rank (no rank left in a barrier)
@@ -179,30 +211,10 @@ def _run(args: argparse.Namespace, comm: Comm) -> int:
     # the run folder (it holds the time) and shares it. Config-only rules all come before storage.
     workload, raw, run_dir = compose(args.overrides, args.config_dir)
     check_world_size(workload, world_size, comm.size)
-    mode = load_mode(workload.mode)
-    state.phase = "storage checks"
-    st = workload.storage
-    backend = get_backend(st.storage_type, st.storage_root, st.storage_options, comm.local_rank)
-    ctx = RunContext(workload, comm, backend, world_size, state,
-                     Watchdog(comm, state, workload.checkpoint.io_timeout))
-    mode.preflight(ctx)
-    state.phase = "setup"  # checks passed: what fails from here is not a storage check
+    mode, ctx = start(workload, comm, world_size, state, Watchdog(comm, state, workload.checkpoint.io_timeout))
     run_dir = os.path.abspath(comm.bcast(run_dir if comm.rank == 0 else None))
     try:
-        on_root(comm, lambda: _prepare_run_dir(run_dir, redact(raw), [redact(o) for o in args.overrides]))
-        state.run_dir = ctx.run_dir = run_dir
-        _setup_logging(run_dir, comm.rank)
-        ctx.meta = {"workload": workload.model.name, "world_size": world_size, "run_dir": run_dir,
-                    "command": " ".join(["dlio_ckpt", *(redact(a) for a in sys.argv[1:])])}
-        ctx.started = time.time()
-        result = mode.run(ctx)
-        if result is not None:
-            m = result["metric"]
-            logging.getLogger("dlio_ckpt").info(
-                "done: checkpoint %.3f GiB; save %.3f GiB/s mean; load %s; results in %s",
-                m["checkpoint_size_GiB"], m.get("save_checkpoint_io_mean_GiB_per_second", 0.0),
-                f"{m['load_checkpoint_io_mean_GiB_per_second']:.3f} GiB/s mean"
-                if "load_checkpoint_io_mean_GiB_per_second" in m else "none", run_dir)
+        execute(mode, ctx, run_dir, raw, args.overrides, sys.argv[1:])
         return 0
     except DlioCkptError as exc:  # raised on one rank or on all: either way every rank must end
         die(comm, state, str(exc), exc.exit_code)
@@ -211,36 +223,3 @@ def _run(args: argparse.Namespace, comm: Comm) -> int:
     except BaseException:  # Exception, and libraries' BaseExceptions (DCP's CheckpointException)
         die(comm, state, f"unexpected error\n{traceback.format_exc()}")
     return 1
-
-
-_SECRETS = ("access_key_id", "secret_access_key", "session_token", "token")
-
-
-def redact(item: Any) -> Any:
-    """Credentials given as storage_options never reach the result files (config, overrides, command)."""
-    if isinstance(item, dict):
-        return {k: "***" if k in _SECRETS and v is not None else redact(v) for k, v in item.items()}
-    if isinstance(item, str) and "=" in item:
-        key, _, _ = item.partition("=")
-        if key.rsplit(".", 1)[-1] in _SECRETS:
-            return f"{key}=***"
-    return item
-
-
-def _prepare_run_dir(run_dir: str, raw: dict, overrides: list[str]) -> None:
-    os.makedirs(os.path.join(run_dir, ".hydra"), exist_ok=True)
-    with open(os.path.join(run_dir, ".hydra", "config.yaml"), "w") as fh:
-        fh.write(OmegaConf.to_yaml({"workload": raw}))
-    with open(os.path.join(run_dir, ".hydra", "overrides.yaml"), "w") as fh:
-        fh.write(OmegaConf.to_yaml(list(overrides)))
-
-
-def _setup_logging(run_dir: str, rank: int) -> None:
-    log = logging.getLogger("dlio_ckpt")
-    log.setLevel(logging.INFO)
-    log.handlers.clear()
-    if rank == 0:
-        fmt = logging.Formatter("[%(asctime)s] %(message)s")
-        for handler in (logging.StreamHandler(sys.stdout), logging.FileHandler(f"{run_dir}/dlio_ckpt.log")):
-            handler.setFormatter(fmt)
-            log.addHandler(handler)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import socket
 import sys
+import time
 from collections.abc import Callable
 from typing import Any, Protocol, TypeVar
 
@@ -73,6 +74,65 @@ class MPIComm:
     def abort(self, code: int) -> None:
         sys.stdout.flush()
         sys.stderr.flush()
+        self._c.Abort(code)
+
+
+class PointAborted(BaseException):
+    """Another rank failed this sweep point: leave it (a BaseException, so that no handler of the
+    point's own errors mistakes it for one)."""
+
+
+class PointComm:
+    """The collectives of one sweep point on a communicator of its own, waited for by polling, so a
+    fault on one rank ends the point on every rank instead of leaving them in a collective (MPI
+    cannot cancel a blocking one) and the sweep goes on. The failing rank calls :meth:`abort_point`;
+    the others raise :class:`PointAborted` at their next collective. Objects travel point to point
+    (pickled, in order per sender), which is plenty for the few small messages of a run."""
+
+    _DATA, _ABORT = 1, 2
+
+    def __init__(self, parent: MPIComm) -> None:
+        from mpi4py import MPI
+
+        self._MPI, self._c = MPI, parent._c.Dup()
+        self.rank, self.size, self.local_rank = parent.rank, parent.size, parent.local_rank
+        self._sent: list[Any] = []  # sends need not complete: a rank may leave the point first
+
+    def _wait(self) -> None:
+        """One turn of a wait: leave the point if another rank aborted it."""
+        if self._c.iprobe(source=self._MPI.ANY_SOURCE, tag=self._ABORT):
+            raise PointAborted(self._c.recv(source=self._MPI.ANY_SOURCE, tag=self._ABORT))
+        time.sleep(0.0002)
+
+    def _recv(self, source: int) -> Any:
+        while (message := self._c.improbe(source=source, tag=self._DATA)) is None:
+            self._wait()
+        return message.recv()
+
+    def barrier(self) -> None:
+        request = self._c.Ibarrier()
+        while not request.Test():
+            self._wait()
+
+    def bcast(self, obj: Any) -> Any:
+        if self.rank == 0:
+            self._sent += [self._c.isend(obj, dest=r, tag=self._DATA) for r in range(1, self.size)]
+            return obj
+        return self._recv(0)
+
+    def gather(self, obj: Any) -> list[Any] | None:
+        if self.rank != 0:
+            self._sent.append(self._c.isend(obj, dest=0, tag=self._DATA))
+            return None
+        return [obj, *(self._recv(r) for r in range(1, self.size))]
+
+    def allgather(self, obj: Any) -> list[Any]:
+        return self.bcast(self.gather(obj))
+
+    def abort_point(self, reason: str) -> None:
+        self._sent += [self._c.isend(reason, dest=r, tag=self._ABORT) for r in range(self.size) if r != self.rank]
+
+    def abort(self, code: int) -> None:
         self._c.Abort(code)
 
 

@@ -121,3 +121,44 @@ def render_json(a: Run, b: Run, changes: list[MetricChange], configs: list[dict]
                        "metrics": [asdict(c) for c in changes], "config_differences": configs,
                        "regressions": [c.name for c in bad], "result": "regression" if bad else "ok"},
                       indent=2, default=str)
+
+
+def diff_sweeps(a_dir: str, b_dir: str, threshold: float, select: str | None, fmt: str) -> tuple[str, bool]:
+    """Two sweep folders point by point (points matched by their swept values), each pair through
+    the same gate as two runs. A point that ran in A and failed or is absent in B is a regression.
+    Returns the text to print and whether anything regressed."""
+    from .runfiles import load_run
+    from .sweep_results import load_sweep, point_key
+
+    a, b = load_sweep(a_dir), load_sweep(b_dir)
+    keys = a["keys"]
+    b_rows = {point_key(r, keys): r for r in b["points"]}
+    report, regressed = [], False
+    for row in a["points"]:
+        if row["status"] != "ok":
+            continue
+        key, other = point_key(row, keys), b_rows.get(point_key(row, keys))
+        if other is None or other["status"] != "ok":
+            why = "absent in B" if other is None else f"failed in B: {other['reason'][:200]}"
+            report.append({"point": " ".join(key), "result": "regression", "regressions": [why]})
+            regressed = True
+            continue
+        changes = compare_metrics(load_run(row["run_dir"]), load_run(other["run_dir"]), threshold,
+                                  select or r"_checkpoint_io_mean_GiB_per_second$|_duration_mean_seconds$")
+        bad = [c.name for c in regressions(changes)]
+        regressed = regressed or bool(bad)
+        report.append({"point": " ".join(key), "result": "regression" if bad else "ok", "regressions": bad,
+                       "metrics": {c.name: {"a": c.a, "b": c.b, "change_pct": c.change_pct, "verdict": c.verdict}
+                                   for c in changes}})
+    if fmt == "json":
+        return json.dumps({"a": a_dir, "b": b_dir, "threshold_pct": threshold, "points": report,
+                           "result": "regression" if regressed else "ok"}, indent=2, default=str), regressed
+    lines = [f"A: {a_dir}", f"B: {b_dir}", f"threshold: {threshold:g}% per point", ""]
+    for p in report:
+        figures = "  ".join(f"{n.split('_checkpoint')[0]} {_fmt(m['a'])}->{_fmt(m['b'])} "
+                            f"({m['change_pct']:+.1f}%)" for n, m in p.get("metrics", {}).items()
+                            if m["change_pct"] is not None and n.endswith("GiB_per_second"))
+        lines.append(f"{p['point']}: {p['result'].upper() if p['result'] == 'regression' else 'ok'}  {figures}"
+                     + (f"  [{'; '.join(p['regressions'])}]" if p["regressions"] else ""))
+    lines += ["", "result: " + ("REGRESSION" if regressed else "no regression")]
+    return "\n".join(lines), regressed

@@ -281,8 +281,10 @@ def available_workloads(config_dir: str | None = None) -> list[str]:
     return sorted({p.stem for d in dirs if d.is_dir() for p in d.glob("*.yaml")})
 
 
-def compose(overrides: list[str], config_dir: str | None = None) -> tuple[Workload, dict, str]:
-    """Compose ``workload=NAME`` plus overrides, validate, and return (workload, raw dict, run dir).
+def compose(overrides: list[str], config_dir: str | None = None, folder: Literal["run", "sweep"] = "run",
+            ) -> tuple[Workload, dict, str]:
+    """Compose ``workload=NAME`` plus overrides, validate, and return (workload, raw dict, run dir;
+    or with ``folder="sweep"`` the sweep's folder).
 
     The run dir is returned unresolved-by-us: Hydra resolves ``${now:...}`` here, so only rank 0
     should call this for the directory it will broadcast (all ranks may call it to validate).
@@ -302,7 +304,7 @@ def compose(overrides: list[str], config_dir: str | None = None) -> tuple[Worklo
         with initialize_config_dir(config_dir=str(config_root()), version_base=None):
             cfg = hydra_compose("config", overrides=extra, return_hydra_config=True)
             raw = OmegaConf.to_container(cfg.workload, resolve=True)
-            run_dir = str(cfg.hydra.run.dir)
+            run_dir = str(cfg.hydra[folder].dir)
     except (HydraException, OmegaConfBaseException) as exc:
         raise ConfigError("", None, _hydra_message(exc, config_dir)) from None
     except Exception as exc:  # malformed YAML surfaces as yaml.YAMLError from inside Hydra

@@ -137,8 +137,7 @@ def finish_run(comm: Comm, run_dir: str, meta: dict[str, Any], run_start: float,
     (retries, set-up time...); ``describe`` turns every process's into the mode's summary fields.
     ``checkpoint_bytes``: one checkpoint, all processes. Every mode ends here, so their result
     files agree."""
-    peak_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-    gathered = comm.gather((records, hostname(), host_memory(), peak_rss, mine))
+    gathered = comm.gather((records, hostname(), host_memory(), peak_rss(), mine))
     if gathered is None:
         return None
     run_end = time.time()
@@ -155,6 +154,27 @@ def finish_run(comm: Comm, run_dir: str, meta: dict[str, Any], run_start: float,
     result = summary([r for g in gathered for r in g[0]], checkpoint_bytes=checkpoint_bytes, meta=meta)
     write_result(f"{run_dir}/summary.json", dumps(result))
     return result
+
+
+def peak_rss() -> int:
+    """This process's peak resident memory in bytes: Linux's VmHWM, which :func:`reset_peak_rss`
+    can restart (so each sweep point reports its own), else getrusage's lifetime maximum."""
+    try:
+        with open("/proc/self/status") as fh:
+            for line in fh:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+def reset_peak_rss() -> None:
+    try:
+        with open("/proc/self/clear_refs", "w") as fh:
+            fh.write("5")  # resets VmHWM to the current RSS (Linux >= 4.0)
+    except OSError:
+        pass
 
 
 def write_result(path: str, text: str) -> None:

@@ -1,0 +1,89 @@
+"""Starting one run and carrying it out in its run folder: what a plain run and every point of a
+sweep do alike (the caller decides what a failure ends: the job, or the point).
+
+Why apart from the CLI: ``sweep`` runs many points inside one job through exactly this path, so a
+point is an ordinary run with ordinary result files.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import time
+from typing import Any
+
+from omegaconf import OmegaConf
+
+from .backends import get_backend
+from .comm import Comm, on_root
+from .config import Workload
+from .context import RunContext
+from .failure import RunState, Watchdog
+from .modes import Mode, load_mode
+
+log = logging.getLogger("dlio_ckpt")
+_SECRETS = ("access_key_id", "secret_access_key", "session_token", "token")
+
+
+def start(workload: Workload, comm: Comm, world_size: int, state: RunState,
+          watchdog: Watchdog | None) -> tuple[Mode, RunContext]:
+    """The mode and its context, checked (``preflight``) before anything is written."""
+    mode = load_mode(workload.mode)
+    state.phase = "storage checks"
+    st = workload.storage
+    backend = get_backend(st.storage_type, st.storage_root, st.storage_options, comm.local_rank)
+    ctx = RunContext(workload, comm, backend, world_size, state, watchdog)
+    mode.preflight(ctx)
+    state.phase = "setup"  # checks passed: what fails from here is not a storage check
+    return mode, ctx
+
+
+def execute(mode: Mode, ctx: RunContext, run_dir: str, raw: dict, overrides: list[str],
+            command: list[str]) -> dict[str, Any] | None:
+    """Rank 0 makes the run folder (``.hydra/config.yaml``, ``overrides.yaml``, the log); then the
+    run, which writes ``summary.json`` there. Returns the summary on rank 0."""
+    comm = ctx.comm
+    on_root(comm, lambda: _prepare_run_dir(run_dir, redact(raw), [redact(o) for o in overrides]))
+    ctx.state.run_dir = ctx.run_dir = run_dir
+    _setup_logging(run_dir, comm.rank)
+    ctx.meta = {"workload": ctx.workload.model.name, "world_size": ctx.world_size, "run_dir": run_dir,
+                "command": " ".join(["dlio_ckpt", *(redact(a) for a in command)])}
+    ctx.started = time.time()
+    result = mode.run(ctx)
+    if result is not None:
+        m = result["metric"]
+        log.info("done: checkpoint %.3f GiB; save %.3f GiB/s mean; load %s; results in %s",
+                 m["checkpoint_size_GiB"], m.get("save_checkpoint_io_mean_GiB_per_second", 0.0),
+                 f"{m['load_checkpoint_io_mean_GiB_per_second']:.3f} GiB/s mean"
+                 if "load_checkpoint_io_mean_GiB_per_second" in m else "none", run_dir)
+    return result
+
+
+def redact(item: Any) -> Any:
+    """Credentials given as storage_options never reach the result files (config, overrides, command)."""
+    if isinstance(item, dict):
+        return {k: "***" if k in _SECRETS and v is not None else redact(v) for k, v in item.items()}
+    if isinstance(item, str) and "=" in item:
+        key, _, _ = item.partition("=")
+        if key.rsplit(".", 1)[-1] in _SECRETS:
+            return f"{key}=***"
+    return item
+
+
+def _prepare_run_dir(run_dir: str, raw: dict, overrides: list[str]) -> None:
+    os.makedirs(os.path.join(run_dir, ".hydra"), exist_ok=True)
+    with open(os.path.join(run_dir, ".hydra", "config.yaml"), "w") as fh:
+        fh.write(OmegaConf.to_yaml({"workload": raw}))
+    with open(os.path.join(run_dir, ".hydra", "overrides.yaml"), "w") as fh:
+        fh.write(OmegaConf.to_yaml(list(overrides)))
+
+
+def _setup_logging(run_dir: str, rank: int) -> None:
+    log.setLevel(logging.INFO)
+    log.handlers.clear()
+    if rank == 0:
+        fmt = logging.Formatter("[%(asctime)s] %(message)s")
+        for handler in (logging.StreamHandler(sys.stdout), logging.FileHandler(f"{run_dir}/dlio_ckpt.log")):
+            handler.setFormatter(fmt)
+            log.addHandler(handler)

@@ -1,0 +1,236 @@
+"""``python -m dlio_ckpt sweep``: a grid of settings (Hydra's multirun syntax: ``k=a,b``,
+``k=range(a,b,step)``, ``k=choice(a,b)``, ``workload=glob(llama*)``; ``--world-size 2,4``) run point
+after point inside one job, every rank taking part, each point an ordinary run with its own folder.
+
+Why one job: a relaunch per point pays MPI start-up, imports and storage checks each time, and the
+table of all points is what a person tuning storage reads. Every point is composed and validated
+before the first runs (bad input: exit 2, nothing written). A point that fails (a fault, not input)
+is recorded with its reason and the sweep goes on: on MPI each point has a communicator of its own
+whose collectives a failing rank can abort (:class:`~dlio_ckpt.comm.PointComm`). Points whose
+``summary.json`` says ``ok`` are skipped when the same sweep is run again into the same folder
+(``++hydra.sweep.dir=...``), so an interrupted sweep resumes. Each point writes its checkpoints under
+``<checkpoint_folder>/<sweep folder name>/point<i>``, removed after the point (``--keep-checkpoints``
+keeps them), so points never mix.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import sys
+import traceback
+from dataclasses import dataclass
+from typing import Any
+
+from .comm import Comm, MPIComm, PointAborted, PointComm, hostname, on_root
+from .config import Workload, available_workloads, check_world_size, compose
+from .errors import ConfigError, DlioCkptError
+from .failure import RunState, Watchdog, on_signals, write_failed_summary
+from .launch import execute, start
+from .results import reset_peak_rss
+from .sweep_results import write_sweep_files
+
+WORLD_SIZE = "world_size"  # the logical world size, swept with --world-size 2,4,8
+
+
+@dataclass(frozen=True)
+class Point:
+    index: int
+    values: dict[str, str]  # swept key -> value, as given
+    overrides: list[str]
+    world_size: int | None
+
+    @property
+    def label(self) -> str:
+        return " ".join(f"{k}={v}" for k, v in self.values.items())
+
+
+def grid(overrides: list[str], world_sizes: str | None, config_dir: str | None) -> list[Point]:
+    """Every combination of the swept values, in order (the last key varies fastest)."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.core.override_parser.types import Glob
+    from hydra.errors import HydraException
+
+    try:
+        parsed = OverridesParser.create().parse_overrides(overrides)
+    except HydraException as exc:
+        raise ConfigError("", None, str(exc).replace("\n", " ")) from None
+    axes: list[tuple[str, list[str]]] = []
+    fixed: list[str] = []
+    for o in parsed:
+        key = o.get_key_element()  # as written (++workload.a.b); shown without prefix and "workload."
+        if not o.is_sweep_override():
+            fixed.append(o.input_line)
+        elif isinstance(o.value(), Glob):
+            if o.key_or_group != "workload":
+                raise ConfigError(key, o.input_line.partition("=")[2], "glob() sweeps workload names only")
+            axes.append((key, o.value().filter(available_workloads(config_dir))))
+        elif o.is_discrete_sweep():
+            axes.append((key, list(o.sweep_string_iterator())))
+        else:
+            raise ConfigError(key, o.input_line.partition("=")[2], "has no finite list of points: use a comma "
+                              "list, range() or choice()")
+    try:
+        sizes = [str(int(w)) for w in world_sizes.split(",")] if world_sizes else []
+    except ValueError:
+        raise ConfigError("--world-size", world_sizes, "must be an integer or a comma list of them") from None
+    if len(sizes) > 1:
+        axes.append((WORLD_SIZE, sizes))
+    if not axes:
+        raise ConfigError("sweep", " ".join(overrides), "sweeps nothing: give a key a list of values (k=a,b)")
+    points = []
+    for i, combo in enumerate(itertools.product(*(values for _, values in axes))):
+        given = dict(zip((k for k, _ in axes), combo, strict=True))
+        size = given.pop(WORLD_SIZE, None) or (sizes[0] if sizes else None)
+        shown = {k.lstrip("+~").removeprefix("workload."): v for k, v in given.items()}
+        points.append(Point(i, {**shown, **({WORLD_SIZE: size} if len(sizes) > 1 else {})},
+                            fixed + [f"{k}={v}" for k, v in given.items()], int(size) if size else None))
+    return points
+
+
+def validate(points: list[Point], config_dir: str | None, processes: int) -> list[tuple[Workload, dict]]:
+    """Compose and check every point before any runs: bad input names the key, value and point."""
+    out = []
+    for p in points:
+        try:
+            workload, raw, _ = compose(p.overrides, config_dir)
+            check_world_size(workload, p.world_size or processes, processes)
+        except ConfigError as exc:
+            raise ConfigError(exc.key, exc.value, f"{exc.rule} (sweep point {p.index}: {p.label})") from None
+        out.append((workload, raw))
+    return out
+
+
+def _own_folder(workload: Workload, raw: dict, sweep_dir: str, index: int) -> tuple[Workload, dict]:
+    """The point's checkpoints in a folder of their own, replaced if an interrupted attempt left it."""
+    folder = f"{workload.checkpoint.checkpoint_folder.rstrip('/')}/{os.path.basename(sweep_dir)}/point{index}"
+    ck = workload.checkpoint.model_copy(update={"checkpoint_folder": folder, "overwrite": True})
+    raw = {**raw, "checkpoint": {**raw.get("checkpoint", {}), "checkpoint_folder": folder, "overwrite": True}}
+    return workload.model_copy(update={"checkpoint": ck}), raw
+
+
+def _finished(run_dir: str) -> dict[str, Any] | None:
+    try:
+        with open(os.path.join(run_dir, "summary.json")) as fh:
+            summary = json.load(fh)
+    except (OSError, ValueError):
+        return None
+    return summary if summary.get("status") == "ok" else None
+
+
+def run_sweep(overrides: list[str], world_sizes: str | None, config_dir: str | None, comm: Comm,
+              stop_on_failure: bool = False, keep_checkpoints: bool = False) -> int:
+    """Exit status: 0 when every point ran, 1 when any failed (2, raised, for bad input)."""
+    points = grid(overrides, world_sizes, config_dir)
+    checked = validate(points, config_dir, comm.size)
+    state = RunState()
+    on_signals(comm, state)  # SIGINT/SIGTERM end the whole sweep, as a run
+    sweep_dir = os.path.abspath(comm.bcast(compose(points[0].overrides, config_dir, "sweep")[2]
+                                           if comm.rank == 0 else None))
+    on_root(comm, lambda: _open_folder(sweep_dir, points, overrides, world_sizes))
+    timeouts = [w.checkpoint.io_timeout for w, _ in checked]
+    watchdog = Watchdog(comm, state, max(timeouts)) if all(timeouts) else None
+    rows: list[dict[str, Any]] = []
+    failed = False
+    for p, (workload, raw) in zip(points, checked, strict=True):
+        run_dir = os.path.join(sweep_dir, str(p.index))
+        _say(comm, sweep_dir, f"sweep point {p.index + 1} of {len(points)}: {p.label}")
+        done = comm.bcast(_finished(run_dir) if comm.rank == 0 else None)
+        if done is None:
+            workload, raw = _own_folder(workload, raw, sweep_dir, p.index)
+            if watchdog is not None:
+                watchdog.timeout = workload.checkpoint.io_timeout
+            reason = _run_point(p, workload, raw, run_dir, comm, state, watchdog, keep_checkpoints)
+            reasons = [r for r in comm.allgather(reason) if r]  # every rank leaves the point together
+            done = None if reasons else comm.bcast(_finished(run_dir) if comm.rank == 0 else None)
+            failure = reasons[0] if reasons else None if done else "no summary.json was written"
+        else:
+            failure = None
+            _say(comm, sweep_dir, f"  already done in {run_dir}: skipped")
+        if comm.rank == 0:
+            rows.append(_row(p, done, failure))
+            line = write_sweep_files(sweep_dir, points, rows)
+            _say(comm, sweep_dir, f"  {line}")
+        failed = failed or failure is not None
+        if failure is not None and stop_on_failure:
+            _say(comm, sweep_dir, "stopping: --stop-on-failure")
+            break
+    if comm.rank == 0:
+        write_sweep_files(sweep_dir, points, rows, figures=True)
+        _say(comm, sweep_dir, f"sweep done: {sum(r['status'] == 'ok' for r in rows)} of {len(points)} points ok; "
+             f"results in {sweep_dir}")
+    return 1 if failed else 0
+
+
+def _run_point(p: Point, workload: Workload, raw: dict, run_dir: str, comm: Comm, state: RunState,
+               watchdog: Watchdog | None, keep_checkpoints: bool) -> str | None:
+    """One point as an ordinary run; returns this rank's reason when the point failed here."""
+    point_comm: Any = PointComm(comm) if isinstance(comm, MPIComm) else comm
+    state.phase, state.step, state.file, state.run_dir, state.committed = "starting", None, None, None, []
+    reset_peak_rss()
+    ctx = None
+    try:
+        mode, ctx = start(workload, point_comm, p.world_size or comm.size, state, watchdog)
+        execute(mode, ctx, run_dir, raw, p.overrides, ["sweep", *sys.argv[2:]])
+        return None
+    except PointAborted as exc:
+        return str(exc)
+    except (SystemExit, KeyboardInterrupt):
+        raise
+    except BaseException as exc:  # a fault: this point fails on every rank, the sweep goes on
+        text = str(exc) if isinstance(exc, DlioCkptError) else f"unexpected error: {traceback.format_exc()}"
+        reason = f"rank {comm.rank} on {hostname()}, during {state.where()}: {text}"
+        print(f"dlio_ckpt: error: sweep point {p.index} ({p.label}): {reason}", file=sys.stderr, flush=True)
+        write_failed_summary(state, comm.rank, reason)
+        if isinstance(point_comm, PointComm):
+            point_comm.abort_point(reason)
+        return reason
+    finally:
+        if ctx is not None and not keep_checkpoints and comm.rank == 0:
+            try:
+                ctx.backend.remove_tree(ctx.backend.join(ctx.ck.checkpoint_folder))
+            except DlioCkptError:
+                pass  # what could not be removed stays; the next point has a folder of its own
+
+
+def _row(p: Point, summary: dict[str, Any] | None, failure: str | None) -> dict[str, Any]:
+    row: dict[str, Any] = {"point": p.index, **p.values, "status": "ok" if summary else "failed",
+                           "reason": failure or ""}
+    if summary:
+        m = summary["metric"]
+        for phase in ("save", "load"):
+            if f"{phase}_checkpoint_io_mean_GiB_per_second" in m:
+                row[f"{phase}_GiB_per_s"] = m[f"{phase}_checkpoint_io_mean_GiB_per_second"]
+                row[f"{phase}_GB_per_s"] = m[f"{phase}_checkpoint_io_mean_GB_decimal_per_second"]
+                row[f"{phase}_seconds"] = m[f"{phase}_checkpoint_duration_mean_seconds"]
+                slowest = [c["slowest_process"] for c in summary["checkpoints"][phase]]
+                row[f"{phase}_slowest_process"] = max(set(slowest), key=slowest.count)
+        row["checkpoint_GiB"] = m["checkpoint_size_GiB"]
+        row["peak_rss_MiB"] = summary["memory"]["peak_rss_bytes_max"] / 2**20
+        retries = summary.get("retries", {})
+        row["retries"] = retries.get("save", 0) + retries.get("load", 0)
+        row["run_dir"] = summary.get("run_dir", "")
+    return row
+
+
+def _open_folder(sweep_dir: str, points: list[Point], overrides: list[str], world_sizes: str | None) -> None:
+    """The sweep folder and its grid; a folder holding another grid is refused (no mixing)."""
+    path = os.path.join(sweep_dir, "sweep.json")
+    grid_now = [p.overrides + ([f"--world-size={p.world_size}"] if p.world_size else []) for p in points]
+    if os.path.exists(path):
+        with open(path) as fh:
+            before = json.load(fh)
+        if before.get("grid") != grid_now:
+            raise ConfigError("hydra.sweep.dir", sweep_dir, "holds a sweep of another grid: choose another folder")
+    os.makedirs(sweep_dir, exist_ok=True)
+    with open(path, "w") as fh:
+        json.dump({"overrides": overrides, "world_sizes": world_sizes, "grid": grid_now,
+                   "keys": list(points[0].values), "points": []}, fh, indent=2)
+
+
+def _say(comm: Comm, sweep_dir: str, line: str) -> None:
+    if comm.rank == 0:
+        print(line, flush=True)
+        with open(os.path.join(sweep_dir, "sweep.log"), "a") as fh:
+            fh.write(line + "\n")

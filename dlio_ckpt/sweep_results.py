@@ -1,0 +1,151 @@
+"""What a sweep leaves in its folder: ``sweep.csv`` and ``sweep.json`` (a row per point), figures a
+person reads at a glance (throughput against the swept key with a line per value of a second key;
+a heat map for two keys; the best point named, for save and for load), and ``diff`` of two sweeps
+point by point.
+
+Why rows from each point's own ``summary.json``: a point is an ordinary run, so the table, ``diff``,
+``report`` and ``check`` all read the same figures.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+from typing import Any
+
+from .errors import ConfigError
+
+PHASES = ("save", "load")
+COLUMNS = ("status", "save_GiB_per_s", "save_GB_per_s", "save_seconds", "save_slowest_process", "load_GiB_per_s",
+           "load_GB_per_s", "load_seconds", "load_slowest_process", "checkpoint_GiB", "peak_rss_MiB", "retries",
+           "reason", "run_dir")
+
+
+def write_sweep_files(sweep_dir: str, points: Any, rows: list[dict[str, Any]], figures: bool = False) -> str:
+    """sweep.csv and sweep.json as they stand (after each point), figures at the end; returns the
+    newest row as a short line for the log."""
+    keys = list(points[0].values)
+    with open(os.path.join(sweep_dir, "sweep.csv"), "w", newline="") as fh:
+        writer = csv.DictWriter(fh, ["point", *keys, *COLUMNS], extrasaction="ignore")
+        writer.writeheader()
+        writer.writerows(rows)
+    path = os.path.join(sweep_dir, "sweep.json")
+    with open(path) as fh:
+        body = json.load(fh)
+    body["points"] = rows
+    body["best"] = {phase: best(rows, phase) for phase in PHASES}
+    with open(path, "w") as fh:
+        json.dump(body, fh, indent=2)
+    if figures and any(r["status"] == "ok" for r in rows):
+        draw(sweep_dir, keys, rows)
+    return short_line(keys, rows[-1])
+
+
+def short_line(keys: list[str], row: dict[str, Any]) -> str:
+    label = " ".join(f"{k}={row[k]}" for k in keys)
+    if row["status"] != "ok":
+        return f"point {row['point']} [{label}]: FAILED: {row['reason'].splitlines()[0][:300]}"
+    figures = ", ".join(f"{p} {row[f'{p}_GiB_per_s']:.3f} GiB/s" for p in PHASES if f"{p}_GiB_per_s" in row)
+    return f"point {row['point']} [{label}]: {figures}, peak RSS {row['peak_rss_MiB']:.0f} MiB"
+
+
+def best(rows: list[dict[str, Any]], phase: str) -> dict[str, Any] | None:
+    ok = [r for r in rows if r["status"] == "ok" and f"{phase}_GiB_per_s" in r]
+    return max(ok, key=lambda r: r[f"{phase}_GiB_per_s"]) if ok else None
+
+
+def _order(values: list[str]) -> list[str]:
+    """Numbers by value, anything else as first seen."""
+    distinct = list(dict.fromkeys(values))
+    try:
+        return sorted(distinct, key=float)
+    except ValueError:
+        return distinct
+
+
+def draw(sweep_dir: str, keys: list[str], rows: list[dict[str, Any]]) -> list[str]:
+    """``sweep.png`` (throughput against the first key, a line per value of the second) and, with two
+    or more keys, ``sweep_heatmap.png`` (best over any further keys); returns their paths."""
+    from .report import _pyplot
+
+    plt = _pyplot()
+    ok = [r for r in rows if r["status"] == "ok"]
+    phases = [p for p in PHASES if any(f"{p}_GiB_per_s" in r for r in ok)]
+    x_key, line_key = keys[0], keys[1] if len(keys) > 1 else None
+    xs = _order([str(r[x_key]) for r in ok])
+    lines = _order([str(r[line_key]) for r in ok]) if line_key else [""]
+    fig, axes = plt.subplots(1, len(phases), figsize=(6.5 * len(phases), 4.5), squeeze=False)
+    for ax, phase in zip(axes[0], phases, strict=True):
+        for value in lines:
+            pts = [(xs.index(str(r[x_key])), r[f"{phase}_GiB_per_s"]) for r in ok
+                   if not line_key or str(r[line_key]) == value]
+            by_x: dict[int, float] = {}
+            for x, y in pts:  # further keys: the best of them at each x
+                by_x[x] = max(y, by_x.get(x, 0.0))
+            ax.plot(sorted(by_x), [by_x[x] for x in sorted(by_x)], "o-",
+                    label=f"{line_key}={value}" if line_key else None)
+        top = best(ok, phase)
+        ax.plot([xs.index(str(top[x_key]))], [top[f"{phase}_GiB_per_s"]], "*", markersize=16, color="gold",
+                markeredgecolor="black", zorder=5)
+        ax.set_title(f"{phase}: best {top[f'{phase}_GiB_per_s']:.3f} GiB/s at\n"
+                     + ", ".join(f"{k}={top[k]}" for k in keys), fontsize=10)
+        ax.set_xticks(range(len(xs)), xs, rotation=30 if max(map(len, xs)) > 6 else 0)
+        ax.set_xlabel(x_key)
+        ax.set_ylabel(f"{phase} GiB/s (mean over checkpoints)")
+        ax.set_ylim(bottom=0)
+        ax.grid(alpha=0.3)
+        if line_key:
+            ax.legend(fontsize=8)
+    fig.tight_layout()
+    paths = [os.path.join(sweep_dir, "sweep.png")]
+    fig.savefig(paths[0], dpi=110)
+    plt.close(fig)
+    if line_key:
+        paths.append(_heatmap(plt, sweep_dir, keys, ok, phases, xs, lines))
+    return paths
+
+
+def _heatmap(plt: Any, sweep_dir: str, keys: list[str], ok: list[dict[str, Any]], phases: list[str],
+             xs: list[str], ys: list[str]) -> str:
+    fig, axes = plt.subplots(1, len(phases), figsize=(1.2 * len(xs) * len(phases) + 3, 0.6 * len(ys) + 2.5),
+                             squeeze=False)
+    for ax, phase in zip(axes[0], phases, strict=True):
+        cells = [[0.0] * len(xs) for _ in ys]
+        for r in ok:
+            i, j = ys.index(str(r[keys[1]])), xs.index(str(r[keys[0]]))
+            cells[i][j] = max(cells[i][j], r.get(f"{phase}_GiB_per_s", 0.0))
+        image = ax.imshow(cells, cmap="viridis", aspect="auto", origin="lower")
+        top, low = max(max(row) for row in cells), min(min(row) for row in cells)
+        for i, row in enumerate(cells):
+            for j, v in enumerate(row):  # dark text on the bright end of viridis, light on the dark end
+                bright = top > low and (v - low) / (top - low) > 0.5
+                ax.text(j, i, f"{v:.2f}" + (" *" if v == top else ""), ha="center", va="center", fontsize=8,
+                        color="black" if bright else "white")
+        ax.set_xticks(range(len(xs)), xs)
+        ax.set_yticks(range(len(ys)), ys)
+        ax.set_xlabel(keys[0])
+        ax.set_ylabel(keys[1])
+        ax.set_title(f"{phase} GiB/s (* best)", fontsize=10)
+        fig.colorbar(image, ax=ax)
+    fig.tight_layout()
+    path = os.path.join(sweep_dir, "sweep_heatmap.png")
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def is_sweep(path: str) -> bool:
+    return os.path.isfile(os.path.join(path, "sweep.json"))
+
+
+def load_sweep(path: str) -> dict[str, Any]:
+    try:
+        with open(os.path.join(path, "sweep.json")) as fh:
+            return json.load(fh)
+    except (OSError, ValueError) as exc:
+        raise ConfigError("SWEEP", path, f"has no readable sweep.json ({exc})") from None
+
+
+def point_key(row: dict[str, Any], keys: list[str]) -> tuple[str, ...]:
+    return tuple(f"{k}={row.get(k)}" for k in keys)
