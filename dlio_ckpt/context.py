@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from .backends import Backend
+from .backends.requests import Request, summarize
 from .comm import Comm, on_root
 from .config import Checkpoint, Workload
 from .errors import ConfigError
@@ -40,6 +41,7 @@ class RunContext:
     state: RunState = field(default_factory=RunState)
     watchdog: Watchdog | None = None
     plan: Plan | None = None
+    outside_requests: list[Request] = field(default_factory=list)  # not during a timed operation
     run_dir: str = ""
     meta: dict[str, Any] = field(default_factory=dict)
     started: float = field(default_factory=time.time)
@@ -71,6 +73,7 @@ class Clock:
     start: float
     t0: float
     seconds: float = 0.0
+    waited: float = 0.0  # in the barrier before the clock started
 
 
 @contextmanager
@@ -78,8 +81,12 @@ def timed(ctx: RunContext, phase: str, step: int, what: str = "") -> Iterator[Cl
     """Every process starts the operation together (barrier), then the clock runs while the watchdog
     watches this process's I/O. ``what`` names the path or file for messages."""
     ctx.state.phase, ctx.state.step = f"{phase} ({what})" if what else phase, step
+    if ctx.backend.requests is not None:  # requests since the last operation are not this one's
+        ctx.outside_requests += ctx.backend.requests.take()
+    entered = time.perf_counter()
     ctx.comm.barrier()
     clock = Clock(time.time(), time.perf_counter())
+    clock.waited = clock.t0 - entered
     with ctx.watch():
         yield clock
     clock.seconds = time.perf_counter() - clock.t0
@@ -91,8 +98,9 @@ def record(ctx: RunContext, phase: str, index: int, clock: Clock, nbytes: int, f
     """This process's part of one operation. ``seconds`` replaces the clock's where the operation
     ends after its block (an async save, finished in the background)."""
     seconds = clock.seconds if seconds is None else seconds
+    requests = tuple(ctx.backend.requests.take()) if ctx.backend.requests is not None else ()
     return OpRecord(phase, index, index if step is None else step, ctx.comm.rank, clock.start,
-                    clock.start + seconds, seconds, nbytes, files, file_times)
+                    clock.start + seconds, seconds, nbytes, files, file_times, clock.waited, requests)
 
 
 def prepare_storage(ctx: RunContext, needed_bytes: Callable[[], int]) -> None:
@@ -168,6 +176,20 @@ def write_results(ctx: RunContext, records: list[OpRecord], checkpoint_bytes: in
     def fields(per_process: list[Any]) -> dict[str, Any]:
         base = {"mode": ctx.workload.mode, "num_accelerators": ctx.world_size,
                 "io": {"storage_type": ctx.backend.name, "storage": ctx.backend.describe(), **io}}
-        return {**base, **(describe(per_process) if describe else {"per_process": per_process})}
+        if ctx.backend.requests is not None:  # results.summary adds the checkpoints' own
+            base["requests"] = {"outside_checkpoints": summarize([q for _, out in per_process for q in out]),
+                                "note": REQUESTS_NOTE}
+        mine_all = [m for m, _ in per_process]
+        return {**base, **(describe(mine_all) if describe else {"per_process": mine_all})}
+
+    if ctx.backend.requests is not None:
+        ctx.outside_requests += ctx.backend.requests.take()
     return finish_run(ctx.comm, ctx.run_dir, ctx.meta, ctx.started, records, checkpoint_bytes,
-                      mine if mine is not None else {}, fields)
+                      (mine if mine is not None else {}, ctx.outside_requests), fields)
+
+
+REQUESTS_NOTE = ("per kind: count, bytes, latency percentiles of requests seen (ms), requests per second over "
+                 "the checkpoint's duration, failures by cause; 'derived': counted by the client's rule "
+                 "(s3torchconnector's CRT hides its part requests and retries), no latency; 'call: ...': our call "
+                 "into the client, not an HTTP request; checkpoints[] hold each checkpoint's requests, "
+                 "outside_checkpoints the storage checks, manifests and clean-up")

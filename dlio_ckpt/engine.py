@@ -249,7 +249,7 @@ class Engine:
         if actual != task.size:
             raise VerifyError(f"{task.path}: has {actual} bytes, planned {task.size}"
                               if actual is not None else f"{task.path}: missing")
-        reader = self.backend.open_read(task.path, self.options.odirect)
+        reader = self.backend.open_read(task.path, self.options.odirect, actual)
         buf = worker.readbuf
         try:
             base, used, filled = 0, 0, 0

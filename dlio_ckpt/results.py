@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from .backends.requests import Request, summarize
 from .comm import Comm, host_memory, hostname
 
 GIB = 1 << 30
@@ -40,6 +41,8 @@ class OpRecord:
     files: int
     # (file name, start, end, bytes) of each file, wall clock; 0 bytes: its fsync or cache eviction
     file_times: tuple[tuple[str, float, float, int], ...] = ()
+    waited: float = 0.0  # seconds in the barrier before it: waiting for the other processes
+    requests: tuple[Request, ...] = ()  # object-store requests of this process during it
 
 
 def iso(t: float) -> str:
@@ -54,8 +57,10 @@ def per_epoch_stats(records: list[OpRecord], run_start: float, run_end: float) -
         epoch[f"{r.phase}_ckpt{r.index}"] = {
             "start": iso(r.start), "end": iso(r.end), "duration": r.duration,
             "throughput": r.bytes / GIB / r.duration if r.duration > 0 else 0.0,
-            "bytes": r.bytes, "files": r.files, "step": r.step,
+            "bytes": r.bytes, "files": r.files, "step": r.step, "barrier_wait": r.waited,
         }
+        if r.requests:
+            epoch[f"{r.phase}_ckpt{r.index}"]["requests"] = summarize(list(r.requests), r.duration)
         if r.file_times:  # seconds from this operation's start: the report's timeline
             epoch[f"{r.phase}_ckpt{r.index}"]["file_times"] = [
                 [name, round(s - r.start, 6), round(e - r.start, 6), n] for name, s, e, n in r.file_times]
@@ -82,8 +87,23 @@ def checkpoint_figures(records: list[OpRecord], phase: str) -> list[dict[str, An
             "start": iso(min(r.start for r in group)), "end": iso(max(r.end for r in group)),
             "throughput_GiB_per_second": total / GIB / duration if duration > 0 else 0.0,
             "throughput_GB_per_second": total / GB / duration if duration > 0 else 0.0,
+            "coordination": coordination(group),
         })
+        requests = [q for r in group for q in r.requests]
+        if requests:
+            out[-1]["requests"] = summarize(requests, duration)
     return out
+
+
+def coordination(group: list[OpRecord]) -> dict[str, float]:
+    """How much of a checkpoint is skew rather than storage: the spread of the processes' starts
+    (after the common barrier) and ends, the time they waited in that barrier for each other, and
+    how far the slowest process's duration lies above the median one's."""
+    waits = [r.waited for r in group]
+    return {"start_spread_seconds": max(r.start for r in group) - min(r.start for r in group),
+            "end_spread_seconds": max(r.end for r in group) - min(r.end for r in group),
+            "barrier_wait_seconds_max": max(waits), "barrier_wait_seconds_mean": statistics.fmean(waits),
+            "skew_seconds": max(r.duration for r in group) - statistics.median(r.duration for r in group)}
 
 
 def _mean_std(values: list[float]) -> tuple[float, float]:
@@ -111,6 +131,8 @@ def summary(records: list[OpRecord], *, checkpoint_bytes: int, meta: dict[str, A
         metric[f"{phase}_checkpoint_io_mean_GiB_per_second"] = m
         metric[f"{phase}_checkpoint_io_mean_GB_decimal_per_second"] = m * GIB / GB
         metric[f"{phase}_checkpoint_io_median_GiB_per_second"] = statistics.median(gib)
+    if "requests" in meta:
+        meta["requests"]["during_checkpoints"] = summarize([q for r in records for q in r.requests])
     return {**meta, "metric": metric, "checkpoints": figures}
 
 

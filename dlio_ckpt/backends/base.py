@@ -78,6 +78,7 @@ class Backend(ABC):
     name: str
     capabilities: Capabilities
     options: Options  # options.threads: how many files each process moves at once
+    requests: Any = None  # object stores: a RequestLog of every request this process made
 
     @abstractmethod
     def check(self, writing: bool) -> None:
@@ -92,7 +93,8 @@ class Backend(ABC):
     @abstractmethod
     def open_write(self, path: str, odirect: bool) -> Writer: ...
     @abstractmethod
-    def open_read(self, path: str, odirect: bool) -> Reader: ...
+    def open_read(self, path: str, odirect: bool, size: int | None = None) -> Reader:
+        """``size``: the file's size when the caller knows it (no second stat or HEAD)."""
     @abstractmethod
     def size(self, path: str) -> int | None: ...
 

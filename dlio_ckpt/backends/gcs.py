@@ -23,6 +23,7 @@ from ..errors import ConfigError, StorageError
 from .base import parse_options
 from .object_store import ObjectStore
 from .options import GCSOptions
+from .requests import RequestLog, gcs_trace
 
 # Without this, gcsfs >= 2025.x probes every bucket for hierarchical namespaces over gRPC, which
 # emulators do not serve (each call then waits ~60 s). Users who want the probe can set it first.
@@ -94,9 +95,9 @@ class GCSWriter:
 class GCSReader:
     """Sequential reads as ranged GETs of the caller's buffer size, each bounded by ``timeout``."""
 
-    def __init__(self, backend: GCSBackend, path: str) -> None:
+    def __init__(self, backend: GCSBackend, path: str, size: int | None) -> None:
         self.url, self._b, self._pos = backend.url(path), backend, 0
-        size = backend.size(path)
+        size = backend.size(path) if size is None else size
         if size is None:
             raise StorageError(f"cannot open {self.url}: no such object")
         self._size = size
@@ -127,8 +128,11 @@ class GCSBackend(ObjectStore):
         o = self.options
         self.endpoint = o.endpoint_url or os.environ.get("STORAGE_EMULATOR_HOST")
         self.token = o.token or ("anon" if self.endpoint else None)
+        self.requests = RequestLog()
         self.fs = gcsfs.GCSFileSystem(project=o.project, token=self.token, endpoint_url=o.endpoint_url,
-                                      requests_timeout=o.timeout, skip_instance_cache=True)
+                                      requests_timeout=o.timeout, skip_instance_cache=True,
+                                      use_listings_cache=False,  # sizes from the store, never a stale listing
+                                      session_kwargs={"trace_configs": [gcs_trace(self.requests)]})
 
     def call(self, coroutine: Any, *args: Any, **kwargs: Any) -> Any:
         """One gcsfs operation, its retries included, bounded by ``timeout`` seconds."""
@@ -158,13 +162,13 @@ class GCSBackend(ObjectStore):
     def open_write(self, path: str, odirect: bool) -> GCSWriter:
         return GCSWriter(self, path)
 
-    def open_read(self, path: str, odirect: bool) -> GCSReader:
-        return GCSReader(self, path)
+    def open_read(self, path: str, odirect: bool, size: int | None = None) -> GCSReader:
+        return GCSReader(self, path, size)
 
     def size(self, path: str) -> int | None:
         try:
-            self.fs.invalidate_cache(self.url(path))
-            return int(self.call(self.fs._info, self.url(path))["size"])
+            # the object's metadata alone: gcsfs's _info would also list the parent "folder"
+            return int(self.call(self.fs._get_object, self.url(path))["size"])
         except FileNotFoundError:
             return None
         except Exception as exc:

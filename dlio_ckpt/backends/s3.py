@@ -23,6 +23,7 @@ from ..errors import ConfigError, StorageError
 from .base import parse_options
 from .object_store import ObjectStore
 from .options import S3Options
+from .requests import CountedS3Client, RequestLog
 
 _NO_CREDENTIALS = ("no AWS credentials found: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (or "
                    "AWS_PROFILE), or storage_options.access_key_id and secret_access_key")
@@ -45,6 +46,8 @@ def explain(exc: Exception) -> str:
         return _NO_CREDENTIALS
     if "CONNECTION_REFUSED" in text:
         return f"connection refused ({text})"
+    if "throttled" in text.lower() or "SlowDown" in text:
+        return f"throttled: the server answered 503 SlowDown to every attempt (storage_options.max_attempts) ({text})"
     return text
 
 
@@ -78,10 +81,10 @@ class S3Writer:
 class S3Reader:
     """Sequential reads in ranged GETs of ``read_size``: memory stays bounded by one range's parts."""
 
-    def __init__(self, backend: S3Backend, path: str) -> None:
+    def __init__(self, backend: S3Backend, path: str, size: int | None) -> None:
         self._b, self._url = backend, backend.url(path)
         self._key = backend.key(path)
-        size = backend.size(path)
+        size = backend.size(path) if size is None else size
         if size is None:
             raise StorageError(f"cannot open {self._url}: no such object")
         self._size, self._pos = size, 0
@@ -134,10 +137,11 @@ class S3Backend(ObjectStore):
                 os.environ[var] = value
         # decided once, here: the CRT, s3fs and the DCP/Lightning clients all take it from this
         self.path_style = o.force_path_style if o.force_path_style is not None else o.endpoint_url is not None
-        self.client = MountpointS3Client(
+        self.requests = RequestLog()
+        self.client = CountedS3Client(MountpointS3Client(
             region=o.region, endpoint=o.endpoint_url, profile=o.profile, part_size=o.part_size,
             throughput_target_gbps=o.throughput_target_gbps, force_path_style=self.path_style,
-            max_attempts=o.max_attempts)
+            max_attempts=o.max_attempts), self.requests, o.part_size)
 
     def client_config(self) -> Any:
         """s3torchconnector's settings, for the framework clients that build their own (DCP, Lightning)."""
@@ -180,8 +184,8 @@ class S3Backend(ObjectStore):
     def open_write(self, path: str, odirect: bool) -> S3Writer:
         return S3Writer(self.client, self.bucket, self.key(path), self.url(path))
 
-    def open_read(self, path: str, odirect: bool) -> S3Reader:
-        return S3Reader(self, path)
+    def open_read(self, path: str, odirect: bool, size: int | None = None) -> S3Reader:
+        return S3Reader(self, path, size)
 
     def size(self, path: str) -> int | None:
         try:
