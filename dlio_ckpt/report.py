@@ -182,6 +182,34 @@ def _shade(colour: str, factor: float) -> tuple[float, float, float]:
     return tuple(c * factor for c in to_rgb(colour))  # type: ignore[return-value]
 
 
+def requests_figure(run: Run, path: Path) -> None:
+    """Object stores: requests per second of each kind at each checkpoint (left) and each kind's
+    latency distribution over the run, p50 / p90 / p99 / max of the requests seen (right)."""
+    plt = _pyplot()
+    fig, (rate, latency) = plt.subplots(1, 2, figsize=(13, 4.5))
+    ops = [(f"{phase}{c['index']}", c.get("requests", {})) for phase in PHASE_COLOURS
+           for c in run.summary["checkpoints"].get(phase, [])]
+    kinds = sorted({k for _, reqs in ops for k in reqs if not k.startswith("call: ")})
+    for kind in kinds:
+        rate.plot([name for name, _ in ops], [reqs.get(kind, {}).get("per_second", 0.0) for _, reqs in ops], "o-",
+                  label=kind + (" (derived)" if any(r.get(kind, {}).get("derived") for _, r in ops) else ""))
+    rate.set_ylabel("requests per second")
+    rate.set_xlabel("checkpoint")
+    rate.legend(fontsize=7)
+    seen = run.summary["requests"]["during_checkpoints"]
+    timed = [k for k in sorted(seen) if "p50_ms" in seen[k]]
+    for i, stat in enumerate(("p50_ms", "p90_ms", "p99_ms", "max_ms")):
+        latency.bar([x + 0.2 * i for x in range(len(timed))], [seen[k][stat] for k in timed], 0.2, label=stat)
+    latency.set_xticks([x + 0.3 for x in range(len(timed))], timed, rotation=20, ha="right", fontsize=7)
+    latency.set_ylabel("latency (ms)")
+    latency.set_yscale("log")
+    latency.legend(fontsize=8)
+    fig.suptitle("object-store requests (derived kinds: counted by the client's rule, no latency)", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
 FIGURES = {"throughput.png": throughput_figure, "durations.png": durations_figure,
            "stragglers.png": heatmap_figure, "timeline.png": timeline_figure}
 
@@ -194,7 +222,8 @@ def write_report(path: str) -> list[Path]:
                                  "figures; DLIO's has only means)")
     folder = run.folder
     written = []
-    for name, draw in FIGURES.items():
+    figures = {**FIGURES, **({"requests.png": requests_figure} if "requests" in run.summary else {})}
+    for name, draw in figures.items():
         draw(run, folder / name)
         written.append(folder / name)
     page = folder / "report.html"

@@ -54,6 +54,8 @@ def test_request_counts_equal_the_servers_kind_by_kind(tmp_path, request, kind):
     assert sum(e["count"] for e in save["requests"].values()) > 0
     for entry in save["requests"].values():
         assert entry["count"] > 0 and ("derived" in entry or entry["p50_ms"] <= entry["p99_ms"] <= entry["max_ms"])
+    report = dlio(["report", "out"], tmp_path)
+    assert report.returncode == 0 and (tmp_path / "out" / "requests.png").stat().st_size > 10_000
     c = save["coordination"]
     assert 0 <= c["start_spread_seconds"] <= c["end_spread_seconds"] + save["duration_seconds"]
     assert c["barrier_wait_seconds_max"] >= c["barrier_wait_seconds_mean"] >= 0 and c["skew_seconds"] >= 0

@@ -146,10 +146,15 @@ class CountedS3Client:
             yield page
 
     def get_object(self, bucket: str, key: str, start: int | None = None, end: int | None = None) -> Iterator[bytes]:
-        t0, got, failure = time.perf_counter(), 0, None
+        """Issued now (the client starts fetching), counted as its parts are consumed."""
+        t0 = time.perf_counter()
+        stream = self._c.get_object(bucket, key, start, end) if start is not None else self._c.get_object(bucket, key)
+        return self._consume(iter(stream), t0)
+
+    def _consume(self, stream: Iterator[bytes], t0: float) -> Iterator[bytes]:
+        got, failure = 0, None
         try:
-            for part in self._c.get_object(bucket, key, start, end) if start is not None else \
-                    self._c.get_object(bucket, key):
+            for part in stream:
                 if not got:
                     self._log.add("call: get_object (time to first byte)", 0, time.perf_counter() - t0)
                 got += len(part)

@@ -79,7 +79,9 @@ class S3Writer:
 
 
 class S3Reader:
-    """Sequential reads in ranged GETs of ``read_size``: memory stays bounded by one range's parts."""
+    """Sequential reads in ranged GETs of ``read_size``, the next range requested while the current
+    one is consumed (and verified), so the client never waits for a first byte between ranges:
+    memory stays bounded by two ranges' parts."""
 
     def __init__(self, backend: S3Backend, path: str, size: int | None) -> None:
         self._b, self._url = backend, backend.url(path)
@@ -87,20 +89,31 @@ class S3Reader:
         size = backend.size(path) if size is None else size
         if size is None:
             raise StorageError(f"cannot open {self._url}: no such object")
-        self._size, self._pos = size, 0
-        self._parts: Iterator[bytes] = iter(())
+        self._size, self._pos, self._requested = size, 0, 0
         self._left = memoryview(b"")
+        try:
+            self._parts: Iterator[bytes] = self._request() or iter(())
+            self._ahead = self._request()
+        except S3Exception as exc:
+            raise failure("read failed on", self._url, exc) from None
+
+    def _request(self) -> Iterator[bytes] | None:
+        if self._requested >= self._size:
+            return None
+        end = min(self._requested + self._b.options.read_size, self._size)
+        stream = self._b.client.get_object(self._b.bucket, self._key, self._requested, end)
+        self._requested = end
+        return stream
 
     def _next_part(self) -> memoryview:
-        for part in self._parts:
-            return memoryview(part)
-        if self._pos >= self._size:
-            return memoryview(b"")
-        end = min(self._pos + self._b.options.read_size, self._size)
-        self._parts = iter(self._b.client.get_object(self._b.bucket, self._key, self._pos, end))
-        for part in self._parts:
-            return memoryview(part)
-        raise StorageError(f"read failed on {self._url}: empty response at offset {self._pos}")
+        while True:
+            for part in self._parts:
+                return memoryview(part)
+            if self._ahead is None:
+                if self._pos < self._size:
+                    raise StorageError(f"read failed on {self._url}: empty response at offset {self._pos}")
+                return memoryview(b"")
+            self._parts, self._ahead = self._ahead, self._request()
 
     def readinto(self, buf: memoryview) -> int:
         total = 0
@@ -120,7 +133,7 @@ class S3Reader:
         return total
 
     def close(self) -> None:
-        self._parts, self._left = iter(()), memoryview(b"")
+        self._parts, self._ahead, self._left = iter(()), None, memoryview(b"")
 
 
 class S3Backend(ObjectStore):
