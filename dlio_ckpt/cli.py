@@ -13,6 +13,7 @@ import json
 import os
 import sys
 import traceback
+from typing import Any
 
 from .comm import Comm, SelfComm, get_comm
 from .config import check_world_size, compose
@@ -46,6 +47,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--world-size", type=int, help="ranks to emulate (plan: required; run: a "
                    "multiple of the process count, each process writing world-size/N ranks)")
     p.add_argument("--format", choices=["json", "table"], default="table", help="plan output")
+    p.add_argument("--write-bandwidth", help="plan: what-if aggregate write bandwidth (e.g. 20GB/s)")
+    p.add_argument("--read-bandwidth", help="plan: what-if aggregate read bandwidth (e.g. 40GB/s)")
+    p.add_argument("--mtbf-hours", type=float, help="plan: mean time between failures of the job (hours)")
     return p
 
 
@@ -193,11 +197,45 @@ def _plan(args: argparse.Namespace) -> int:
     fmt = get_format(workload.checkpoint.format)
     plan = make_plan(workload, args.world_size)
     plan.validate()
+    what_if = _what_if(args, workload, plan) if args.write_bandwidth or args.mtbf_hours else None
     if args.format == "json":
-        print(json.dumps(plan_json(plan, fmt)))
+        print(json.dumps({**plan_json(plan, fmt), **({"goodput": what_if} if what_if else {})}))
     else:
         print(plan_table(plan, fmt))
+        for key, value in (what_if or {}).items():
+            print(f"{key}: {value:.4g}" if isinstance(value, float) else f"{key}: {value}")
     return 0
+
+
+_UNITS = {"B": 1, "KB": 1e3, "MB": 1e6, "GB": 1e9, "TB": 1e12, "KIB": 2**10, "MIB": 2**20, "GIB": 2**30, "TIB": 2**40}
+
+
+def _bandwidth(key: str, text: str) -> float:
+    import re
+
+    m = re.fullmatch(r"\s*([0-9.]+)\s*([KMGT]?i?B)/s\s*", text, re.IGNORECASE)
+    if not m or float(m.group(1)) <= 0:
+        raise ConfigError(key, text, "must be a positive rate such as 20GB/s, 500MiB/s or 1.5TB/s")
+    return float(m.group(1)) * _UNITS[m.group(2).upper()]
+
+
+def _what_if(args: argparse.Namespace, workload: Any, plan: Any) -> dict[str, Any]:
+    """Goodput before buying storage: times from the checkpoint's size and the bandwidths given
+    (synchronous saves hold training for the whole write; async ones for the modelled staging)."""
+    from . import goodput
+
+    for key, value in (("--write-bandwidth", args.write_bandwidth), ("--read-bandwidth", args.read_bandwidth),
+                       ("--mtbf-hours", args.mtbf_hours)):
+        if value is None:
+            raise ConfigError(key, None, "the what-if needs --write-bandwidth, --read-bandwidth and --mtbf-hours")
+    if args.mtbf_hours <= 0:
+        raise ConfigError("--mtbf-hours", args.mtbf_hours, "must be > 0")
+    ck, size = workload.checkpoint, plan.total_payload_bytes
+    write = size / _bandwidth("--write-bandwidth", args.write_bandwidth)
+    held = max(r.payload_bytes for r in plan.ranks) / (ck.staging_gb_per_second * 1e9) if ck.async_save else write
+    return {"checkpoint_bytes": size, "write_seconds": write,
+            **goodput.figures(ck.time_between_checkpoints, held, write,
+                              size / _bandwidth("--read-bandwidth", args.read_bandwidth), args.mtbf_hours)}
 
 
 def _run(args: argparse.Namespace, comm: Comm) -> int:

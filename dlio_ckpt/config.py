@@ -76,6 +76,14 @@ class Checkpoint(Section):
     progress: bool = Field(True, description="rank 0 shows a bar on a terminal, log lines otherwise")
     progress_interval: float = Field(10.0, gt=0, description="seconds between progress lines when not on a terminal")
     chunk_size: int = Field(8 * MIB, ge=4096, le=64 * MIB, multiple_of=4096)
+    # Async checkpoints (our keys): time_between_checkpoints is then the training time between them
+    async_save: bool = Field(False, description="hold training only to stage each checkpoint, write it in the "
+                             "background while the next interval trains; the next checkpoint waits for it")
+    staging_gb_per_second: float = Field(12.5, gt=0, description="modelled device-to-host copy rate per accelerator, "
+                                     "GB/s (H100: 55 from pinned memory, 12.5-17 pageable)")
+    training: Literal["sleep", "cpu"] = Field("sleep", description="what a training interval does: sleep, or keep "
+                                              "one core busy (shows background writes competing for CPU)")
+    mtbf_hours: float | None = Field(None, gt=0, description="mean time between failures of the job: adds goodput")
 
     @model_validator(mode="after")
     def _reads_not_more_than_writes(self) -> Checkpoint:

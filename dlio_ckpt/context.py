@@ -94,13 +94,15 @@ def timed(ctx: RunContext, phase: str, step: int, what: str = "") -> Iterator[Cl
 
 def record(ctx: RunContext, phase: str, index: int, clock: Clock, nbytes: int, files: int, *,
            step: int | None = None, seconds: float | None = None,
-           file_times: tuple[tuple[str, float, float, int], ...] = ()) -> OpRecord:
+           file_times: tuple[tuple[str, float, float, int], ...] = (), held: float | None = None,
+           stalled: float = 0.0) -> OpRecord:
     """This process's part of one operation. ``seconds`` replaces the clock's where the operation
-    ends after its block (an async save, finished in the background)."""
+    ends after its block (an async save, finished in the background); ``held``: how long it held
+    training (async), ``stalled`` of which waiting for the previous background write."""
     seconds = clock.seconds if seconds is None else seconds
     requests = tuple(ctx.backend.requests.take()) if ctx.backend.requests is not None else ()
     return OpRecord(phase, index, index if step is None else step, ctx.comm.rank, clock.start,
-                    clock.start + seconds, seconds, nbytes, files, file_times, clock.waited, requests)
+                    clock.start + seconds, seconds, nbytes, files, file_times, clock.waited, requests, held, stalled)
 
 
 def prepare_storage(ctx: RunContext, needed_bytes: Callable[[], int]) -> None:

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from . import goodput
 from .backends.requests import Request, summarize
 from .comm import Comm, host_memory, hostname
 
@@ -43,6 +44,8 @@ class OpRecord:
     file_times: tuple[tuple[str, float, float, int], ...] = ()
     waited: float = 0.0  # seconds in the barrier before it: waiting for the other processes
     requests: tuple[Request, ...] = ()  # object-store requests of this process during it
+    held: float | None = None  # async saves: seconds training was held (staging + waiting)
+    stalled: float = 0.0  # async saves: of which waiting for the previous checkpoint's background write
 
 
 def iso(t: float) -> str:
@@ -61,6 +64,8 @@ def per_epoch_stats(records: list[OpRecord], run_start: float, run_end: float) -
         }
         if r.requests:
             epoch[f"{r.phase}_ckpt{r.index}"]["requests"] = summarize(list(r.requests), r.duration)
+        if r.held is not None:
+            epoch[f"{r.phase}_ckpt{r.index}"].update(held=r.held, stalled=r.stalled)
         if r.file_times:  # seconds from this operation's start: the report's timeline
             epoch[f"{r.phase}_ckpt{r.index}"]["file_times"] = [
                 [name, round(s - r.start, 6), round(e - r.start, 6), n] for name, s, e, n in r.file_times]
@@ -92,6 +97,11 @@ def checkpoint_figures(records: list[OpRecord], phase: str) -> list[dict[str, An
         requests = [q for r in group for q in r.requests]
         if requests:
             out[-1]["requests"] = summarize(requests, duration)
+        if group[0].held is not None:
+            held, stalled = [r.held for r in group], [r.stalled for r in group]
+            out[-1]["async"] = {"held_seconds_max": max(held), "held_seconds_mean": statistics.fmean(held),
+                                "stalled_seconds_max": max(stalled), "time_to_durable_seconds": duration,
+                                "overlapped": max(stalled) < 0.001}
     return out
 
 
@@ -133,6 +143,13 @@ def summary(records: list[OpRecord], *, checkpoint_bytes: int, meta: dict[str, A
         metric[f"{phase}_checkpoint_io_median_GiB_per_second"] = statistics.median(gib)
     if "requests" in meta:
         meta["requests"]["during_checkpoints"] = summarize([q for r in records for q in r.requests])
+    if "goodput" in meta and figures["save"]:  # asked for: {"mtbf_hours", "interval_seconds"}
+        saves, loads = figures["save"], figures["load"]
+        held = [c["async"]["held_seconds_max"] if "async" in c else c["duration_seconds"] for c in saves]
+        meta["goodput"] = goodput.figures(
+            meta["goodput"]["interval_seconds"], statistics.fmean(held),
+            statistics.fmean(c["duration_seconds"] for c in saves),
+            statistics.fmean(c["duration_seconds"] for c in loads) if loads else 0.0, meta["goodput"]["mtbf_hours"])
     return {**meta, "metric": metric, "checkpoints": figures}
 
 

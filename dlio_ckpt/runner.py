@@ -11,11 +11,11 @@ from __future__ import annotations
 import json
 import logging
 import secrets
-import time
 from collections import Counter
 from typing import Any
 
 from . import __version__
+from .background import BackgroundSaves, train
 from .comm import hostname
 from .context import (
     RunContext,
@@ -115,7 +115,8 @@ def run(ctx: RunContext) -> dict[str, Any] | None:
         start_writing(ctx, lambda: ck.num_checkpoints_write * sum(files.values()))
     else:
         run_key = ctx.on_root_io(lambda: _check_manifest(ctx, files, 1, None))
-    shown = progress_display(comm.rank == 0 and ck.progress, ck.progress_interval)  # rank 0's share of each checkpoint
+    # rank 0's share of each checkpoint (none for async saves: they run behind training)
+    shown = progress_display(comm.rank == 0 and ck.progress and not ck.async_save, ck.progress_interval)
 
     def progress(path: str, nbytes: int) -> None:
         if ctx.watchdog is not None:
@@ -138,15 +139,13 @@ def run(ctx: RunContext) -> dict[str, Any] | None:
         records.append(record(ctx, phase, index, clock, nbytes, len(todo), file_times=times))
         retries[phase] += engine.retries - before
 
-    for i in range(1, ck.num_checkpoints_write + 1):
-        state.phase, state.step = "wait before save", i
-        time.sleep(ck.time_between_checkpoints)
-        state.phase = "save"
+    def prepare(i: int) -> None:
         if comm.rank == 0:
             with ctx.watch():
                 ctx.backend.remove(manifest_path(ctx.backend, ck.checkpoint_folder, i))  # being rewritten
                 ctx.backend.makedirs(ctx.path(i))
-        one("save", i, tasks(ctx, fmt, i, mine(ctx)))
+
+    def commit(i: int, seconds: float) -> None:
         state.phase = "commit"
         if comm.gather(None) is not None:  # all processes finished the step: commit it, last
             manifest = {"tool": "dlio_ckpt", "version": __version__, "step": i, "complete": True,
@@ -156,7 +155,24 @@ def run(ctx: RunContext) -> dict[str, Any] | None:
                 ctx.backend.put_small(manifest_path(ctx.backend, ck.checkpoint_folder, i),
                                       json.dumps(manifest).encode())
             state.committed.append(i)
-            log.info("save_ckpt%d: %.3f s, %d files", i, records[-1].duration, len(files))
+            log.info("save_ckpt%d: %.3f s, %d files", i, seconds, len(files))
+
+    background = BackgroundSaves(ctx, engine, commit) if ck.async_save else None
+    stage = max(p.payload_bytes for p in mine(ctx)) / (ck.staging_gb_per_second * 1e9)  # ranks stage at once
+    for i in range(1, ck.num_checkpoints_write + 1):
+        state.phase, state.step = "train" if background else "wait before save", i
+        train(ck.time_between_checkpoints, ck.training)
+        state.phase = "save"
+        if background is None:
+            prepare(i)
+            one("save", i, tasks(ctx, fmt, i, mine(ctx)))
+            commit(i, records[-1].duration)
+        else:
+            background.save(i, tasks(ctx, fmt, i, mine(ctx)), stage, lambda i=i: prepare(i))
+            records[:] = background.records  # the previous checkpoint's, once committed
+    if background is not None:
+        background.wait()
+        records[:] = background.records
     read_plans = _read_plans(ctx) if ck.num_checkpoints_read else []
     for i in range(1, ck.num_checkpoints_read + 1):
         state.phase, state.step = "load", i
@@ -168,7 +184,11 @@ def run(ctx: RunContext) -> dict[str, Any] | None:
     backend = ctx.backend
 
     def describe(tries: list[dict[str, int]]) -> dict[str, Any]:
-        return {"retries": {"save": sum(t["save"] for t in tries), "load": sum(t["load"] for t in tries),
+        asked = {"goodput": {"mtbf_hours": ck.mtbf_hours, "interval_seconds": ck.time_between_checkpoints}} \
+            if ck.mtbf_hours else {}
+        background_mode = {"staging_gb_per_second": ck.staging_gb_per_second, "training": ck.training}
+        return {**asked, "async_save": background_mode if ck.async_save else False,
+                "retries": {"save": sum(t["save"] for t in tries), "load": sum(t["load"] for t in tries),
                             "per_process": tries,
                             "note": "files redone after a transient storage error; the client's own attempts "
                                     "(S3 max_attempts, gcsfs) are not visible here"}}

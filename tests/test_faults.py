@@ -74,9 +74,21 @@ def rank_pid(proc: subprocess.Popen, rank: int) -> int:
         except OSError:
             continue
         if b"dlio_ckpt" in cmdline and f"PMI_RANK={rank}".encode() in env and \
-                b"PMI_SIZE=" in b"".join(env) and str(proc.pid) != entry.name:
+                b"PMI_SIZE=" in b"".join(env) and str(proc.pid) != entry.name and _descends(int(entry.name), proc.pid):
             return int(entry.name)
     raise AssertionError(f"rank {rank} not found")
+
+
+def _descends(pid: int, ancestor: int) -> bool:
+    """Whether ``pid`` is a child, grandchild... of ``ancestor`` (not a rank of another job on the machine)."""
+    while pid > 1:
+        try:
+            pid = int((Path("/proc") / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            return False
+        if pid == ancestor:
+            return True
+    return False
 
 
 @contextmanager

@@ -1,0 +1,81 @@
+"""Async checkpoints in the emulator (``checkpoint.async_save``): training holds only while a
+checkpoint is staged, the write runs in the background during the next training interval, and the
+next checkpoint waits for it (as DCP's ``async_save``, Megatron or DataStates do).
+
+Why here and not a second runner: it is a way of running the save of :mod:`dlio_ckpt.runner`'s loop,
+through the same skeleton (``timed`` + ``record``); only when the write ends and what holds training
+change. Staging is modelled (the shard at ``staging_gb_per_second`` per accelerator: memory stays
+bounded); training is a sleep, or one busy core (``training=cpu``).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from .context import Clock, RunContext, record, timed
+from .engine import Engine, FileTask
+from .results import OpRecord
+
+
+def train(seconds: float, kind: str) -> None:
+    """One training interval: a sleep, or a CPU-bound loop on this process's core."""
+    if kind == "sleep":
+        time.sleep(seconds)
+        return
+    a, end = np.random.default_rng(0).random((128, 128)), time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        a = np.tanh(a @ a)
+
+
+class BackgroundSaves:
+    """Checkpoints written in the background, one at a time; ``commit(step)`` is the step's manifest
+    (a collective: every process calls it at the same point, once the write is done everywhere)."""
+
+    def __init__(self, ctx: RunContext, engine: Engine, commit: Callable[[int, float], None]) -> None:
+        self.ctx, self.engine, self.commit = ctx, engine, commit
+        self.records: list[OpRecord] = []
+        self._pending: tuple[int, Clock, float, threading.Thread, dict[str, Any], int] | None = None
+
+    def save(self, step: int, todo: list[FileTask], stage_seconds: float, prepare: Callable[[], None]) -> None:
+        """Checkpoint ``step``: wait for (and commit) the previous one, stage, start the write."""
+        with timed(self.ctx, "save", step) as clock:
+            stalled = self.wait()
+            time.sleep(stage_seconds)  # the device-to-host copy that holds training
+            prepare()
+            self.ctx.comm.barrier()  # the step's folder exists before any process writes into it
+            box: dict[str, Any] = {}
+            thread = threading.Thread(target=self._write, args=(todo, box), name="dlio_ckpt_async", daemon=True)
+            thread.start()
+        self._pending = (step, clock, stalled, thread, box, len(todo))
+
+    def _write(self, todo: list[FileTask], box: dict[str, Any]) -> None:
+        try:
+            with self.ctx.watch():
+                box["bytes"] = self.engine.write_files(todo)
+        except BaseException as exc:  # raised again in the main thread, which reports it
+            box["error"] = exc
+        box["end"] = time.perf_counter()
+
+    def wait(self) -> float:
+        """The write in flight is done on this process, then committed by all; its record made.
+        Returns the seconds spent waiting for this process's write (the commit not included)."""
+        if self._pending is None:
+            return 0.0
+        step, clock, stalled, thread, box, files = self._pending
+        self._pending = None
+        self.ctx.state.phase, self.ctx.state.step = "background save", step
+        t = time.perf_counter()
+        thread.join()
+        waited = time.perf_counter() - t
+        if "error" in box:
+            raise box["error"]
+        times = tuple((p.rsplit("/", 1)[-1], s, e, n) for p, s, e, n in self.engine.take_file_times())
+        self.records.append(record(self.ctx, "save", step, clock, box["bytes"], files, seconds=box["end"] - clock.t0,
+                                   file_times=times, held=clock.seconds, stalled=stalled))
+        self.commit(step, self.records[-1].duration)
+        return waited

@@ -1,0 +1,64 @@
+"""Async checkpoints in the emulator and what they cost training: time held, stalls when the
+interval is too short, time to durable, goodput in summary.json and from ``plan``."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from .conftest import dlio, load
+
+pytestmark = pytest.mark.mpi
+SHAPE = ["workload=llama_7b_zero3", "--world-size", "2", "++workload.checkpoint.scale=0.004",
+         "++workload.checkpoint.num_checkpoints_write=3", "++workload.checkpoint.num_checkpoints_read=1",
+         "++workload.checkpoint.fsync=True", "++workload.checkpoint.mtbf_hours=8"]
+
+
+def run(tmp_path, name: str, *extra: str) -> dict:
+    r = dlio([*SHAPE, f"++hydra.run.dir={name}", f"++workload.checkpoint.checkpoint_folder=ck_{name}", *extra],
+             tmp_path, nprocs=2, timeout=240)
+    assert r.returncode == 0, r.stderr
+    return load(tmp_path / name / "summary.json")
+
+
+def test_async_saves_hold_training_briefly_and_count_the_waits_when_the_interval_is_short(tmp_path):
+    sync = run(tmp_path, "sync", "++workload.checkpoint.time_between_checkpoints=0")
+    slow = run(tmp_path, "async", "++workload.checkpoint.async_save=True",
+               "++workload.checkpoint.time_between_checkpoints=2", "++workload.checkpoint.staging_gb_per_second=55")
+    fast = run(tmp_path, "short", "++workload.checkpoint.async_save=True",
+               "++workload.checkpoint.time_between_checkpoints=0", "++workload.checkpoint.training=cpu")
+    save = sum(c["duration_seconds"] for c in sync["checkpoints"]["save"]) / 3
+    for c in slow["checkpoints"]["save"]:
+        assert c["async"]["overlapped"] and c["async"]["held_seconds_max"] < 0.25 * save, (c, save)
+        assert c["async"]["time_to_durable_seconds"] == c["duration_seconds"] > c["async"]["held_seconds_max"]
+    assert slow["async_save"] == {"staging_gb_per_second": 55.0, "training": "sleep"} and sync["async_save"] is False
+    later = fast["checkpoints"]["save"][1:]
+    assert any(c["async"]["stalled_seconds_max"] > 0 and not c["async"]["overlapped"] for c in later)
+    stats = load(tmp_path / "short" / "0_per_epoch_stats.json")["1"]["save_ckpt2"]
+    assert stats["held"] >= stats["stalled"] >= 0
+    g = slow["goodput"]
+    assert g["interval_seconds"] == 2 and 0 < g["goodput"] < 1 and g["mtbf_hours"] == 8
+    assert math.isclose(g["optimal_interval_seconds"], math.sqrt(2 * g["held_seconds_per_checkpoint"] * 8 * 3600))
+    assert g["goodput_at_optimal"] >= g["goodput"]
+    assert sync["goodput"]["held_seconds_per_checkpoint"] > g["held_seconds_per_checkpoint"]
+
+
+def test_plan_answers_the_what_if_without_writing_anything(tmp_path):
+    r = dlio(["plan", "workload=llama3_70b", "--world-size", "64", "--write-bandwidth", "20GB/s",
+              "--read-bandwidth", "40GB/s", "--mtbf-hours", "8", "--format", "json",
+              "++workload.checkpoint.time_between_checkpoints=1800"], tmp_path)
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    g, size = out["goodput"], out["total_payload_bytes"]
+    assert math.isclose(g["held_seconds_per_checkpoint"], size / 20e9)
+    assert math.isclose(g["load_seconds"], size / 40e9)
+    lost = 1800 / 2 + size / 20e9 + size / 40e9
+    assert math.isclose(g["lost_per_failure_seconds"], lost)
+    assert math.isclose(g["goodput"], 1800 / (1800 + size / 20e9) * (1 - lost / (8 * 3600)))
+    assert math.isclose(g["optimal_interval_seconds"], math.sqrt(2 * size / 20e9 * 8 * 3600))
+    bad = dlio(["plan", "workload=tiny", "--world-size", "2", "--write-bandwidth", "fast", "--read-bandwidth",
+                "1GB/s", "--mtbf-hours", "8"], tmp_path)
+    assert bad.returncode == 2 and "--write-bandwidth='fast': must be a positive rate" in bad.stderr
+    assert not list(tmp_path.iterdir())
