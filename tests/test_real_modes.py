@@ -222,10 +222,10 @@ def test_lightning_refuses_an_earlier_runs_checkpoints_unless_overwrite(tmp_path
     assert r.returncode == 0, r.stderr
 
 
-SLOW_FSDP = FSDP + [
-    "++workload.model.transformer.hidden_size=1024", "++workload.model.transformer.ffn_hidden_size=2816",
-    "++workload.model.num_layers=8", "++workload.model.transformer.vocab_size=32000",
-    "++workload.checkpoint.num_checkpoints_write=6", "++workload.checkpoint.num_checkpoints_read=0",
+SLOW_FSDP = FSDP + [  # many small checkpoints: the job is still saving when the fault comes, and starts fast
+    "++workload.model.transformer.hidden_size=512", "++workload.model.transformer.ffn_hidden_size=1376",
+    "++workload.model.num_layers=4", "++workload.model.transformer.vocab_size=8000",
+    "++workload.checkpoint.num_checkpoints_write=60", "++workload.checkpoint.num_checkpoints_read=0",
     "++workload.checkpoint.checkpoint_folder=ck", "++hydra.run.dir=out"]
 
 
