@@ -21,6 +21,7 @@ from .runfiles import Run, UnreadableRunError, load_run, operations
 
 PHASE_COLOURS = {"save": "#1f77b4", "load": "#ff7f0e"}
 SYNC_COLOUR = "#9e9e9e"
+HELD_COLOUR = "#d62728"
 
 
 def _pyplot() -> Any:
@@ -157,6 +158,10 @@ def timeline_figure(run: Run, path: Path) -> None:
                               (x0, row + height / 2)])
                 shade = 1.0 if k % 2 == 0 else 0.7  # neighbouring files of a row alternate in shade
                 colours.append(SYNC_COLOUR if n == 0 else _shade(PHASE_COLOURS[phase], shade))
+            if e.get("held"):  # async: the time training was held, over the start of its background write
+                x1, h = base + e["held"], height / 4
+                verts.append([(base, row - h), (x1, row - h), (x1, row + h), (base, row + h)])
+                colours.append(HELD_COLOUR)
     fig, ax = plt.subplots(figsize=(11, min(14, 2.5 + len(procs) / 25)))
     ax.add_collection(PolyCollection(verts, facecolors=colours, edgecolors="none"))
     ax.autoscale()
@@ -166,10 +171,14 @@ def timeline_figure(run: Run, path: Path) -> None:
     ax.set_ylabel("process")
     if len(procs) <= 32:
         ax.set_yticks(range(len(procs)), [str(p) for p in procs])
-    handles = [plt.Rectangle((0, 0), 1, 1, color=c) for c in (*PHASE_COLOURS.values(), SYNC_COLOUR)]
-    labels = ["save (a bar per file, or per checkpoint in real modes)", "load", "fsync / cache eviction"]
+    held = HELD_COLOUR in colours
+    handles = [plt.Rectangle((0, 0), 1, 1, color=c)
+               for c in (*PHASE_COLOURS.values(), SYNC_COLOUR, *([HELD_COLOUR] if held else []))]
+    labels = ["save (a bar per file, or per checkpoint in real modes)", "load", "fsync / cache eviction",
+              *(["training held (async: staging, waiting)"] if held else [])]
     ax.legend(handles, labels, loc="upper center",
-              bbox_to_anchor=(0.5, -0.08 if len(procs) > 64 else -0.25), ncol=3, fontsize=8, frameon=False)
+              bbox_to_anchor=(0.5, -0.08 if len(procs) > 64 else -0.25), ncol=4 if held else 3, fontsize=8,
+              frameon=False)
     ax.set_title(f"Timeline of each process's files ({len(procs)} processes)")
     fig.tight_layout()
     fig.savefig(path, dpi=110)

@@ -141,6 +141,11 @@ def summary(records: list[OpRecord], *, checkpoint_bytes: int, meta: dict[str, A
         metric[f"{phase}_checkpoint_io_mean_GiB_per_second"] = m
         metric[f"{phase}_checkpoint_io_mean_GB_decimal_per_second"] = m * GIB / GB
         metric[f"{phase}_checkpoint_io_median_GiB_per_second"] = statistics.median(gib)
+    held = [c["async"] for c in figures["save"] if "async" in c]
+    if held:  # async saves: what they cost training, as metrics diff can gate on
+        metric["save_checkpoint_held_mean_seconds"] = statistics.fmean(h["held_seconds_max"] for h in held)
+        metric["save_checkpoint_time_to_durable_mean_seconds"] = statistics.fmean(
+            h["time_to_durable_seconds"] for h in held)
     if "requests" in meta:
         meta["requests"]["during_checkpoints"] = summarize([q for r in records for q in r.requests])
     if "goodput" in meta and figures["save"]:  # asked for: {"mtbf_hours", "interval_seconds"}

@@ -38,6 +38,12 @@ def test_async_saves_hold_training_briefly_and_count_the_waits_when_the_interval
     assert any(c["async"]["stalled_seconds_max"] > 0 and not c["async"]["overlapped"] for c in later)
     stats = load(tmp_path / "short" / "0_per_epoch_stats.json")["1"]["save_ckpt2"]
     assert stats["held"] >= stats["stalled"] >= 0
+    assert slow["metric"]["save_checkpoint_held_mean_seconds"] < 0.25 * save
+    assert "save_checkpoint_held_mean_seconds" not in sync["metric"]  # DLIO's keys as they were
+    gate = dlio(["diff", "async", "short", "--metrics", "held"], tmp_path)  # the short interval held longer
+    assert gate.returncode == 1 and "REGRESSION in save_checkpoint_held_mean_seconds" in gate.stdout, gate.stdout
+    report = dlio(["report", "short"], tmp_path)
+    assert report.returncode == 0 and (tmp_path / "short" / "timeline.png").exists()
     g = slow["goodput"]
     assert g["interval_seconds"] == 2 and 0 < g["goodput"] < 1 and g["mtbf_hours"] == 8
     assert math.isclose(g["optimal_interval_seconds"], math.sqrt(2 * g["held_seconds_per_checkpoint"] * 8 * 3600))
