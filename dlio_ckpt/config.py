@@ -236,8 +236,10 @@ class Workload(Section):
         return self
 
 
-# Checkpoint keys that shape the emulator's synthetic files and mean nothing to a framework's own save
-EMULATOR_ONLY = ("format", "scale", "odirect", "verify", "chunk_size", "recovery_rank_shift", "ranks_per_host", "mode")
+# Checkpoint keys that shape the emulator's files or its emulated training loop and mean nothing to a
+# framework's own save (real modes have fsdp.async_save and lightning.async_save)
+EMULATOR_ONLY = ("format", "scale", "odirect", "verify", "chunk_size", "recovery_rank_shift", "ranks_per_host", "mode",
+                 "async_save", "staging_gb_per_second", "training", "mtbf_hours")
 REAL_MODE_STORAGE = {"lightning": ("local_fs", "s3", "gcs"), "fsdp": ("local_fs", "s3", "gcs"),
                      "gds": ("local_fs", "gds")}
 FSDP_DATATYPES = ("fp16", "bf16", "fp32", "fp64")  # torch dtypes the real model can train in

@@ -68,3 +68,28 @@ def test_plan_answers_the_what_if_without_writing_anything(tmp_path):
                 "1GB/s", "--mtbf-hours", "8"], tmp_path)
     assert bad.returncode == 2 and "--write-bandwidth='fast': must be a positive rate" in bad.stderr
     assert not list(tmp_path.iterdir())
+
+
+@pytest.mark.real
+def test_the_frameworks_async_saves_report_the_same_fields_as_the_emulators(tmp_path):
+    """fsdp's dcp.async_save beside the emulator's async saves of the same workload: both say how long
+    training was held and when each checkpoint was durable."""
+    pytest.importorskip("torch")
+    common = ["workload=tiny", "++workload.checkpoint.num_checkpoints_write=3",
+              "++workload.checkpoint.num_checkpoints_read=1"]
+    real = dlio([*common, "++workload.mode=fsdp", "++workload.fsdp.async_save=True", "++hydra.run.dir=real",
+                 "++workload.checkpoint.checkpoint_folder=ck_real"], tmp_path, nprocs=2, timeout=300)
+    assert real.returncode == 0, real.stderr
+    emulated = dlio([*common, "++workload.checkpoint.async_save=True", "++hydra.run.dir=emulated",
+                     "++workload.checkpoint.time_between_checkpoints=0.2",
+                     "++workload.checkpoint.checkpoint_folder=ck_emulated"], tmp_path, nprocs=2)
+    assert emulated.returncode == 0, emulated.stderr
+    for name in ("real", "emulated"):
+        s = load(tmp_path / name / "summary.json")
+        assert {"save_checkpoint_held_mean_seconds", "save_checkpoint_time_to_durable_mean_seconds"} <= set(s["metric"])
+        for c in s["checkpoints"]["save"]:
+            a = c["async"]
+            assert 0 <= a["stalled_seconds_max"] <= a["held_seconds_max"] <= a["time_to_durable_seconds"] + 1e-6
+    refused = dlio([*common, "++workload.mode=fsdp", "++workload.checkpoint.mtbf_hours=8"], tmp_path)
+    assert refused.returncode == 2
+    assert "workload.checkpoint.mtbf_hours=8.0: applies to emulated runs only" in refused.stderr

@@ -245,7 +245,9 @@ class _Saves:
         self.written: dict[int, dict[int, tuple[int, int]]] = {}  # step -> rank -> (bytes, files)
         self.pending: tuple | None = None
 
-    def finish(self, step: int, clock: Clock, end: float) -> None:
+    def finish(self, step: int, clock: Clock, end: float, stalled: float | None = None) -> None:
+        """``stalled``: async saves only, the wait for the previous save before this one started;
+        the record then says how long training was held (that wait + dcp.async_save's staging)."""
         ctx = self.ctx
         written = written_by_rank(ctx, step)
         nbytes, files = written.get(ctx.comm.rank, (0, 0))
@@ -253,20 +255,25 @@ class _Saves:
             nbytes, files = nbytes + (ctx.backend.size(f"{ctx.path(step)}/.metadata") or 0), files + 1
             written[0] = (nbytes, files)
         self.written[step] = written
-        self.records.append(record(ctx, "save", step, clock, nbytes, files, seconds=end - clock.t0))
+        held = {} if stalled is None else {"held": clock.seconds + stalled, "stalled": stalled}
+        self.records.append(record(ctx, "save", step, clock, nbytes, files, seconds=end - clock.t0, **held))
         log.info("save_ckpt%d: %.3f s on rank 0 (%.3f s blocking)", step, end - clock.t0, self.blocking[-1])
 
-    def wait(self) -> None:
+    def wait(self) -> float:
+        """The save in flight finished (and its record made); returns the seconds waited for it."""
         if self.pending is None:
-            return
-        step, clock, future, done = self.pending
+            return 0.0
+        step, clock, future, done, stalled = self.pending
+        t0 = time.perf_counter()
         with self.ctx.watch():
             try:
                 future.result()
             except DCP_ERRORS as exc:
                 raise _fail("dcp.async_save to", self.ctx.backend.url(self.ctx.path(step)), exc) from None
         self.pending = None
-        self.finish(step, clock, done[0])
+        waited = time.perf_counter() - t0
+        self.finish(step, clock, done[0], stalled)
+        return waited
 
 
 def run(ctx: RunContext) -> dict[str, Any] | None:
@@ -285,7 +292,7 @@ def run(ctx: RunContext) -> dict[str, Any] | None:
         ctx.state.phase, ctx.state.step = "train", i
         if i > 1:
             train_step(ctx, model, opt, device, gen)
-        saves.wait()  # an async save must finish before the next one starts (as torchtitan does)
+        stalled = saves.wait()  # an async save must finish before the next one starts (as torchtitan does)
         msd, osd = get_state_dict(model, opt)
         state = {"model": msd, "optim": osd}
         sums[i] = fingerprint(state)
@@ -296,7 +303,7 @@ def run(ctx: RunContext) -> dict[str, Any] | None:
                     future = dcp.async_save(state, storage_writer=_writer(ctx, i), process_group=async_group)
                     done = [0.0]
                     future.add_done_callback(lambda _f, done=done: done.__setitem__(0, time.perf_counter()))
-                    saves.pending = (i, clock, future, done)
+                    saves.pending = (i, clock, future, done, stalled)
                 else:
                     dcp.save(state, storage_writer=_writer(ctx, i))
             except DCP_ERRORS as exc:

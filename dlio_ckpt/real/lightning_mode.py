@@ -152,7 +152,8 @@ def run(ctx: RunContext) -> dict[str, Any] | None:
     for step, url, clock in saver.saves:
         duration = max(io.finished[url] - clock.t0, clock.seconds)  # sync: the whole save_checkpoint call
         nbytes = ctx.backend.size(ctx.path(step, ".ckpt"))
-        records.append(record(ctx, "save", step, clock, nbytes, 1, seconds=duration))
+        held = {"held": clock.seconds} if s.async_save else {}  # AsyncCheckpointIO: the training loop's wait
+        records.append(record(ctx, "save", step, clock, nbytes, 1, seconds=duration, **held))
         blocking.append(clock.seconds)
         log.info("save_ckpt%d: %.3f s (%.3f s blocking), %d bytes", step, duration, clock.seconds, nbytes)
     final = {k: v.detach().cpu() for k, v in module.state_dict().items()}  # loads map to the CPU
