@@ -110,12 +110,12 @@ def prepare_storage(ctx: RunContext, needed_bytes: Callable[[], int]) -> None:
     checkpoints are not mixed with ours, and ``needed_bytes()`` (every checkpoint this run writes;
     asked on rank 0 only) fit where the storage can say."""
     ck = ctx.ck
-    writing = ck.num_checkpoints_write > 0
-    ctx.on_root_io(lambda: ctx.backend.check(writing=writing))
-    if writing:
-        ctx.on_root_io(lambda: refuse_old_checkpoints(ctx.backend, ck))
-        if not ck.overwrite or not ctx.on_root_io(lambda: old_checkpoints(ctx.backend, ck.checkpoint_folder)):
-            ctx.on_root_io(lambda: check_room(ctx.backend, ck.checkpoint_folder, needed_bytes))
+
+    def on_root() -> None:  # one listing of the folder, one broadcast
+        ctx.backend.check(writing=ck.num_checkpoints_write > 0)
+        if ck.num_checkpoints_write > 0 and not refuse_old_checkpoints(ctx.backend, ck):
+            check_room(ctx.backend, ck.checkpoint_folder, needed_bytes)  # else: after the old steps go
+    ctx.on_root_io(on_root)
 
 
 def check_room(backend: Backend, folder: str, needed_bytes: Callable[[], int]) -> None:

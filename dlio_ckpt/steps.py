@@ -31,7 +31,8 @@ def old_checkpoints(backend: Backend, folder: str) -> list[str]:
     return [n for n in backend.list_names(backend.join(folder)) if n.startswith("global_epoch")]
 
 
-def refuse_old_checkpoints(backend: Backend, ck: Checkpoint) -> None:
+def refuse_old_checkpoints(backend: Backend, ck: Checkpoint) -> list[str]:
+    """An earlier run's steps are an error unless ``overwrite``; returns them (one listing)."""
     old = old_checkpoints(backend, ck.checkpoint_folder)
     if old and not ck.overwrite:
         shown = ", ".join(old[:3]) + (f" and {len(old) - 3} more" if len(old) > 3 else "")
@@ -39,6 +40,7 @@ def refuse_old_checkpoints(backend: Backend, ck: Checkpoint) -> None:
                           f"already holds checkpoints of an earlier run ({shown} in "
                           f"{backend.join(ck.checkpoint_folder)}); set ++workload.checkpoint.overwrite=True "
                           "to replace them, or choose another folder")
+    return old
 
 
 def replace_old_checkpoints(backend: Backend, folder: str) -> None:
