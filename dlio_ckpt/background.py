@@ -5,7 +5,8 @@ next checkpoint waits for it (as DCP's ``async_save``, Megatron or DataStates do
 Why here and not a second runner: it is a way of running the save of :mod:`dlio_ckpt.runner`'s loop,
 through the same skeleton (``timed`` + ``record``); only when the write ends and what holds training
 change. Staging is modelled (the shard at ``staging_gb_per_second`` per accelerator: memory stays
-bounded); training is a sleep, or one busy core (``training=cpu``).
+bounded); training is a sleep, or one busy core (``training=cpu``). With tiers, a process's drain
+starts as soon as its background write ends.
 """
 
 from __future__ import annotations
@@ -20,15 +21,17 @@ import numpy as np
 from .context import Clock, RunContext, record, timed
 from .engine import Engine, FileTask
 from .results import OpRecord
+from .tiers import Tiers
 
 
-def train(seconds: float, kind: str) -> None:
-    """One training interval: a sleep, or a CPU-bound loop on this process's core."""
+def train(seconds: float, kind: str, alarm: threading.Event) -> None:
+    """One training interval: a sleep, or a CPU-bound loop on this process's core; cut short when a
+    background thread failed (``alarm``), so the job ends now and not an interval later."""
     if kind == "sleep":
-        time.sleep(seconds)
+        alarm.wait(seconds)
         return
     a, end = np.random.default_rng(0).random((128, 128)), time.perf_counter() + seconds
-    while time.perf_counter() < end:
+    while time.perf_counter() < end and not alarm.is_set():
         a = np.tanh(a @ a)
 
 
@@ -36,30 +39,32 @@ class BackgroundSaves:
     """Checkpoints written in the background, one at a time; ``commit(step)`` is the step's manifest
     (a collective: every process calls it at the same point, once the write is done everywhere)."""
 
-    def __init__(self, ctx: RunContext, engine: Engine, commit: Callable[[int, float], None]) -> None:
-        self.ctx, self.engine, self.commit = ctx, engine, commit
+    def __init__(self, ctx: RunContext, engine: Engine, commit: Callable[[int, float], None], tiers: Tiers) -> None:
+        self.ctx, self.engine, self.commit, self.tiers = ctx, engine, commit, tiers
         self.records: list[OpRecord] = []
         self._pending: tuple[int, Clock, float, threading.Thread, dict[str, Any], int] | None = None
 
     def save(self, step: int, todo: list[FileTask], stage_seconds: float, prepare: Callable[[], None]) -> None:
         """Checkpoint ``step``: wait for (and commit) the previous one, stage, start the write."""
         with timed(self.ctx, "save", step) as clock:
-            stalled = self.wait()
+            stalled = self.wait() + self.tiers.make_room(step)
             time.sleep(stage_seconds)  # the device-to-host copy that holds training
             prepare()
             self.ctx.comm.barrier()  # the step's folder exists before any process writes into it
             box: dict[str, Any] = {}
-            thread = threading.Thread(target=self._write, args=(todo, box), name="dlio_ckpt_async", daemon=True)
+            thread = threading.Thread(target=self._write, args=(step, todo, box), name="dlio_ckpt_async", daemon=True)
             thread.start()
         self._pending = (step, clock, stalled, thread, box, len(todo))
 
-    def _write(self, todo: list[FileTask], box: dict[str, Any]) -> None:
+    def _write(self, step: int, todo: list[FileTask], box: dict[str, Any]) -> None:
         try:
             with self.ctx.watch():
                 box["bytes"] = self.engine.write_files(todo)
+            box["end"] = time.perf_counter()
+            self.tiers.written(step)  # the drain to the next tier starts now, not at the commit
         except BaseException as exc:  # raised again in the main thread, which reports it
             box["error"] = exc
-        box["end"] = time.perf_counter()
+            self.ctx.alarm.set()
 
     def wait(self) -> float:
         """The write in flight is done on this process, then committed by all; its record made.

@@ -84,6 +84,8 @@ class Checkpoint(Section):
     training: Literal["sleep", "cpu"] = Field("sleep", description="what a training interval does: sleep, or keep "
                                               "one core busy (shows background writes competing for CPU)")
     mtbf_hours: float | None = Field(None, gt=0, description="mean time between failures of the job: adds goodput")
+    read_tier: int = Field(0, ge=0, description="where the read phase reads: 0 the storage section, k the k-th "
+                           "entry of tiers (recovery after losing a node reads from a remote tier)")
 
     @model_validator(mode="after")
     def _reads_not_more_than_writes(self) -> Checkpoint:
@@ -106,6 +108,14 @@ class Storage(Section):
     storage_type: Literal["local_fs", "parallel_fs", "s3", "gcs", "gds", "null"] = "local_fs"
     storage_root: str = "./"
     storage_options: dict[str, Any] = Field(default_factory=dict)  # checked by the backend's own model
+    keep_last: int | None = Field(None, ge=1, description="our key: keep only the newest steps here; an older one "
+                                  "is removed once it is durable on the next tier (None: keep every step)")
+
+    def identity(self) -> tuple[str, str, str]:
+        """What makes two storages the same place: type, root (a local path made absolute) and endpoint."""
+        root = os.path.abspath(self.storage_root) if self.storage_type in ("local_fs", "parallel_fs") \
+            else self.storage_root.rstrip("/")
+        return self.storage_type, root, str(self.storage_options.get("endpoint_url", ""))
 
     @field_validator("storage_type", mode="before")
     @classmethod
@@ -180,6 +190,8 @@ class Workload(Section):
     workflow: Workflow = Workflow()
     checkpoint: Checkpoint = Checkpoint()
     storage: Storage = Storage()
+    tiers: list[Storage] = Field(default_factory=list, description="our key: storages each committed step is "
+                                 "copied down to in the background, in order, after storage")
     dataset: dict[str, Any] | None = None
     reader: dict[str, Any] | None = None
     train: dict[str, Any] | None = None
@@ -207,6 +219,33 @@ class Workload(Section):
         return self
 
     @model_validator(mode="after")
+    def _tier_rules(self) -> Workload:
+        """Tiers that cannot work are refused before anything is written: one place listed twice, a
+        storage a drain cannot copy through, steps the read phase needs that keep_last removes."""
+        ck, everywhere = self.checkpoint, [self.storage, *self.tiers]
+        if ck.read_tier > len(self.tiers):
+            raise ConfigError("workload.checkpoint.read_tier", ck.read_tier,
+                              f"must be <= the number of tiers ({len(self.tiers)}): 0 reads from storage")
+        seen: dict[tuple[str, str, str], str] = {}
+        for k, st in enumerate(everywhere):
+            key = "workload.storage" if k == 0 else f"workload.tiers[{k - 1}]"
+            if st.identity() in seen:
+                raise ConfigError(f"{key}.storage_root", st.storage_root,
+                                  f"is the same storage as {seen[st.identity()]}: each tier must be another place")
+            seen[st.identity()] = key
+            if self.tiers and st.storage_type in ("gds", "null"):
+                raise ConfigError(f"{key}.storage_type", st.storage_type,
+                                  "cannot be a tier: a drain reads each file back and verifies it on the host")
+        reader = everywhere[ck.read_tier]
+        if ck.num_checkpoints_read and reader.keep_last and reader.keep_last < ck.num_checkpoints_write:
+            key = "workload.storage" if ck.read_tier == 0 else f"workload.tiers[{ck.read_tier - 1}]"
+            raise ConfigError(f"{key}.keep_last", reader.keep_last,
+                              f"keeps only the newest {reader.keep_last} of {ck.num_checkpoints_write} steps there, "
+                              f"and the read phase reads steps 1..{ck.num_checkpoints_read} from it: raise keep_last "
+                              "to num_checkpoints_write, or read from another tier (checkpoint.read_tier)")
+        return self
+
+    @model_validator(mode="after")
     def _real_mode_rules(self) -> Workload:
         """What a real mode cannot honour is refused here, never silently dropped (DLIO's defect)."""
         if self.mode == "emulated":
@@ -221,6 +260,10 @@ class Workload(Section):
             if value != Checkpoint.model_fields[name].default:
                 raise ConfigError(f"workload.checkpoint.{name}", value, f"applies to emulated runs only: in "
                                   f"mode={mode} the framework decides it; leave it out")
+        if self.tiers or st.keep_last is not None or ck.read_tier:
+            raise ConfigError("workload.tiers" if self.tiers else "workload.storage.keep_last" if st.keep_last
+                              else "workload.checkpoint.read_tier", self.tiers or st.keep_last or ck.read_tier,
+                              f"tiers apply to emulated runs only: in mode={mode} the framework saves to one storage")
         if st.storage_options.get("spread_prefixes"):
             raise ConfigError("workload.storage.storage_options.spread_prefixes", st.storage_options["spread_prefixes"],
                               "applies to emulated runs only: in real modes the framework names the objects")

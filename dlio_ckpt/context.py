@@ -9,13 +9,14 @@ it never re-implements barrier, clock, watchdog or result writing.
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from .backends import Backend
+from .backends import Backend, get_backend
 from .backends.requests import Request, summarize
 from .comm import Comm, on_root
 from .config import Checkpoint, Workload
@@ -45,6 +46,11 @@ class RunContext:
     run_dir: str = ""
     meta: dict[str, Any] = field(default_factory=dict)
     started: float = field(default_factory=time.time)
+    tiers: list[Backend] = field(default_factory=list)  # [backend, then workload.tiers' backends]
+    alarm: threading.Event = field(default_factory=threading.Event)  # set by a failed background thread
+
+    def __post_init__(self) -> None:
+        self.tiers = self.tiers or [self.backend]
 
     @property
     def ck(self) -> Checkpoint:
@@ -60,9 +66,20 @@ class RunContext:
                 return fn()
         return on_root(self.comm, watched)
 
-    def path(self, step: int, suffix: str = "") -> str:
-        """The backend path of a step (a folder for files and DCP, a file for Lightning)."""
-        return self.backend.join(self.ck.checkpoint_folder, step_name(step) + suffix)
+    @property
+    def counts_requests(self) -> bool:
+        """Whether any storage of the run logs its requests (object stores)."""
+        return any(b.requests is not None for b in self.tiers)
+
+    def take_requests(self, backend: Backend | None = None) -> list[Request]:
+        """Requests logged since the last call: of ``backend``, or of every tier (not the drains':
+        their clients are their own)."""
+        return [q for b in ([backend] if backend else self.tiers) if b.requests is not None for q in b.requests.take()]
+
+    def path(self, step: int, suffix: str = "", backend: Backend | None = None) -> str:
+        """The path of a step (a folder for files and DCP, a file for Lightning) on ``backend``
+        (a tier; the first by default)."""
+        return (backend or self.backend).join(self.ck.checkpoint_folder, step_name(step) + suffix)
 
 
 @dataclass
@@ -81,8 +98,7 @@ def timed(ctx: RunContext, phase: str, step: int, what: str = "") -> Iterator[Cl
     """Every process starts the operation together (barrier), then the clock runs while the watchdog
     watches this process's I/O. ``what`` names the path or file for messages."""
     ctx.state.phase, ctx.state.step = f"{phase} ({what})" if what else phase, step
-    if ctx.backend.requests is not None:  # requests since the last operation are not this one's
-        ctx.outside_requests += ctx.backend.requests.take()
+    ctx.outside_requests += ctx.take_requests()  # requests since the last operation are not this one's
     entered = time.perf_counter()
     ctx.comm.barrier()
     clock = Clock(time.time(), time.perf_counter())
@@ -95,34 +111,65 @@ def timed(ctx: RunContext, phase: str, step: int, what: str = "") -> Iterator[Cl
 def record(ctx: RunContext, phase: str, index: int, clock: Clock, nbytes: int, files: int, *,
            step: int | None = None, seconds: float | None = None,
            file_times: tuple[tuple[str, float, float, int], ...] = (), held: float | None = None,
-           stalled: float = 0.0) -> OpRecord:
+           stalled: float = 0.0, backend: Backend | None = None) -> OpRecord:
     """This process's part of one operation. ``seconds`` replaces the clock's where the operation
     ends after its block (an async save, finished in the background); ``held``: how long it held
-    training (async), ``stalled`` of which waiting for the previous background write."""
+    training (async), ``stalled`` of which waiting for the previous background write (or a drain);
+    ``backend``: the tier it used, if not the first (whose requests it made)."""
     seconds = clock.seconds if seconds is None else seconds
-    requests = tuple(ctx.backend.requests.take()) if ctx.backend.requests is not None else ()
+    requests = tuple(ctx.take_requests(backend or ctx.backend))
     return OpRecord(phase, index, index if step is None else step, ctx.comm.rank, clock.start,
                     clock.start + seconds, seconds, nbytes, files, file_times, clock.waited, requests, held, stalled)
+
+
+def tier_backend(workload: Workload, k: int, local_rank: int = 0) -> Backend:
+    """The backend of tier ``k`` (0: ``storage``; k: ``tiers[k-1]``), a bad option named under its own key."""
+    st = workload.storage if k == 0 else workload.tiers[k - 1]
+    try:
+        return get_backend(st.storage_type, st.storage_root, st.storage_options, local_rank)
+    except ConfigError as exc:
+        if k == 0:
+            raise
+        raise ConfigError(exc.key.replace("workload.storage", f"workload.tiers[{k - 1}]", 1), exc.value,
+                          exc.rule) from None
 
 
 def prepare_storage(ctx: RunContext, needed_bytes: Callable[[], int]) -> None:
     """Before anything is written: the storage answers and can be written, an earlier run's
     checkpoints are not mixed with ours, and ``needed_bytes()`` (every checkpoint this run writes;
-    asked on rank 0 only) fit where the storage can say."""
+    asked on rank 0 only) fit where the storage can say; on every tier, each for the steps it keeps."""
     ck = ctx.ck
 
-    def on_root() -> None:  # one listing of the folder, one broadcast
-        ctx.backend.check(writing=ck.num_checkpoints_write > 0)
-        if ck.num_checkpoints_write > 0 and not refuse_old_checkpoints(ctx.backend, ck):
-            check_room(ctx.backend, ck.checkpoint_folder, needed_bytes)  # else: after the old steps go
+    def on_root() -> None:  # one listing of each folder, one broadcast
+        for k, backend in enumerate(ctx.tiers):
+            backend.check(writing=ck.num_checkpoints_write > 0)
+            if ck.num_checkpoints_write > 0 and not refuse_old_checkpoints(backend, ck, tier_key(k)):
+                check_room(backend, ck.checkpoint_folder, kept(ctx, k, needed_bytes), k)  # else: once old steps go
     ctx.on_root_io(on_root)
 
 
-def check_room(backend: Backend, folder: str, needed_bytes: Callable[[], int]) -> None:
+def tier_key(k: int) -> str:
+    """The configuration key of tier ``k``, for messages."""
+    return "workload.storage" if k == 0 else f"workload.tiers[{k - 1}]"
+
+
+def kept(ctx: RunContext, k: int, needed_bytes: Callable[[], int]) -> Callable[[], int]:
+    """Bytes tier ``k`` holds at most: with keep_last, its newest steps and the one being written."""
+    st = ctx.workload.storage if k == 0 else ctx.workload.tiers[k - 1]
+    writes = ctx.ck.num_checkpoints_write
+    if not st.keep_last or st.keep_last + 1 >= writes:
+        return needed_bytes
+    return lambda: needed_bytes() // writes * (st.keep_last + 1)
+
+
+def check_room(backend: Backend, folder: str, needed_bytes: Callable[[], int], k: int = 0) -> None:
+    """``k``: the tier, named in the message when not the first (its storage_root is the key)."""
     free = backend.free_bytes(backend.join(folder))
     if free is not None and (needed := needed_bytes()) > free:
-        raise ConfigError("workload.checkpoint.checkpoint_folder", folder,
-                          f"needs {needed / GIB:.2f} GiB ({needed} bytes) for num_checkpoints_write checkpoints, "
+        key, value = ("workload.checkpoint.checkpoint_folder", folder) if k == 0 else \
+            (f"{tier_key(k)}.storage_root", backend.join(folder))
+        raise ConfigError(key, value,
+                          f"needs {needed / GIB:.2f} GiB ({needed} bytes) for the checkpoints it holds, "
                           f"and {backend.join(folder)} has {free / GIB:.2f} GiB ({free} bytes) free")
 
 
@@ -130,12 +177,12 @@ def start_writing(ctx: RunContext, needed_bytes: Callable[[], int]) -> None:
     """Rank 0 replaces an earlier run's checkpoints (``checkpoint.overwrite``: then checks the room
     that frees) and makes the checkpoint folder, before any timing starts."""
     ck = ctx.ck
-    if ctx.comm.rank == 0 and ck.overwrite and old_checkpoints(ctx.backend, ck.checkpoint_folder):
-        with ctx.watch():
-            replace_old_checkpoints(ctx.backend, ck.checkpoint_folder)
-        check_room(ctx.backend, ck.checkpoint_folder, needed_bytes)
-    if ctx.comm.rank == 0:
-        ctx.backend.makedirs(ctx.backend.join(ck.checkpoint_folder))
+    for k, backend in enumerate(ctx.tiers if ctx.comm.rank == 0 else []):
+        if ck.overwrite and old_checkpoints(backend, ck.checkpoint_folder):
+            with ctx.watch():
+                replace_old_checkpoints(backend, ck.checkpoint_folder)
+            check_room(backend, ck.checkpoint_folder, kept(ctx, k, needed_bytes), k)
+        backend.makedirs(backend.join(ck.checkpoint_folder))
     ctx.comm.barrier()
 
 
@@ -178,14 +225,13 @@ def write_results(ctx: RunContext, records: list[OpRecord], checkpoint_bytes: in
     def fields(per_process: list[Any]) -> dict[str, Any]:
         base = {"mode": ctx.workload.mode, "num_accelerators": ctx.world_size,
                 "io": {"storage_type": ctx.backend.name, "storage": ctx.backend.describe(), **io}}
-        if ctx.backend.requests is not None:  # results.summary adds the checkpoints' own
+        if ctx.counts_requests:  # results.summary adds the checkpoints' own
             base["requests"] = {"outside_checkpoints": summarize([q for _, out in per_process for q in out]),
                                 "note": REQUESTS_NOTE}
         mine_all = [m for m, _ in per_process]
         return {**base, **(describe(mine_all) if describe else {"per_process": mine_all})}
 
-    if ctx.backend.requests is not None:
-        ctx.outside_requests += ctx.backend.requests.take()
+    ctx.outside_requests += ctx.take_requests()
     return finish_run(ctx.comm, ctx.run_dir, ctx.meta, ctx.started, records, checkpoint_bytes,
                       (mine if mine is not None else {}, ctx.outside_requests), fields)
 

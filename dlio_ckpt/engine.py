@@ -244,18 +244,25 @@ class Engine:
             return self._each(self._read_unverified, tasks)
         return self._each(self._read_file if self.options.verify else self._read_counted, tasks)
 
-    def _read_file(self, worker: _Worker, task: FileTask) -> int:
-        actual = self.backend.size(task.path)
+    def _read_file(self, worker: _Worker, task: FileTask, source: Backend | None = None,
+                   sink: Callable[[Any], None] | None = None) -> int:
+        """Read ``task`` back and compare every byte; from ``source`` instead of this engine's
+        storage, handing each verified buffer to ``sink`` (a drain to the next tier)."""
+        source = source or self.backend
+        odirect = self.options.odirect and sink is None
+        actual = source.size(task.path)
         if actual != task.size:
             raise VerifyError(f"{task.path}: has {actual} bytes, planned {task.size}"
                               if actual is not None else f"{task.path}: missing")
-        reader = self.backend.open_read(task.path, self.options.odirect, actual)
+        reader = source.open_read(task.path, odirect, actual)
         buf = worker.readbuf
         try:
             base, used, filled = 0, 0, 0
             for piece in self._pieces(worker.data, task):
                 while len(piece):  # a device array has no truth value
                     if used == filled:
+                        if sink is not None and filled:
+                            sink(buf[:filled])
                         base += filled
                         used, filled = 0, reader.readinto(buf)
                         if filled == 0:
@@ -268,9 +275,33 @@ class Engine:
                                           f"(4 KiB block {off // BLOCK})")
                     used += n
                     piece = piece[n:]
+            if sink is not None and filled:
+                sink(buf[:filled])
         finally:
             reader.close()
         return task.size
+
+    # -- drain -----------------------------------------------------------------------------------
+
+    def copy_files(self, tasks: list[FileTask], source: Backend, to: Callable[[str], str]) -> int:
+        """Copy each file from ``source`` (the tier above) into this engine's storage at ``to(path)``,
+        as a tiered checkpoint's drain does: read back, every byte compared with what was written, and
+        written on as it is read (one buffer per thread, whatever the file's size); then synced like
+        a save (``checkpoint.fsync``)."""
+        def one(worker: _Worker, task: FileTask) -> int:
+            writer = self.backend.open_write(to(task.path), False)
+            try:
+                self._read_file(worker, task, source, writer.write)
+                writer.finish()
+            except BaseException:
+                writer.abort()
+                raise
+            return task.size
+
+        nbytes = self._each(one, tasks)
+        if self.options.fsync and not self.backend.capabilities.durable_on_close:
+            self._each(lambda _, t: self.backend.sync(to(t.path)) or 0, tasks)
+        return nbytes
 
     def _read_counted(self, worker: _Worker, task: FileTask) -> int:
         """``checkpoint.verify=False``: read every byte, check only that the size is as planned."""

@@ -32,6 +32,7 @@ class RunState:
     step: int | None = None
     file: str | None = None  # the file in progress when a stall is detected
     committed: list[int] = field(default_factory=list)  # steps whose manifest this process wrote
+    durable: dict[int, list[int]] = field(default_factory=dict)  # tiered runs: tier -> steps marked there
 
     def where(self) -> str:
         return self.phase if self.step is None else f"{self.phase} of step {self.step}"
@@ -49,6 +50,8 @@ def write_failed_summary(state: RunState, rank: int, reason: str) -> None:
     }
     if rank == 0:
         body["steps_committed"] = state.committed
+    if state.durable:  # every process keeps this account
+        body["steps_durable_per_tier"] = {str(k): steps for k, steps in state.durable.items()}
     try:
         write_result(os.path.join(state.run_dir, "summary.json"), dumps(body))
     except OSError:

@@ -15,10 +15,9 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
-from .backends import get_backend
 from .comm import Comm, on_root
 from .config import Workload
-from .context import RunContext
+from .context import RunContext, tier_backend
 from .failure import RunState, Watchdog
 from .modes import Mode, load_mode
 
@@ -31,9 +30,8 @@ def start(workload: Workload, comm: Comm, world_size: int, state: RunState,
     """The mode and its context, checked (``preflight``) before anything is written."""
     mode = load_mode(workload.mode)
     state.phase = "storage checks"
-    st = workload.storage
-    backend = get_backend(st.storage_type, st.storage_root, st.storage_options, comm.local_rank)
-    ctx = RunContext(workload, comm, backend, world_size, state, watchdog)
+    tiers = [tier_backend(workload, k, comm.local_rank) for k in range(len(workload.tiers) + 1)]
+    ctx = RunContext(workload, comm, tiers[0], world_size, state, watchdog, tiers=tiers)
     mode.preflight(ctx)
     state.phase = "setup"  # checks passed: what fails from here is not a storage check
     return mode, ctx

@@ -22,6 +22,8 @@ from .runfiles import Run, UnreadableRunError, load_run, operations
 PHASE_COLOURS = {"save": "#1f77b4", "load": "#ff7f0e"}
 SYNC_COLOUR = "#9e9e9e"
 HELD_COLOUR = "#d62728"
+DRAIN_COLOUR = "#2ca02c"  # tiered runs: copies to the tiers below, in the lower band of each row
+DRAINS = r"drain_tier\d+_ckpt\d+"
 
 
 def _pyplot() -> Any:
@@ -162,6 +164,13 @@ def timeline_figure(run: Run, path: Path) -> None:
                 x1, h = base + e["held"], height / 4
                 verts.append([(base, row - h), (x1, row - h), (x1, row + h), (base, row + h)])
                 colours.append(HELD_COLOUR)
+        for name, e in operations(run.per_process[proc], DRAINS).items():  # under the saves they overlap
+            base, tier = datetime.fromisoformat(e["start"]).timestamp() - t0, int(name[10:].split("_")[0])
+            for k, (_, s, t, _n) in enumerate(e.get("file_times", []) or [("", 0.0, e["duration"], 0)]):
+                x0, x1 = base + s, base + max(t, s + 1e-4)
+                verts.append([(x0, row + height / 6), (x1, row + height / 6), (x1, row + height / 2),
+                              (x0, row + height / 2)])
+                colours.append(_shade(DRAIN_COLOUR, (1.0 if k % 2 == 0 else 0.7) / tier ** 0.5))
     fig, ax = plt.subplots(figsize=(11, min(14, 2.5 + len(procs) / 25)))
     ax.add_collection(PolyCollection(verts, facecolors=colours, edgecolors="none"))
     ax.autoscale()
@@ -172,13 +181,15 @@ def timeline_figure(run: Run, path: Path) -> None:
     if len(procs) <= 32:
         ax.set_yticks(range(len(procs)), [str(p) for p in procs])
     held = HELD_COLOUR in colours
+    drained = any(operations(s, DRAINS) for s in run.per_process.values())
     handles = [plt.Rectangle((0, 0), 1, 1, color=c)
-               for c in (*PHASE_COLOURS.values(), SYNC_COLOUR, *([HELD_COLOUR] if held else []))]
+               for c in (*PHASE_COLOURS.values(), SYNC_COLOUR, *([HELD_COLOUR] if held else []),
+                         *([DRAIN_COLOUR] if drained else []))]
     labels = ["save (a bar per file, or per checkpoint in real modes)", "load", "fsync / cache eviction",
-              *(["training held (async: staging, waiting)"] if held else [])]
+              *(["training held (async: staging, waiting); training runs between"] if held else []),
+              *(["drain to the next tier (lower band; darker: lower tier)"] if drained else [])]
     ax.legend(handles, labels, loc="upper center",
-              bbox_to_anchor=(0.5, -0.08 if len(procs) > 64 else -0.25), ncol=4 if held else 3, fontsize=8,
-              frameon=False)
+              bbox_to_anchor=(0.5, -0.08 if len(procs) > 64 else -0.3), ncol=3, fontsize=8, frameon=False)
     ax.set_title(f"Timeline of each process's files ({len(procs)} processes)")
     fig.tight_layout()
     fig.savefig(path, dpi=110)

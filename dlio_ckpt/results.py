@@ -97,12 +97,39 @@ def checkpoint_figures(records: list[OpRecord], phase: str) -> list[dict[str, An
         requests = [q for r in group for q in r.requests]
         if requests:
             out[-1]["requests"] = summarize(requests, duration)
+        if group[0].held is None and any(r.stalled for r in group):  # a sync save that waited for a drain
+            out[-1]["drain_wait_seconds_max"] = max(r.stalled for r in group)
         if group[0].held is not None:
             held, stalled = [r.held for r in group], [r.stalled for r in group]
             out[-1]["async"] = {"held_seconds_max": max(held), "held_seconds_mean": statistics.fmean(held),
                                 "stalled_seconds_max": max(stalled), "time_to_durable_seconds": duration,
                                 "overlapped": max(stalled) < 0.001}
     return out
+
+
+def tier_figures(records: list[OpRecord], saves: list[dict[str, Any]]) -> dict[int, list[float]]:
+    """Tiered runs: each save's ``tiers`` entry (per tier: seconds from the checkpoint's start until
+    every process's files were on it, bytes there); returns each lower tier's times to durable."""
+    starts: dict[int, float] = {}
+    drains: dict[tuple[int, int], list[OpRecord]] = {}
+    for r in records:
+        if r.phase == "save":
+            starts[r.step] = min(starts.get(r.step, r.start), r.start)
+        elif r.phase.startswith("drain_tier"):
+            drains.setdefault((int(r.phase.removeprefix("drain_tier")), r.step), []).append(r)
+    durable: dict[int, list[float]] = {}
+    for c in saves if drains else []:
+        first = c["async"]["time_to_durable_seconds"] if "async" in c else c["duration_seconds"]
+        c["tiers"] = [{"tier": 0, "durable_seconds": first, "bytes": c["bytes"]}]
+        for (k, step), group in sorted(drains.items()):
+            if step == c["step"]:
+                seconds = max(r.end for r in group) - starts[step]
+                slowest = max(r.duration for r in group)
+                nbytes = sum(r.bytes for r in group)
+                c["tiers"].append({"tier": k, "durable_seconds": seconds, "bytes": nbytes, "drain_seconds": slowest,
+                                   "drain_GiB_per_second": nbytes / GIB / slowest if slowest > 0 else 0.0})
+                durable.setdefault(k, []).append(seconds)
+    return durable
 
 
 def coordination(group: list[OpRecord]) -> dict[str, float]:
@@ -146,14 +173,19 @@ def summary(records: list[OpRecord], *, checkpoint_bytes: int, meta: dict[str, A
         metric["save_checkpoint_held_mean_seconds"] = statistics.fmean(h["held_seconds_max"] for h in held)
         metric["save_checkpoint_time_to_durable_mean_seconds"] = statistics.fmean(
             h["time_to_durable_seconds"] for h in held)
+    tiers = tier_figures(records, figures["save"])
+    for k, durable in tiers.items():
+        metric[f"save_checkpoint_time_to_durable_tier{k}_mean_seconds"] = statistics.fmean(durable)
+        figures[f"drain_tier{k}"] = checkpoint_figures(records, f"drain_tier{k}")
     if "requests" in meta:
         meta["requests"]["during_checkpoints"] = summarize([q for r in records for q in r.requests])
     if "goodput" in meta and figures["save"]:  # asked for: {"mtbf_hours", "interval_seconds"}
         saves, loads = figures["save"], figures["load"]
         held = [c["async"]["held_seconds_max"] if "async" in c else c["duration_seconds"] for c in saves]
+        tier = meta["goodput"].get("tier", 0)  # durable where a restart reads from
         meta["goodput"] = goodput.figures(
             meta["goodput"]["interval_seconds"], statistics.fmean(held),
-            statistics.fmean(c["duration_seconds"] for c in saves),
+            statistics.fmean(tiers[tier]) if tier in tiers else statistics.fmean(c["duration_seconds"] for c in saves),
             statistics.fmean(c["duration_seconds"] for c in loads) if loads else 0.0, meta["goodput"]["mtbf_hours"])
     return {**meta, "metric": metric, "checkpoints": figures}
 

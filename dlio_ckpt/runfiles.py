@@ -114,10 +114,11 @@ def _stats(folder: Path) -> dict[int, dict[str, Any]]:
     return dict(sorted(out.items()))
 
 
-def operations(stats: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    """``save_ckpt3`` -> its entry, over every epoch of one process's per_epoch_stats."""
+def operations(stats: dict[str, Any], pattern: str = r"(save|load)_ckpt\d+") -> dict[str, dict[str, Any]]:
+    """``save_ckpt3`` -> its entry, over every epoch of one process's per_epoch_stats (``pattern``:
+    which entries; tiered runs' drains are ``drain_tier1_ckpt3``)."""
     out = {}
     for epoch in stats.values():
         if isinstance(epoch, dict):
-            out.update({k: v for k, v in epoch.items() if re.fullmatch(r"(save|load)_ckpt\d+", k)})
+            out.update({k: v for k, v in epoch.items() if re.fullmatch(pattern, k)})
     return out

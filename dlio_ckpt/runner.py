@@ -15,6 +15,7 @@ from collections import Counter
 from typing import Any
 
 from . import __version__
+from .backends import Backend
 from .background import BackgroundSaves, train
 from .comm import hostname
 from .context import (
@@ -34,6 +35,7 @@ from .planner import RankPlan, make_plan
 from .progress import progress_display
 from .steps import manifest_path, step_name
 from .synthetic import file_key
+from .tiers import Tiers
 
 log = logging.getLogger("dlio_ckpt")
 
@@ -49,8 +51,10 @@ def mine(ctx: RunContext) -> list[RankPlan]:
     return list(ctx.plan.ranks[ctx.comm.rank * per:(ctx.comm.rank + 1) * per])
 
 
-def tasks(ctx: RunContext, fmt: Format, step: int, plans: list[RankPlan]) -> list[FileTask]:
-    base = ctx.path(step)
+def tasks(ctx: RunContext, fmt: Format, step: int, plans: list[RankPlan], backend: Backend | None = None,
+          ) -> list[FileTask]:
+    """The files of ``plans`` at ``step`` on ``backend`` (a tier; the first by default)."""
+    base = ctx.path(step, backend=backend)
     return [FileTask(f"{base}/{f.stem}{fmt.extension}", tuple(fmt.segments(f)), file_key(step, p.rank, i))
             for p in plans for i, f in enumerate(p.files)]
 
@@ -69,6 +73,9 @@ def preflight(ctx: RunContext) -> None:
     ctx.plan.validate()
     check_capabilities(ctx.backend, io_options(ctx))
     ck, fmt = ctx.ck, get_format(ctx.ck.format)
+    for backend in ctx.tiers[1:]:  # drains write without O_DIRECT; the read phase reads as asked
+        check_capabilities(backend, IOOptions(fsync=ck.fsync))
+    check_capabilities(ctx.tiers[ck.read_tier], io_options(ctx))
     prepare_storage(ctx, lambda: ck.num_checkpoints_write * sum(expected_files(ctx, fmt).values()))
     if ck.num_checkpoints_write == 0:
         files = ctx.on_root_io(lambda: expected_files(ctx, fmt))
@@ -78,9 +85,10 @@ def preflight(ctx: RunContext) -> None:
 
 
 def _check_manifest(ctx: RunContext, files: dict[str, int], step: int, run_key: int | None) -> int:
-    """The run key of a complete step that matches this run's layout; an error otherwise."""
-    raw = ctx.backend.get_small(manifest_path(ctx.backend, ctx.ck.checkpoint_folder, step))
-    key, folder = "workload.checkpoint.num_checkpoints_read", ctx.backend.join(ctx.ck.checkpoint_folder)
+    """The run key of a complete step on the read tier that matches this run's layout; an error otherwise."""
+    backend = ctx.tiers[ctx.ck.read_tier]
+    raw = backend.get_small(manifest_path(backend, ctx.ck.checkpoint_folder, step))
+    key, folder = "workload.checkpoint.num_checkpoints_read", backend.join(ctx.ck.checkpoint_folder)
     if raw is None:
         raise ConfigError(key, ctx.ck.num_checkpoints_read, f"step {step} has no complete checkpoint in {folder} "
                           f"(no {step_name(step)}.manifest.json): write it first")
@@ -127,7 +135,8 @@ def run(ctx: RunContext) -> dict[str, Any] | None:
         log.info("storage_type=%s moves bytes by %s: %s", ctx.backend.name, storage["transport"], storage["why"])
     records, retries = [], {"save": 0, "load": 0}
 
-    def one(phase: str, index: int, todo: list[FileTask]) -> None:
+    def one(phase: str, index: int, todo: list[FileTask], stalled: float = 0.0, engine: Engine = engine) -> None:
+        """One synchronous save or load; ``stalled``: seconds it waited first for a drain (keep_last)."""
         before = engine.retries
         shown.start(f"{phase}_ckpt{index}", sum(t.size for t in todo))
         try:
@@ -136,7 +145,8 @@ def run(ctx: RunContext) -> dict[str, Any] | None:
         finally:
             shown.stop()
         times = tuple((p.rsplit("/", 1)[-1], s, e, n) for p, s, e, n in engine.take_file_times())
-        records.append(record(ctx, phase, index, clock, nbytes, len(todo), file_times=times))
+        records.append(record(ctx, phase, index, clock, nbytes, len(todo), file_times=times, stalled=stalled,
+                              backend=engine.backend))
         retries[phase] += engine.retries - before
 
     def prepare(i: int) -> None:
@@ -145,27 +155,34 @@ def run(ctx: RunContext) -> dict[str, Any] | None:
                 ctx.backend.remove(manifest_path(ctx.backend, ck.checkpoint_folder, i))  # being rewritten
                 ctx.backend.makedirs(ctx.path(i))
 
+    def manifest(i: int) -> dict[str, Any]:
+        return {"tool": "dlio_ckpt", "version": __version__, "step": i, "complete": True,
+                "workload": ctx.workload.model.name, "world_size": ctx.world_size, "format": fmt.name,
+                "scale": ck.scale, "run_key": run_key, "files": files}
+
     def commit(i: int, seconds: float) -> None:
         state.phase = "commit"
         if comm.gather(None) is not None:  # all processes finished the step: commit it, last
-            manifest = {"tool": "dlio_ckpt", "version": __version__, "step": i, "complete": True,
-                        "workload": ctx.workload.model.name, "world_size": ctx.world_size, "format": fmt.name,
-                        "scale": ck.scale, "run_key": run_key, "files": files}
             with ctx.watch():
                 ctx.backend.put_small(manifest_path(ctx.backend, ck.checkpoint_folder, i),
-                                      json.dumps(manifest).encode())
+                                      json.dumps(manifest(i)).encode())
             state.committed.append(i)
             log.info("save_ckpt%d: %.3f s, %d files", i, seconds, len(files))
+        tiers.committed(i)
 
-    background = BackgroundSaves(ctx, engine, commit) if ck.async_save else None
+    tiers = Tiers(ctx, run_key, manifest, lambda i, backend: tasks(ctx, fmt, i, mine(ctx), backend))
+    background = BackgroundSaves(ctx, engine, commit, tiers) if ck.async_save else None
     stage = max(p.payload_bytes for p in mine(ctx)) / (ck.staging_gb_per_second * 1e9)  # ranks stage at once
     for i in range(1, ck.num_checkpoints_write + 1):
         state.phase, state.step = "train" if background else "wait before save", i
-        train(ck.time_between_checkpoints, ck.training)
+        train(ck.time_between_checkpoints, ck.training, ctx.alarm)
+        tiers.check()
         state.phase = "save"
         if background is None:
+            stalled = tiers.make_room(i)
             prepare(i)
-            one("save", i, tasks(ctx, fmt, i, mine(ctx)))
+            one("save", i, tasks(ctx, fmt, i, mine(ctx)), stalled)
+            tiers.written(i)
             commit(i, records[-1].duration)
         else:
             background.save(i, tasks(ctx, fmt, i, mine(ctx)), stage, lambda i=i: prepare(i))
@@ -173,19 +190,26 @@ def run(ctx: RunContext) -> dict[str, Any] | None:
     if background is not None:
         background.wait()
         records[:] = background.records
+    state.phase, state.step = "drain", None
+    tiers.close()
+    records += tiers.records
     read_plans = _read_plans(ctx) if ck.num_checkpoints_read else []
+    reader = ctx.tiers[ck.read_tier]
+    read_engine = engine if reader is ctx.backend else Engine(reader, run_key, io_options(ctx), progress)
     for i in range(1, ck.num_checkpoints_read + 1):
         state.phase, state.step = "load", i
         ctx.on_root_io(lambda i=i: _check_manifest(ctx, files, i, run_key))
-        one("load", i, tasks(ctx, fmt, i, read_plans))
+        one("load", i, tasks(ctx, fmt, i, read_plans, reader), engine=read_engine)
         log.info("load_ckpt%d %s", i, "verified" if ck.verify else "read")
     engine.close()
+    if read_engine is not engine:
+        read_engine.close()
     state.phase, state.step = "results", None
     backend = ctx.backend
 
     def describe(tries: list[dict[str, int]]) -> dict[str, Any]:
-        asked = {"goodput": {"mtbf_hours": ck.mtbf_hours, "interval_seconds": ck.time_between_checkpoints}} \
-            if ck.mtbf_hours else {}
+        asked = {"goodput": {"mtbf_hours": ck.mtbf_hours, "interval_seconds": ck.time_between_checkpoints,
+                             "tier": ck.read_tier}} if ck.mtbf_hours else {}
         background_mode = {"staging_gb_per_second": ck.staging_gb_per_second, "training": ck.training}
         return {**asked, "async_save": background_mode if ck.async_save else False,
                 "retries": {"save": sum(t["save"] for t in tries), "load": sum(t["load"] for t in tries),
@@ -195,5 +219,6 @@ def run(ctx: RunContext) -> dict[str, Any] | None:
     io = {"format": fmt.name, "fsync": fsync_meaning(ctx, "every file fsynced before the process's end time")
           if ck.fsync else False, "odirect": ck.odirect, "read_cache": read_cache(ctx),
           "verified": backend.capabilities.stores_data and ck.verify,
-          "recovery_rank_shift": ck.recovery_rank_shift, "scale": ck.scale, "chunk_size": ck.chunk_size}
+          "recovery_rank_shift": ck.recovery_rank_shift, "scale": ck.scale, "chunk_size": ck.chunk_size,
+          **({"tiers": tiers.describe(), "read_tier": ck.read_tier} if tiers.active else {})}
     return write_results(ctx, records, ctx.plan.total_payload_bytes, io, retries, describe)

@@ -31,13 +31,15 @@ def old_checkpoints(backend: Backend, folder: str) -> list[str]:
     return [n for n in backend.list_names(backend.join(folder)) if n.startswith("global_epoch")]
 
 
-def refuse_old_checkpoints(backend: Backend, ck: Checkpoint) -> list[str]:
-    """An earlier run's steps are an error unless ``overwrite``; returns them (one listing)."""
+def refuse_old_checkpoints(backend: Backend, ck: Checkpoint, where: str = "workload.storage") -> list[str]:
+    """An earlier run's steps are an error unless ``overwrite``; returns them (one listing).
+    ``where``: the storage's key (a tier's), named when it is not the first."""
     old = old_checkpoints(backend, ck.checkpoint_folder)
     if old and not ck.overwrite:
+        on = "" if where == "workload.storage" else f" on {where}"
         shown = ", ".join(old[:3]) + (f" and {len(old) - 3} more" if len(old) > 3 else "")
         raise ConfigError("workload.checkpoint.checkpoint_folder", ck.checkpoint_folder,
-                          f"already holds checkpoints of an earlier run ({shown} in "
+                          f"already holds checkpoints of an earlier run{on} ({shown} in "
                           f"{backend.join(ck.checkpoint_folder)}); set ++workload.checkpoint.overwrite=True "
                           "to replace them, or choose another folder")
     return old

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -122,3 +125,25 @@ def store(request, tmp_path, monkeypatch):
             monkeypatch.setenv(key, value)
         prefix = f"{name}-{os.getpid()}-{time.monotonic_ns()}"
         yield Store(kind, f"{server.bucket}/{prefix}", {"endpoint_url": server.endpoint}, dict(server.env))
+
+
+# -- a real, small file system ---------------------------------------------------------------------
+
+@contextmanager
+def tmpfs(folder: Path, options: str) -> Iterator[Path]:
+    """A real, small file system of our own (tests run as root here; skip where mounting is not allowed)."""
+    folder.mkdir()
+    if shutil.which("mount") is None or subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(folder)], capture_output=True).returncode:
+        pytest.skip("cannot mount a tmpfs here (needs root)")
+    try:
+        yield folder
+    finally:
+        subprocess.run(["umount", "-l", str(folder)], check=False)
+
+
+@pytest.fixture
+def small_fs(tmp_path):
+    """A 128 MiB tmpfs: room for tiny's two 45 MiB checkpoints until a test fills it."""
+    with tmpfs(tmp_path / "small", "size=128m") as mnt:
+        yield mnt

@@ -13,13 +13,11 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 
-from .conftest import MPIEXEC, REPO, dlio, load
+from .conftest import MPIEXEC, REPO, dlio, load, tmpfs
 
 pytestmark = pytest.mark.mpi
 BASE = ["workload=tiny", "++workload.checkpoint.checkpoint_folder=ck", "++hydra.run.dir=out",
@@ -91,24 +89,6 @@ def _descends(pid: int, ancestor: int) -> bool:
     return False
 
 
-@contextmanager
-def tmpfs(folder: Path, options: str) -> Iterator[Path]:
-    """A real, small file system of our own (tests run as root here; skip where mounting is not allowed)."""
-    folder.mkdir()
-    if shutil.which("mount") is None or subprocess.run(
-            ["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(folder)], capture_output=True).returncode:
-        pytest.skip("cannot mount a tmpfs here (needs root)")
-    try:
-        yield folder
-    finally:
-        subprocess.run(["umount", "-l", str(folder)], check=False)
-
-
-@pytest.fixture
-def small_fs(tmp_path):
-    """A 128 MiB tmpfs: room for tiny's two 45 MiB checkpoints until a test fills it."""
-    with tmpfs(tmp_path / "small", "size=128m") as mnt:
-        yield mnt
 
 
 def test_full_file_system_ends_every_rank_naming_rank_file_and_cause(tmp_path, small_fs):

@@ -1,0 +1,198 @@
+"""Tiered checkpoints (``workload.tiers``): each step written on the first storage is copied down
+the tiers in the background, read back and verified as a real drain does; every tier gets its own
+commit marker once all processes' files of the step are on it; ``keep_last`` holds a tier to its
+newest steps, removing an older one only once it is durable on the tier below.
+
+Why a thread per process, and markers in the main thread: a drain is each process copying its own
+files (none waits for another to copy), while a marker says something of every process, which
+takes a collective, and collectives run in the main thread only (MPI starts without thread
+support). So the main thread *settles* finished drains at every checkpoint and at the end: the
+processes say which (step, tier) copies they have finished, and those finished everywhere get
+their marker, in step order, on rank 0. A drain's failure wakes the main thread (``ctx.alarm``),
+which ends the job naming the tier and the file.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import queue
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from .backends import Backend
+from .context import RunContext, tier_backend, tier_key
+from .engine import Engine, FileTask, IOOptions
+from .errors import DlioCkptError, StorageError, VerifyError
+from .results import OpRecord
+from .steps import manifest_path, step_name
+
+log = logging.getLogger("dlio_ckpt")
+
+
+class Tiers:
+    """One process's view of the tiers: its drain thread, and what is marked durable where
+    (every process keeps the same account, rank 0 alone writes and removes)."""
+
+    def __init__(self, ctx: RunContext, run_key: int, manifest: Callable[[int], dict[str, Any]],
+                 todo: Callable[[int, Backend], list[FileTask]]) -> None:
+        self.ctx, self._manifest, self._todo = ctx, manifest, todo
+        storages = [ctx.workload.storage, *ctx.workload.tiers]
+        self.keep = [st.keep_last for st in storages]
+        self.where = [f"{tier_key(k)} ({st.storage_type} {st.storage_root})" for k, st in enumerate(storages)]
+        self.marked: dict[int, list[int]] = {k: [] for k in range(len(storages))}  # steps with a marker
+        self.active = len(storages) > 1 or bool(self.keep[0])
+        if self.active:
+            ctx.state.durable = self.marked  # a failed summary says what is durable where
+        self.records: list[OpRecord] = []  # this process's drains whose step is marked on their tier
+        self._done: dict[tuple[int, int], OpRecord] = {}  # (step, tier) copied by this process
+        self._changed = threading.Condition()
+        self.error: BaseException | None = None
+        self._queue: queue.SimpleQueue[int | None] = queue.SimpleQueue()
+        self._thread: threading.Thread | None = None
+        if len(storages) > 1:
+            # the drain's own clients: its requests are its own, and it shares no connection with a save
+            self._backends = [tier_backend(ctx.workload, k, ctx.comm.local_rank) for k in range(len(storages))]
+            options = IOOptions(fsync=ctx.ck.fsync, chunk_size=ctx.ck.chunk_size)
+            self._engines = [Engine(b, run_key, options, self._progress) for b in self._backends[1:]]
+            self._thread = threading.Thread(target=self._drain, name="dlio_ckpt_drain", daemon=True)
+            self._thread.start()
+
+    # -- the drain thread ------------------------------------------------------------------------
+
+    def written(self, step: int) -> None:
+        """This process's files of ``step`` are whole on the first tier: copy them down (any thread)."""
+        if self._thread is not None:
+            self._queue.put(step)
+
+    def _progress(self, path: str, _nbytes: int) -> None:
+        if self.ctx.watchdog is not None:
+            self.ctx.watchdog.progress(path)
+
+    def _drain(self) -> None:
+        for step in iter(self._queue.get, None):
+            for k in range(1, len(self._backends)):
+                source, target = self._backends[k - 1], self._backends[k]
+                try:
+                    record = self._copy(step, k, source, target)
+                except BaseException as exc:  # the main thread raises it, naming the tier
+                    self._fail(step, k, exc)
+                    return
+                with self._changed:
+                    self._done[(step, k)] = record
+                    self._changed.notify_all()
+
+    def _copy(self, step: int, k: int, source: Backend, target: Backend) -> OpRecord:
+        folder = (self.ctx.ck.checkpoint_folder, step_name(step))
+        todo = self._todo(step, source)
+        start, t0 = time.time(), time.perf_counter()
+        with self.ctx.watch():
+            target.makedirs(target.join(*folder))
+            nbytes = self._engines[k - 1].copy_files(todo, source,
+                                                     lambda p: target.join(*folder, p.rsplit("/", 1)[1]))
+        seconds = time.perf_counter() - t0
+        requests = tuple(q for b in (source, target) if b.requests is not None for q in b.requests.take())
+        times = tuple((p.rsplit("/", 1)[-1], s, e, n) for p, s, e, n in self._engines[k - 1].take_file_times())
+        return OpRecord(f"drain_tier{k}", step, step, self.ctx.comm.rank, start, start + seconds, seconds,
+                        nbytes, len(todo), times, 0.0, requests)
+
+    def _fail(self, step: int, k: int, exc: BaseException) -> None:
+        error = exc  # a bug keeps its traceback
+        if isinstance(exc, DlioCkptError):
+            error = (VerifyError if isinstance(exc, VerifyError) else StorageError)(
+                f"drain of step {step} to tier {k}, {self.where[k]}: {exc}")
+        with self._changed:
+            self.error = error
+            self._changed.notify_all()
+        self.ctx.alarm.set()
+
+    # -- the main thread -------------------------------------------------------------------------
+
+    def check(self) -> None:
+        """Raise a drain's failure in the main thread (which ends the job)."""
+        if self.error is not None:
+            self.ctx.state.phase = "drain"
+            raise self.error
+
+    def committed(self, step: int) -> None:
+        """``step`` is marked on the first tier (every process calls this, after the marker)."""
+        self.marked[0].append(step)
+
+    def make_room(self, step: int) -> float:
+        """Before ``step`` is written: with ``keep_last`` on the first tier, it holds at most that
+        many steps and the one being written, so the step ``keep_last + 1`` back must be durable on
+        the tier below first (a collective). Returns the seconds this process waited for its drain."""
+        keep, waited = self.keep[0], 0.0
+        if self._thread is not None and keep and step - keep - 1 >= 1:
+            t = time.perf_counter()
+            with self._changed:
+                self._changed.wait_for(lambda: (step - keep - 1, 1) in self._done or self.error is not None)
+            waited = time.perf_counter() - t
+            self.check()
+        self.settle()
+        return waited
+
+    def settle(self) -> None:
+        """Mark each (step, tier) every process has copied (in step order, each only after its tier
+        above), then apply keep_last; a collective: every process calls it at the same points."""
+        if not self.active:
+            return
+        self.check()
+        with self._changed:
+            mine = set(self._done)
+        everywhere = set.intersection(*(set(d) for d in self.ctx.comm.allgather(sorted(mine))))
+        for step, k in sorted(everywhere - {(s, t) for t in self.marked for s in self.marked[t]}):
+            if step not in self.marked[k - 1]:
+                continue  # not marked above yet: marked at a later settle
+            body = json.dumps({**self._manifest(step), "tier": k}).encode()
+            target = self.ctx.tiers[k]
+            self.ctx.on_root_io(lambda t=target, s=step, b=body: t.put_small(
+                manifest_path(t, self.ctx.ck.checkpoint_folder, s), b))
+            self.marked[k].append(step)
+            self.records.append(self._done[(step, k)])
+            if self.ctx.comm.rank == 0:
+                log.info("step %d durable on tier %d, %s", step, k, self.where[k])
+        self._retire()
+
+    def _retire(self) -> None:
+        """keep_last: a tier's steps beyond its newest ``keep_last`` go once durable below (on the
+        last tier, at once); the marker first, so no removed step passes for durable."""
+        gone: list[tuple[int, int]] = []
+        for k, keep in enumerate(self.keep):
+            if not keep:
+                continue
+            below = set(self.marked[k + 1]) if k + 1 in self.marked else None
+            for step in self.marked[k][:-keep]:
+                if below is None or step in below:
+                    gone.append((k, step))
+        for k, step in gone:
+            self.marked[k].remove(step)
+        if gone:
+            self.ctx.on_root_io(lambda: self._remove(gone))
+
+    def _remove(self, gone: list[tuple[int, int]]) -> None:
+        for k, step in gone:
+            backend, folder = self.ctx.tiers[k], self.ctx.ck.checkpoint_folder
+            backend.remove(manifest_path(backend, folder, step))
+            backend.remove_tree(backend.join(folder, step_name(step)))
+            log.info("step %d removed from tier %d (keep_last=%d)", step, k, self.keep[k])
+
+    def close(self) -> None:
+        """Every drain finished and marked (a collective), the drain engines released."""
+        if self._thread is not None:
+            self._queue.put(None)
+            while self._thread.is_alive():
+                self._thread.join(0.2)
+            self.check()
+            for engine in self._engines:
+                engine.close()
+        self.settle()
+
+    def describe(self) -> list[dict[str, Any]]:
+        """summary.json's ``io.tiers``: each tier, what it keeps, the steps marked there at the end."""
+        storages = [self.ctx.workload.storage, *self.ctx.workload.tiers]
+        return [{"tier": k, "storage_type": st.storage_type, "storage_root": st.storage_root,
+                 "keep_last": st.keep_last, "steps_durable": list(self.marked[k]),
+                 "storage": self.ctx.tiers[k].describe()} for k, st in enumerate(storages)]

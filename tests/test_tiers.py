@@ -1,0 +1,133 @@
+"""Tiered checkpoints with real files and a real S3 server: each step drained from a local folder to
+SeaweedFS, read back and verified on the way, a marker per tier, keep_last on the local tier, the
+read phase from S3; bad tier lists refused before anything is written; the S3 server killed
+mid-drain ends the job naming the tier and the object, and the markers say what is durable where."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from .conftest import dlio, load
+from .test_faults import ended, no_ok_summary, start, wait_for
+
+pytestmark = pytest.mark.mpi
+SHAPE = ["workload=tiny", "++workload.checkpoint.num_checkpoints_write=4",
+         "++workload.checkpoint.num_checkpoints_read=1",
+         "++workload.checkpoint.checkpoint_folder=ck", "++workload.storage.storage_root=local"]
+
+
+def s3_tier(server, root: str, keep_last: int | None = None, **options) -> str:
+    opts = {"endpoint_url": server.endpoint, **options}
+    body = ", ".join(f"{k}: '{v}'" for k, v in opts.items())
+    keep = f", keep_last: {keep_last}" if keep_last else ""
+    tier = f"storage_type: s3, storage_root: '{server.bucket}/{root}', storage_options: {{{body}}}{keep}"
+    return f"++workload.tiers=[{{{tier}}}]"
+
+
+def names(backend, *parts: str) -> list[str]:
+    return sorted(backend.list_names(backend.join(*parts)))
+
+
+def test_async_saves_drained_to_s3_with_a_marker_per_tier_and_reads_from_s3(tmp_path, s3_server, monkeypatch):
+    from dlio_ckpt.backends import get_backend
+
+    for key, value in s3_server.env.items():
+        monkeypatch.setenv(key, value)
+    r = dlio([*SHAPE, "++hydra.run.dir=run", "++workload.checkpoint.async_save=True",
+              "++workload.checkpoint.time_between_checkpoints=0.5", "++workload.storage.keep_last=2",
+              "++workload.checkpoint.read_tier=1", s3_tier(s3_server, "tiered")],
+             tmp_path, nprocs=2, timeout=240, env=s3_server.env)
+    assert r.returncode == 0, r.stderr
+    summary = load(tmp_path / "run" / "summary.json")
+    s3 = get_backend("s3", f"{s3_server.bucket}/tiered", {"endpoint_url": s3_server.endpoint})
+    local = tmp_path / "local" / "ck"
+    steps = [f"global_epoch1_step{i}" for i in range(1, 5)]
+    # every object of every step is on S3, whole, with the tier's marker
+    files = json.loads(s3.get_small(s3.join("ck", "global_epoch1_step1.manifest.json")))["files"]
+    assert names(s3, "ck") == sorted([*steps, *(f"{s}.manifest.json" for s in steps)])
+    for step in steps:
+        assert names(s3, "ck", step) == sorted(files)
+        assert all(s3.size(s3.join("ck", step, n)) == size for n, size in files.items())
+        assert json.loads(s3.get_small(s3.join("ck", f"{step}.manifest.json")))["tier"] == 1
+    # the local tier keeps its newest two steps, each with its marker
+    assert sorted(p.name for p in local.iterdir()) == sorted([*steps[2:], *(f"{s}.manifest.json" for s in steps[2:])])
+    tiers = summary["io"]["tiers"]
+    assert [t["steps_durable"] for t in tiers] == [[3, 4], [1, 2, 3, 4]] and summary["io"]["read_tier"] == 1
+    for c in summary["checkpoints"]["save"]:
+        first, second = c["tiers"]
+        assert first["tier"] == 0 and second["tier"] == 1 and second["bytes"] == first["bytes"] == c["bytes"]
+        assert second["durable_seconds"] > first["durable_seconds"] == c["async"]["time_to_durable_seconds"]
+    assert summary["metric"]["save_checkpoint_time_to_durable_tier1_mean_seconds"] > 0
+    drains = summary["checkpoints"]["drain_tier1"]
+    assert [d["step"] for d in drains] == [1, 2, 3, 4] and drains[0]["requests"]["UploadPart"]["count"] > 0
+    load_ = summary["checkpoints"]["load"][0]  # read from S3, verified
+    assert load_["bytes"] == sum(files.values())
+    assert any(kind.startswith("GetObject") for kind in load_["requests"]), load_["requests"]
+    stats = load(tmp_path / "run" / "0_per_epoch_stats.json")["1"]
+    assert {"drain_tier1_ckpt1", "drain_tier1_ckpt4", "save_ckpt4", "load_ckpt1"} <= set(stats)
+    report = dlio(["report", "run"], tmp_path)
+    assert report.returncode == 0, report.stderr
+
+
+@pytest.mark.parametrize("extra, key, rule", [
+    (["'++workload.tiers=[{storage_type: local_fs, storage_root: local}]'"], "workload.tiers[0].storage_root",
+     "same storage as workload.storage"),
+    (["'++workload.tiers=[{storage_type: local_fs, storage_root: far, keep_last: 0}]'"], "keep_last",
+     "greater than or equal to 1"),
+    (["++workload.checkpoint.read_tier=2", "'++workload.tiers=[{storage_type: local_fs, storage_root: far}]'"],
+     "workload.checkpoint.read_tier", "number of tiers (1)"),
+    (["++workload.storage.keep_last=1"], "workload.storage.keep_last", "raise keep_last"),
+    (["'++workload.tiers=[{storage_type: null, storage_root: x}]'"], "workload.tiers[0].storage_type",
+     "cannot be a tier"),
+    (["'++workload.tiers=[{storage_type: local_fs, storage_root: far, storage_options: {thread: 2}}]'"],
+     "workload.tiers[0].storage_options.thread", "unknown option"),
+])
+def test_bad_tiers_are_refused_before_anything_is_written(tmp_path, extra, key, rule):
+    r = dlio(["--world-size", "2", *SHAPE, "++hydra.run.dir=run", *(e.strip("'") for e in extra)], tmp_path)
+    assert r.returncode == 2, (r.stdout, r.stderr)
+    assert key in r.stderr and rule in r.stderr, r.stderr
+    assert r.stderr.count("error:") == 1, r.stderr
+    assert not (tmp_path / "local").exists() and not (tmp_path / "far").exists() and not (tmp_path / "run").exists()
+
+
+def test_a_tier_too_small_for_its_steps_is_refused(tmp_path, small_fs):
+    """tiny's four 46 MiB steps fit the local folder, which keeps one, and not the 128 MiB tier."""
+    r = dlio(["--world-size", "2", *SHAPE, "++hydra.run.dir=run", "++workload.storage.keep_last=1",
+              "++workload.checkpoint.num_checkpoints_read=0",
+              f"++workload.tiers=[{{storage_type: local_fs, storage_root: {small_fs}}}]"], tmp_path)
+    assert r.returncode == 2 and "workload.tiers[0].storage_root" in r.stderr and "GiB" in r.stderr, r.stderr
+    assert not (tmp_path / "local").exists() and not any(small_fs.iterdir())
+
+
+def test_an_earlier_runs_steps_on_a_lower_tier_are_refused(tmp_path):
+    (tmp_path / "far" / "ck" / "global_epoch1_step1").mkdir(parents=True)
+    r = dlio(["--world-size", "2", *SHAPE, "++hydra.run.dir=run",
+              "++workload.tiers=[{storage_type: local_fs, storage_root: far}]"], tmp_path)
+    assert r.returncode == 2 and "on workload.tiers[0]" in r.stderr and "overwrite" in r.stderr, r.stderr
+
+
+def test_s3_killed_mid_drain_ends_the_job_naming_tier_and_object(tmp_path, monkeypatch):
+    from .servers import seaweedfs
+
+    with seaweedfs() as server:
+        for key, value in server.env.items():
+            monkeypatch.setenv(key, value)
+        args = [*SHAPE, "++hydra.run.dir=out", "++workload.checkpoint.num_checkpoints_write=6",
+                "++workload.checkpoint.time_between_checkpoints=1", s3_tier(server, "killed")]
+        proc = start(args, tmp_path, env=server.env)
+        log = tmp_path / "out" / "dlio_ckpt.log"
+        wait_for(lambda: log.exists() and "step 2 durable on tier 1" in log.read_text(), timeout=90)
+        server.kill()
+        code, err, _ = ended(proc, 45)
+    assert code != 0
+    assert "drain of step" in err and "workload.tiers[0] (s3" in err and f"s3://{server.bucket}/killed/ck/" in err, err
+    summary = no_ok_summary(tmp_path / "out")
+    assert summary is not None
+    durable = summary["steps_durable_per_tier"]
+    logged = [i for i in range(1, 7) if f"step {i} durable on tier 1" in log.read_text()]
+    assert durable["1"] == logged and logged[:2] == [1, 2] and len(logged) < 6
+    local = Path(tmp_path / "local" / "ck")
+    assert durable["0"] == sorted(int(p.name.split("step")[1].split(".")[0]) for p in local.glob("*.manifest.json"))
