@@ -5,7 +5,8 @@ next checkpoint waits for it (as DCP's ``async_save``, Megatron or DataStates do
 Why here and not a second runner: it is a way of running the save of :mod:`dlio_ckpt.runner`'s loop,
 through the same skeleton (``timed`` + ``record``); only when the write ends and what holds training
 change. Staging is modelled (the shard at ``staging_gb_per_second`` per accelerator: memory stays
-bounded); training is a sleep, or one busy core (``training=cpu``). With tiers, a process's drain
+bounded) or a real copy into host memory (:class:`Staging`); training is a sleep, or one busy core
+(``training=cpu``). With tiers, a process's drain
 starts as soon as its background write ends.
 """
 
@@ -22,6 +23,31 @@ from .context import Clock, RunContext, record, timed
 from .engine import Engine, FileTask
 from .results import OpRecord
 from .tiers import Tiers
+
+
+class Staging:
+    """The copy that holds training at each async checkpoint. ``modelled``: the largest shard of this
+    process's ranks at ``staging_gb_per_second`` (they stage at once, each from its own accelerator),
+    a sleep, memory bounded. ``real``: every byte of this process's shards copied into host memory
+    allocated (and faulted in) once before the run, from a source buffer standing for device memory:
+    a real memory-bandwidth cost, competing with the background write, at the shard's memory."""
+
+    SOURCE = 64 << 20  # the source is reused: a bigger one would only add memory
+
+    def __init__(self, kind: str, rate_gb_per_second: float, largest: int, total: int) -> None:
+        self.kind, self.seconds, self.bytes = kind, largest / (rate_gb_per_second * 1e9), total
+        if kind == "real":
+            self.buffer = np.ones(total, dtype=np.uint8)  # written once: every page is resident from now
+            self.source = np.random.default_rng(0).integers(0, 256, min(total, self.SOURCE), dtype=np.uint8)
+
+    def __call__(self) -> None:
+        if self.kind == "modelled":
+            time.sleep(self.seconds)
+            return
+        step = len(self.source)
+        for offset in range(0, self.bytes, step):
+            n = min(step, self.bytes - offset)
+            self.buffer[offset:offset + n] = self.source[:n]
 
 
 def train(seconds: float, kind: str, alarm: threading.Event) -> None:
@@ -44,11 +70,11 @@ class BackgroundSaves:
         self.records: list[OpRecord] = []
         self._pending: tuple[int, Clock, float, threading.Thread, dict[str, Any], int] | None = None
 
-    def save(self, step: int, todo: list[FileTask], stage_seconds: float, prepare: Callable[[], None]) -> None:
+    def save(self, step: int, todo: list[FileTask], stage: Callable[[], None], prepare: Callable[[], None]) -> None:
         """Checkpoint ``step``: wait for (and commit) the previous one, stage, start the write."""
         with timed(self.ctx, "save", step) as clock:
             stalled = self.wait() + self.tiers.make_room(step)
-            time.sleep(stage_seconds)  # the device-to-host copy that holds training
+            stage()  # the device-to-host copy that holds training
             prepare()
             self.ctx.comm.barrier()  # the step's folder exists before any process writes into it
             box: dict[str, Any] = {}

@@ -211,3 +211,15 @@ def hostname() -> str:
 def host_memory() -> int:
     """This host's physical memory in bytes (what the page cache can hold at most)."""
     return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
+def available_memory() -> int:
+    """Bytes this host can still give processes without swapping (Linux's MemAvailable)."""
+    try:
+        with open("/proc/meminfo") as fh:
+            for line in fh:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES")

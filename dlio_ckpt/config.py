@@ -81,6 +81,9 @@ class Checkpoint(Section):
                              "background while the next interval trains; the next checkpoint waits for it")
     staging_gb_per_second: float = Field(12.5, gt=0, description="modelled device-to-host copy rate per accelerator, "
                                      "GB/s (H100: 55 from pinned memory, 12.5-17 pageable)")
+    staging: Literal["modelled", "real"] = Field("modelled", description="modelled: the shard at "
+                                                 "staging_gb_per_second (memory bounded); real: a real copy of the "
+                                                 "process's shard into host memory held for the run (memory = shard)")
     training: Literal["sleep", "cpu"] = Field("sleep", description="what a training interval does: sleep, or keep "
                                               "one core busy (shows background writes competing for CPU)")
     mtbf_hours: float | None = Field(None, gt=0, description="mean time between failures of the job: adds goodput")
@@ -282,7 +285,7 @@ class Workload(Section):
 # Checkpoint keys that shape the emulator's files or its emulated training loop and mean nothing to a
 # framework's own save (real modes have fsdp.async_save and lightning.async_save)
 EMULATOR_ONLY = ("format", "scale", "odirect", "verify", "chunk_size", "recovery_rank_shift", "ranks_per_host", "mode",
-                 "async_save", "staging_gb_per_second", "training", "mtbf_hours")
+                 "async_save", "staging_gb_per_second", "staging", "training", "mtbf_hours", "read_tier")
 REAL_MODE_STORAGE = {"lightning": ("local_fs", "s3", "gcs"), "fsdp": ("local_fs", "s3", "gcs"),
                      "gds": ("local_fs", "gds")}
 FSDP_DATATYPES = ("fp16", "bf16", "fp32", "fp64")  # torch dtypes the real model can train in

@@ -16,8 +16,8 @@ from typing import Any
 
 from . import __version__
 from .backends import Backend
-from .background import BackgroundSaves, train
-from .comm import hostname
+from .background import BackgroundSaves, Staging, train
+from .comm import available_memory, hostname
 from .context import (
     RunContext,
     fsync_meaning,
@@ -76,12 +76,28 @@ def preflight(ctx: RunContext) -> None:
     for backend in ctx.tiers[1:]:  # drains write without O_DIRECT; the read phase reads as asked
         check_capabilities(backend, IOOptions(fsync=ck.fsync))
     check_capabilities(ctx.tiers[ck.read_tier], io_options(ctx))
+    if ck.async_save and ck.staging == "real":
+        _check_staging_memory(ctx)
     prepare_storage(ctx, lambda: ck.num_checkpoints_write * sum(expected_files(ctx, fmt).values()))
     if ck.num_checkpoints_write == 0:
         files = ctx.on_root_io(lambda: expected_files(ctx, fmt))
         key = ctx.on_root_io(lambda: _check_manifest(ctx, files, 1, None))
         for i in range(2, ck.num_checkpoints_read + 1):
             ctx.on_root_io(lambda i=i: _check_manifest(ctx, files, i, key))
+
+
+def _check_staging_memory(ctx: RunContext) -> None:
+    """``staging=real`` holds every process's shards in host memory for the whole run: refused where
+    a host has not that much available (every process decides alike, from everyone's figures)."""
+    facts = ctx.comm.allgather((hostname(), sum(p.payload_bytes for p in mine(ctx)), available_memory()))
+    for host in {h for h, _, _ in facts}:
+        need = sum(n for h, n, _ in facts if h == host)
+        free = min(a for h, _, a in facts if h == host)
+        if need > 0.8 * free:
+            raise ConfigError("workload.checkpoint.staging", "real",
+                              f"holds each process's shards in host memory: {need / (1 << 30):.2f} GiB on {host}, "
+                              f"which has {free / (1 << 30):.2f} GiB available (at most 80% may be used): use "
+                              "staging=modelled, a smaller checkpoint.scale, or more hosts")
 
 
 def _check_manifest(ctx: RunContext, files: dict[str, int], step: int, run_key: int | None) -> int:
@@ -172,7 +188,8 @@ def run(ctx: RunContext) -> dict[str, Any] | None:
 
     tiers = Tiers(ctx, run_key, manifest, lambda i, backend: tasks(ctx, fmt, i, mine(ctx), backend))
     background = BackgroundSaves(ctx, engine, commit, tiers) if ck.async_save else None
-    stage = max(p.payload_bytes for p in mine(ctx)) / (ck.staging_gb_per_second * 1e9)  # ranks stage at once
+    shards = [p.payload_bytes for p in mine(ctx)]
+    stage = Staging(ck.staging, ck.staging_gb_per_second, max(shards), sum(shards)) if ck.async_save else None
     for i in range(1, ck.num_checkpoints_write + 1):
         state.phase, state.step = "train" if background else "wait before save", i
         train(ck.time_between_checkpoints, ck.training, ctx.alarm)
@@ -207,10 +224,15 @@ def run(ctx: RunContext) -> dict[str, Any] | None:
     state.phase, state.step = "results", None
     backend = ctx.backend
 
+    per = ctx.world_size // comm.size
+
     def describe(tries: list[dict[str, int]]) -> dict[str, Any]:
         asked = {"goodput": {"mtbf_hours": ck.mtbf_hours, "interval_seconds": ck.time_between_checkpoints,
                              "tier": ck.read_tier}} if ck.mtbf_hours else {}
-        background_mode = {"staging_gb_per_second": ck.staging_gb_per_second, "training": ck.training}
+        held = [sum(r.payload_bytes for r in ctx.plan.ranks[i * per:(i + 1) * per]) for i in range(comm.size)]
+        background_mode = {"staging": ck.staging, "training": ck.training,
+                           **({"staging_gb_per_second": ck.staging_gb_per_second} if ck.staging == "modelled" else
+                              {"staging_bytes_per_process": held})}
         return {**asked, "async_save": background_mode if ck.async_save else False,
                 "retries": {"save": sum(t["save"] for t in tries), "load": sum(t["load"] for t in tries),
                             "per_process": tries,

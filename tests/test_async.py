@@ -33,7 +33,8 @@ def test_async_saves_hold_training_briefly_and_count_the_waits_when_the_interval
     for c in slow["checkpoints"]["save"]:
         assert c["async"]["overlapped"] and c["async"]["held_seconds_max"] < 0.25 * save, (c, save)
         assert c["async"]["time_to_durable_seconds"] == c["duration_seconds"] > c["async"]["held_seconds_max"]
-    assert slow["async_save"] == {"staging_gb_per_second": 55.0, "training": "sleep"} and sync["async_save"] is False
+    assert slow["async_save"] == {"staging": "modelled", "staging_gb_per_second": 55.0, "training": "sleep"}
+    assert sync["async_save"] is False
     later = fast["checkpoints"]["save"][1:]
     assert any(c["async"]["stalled_seconds_max"] > 0 and not c["async"]["overlapped"] for c in later)
     stats = load(tmp_path / "short" / "0_per_epoch_stats.json")["1"]["save_ckpt2"]
@@ -49,6 +50,23 @@ def test_async_saves_hold_training_briefly_and_count_the_waits_when_the_interval
     assert math.isclose(g["optimal_interval_seconds"], math.sqrt(2 * g["held_seconds_per_checkpoint"] * 8 * 3600))
     assert g["goodput_at_optimal"] >= g["goodput"]
     assert sync["goodput"]["held_seconds_per_checkpoint"] > g["held_seconds_per_checkpoint"]
+
+
+def test_real_staging_copies_the_shard_into_host_memory_and_says_how_much(tmp_path):
+    real = run(tmp_path, "real", "++workload.checkpoint.async_save=True", "++workload.checkpoint.staging=real",
+               "++workload.checkpoint.time_between_checkpoints=1")
+    held = real["async_save"]["staging_bytes_per_process"]
+    assert real["async_save"]["staging"] == "real" and len(held) == 2 and min(held) > 0
+    assert sum(held) == real["metric"]["checkpoint_size_bytes"]  # every process's shards, in its memory
+    assert all(rss > n for rss, n in zip(real["memory"]["peak_rss_bytes_per_process"], held, strict=True))
+    assert all(c["async"]["held_seconds_max"] > 0 for c in real["checkpoints"]["save"])
+
+
+def test_real_staging_larger_than_host_memory_is_refused(tmp_path):
+    r = dlio([*SHAPE, "++workload.checkpoint.scale=1", "++workload.checkpoint.async_save=True",
+              "++workload.checkpoint.staging=real", "++hydra.run.dir=big"], tmp_path)
+    assert r.returncode == 2 and "workload.checkpoint.staging='real'" in r.stderr and "available" in r.stderr, r.stderr
+    assert not (tmp_path / "big").exists()
 
 
 def test_plan_answers_the_what_if_without_writing_anything(tmp_path):
