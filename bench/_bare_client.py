@@ -1,7 +1,8 @@
 """The bare-client side of bench/object_stores.py: one MPI process PUTs and GETs its objects.
 
-argv: kind endpoint bucket prefix threads sizes_json. Prints [save GiB/s, load GiB/s] on rank 0,
-each being all bytes over the slowest process's time (as dlio_ckpt reports).
+argv: kind endpoint bucket prefix threads sizes_json [phases]. Prints one GiB/s figure per phase
+("save,load" by default; "load" reads what an earlier save left) on rank 0, each being all bytes
+over the slowest process's time (as dlio_ckpt reports).
 """
 
 from __future__ import annotations
@@ -58,6 +59,7 @@ def gcs_ops(endpoint: str, bucket: str):
 
 def main() -> None:
     kind, endpoint, bucket, prefix, threads, sizes = sys.argv[1:7]
+    phases = sys.argv[7].split(",") if len(sys.argv) > 7 else ["save", "load"]
     comm = MPI.COMM_WORLD
     mine = json.loads(sizes)[comm.rank]
     put, get = (s3_ops if kind == "s3" else gcs_ops)(endpoint, bucket)
@@ -67,7 +69,7 @@ def main() -> None:
     keys = [f"{prefix}/rank{comm.rank}_file{i}" for i in range(len(mine))]
     figures = []
     with ThreadPoolExecutor(int(threads)) as ex:
-        for phase in ("save", "load"):
+        for phase in phases:
             comm.Barrier()
             t0 = time.perf_counter()
             if phase == "save":

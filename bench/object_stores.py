@@ -8,7 +8,7 @@ of threads, then GETs them back and drops the bytes. The ratio dlio_ckpt / bare 
 that store; the absolute figures describe a local emulator on this machine, not a cloud bucket.
 Rounds alternate which tool goes first; medians are reported. ``null`` shows our own ceiling.
 
-    python bench/object_stores.py --procs 2 --mib 256 --rounds 3 --threads 4
+    python bench/object_stores.py --procs 2 --mib 256 --rounds 3 --threads 4 --load-rounds 10
 """
 
 from __future__ import annotations
@@ -57,15 +57,20 @@ def storage_args(kind: str, server, threads: int, prefix: str) -> list[str]:
     return out
 
 
-def dlio_round(kind: str, server, procs: int, scale: float, fmt: str, threads: int, n: int) -> tuple[float, float]:
+def dlio_round(kind: str, server, procs: int, scale: float, fmt: str, threads: int, n: int,
+               load_only: bool = False) -> tuple[float, float]:
     out = Path(tempfile.mkdtemp(prefix="bench_out_"))
+    only = ["++workload.checkpoint.num_checkpoints_write=0"] if load_only else []
     cmd = [str(BIN / "mpiexec"), "-n", str(procs), sys.executable, "-m", "dlio_ckpt", *common(procs, scale, fmt),
-           *storage_args(kind, server, threads, f"dlio{n}"), f"++hydra.run.dir={out}"]
+           *storage_args(kind, server, threads, f"dlio{n}"), f"++hydra.run.dir={out}", *only]
     env = {**os.environ, **(server.env if server else {}), "PYTHONPATH": str(REPO)}
     subprocess.run(cmd, check=True, capture_output=True, env=env)
     s = json.loads((out / "summary.json").read_text())
     shutil.rmtree(out)
-    save, load = s["checkpoints"]["save"][0], s["checkpoints"]["load"][0]
+    load = s["checkpoints"]["load"][0]
+    if load_only:
+        return 0.0, load["bytes"] / load["duration_seconds"] / GIB
+    save = s["checkpoints"]["save"][0]
     return save["bytes"] / save["duration_seconds"] / GIB, load["bytes"] / load["duration_seconds"] / GIB
 
 
@@ -76,13 +81,15 @@ def planned_sizes(procs: int, scale: float, fmt: str) -> list[list[int]]:
     return [[f["file_bytes"] for f in r["files"]] for r in plan["ranks"]]
 
 
-def bare_round(kind: str, server, sizes: list[list[int]], threads: int, n: int) -> tuple[float, float]:
+def bare_round(kind: str, server, sizes: list[list[int]], threads: int, n: int,
+               load_only: bool = False) -> tuple[float, float]:
     cmd = [str(BIN / "mpiexec"), "-n", str(len(sizes)), sys.executable, str(REPO / "bench" / "_bare_client.py"),
-           kind, server.endpoint, server.bucket, f"bare{n}", str(threads), json.dumps(sizes)]
+           kind, server.endpoint, server.bucket, f"bare{n}", str(threads), json.dumps(sizes),
+           "load" if load_only else "save,load"]
     env = {**os.environ, **server.env}
     res = subprocess.run(cmd, check=True, capture_output=True, text=True, env=env)
-    save, load = json.loads(res.stdout.strip().splitlines()[-1])
-    return save, load
+    figures = json.loads(res.stdout.strip().splitlines()[-1])
+    return (0.0, figures[0]) if load_only else (figures[0], figures[1])
 
 
 def main() -> None:
@@ -94,6 +101,8 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=4, help="objects in flight per process (both tools)")
     ap.add_argument("--format", default="pt")
     ap.add_argument("--no-verify", action="store_true", help="dlio_ckpt reads without comparing bytes")
+    ap.add_argument("--load-rounds", type=int, default=0, help="then this many more loads of what the last round "
+                    "wrote, alternating the tools (a load sample costs no save: loads swing most here)")
     a = ap.parse_args()
     VERIFY[0] = f"++workload.checkpoint.verify={not a.no_verify}"
     scale = scale_for(a.procs, a.mib)
@@ -116,9 +125,20 @@ def main() -> None:
                     r["save"].append(save)
                     r["load"].append(load)
                     print(f"round {n} {kind:5s} {tool:5s} save {save:.3f} GiB/s  load {load:.3f} GiB/s", flush=True)
+        last = a.rounds - 1
+        for n in range(a.load_rounds):
+            for kind in a.backends.split(","):
+                for tool in (["dlio", "bare"] if n % 2 == 0 else ["bare", "dlio"]):
+                    if tool == "bare" and kind == "null":
+                        continue
+                    _, load = (dlio_round(kind, servers[kind], a.procs, scale, a.format, a.threads, last, True)
+                               if tool == "dlio" else bare_round(kind, servers[kind], sizes, a.threads, last, True))
+                    results[f"{kind}/{tool}"]["load"].append(load)
+                    print(f"load round {n} {kind:5s} {tool:5s} load {load:.3f} GiB/s", flush=True)
     total = sum(map(sum, sizes))
     print(f"\n{a.procs} processes x {a.threads} threads, {total / GIB:.3f} GiB per checkpoint ({a.format}), "
-          f"{a.rounds} rounds, reads {'counted' if a.no_verify else 'verified'}, medians in GiB/s")
+          f"{a.rounds} rounds (+{a.load_rounds} loads), reads {'counted' if a.no_verify else 'verified'}, "
+          "medians in GiB/s")
     for kind in a.backends.split(","):
         d = {k: statistics.median(v) for k, v in results[f"{kind}/dlio"].items()}
         line = f"{kind:5s} dlio_ckpt save {d['save']:.3f} load {d['load']:.3f}"

@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from .backends import Backend, DeviceMemory, Writer
+from .backends import Backend, DeviceMemory, Reader, Writer
 from .errors import ConfigError, StorageError, VerifyError
 from .formats import Segment, file_size
 from .synthetic import BLOCK, SyntheticData, first_difference, first_difference_on_device
@@ -65,6 +65,17 @@ def check_capabilities(backend: Backend, options: IOOptions) -> None:
         raise ConfigError("workload.checkpoint.odirect", True,
                           f"storage_type={backend.name} has no O_DIRECT (its reads never come from "
                           "this host's page cache anyway); set it to False")
+
+
+def _chunks(reader: Reader, buf: Any) -> Iterator[Any]:
+    """A file's bytes as the reader delivers them: in its own buffers where it lends them
+    (``views``: verified where they landed, no copy), else read into ``buf`` one fill at a time."""
+    views = getattr(reader, "views", None)
+    if views is not None:
+        yield from views()
+        return
+    while filled := reader.readinto(buf):
+        yield buf[:filled]
 
 
 class _Worker:
@@ -255,29 +266,30 @@ class Engine:
             raise VerifyError(f"{task.path}: has {actual} bytes, planned {task.size}"
                               if actual is not None else f"{task.path}: missing")
         reader = source.open_read(task.path, odirect, actual)
-        buf = worker.readbuf
+        chunks = _chunks(reader, worker.readbuf)
         try:
-            base, used, filled = 0, 0, 0
+            got, base, used = worker.readbuf[:0], 0, 0
             for piece in self._pieces(worker.data, task):
                 while len(piece):  # a device array has no truth value
-                    if used == filled:
-                        if sink is not None and filled:
-                            sink(buf[:filled])
-                        base += filled
-                        used, filled = 0, reader.readinto(buf)
-                        if filled == 0:
+                    if used == len(got):
+                        if sink is not None and len(got):
+                            sink(got)
+                        base += len(got)
+                        got, used = next(chunks, None), 0
+                        if got is None:
                             raise VerifyError(f"{task.path}: ended at offset {base}, planned {task.size}")
-                    n = min(len(piece), filled - used)
-                    bad = worker.first_difference(buf[used:used + n], piece[:n])
+                    n = min(len(piece), len(got) - used)
+                    bad = worker.first_difference(got[used:used + n], piece[:n])
                     if bad is not None:
                         off = base + used + bad
                         raise VerifyError(f"{task.path}: wrong data at offset {off} "
                                           f"(4 KiB block {off // BLOCK})")
                     used += n
                     piece = piece[n:]
-            if sink is not None and filled:
-                sink(buf[:filled])
+            if sink is not None and len(got):
+                sink(got)
         finally:
+            chunks.close()
             reader.close()
         return task.size
 
@@ -306,12 +318,14 @@ class Engine:
     def _read_counted(self, worker: _Worker, task: FileTask) -> int:
         """``checkpoint.verify=False``: read every byte, check only that the size is as planned."""
         reader = self.backend.open_read(task.path, self.options.odirect)
+        chunks = _chunks(reader, worker.readbuf)
         try:
             total = 0
-            while n := reader.readinto(worker.readbuf):
-                total += n
-                self._progress(task.path, n)
+            for got in chunks:
+                total += len(got)
+                self._progress(task.path, len(got))
         finally:
+            chunks.close()
             reader.close()
         if total != task.size:
             raise VerifyError(f"{task.path}: read {total} bytes, planned {task.size}")

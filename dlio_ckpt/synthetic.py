@@ -15,6 +15,7 @@ exactly those of the host generator (a file written from the GPU verifies on the
 
 from __future__ import annotations
 
+import ctypes
 import mmap
 from typing import Any
 
@@ -102,17 +103,35 @@ class SyntheticData:
             pass
 
 
+def _libc_memcmp() -> Any:
+    try:
+        fn = ctypes.CDLL(None).memcmp
+    except (OSError, AttributeError):
+        return None
+    fn.restype, fn.argtypes = ctypes.c_int, [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t]
+    return fn
+
+
+_MEMCMP = _libc_memcmp()
+
+
 def first_difference(got: memoryview, want: memoryview) -> int | None:
-    """Offset of the first differing byte, or None when equal; at memory speed."""
+    """Offset of the first differing byte, or None when equal; at memory speed. libc's memcmp
+    (~37 GiB/s here, no temporary array, the GIL released) says whether they differ; numpy finds
+    where only when they do."""
     a = np.frombuffer(got, dtype=np.uint8)
     b = np.frombuffer(want, dtype=np.uint8)
     if a.size != b.size:
         return min(a.size, b.size)
-    whole = a.size // 8 * 8  # compare 8 bytes at a time: ~12 GiB/s against ~1 for memoryview ==
-    if np.array_equal(a[:whole].view(np.uint64), b[:whole].view(np.uint64)) and np.array_equal(
-        a[whole:], b[whole:]
-    ):
-        return None
+    if _MEMCMP is not None:
+        if a.size == 0 or _MEMCMP(a.ctypes.data, b.ctypes.data, a.size) == 0:
+            return None
+    else:
+        whole = a.size // 8 * 8  # 8 bytes at a time: ~12 GiB/s against ~1 for memoryview ==
+        if np.array_equal(a[:whole].view(np.uint64), b[:whole].view(np.uint64)) and np.array_equal(
+            a[whole:], b[whole:]
+        ):
+            return None
     return int(np.flatnonzero(a != b)[0])
 
 

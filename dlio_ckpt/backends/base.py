@@ -67,6 +67,10 @@ class Writer(Protocol):
 
 
 class Reader(Protocol):
+    """Sequential reads. A reader whose client hands over its own buffers (object stores) may also
+    offer ``views()``: the file's bytes, in order, in those buffers, so the engine verifies them
+    where they landed instead of copying each into its own buffer first."""
+
     def readinto(self, buf: memoryview) -> int: ...
     def close(self) -> None: ...
 

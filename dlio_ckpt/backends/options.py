@@ -32,6 +32,8 @@ class ObjectStoreOptions(Options):
         description="0: keys as planned; N: put each object under one of N hashed sub-prefixes, "
         "since object stores throttle request rates per prefix",
     )
+    read_size: int = Field(32 * MIB, ge=MIB, description="bytes per ranged GET when reading; one range is "
+                           "fetched ahead of the one being verified (memory per thread: two ranges)")
 
 class S3Options(ObjectStoreOptions):
     # The CRT already uploads and downloads the parts of one object in parallel, so few objects in
@@ -52,7 +54,6 @@ class S3Options(ObjectStoreOptions):
     throughput_target_gbps: float = Field(10.0, gt=0)
     max_attempts: int = Field(5, ge=1, le=100, validation_alias=AliasChoices("max_attempts", "s3_max_attempts"),
                               description="tries per request, first one included")
-    read_size: int = Field(32 * MIB, ge=MIB, description="bytes per ranged GET when reading (memory per thread)")
 
     @model_validator(mode="after")
     def _keys_in_pairs(self) -> S3Options:
@@ -69,6 +70,9 @@ class GCSOptions(ObjectStoreOptions):
     block_size: int = Field(16 * MIB, ge=RESUMABLE_UNIT, multiple_of=RESUMABLE_UNIT,
                             description="bytes per resumable-upload request")
     consistency: Literal["none", "md5", "crc32c"] = "none"
+    # measured against fake-gcs-server here: 8 MiB ranges read at 0.93 of gcsfs's own reads, 32 MiB at 0.54
+    read_size: int = Field(8 * MIB, ge=MIB, description="bytes per ranged GET when reading; one range is "
+                           "fetched ahead of the one being verified (memory per thread: two ranges)")
     timeout: float = Field(60.0, gt=0, description="seconds one operation may take, gcsfs's own retries "
                            "included (it retries a refused connection with backoff for ~30 s)")
 
