@@ -146,17 +146,27 @@ class CountedS3Client:
             yield page
 
     def get_object(self, bucket: str, key: str, start: int | None = None, end: int | None = None) -> Iterator[bytes]:
-        """Issued now (the client starts fetching), counted as its parts are consumed."""
+        """Issued now; returns once its first part has arrived (so its time to first byte is the
+        server's, not how long the caller took to come for it: readers call this from a thread
+        ahead of the range being verified); the rest counted as it is consumed."""
         t0 = time.perf_counter()
-        stream = self._c.get_object(bucket, key, start, end) if start is not None else self._c.get_object(bucket, key)
-        return self._consume(iter(stream), t0)
-
-    def _consume(self, stream: Iterator[bytes], t0: float) -> Iterator[bytes]:
-        got, failure = 0, None
         try:
+            stream = iter(self._c.get_object(bucket, key, start, end) if start is not None
+                          else self._c.get_object(bucket, key))
+            first = next(stream, b"")
+        except Exception as exc:
+            self._log.add("call: get_object (time to first byte)", 0, time.perf_counter() - t0,
+                          cause_of_error(str(exc)))
+            raise
+        self._log.add("call: get_object (time to first byte)", 0, time.perf_counter() - t0)
+        return self._consume(first, stream, t0)
+
+    def _consume(self, first: bytes, stream: Iterator[bytes], t0: float) -> Iterator[bytes]:
+        got, failure = len(first), None
+        try:
+            if first:
+                yield first
             for part in stream:
-                if not got:
-                    self._log.add("call: get_object (time to first byte)", 0, time.perf_counter() - t0)
                 got += len(part)
                 yield part
         except Exception as exc:
