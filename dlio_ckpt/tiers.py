@@ -32,56 +32,59 @@ from .steps import manifest_path, step_name
 log = logging.getLogger("dlio_ckpt")
 
 
-class Tiers:
-    """One process's view of the tiers: its drain thread, and what is marked durable where
-    (every process keeps the same account, rank 0 alone writes and removes)."""
+class Drain:
+    """This process's drain thread: copies its own files of each step down the tiers, in order,
+    and keeps what it has copied (and the first failure, named by step and tier) for the main thread."""
 
-    def __init__(self, ctx: RunContext, run_key: int, manifest: Callable[[int], dict[str, Any]],
-                 todo: Callable[[int, Backend], list[FileTask]]) -> None:
-        self.ctx, self._manifest, self._todo = ctx, manifest, todo
-        storages = [ctx.workload.storage, *ctx.workload.tiers]
-        self.keep = [st.keep_last for st in storages]
-        self.where = [f"{tier_key(k)} ({st.storage_type} {st.storage_root})" for k, st in enumerate(storages)]
-        self.marked: dict[int, list[int]] = {k: [] for k in range(len(storages))}  # steps with a marker
-        self.active = len(storages) > 1 or bool(self.keep[0])
-        if self.active:
-            ctx.state.durable = self.marked  # a failed summary says what is durable where
-        self.records: list[OpRecord] = []  # this process's drains whose step is marked on their tier
-        self._done: dict[tuple[int, int], OpRecord] = {}  # (step, tier) copied by this process
-        self._changed = threading.Condition()
+    def __init__(self, ctx: RunContext, run_key: int, todo: Callable[[int, Backend], list[FileTask]],
+                 where: list[str]) -> None:
+        self.ctx, self._todo, self._where = ctx, todo, where
+        # its own clients: its requests are its own, and it shares no connection with a save
+        self._backends = [tier_backend(ctx.workload, k, ctx.comm.local_rank) for k in range(len(where))]
+        options = IOOptions(fsync=ctx.ck.fsync, chunk_size=ctx.ck.chunk_size)
+        self._engines = [Engine(b, run_key, options, self._progress) for b in self._backends[1:]]
+        self.done: dict[tuple[int, int], OpRecord] = {}  # (step, tier) -> this process's copy
         self.error: BaseException | None = None
+        self._changed = threading.Condition()
         self._queue: queue.SimpleQueue[int | None] = queue.SimpleQueue()
-        self._thread: threading.Thread | None = None
-        if len(storages) > 1:
-            # the drain's own clients: its requests are its own, and it shares no connection with a save
-            self._backends = [tier_backend(ctx.workload, k, ctx.comm.local_rank) for k in range(len(storages))]
-            options = IOOptions(fsync=ctx.ck.fsync, chunk_size=ctx.ck.chunk_size)
-            self._engines = [Engine(b, run_key, options, self._progress) for b in self._backends[1:]]
-            self._thread = threading.Thread(target=self._drain, name="dlio_ckpt_drain", daemon=True)
-            self._thread.start()
+        self._thread = threading.Thread(target=self._run, name="dlio_ckpt_drain", daemon=True)
+        self._thread.start()
 
-    # -- the drain thread ------------------------------------------------------------------------
+    def add(self, step: int) -> None:
+        """Copy this process's files of ``step`` down (called from any thread)."""
+        self._queue.put(step)
 
-    def written(self, step: int) -> None:
-        """This process's files of ``step`` are whole on the first tier: copy them down (any thread)."""
-        if self._thread is not None:
-            self._queue.put(step)
+    def finished(self) -> set[tuple[int, int]]:
+        with self._changed:
+            return set(self.done)
+
+    def wait_for(self, step: int, k: int) -> None:
+        """Until ``step`` is on tier ``k`` (or the drain failed)."""
+        with self._changed:
+            self._changed.wait_for(lambda: (step, k) in self.done or self.error is not None)
+
+    def close(self) -> None:
+        """Every step added so far copied (or the drain failed), the engines released."""
+        self._queue.put(None)
+        while self._thread.is_alive():
+            self._thread.join(0.2)
+        for engine in self._engines:
+            engine.close()
 
     def _progress(self, path: str, _nbytes: int) -> None:
         if self.ctx.watchdog is not None:
             self.ctx.watchdog.progress(path)
 
-    def _drain(self) -> None:
+    def _run(self) -> None:
         for step in iter(self._queue.get, None):
             for k in range(1, len(self._backends)):
-                source, target = self._backends[k - 1], self._backends[k]
                 try:
-                    record = self._copy(step, k, source, target)
-                except BaseException as exc:  # the main thread raises it, naming the tier
+                    record = self._copy(step, k, self._backends[k - 1], self._backends[k])
+                except BaseException as exc:  # the main thread raises it
                     self._fail(step, k, exc)
                     return
                 with self._changed:
-                    self._done[(step, k)] = record
+                    self.done[(step, k)] = record
                     self._changed.notify_all()
 
     def _copy(self, step: int, k: int, source: Backend, target: Backend) -> OpRecord:
@@ -102,19 +105,43 @@ class Tiers:
         error = exc  # a bug keeps its traceback
         if isinstance(exc, DlioCkptError):
             error = (VerifyError if isinstance(exc, VerifyError) else StorageError)(
-                f"drain of step {step} to tier {k}, {self.where[k]}: {exc}")
+                f"drain of step {step} to tier {k}, {self._where[k]}: {exc}")
         with self._changed:
             self.error = error
             self._changed.notify_all()
         self.ctx.alarm.set()
 
+
+class Tiers:
+    """What is durable where, for one process: every process keeps the same account of the markers
+    and settles its drain's copies at the same points; rank 0 alone writes markers and removes steps."""
+
+    def __init__(self, ctx: RunContext, run_key: int, manifest: Callable[[int], dict[str, Any]],
+                 todo: Callable[[int, Backend], list[FileTask]]) -> None:
+        self.ctx, self._manifest = ctx, manifest
+        storages = [ctx.workload.storage, *ctx.workload.tiers]
+        self.keep = [st.keep_last for st in storages]
+        self.where = [f"{tier_key(k)} ({st.storage_type} {st.storage_root})" for k, st in enumerate(storages)]
+        self.marked: dict[int, list[int]] = {k: [] for k in range(len(storages))}  # steps with a marker
+        self.active = len(storages) > 1 or bool(self.keep[0])
+        if self.active:
+            ctx.state.durable = self.marked  # a failed summary says what is durable where
+        self.records: list[OpRecord] = []  # this process's drains whose step is marked on their tier
+        self._settled: set[tuple[int, int]] = set()  # (step, tier) ever marked: a removed step stays settled
+        self.drain = Drain(ctx, run_key, todo, self.where) if len(storages) > 1 else None
+
+    def written(self, step: int) -> None:
+        """This process's files of ``step`` are whole on the first tier: copy them down (any thread)."""
+        if self.drain is not None:
+            self.drain.add(step)
+
     # -- the main thread -------------------------------------------------------------------------
 
     def check(self) -> None:
         """Raise a drain's failure in the main thread (which ends the job)."""
-        if self.error is not None:
+        if self.drain is not None and self.drain.error is not None:
             self.ctx.state.phase = "drain"
-            raise self.error
+            raise self.drain.error
 
     def committed(self, step: int) -> None:
         """``step`` is marked on the first tier (every process calls this, after the marker)."""
@@ -125,10 +152,9 @@ class Tiers:
         many steps and the one being written, so the step ``keep_last + 1`` back must be durable on
         the tier below first (a collective). Returns the seconds this process waited for its drain."""
         keep, waited = self.keep[0], 0.0
-        if self._thread is not None and keep and step - keep - 1 >= 1:
+        if self.drain is not None and keep and step - keep - 1 >= 1:
             t = time.perf_counter()
-            with self._changed:
-                self._changed.wait_for(lambda: (step - keep - 1, 1) in self._done or self.error is not None)
+            self.drain.wait_for(step - keep - 1, 1)
             waited = time.perf_counter() - t
             self.check()
         self.settle()
@@ -140,10 +166,9 @@ class Tiers:
         if not self.active:
             return
         self.check()
-        with self._changed:
-            mine = set(self._done)
+        mine = self.drain.finished() if self.drain is not None else set()
         everywhere = set.intersection(*(set(d) for d in self.ctx.comm.allgather(sorted(mine))))
-        for step, k in sorted(everywhere - {(s, t) for t in self.marked for s in self.marked[t]}):
+        for step, k in sorted(everywhere - self._settled):
             if step not in self.marked[k - 1]:
                 continue  # not marked above yet: marked at a later settle
             body = json.dumps({**self._manifest(step), "tier": k}).encode()
@@ -151,7 +176,8 @@ class Tiers:
             self.ctx.on_root_io(lambda t=target, s=step, b=body: t.put_small(
                 manifest_path(t, self.ctx.ck.checkpoint_folder, s), b))
             self.marked[k].append(step)
-            self.records.append(self._done[(step, k)])
+            self._settled.add((step, k))
+            self.records.append(self.drain.done[(step, k)])
             if self.ctx.comm.rank == 0:
                 log.info("step %d durable on tier %d, %s", step, k, self.where[k])
         self._retire()
@@ -181,13 +207,8 @@ class Tiers:
 
     def close(self) -> None:
         """Every drain finished and marked (a collective), the drain engines released."""
-        if self._thread is not None:
-            self._queue.put(None)
-            while self._thread.is_alive():
-                self._thread.join(0.2)
-            self.check()
-            for engine in self._engines:
-                engine.close()
+        if self.drain is not None:
+            self.drain.close()
         self.settle()
 
     def describe(self) -> list[dict[str, Any]]:

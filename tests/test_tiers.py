@@ -131,3 +131,25 @@ def test_s3_killed_mid_drain_ends_the_job_naming_tier_and_object(tmp_path, monke
     assert durable["1"] == logged and logged[:2] == [1, 2] and len(logged) < 6
     local = Path(tmp_path / "local" / "ck")
     assert durable["0"] == sorted(int(p.name.split("step")[1].split(".")[0]) for p in local.glob("*.manifest.json"))
+
+
+def test_three_local_tiers_each_keep_their_newest_steps_and_only_their_markers(tmp_path):
+    """A step leaves a tier only once it is durable below (the last tier keeps its newest at once);
+    markers on disk are exactly the steps each tier reports durable, never re-written after removal."""
+    tiers = "[{storage_type: local_fs, storage_root: mid, keep_last: 1}, " \
+            "{storage_type: local_fs, storage_root: far, keep_last: 2}]"
+    r = dlio(["--world-size", "2", *SHAPE, "++hydra.run.dir=run", f"++workload.tiers={tiers}",
+              "++workload.checkpoint.time_between_checkpoints=0.3"], tmp_path, nprocs=2, timeout=120)
+    assert r.returncode == 0, r.stderr
+    summary = load(tmp_path / "run" / "summary.json")
+    durable = [t["steps_durable"] for t in summary["io"]["tiers"]]
+    assert durable == [[1, 2, 3, 4], [4], [3, 4]], durable
+    for root, steps in zip(("local", "mid", "far"), durable, strict=True):
+        folder = tmp_path / root / "ck"
+        markers = sorted(int(p.name.split("step")[1].split(".")[0]) for p in folder.glob("*.manifest.json"))
+        assert markers == steps and sorted(p.name for p in folder.iterdir() if p.is_dir()) == \
+            [f"global_epoch1_step{i}" for i in steps]
+        for i in steps:
+            assert json.loads((folder / f"global_epoch1_step{i}.manifest.json").read_text()).get("tier", 0) == \
+                ["local", "mid", "far"].index(root)
+    assert all(len(c["tiers"]) == 3 for c in summary["checkpoints"]["save"])
