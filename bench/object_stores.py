@@ -39,6 +39,7 @@ def scale_for(procs: int, mib: int) -> float:
 
 
 VERIFY = ["++workload.checkpoint.verify=True"]  # --no-verify: dlio_ckpt only counts bytes read, as the bare client
+OPTIONS: list[str] = []  # --option k=v: dlio_ckpt's storage options under test
 
 
 def common(procs: int, scale: float, fmt: str) -> list[str]:
@@ -50,6 +51,7 @@ def common(procs: int, scale: float, fmt: str) -> list[str]:
 
 def storage_args(kind: str, server, threads: int, prefix: str) -> list[str]:
     out = [f"++workload.storage.storage_type={kind}", f"++workload.storage.storage_options.threads={threads}",
+           *(f"++workload.storage.storage_options.{o}" for o in OPTIONS if kind != "null"),
            f"++workload.checkpoint.checkpoint_folder={prefix}"]
     if server is not None:
         out += [f"++workload.storage.storage_root={server.bucket}",
@@ -101,10 +103,12 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=4, help="objects in flight per process (both tools)")
     ap.add_argument("--format", default="pt")
     ap.add_argument("--no-verify", action="store_true", help="dlio_ckpt reads without comparing bytes")
+    ap.add_argument("--option", action="append", default=[], help="a dlio_ckpt storage option, k=v (repeatable)")
     ap.add_argument("--load-rounds", type=int, default=0, help="then this many more loads of what the last round "
                     "wrote, alternating the tools (a load sample costs no save: loads swing most here)")
     a = ap.parse_args()
     VERIFY[0] = f"++workload.checkpoint.verify={not a.no_verify}"
+    OPTIONS.extend(a.option)
     scale = scale_for(a.procs, a.mib)
     sizes = planned_sizes(a.procs, scale, a.format)
     results: dict[str, dict[str, list[float]]] = {}
