@@ -12,6 +12,7 @@ import asyncio
 import logging
 import os
 import socket
+from collections import deque
 from collections.abc import Iterator
 from typing import Any
 from urllib.parse import urlsplit
@@ -95,7 +96,7 @@ class GCSWriter:
 
 class GCSReader:
     """Sequential reads as ranged GETs, each bounded by ``timeout``: of the caller's buffer size
-    (``readinto``), or of ``read_size`` with the next range in flight while one is verified (``views``)."""
+    (``readinto``), or of ``read_size`` with ``read_ahead`` more in flight while one is verified (``views``)."""
 
     def __init__(self, backend: GCSBackend, path: str, size: int | None) -> None:
         self.url, self._b, self._pos = backend.url(path), backend, 0
@@ -117,30 +118,30 @@ class GCSReader:
         return len(data)
 
     def views(self) -> Iterator[memoryview]:
-        """The object's bytes as gcsfs returns them (no copy), the next range requested first."""
-        def fetch(start: int) -> Any:
-            end = min(start + self._b.options.read_size, self._size)
-            fetching = self._b.fs._cat_file(self.url, start=start, end=end)
-            return asyncio.run_coroutine_threadsafe(fetching, self._b.fs.loop)
-
-        ahead = fetch(self._pos) if self._pos < self._size else None
+        """The object's bytes as gcsfs returns them (no copy), ``read_ahead`` ranges requested beyond
+        the one being verified."""
+        o, requested, ahead = self._b.options, self._pos, deque()
         try:
-            while ahead is not None:
-                current = ahead
-                following = self._pos + self._b.options.read_size
-                ahead = fetch(following) if following < self._size else None
-                data = current.result(self._b.options.timeout)
-                self._pos += len(data)
+            while True:
+                while len(ahead) <= o.read_ahead and requested < self._size:
+                    end = min(requested + o.read_size, self._size)
+                    fetching = self._b.fs._cat_file(self.url, start=requested, end=end)
+                    ahead.append(asyncio.run_coroutine_threadsafe(fetching, self._b.fs.loop))
+                    requested = end
+                if not ahead:
+                    return
+                data = ahead.popleft().result(o.timeout)
                 if not data:
                     raise StorageError(f"read failed on {self.url}: empty response at offset {self._pos}")
+                self._pos += len(data)
                 yield memoryview(data)
         except StorageError:
             raise
         except Exception as exc:
             raise _failure("read failed on", self.url, exc, self._b) from None
         finally:
-            if ahead is not None:
-                ahead.cancel()
+            for request in ahead:
+                request.cancel()
 
     def close(self) -> None:
         pass

@@ -32,8 +32,9 @@ class ObjectStoreOptions(Options):
         description="0: keys as planned; N: put each object under one of N hashed sub-prefixes, "
         "since object stores throttle request rates per prefix",
     )
-    read_size: int = Field(32 * MIB, ge=MIB, description="bytes per ranged GET when reading; one range is "
-                           "fetched ahead of the one being verified (memory per thread: two ranges)")
+    read_size: int = Field(32 * MIB, ge=MIB, description="bytes per ranged GET when reading")
+    read_ahead: int = Field(1, ge=0, le=16, description="ranges requested beyond the one being verified "
+                            "(memory per thread: read_ahead + 1 ranges)")
 
 class S3Options(ObjectStoreOptions):
     # The CRT already uploads and downloads the parts of one object in parallel, so few objects in
@@ -71,8 +72,7 @@ class GCSOptions(ObjectStoreOptions):
                             description="bytes per resumable-upload request")
     consistency: Literal["none", "md5", "crc32c"] = "none"
     # measured against fake-gcs-server here: 8 MiB ranges read at 0.93 of gcsfs's own reads, 32 MiB at 0.54
-    read_size: int = Field(8 * MIB, ge=MIB, description="bytes per ranged GET when reading; one range is "
-                           "fetched ahead of the one being verified (memory per thread: two ranges)")
+    read_size: int = Field(8 * MIB, ge=MIB, description="bytes per ranged GET when reading")
     timeout: float = Field(60.0, gt=0, description="seconds one operation may take, gcsfs's own retries "
                            "included (it retries a refused connection with backoff for ~30 s)")
 

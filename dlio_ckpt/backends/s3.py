@@ -14,6 +14,7 @@ into this process's environment before the client is built (the CRT reads nowher
 from __future__ import annotations
 
 import os
+from collections import deque
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
@@ -96,7 +97,13 @@ class S3Reader:
         self._size, self._pos, self._requested = size, 0, 0
         self._left = memoryview(b"")
         self._parts: Iterator[bytes] = iter(())
-        self._ahead = self._request()
+        self._ahead: deque[Future[Iterator[bytes]]] = deque()
+        self._fill()
+
+    def _fill(self) -> None:
+        """Keep ``read_ahead`` ranges requested beyond the one being consumed."""
+        while len(self._ahead) <= self._b.options.read_ahead and (request := self._request()) is not None:
+            self._ahead.append(request)
 
     def _request(self) -> Future[Iterator[bytes]] | None:
         """The next range, requested from an ``ahead`` thread; None past the end."""
@@ -110,13 +117,12 @@ class S3Reader:
         while True:
             for part in self._parts:
                 return memoryview(part)
-            if self._ahead is None:
+            if not self._ahead:
                 if self._pos < self._size:
                     raise StorageError(f"read failed on {self._url}: empty response at offset {self._pos}")
                 return memoryview(b"")
-            current, self._ahead = self._ahead, None
-            self._parts = current.result()  # its S3Exception, if the request failed, is raised here
-            self._ahead = self._request()
+            self._parts = self._ahead.popleft().result()  # its S3Exception, if it failed, is raised here
+            self._fill()
 
     def views(self) -> Iterator[memoryview]:
         """The object's bytes in the client's own part buffers (no copy), ranges fetched one ahead."""
@@ -145,9 +151,10 @@ class S3Reader:
         return total
 
     def close(self) -> None:
-        if self._ahead is not None:
-            self._ahead.cancel()
-        self._parts, self._ahead, self._left = iter(()), None, memoryview(b"")
+        for request in self._ahead:
+            request.cancel()
+        self._parts, self._left = iter(()), memoryview(b"")
+        self._ahead.clear()
 
 
 class S3Backend(ObjectStore):
@@ -169,7 +176,7 @@ class S3Backend(ObjectStore):
             region=o.region, endpoint=o.endpoint_url, profile=o.profile, part_size=o.part_size,
             throughput_target_gbps=o.throughput_target_gbps, force_path_style=self.path_style,
             max_attempts=o.max_attempts), self.requests, o.part_size)
-        self.ahead = ThreadPoolExecutor(o.threads, thread_name_prefix="dlio_ckpt_s3_ahead")  # readers' next ranges
+        self.ahead = ThreadPoolExecutor(o.threads * (o.read_ahead + 1), thread_name_prefix="dlio_ckpt_s3_ahead")
 
     def client_config(self) -> Any:
         """s3torchconnector's settings, for the framework clients that build their own (DCP, Lightning)."""
