@@ -178,7 +178,7 @@ def _check(args: argparse.Namespace) -> int:
 
 
 def _plan(args: argparse.Namespace) -> int:
-    from .backends import check_options
+    from .context import check_tier_options
     from .formats import get_format
     from .plan_view import plan_json, plan_table
     from .planner import make_plan
@@ -193,7 +193,7 @@ def _plan(args: argparse.Namespace) -> int:
     if args.world_size is None:
         raise ConfigError("--world-size", None, "plan needs the number of ranks to lay out")
     check_world_size(workload, args.world_size)
-    check_options(workload.storage.storage_type, workload.storage.storage_options)
+    check_tier_options(workload)
     fmt = get_format(workload.checkpoint.format)
     plan = make_plan(workload, args.world_size)
     plan.validate()

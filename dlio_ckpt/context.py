@@ -16,7 +16,7 @@ from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from .backends import Backend, get_backend
+from .backends import Backend, check_options, get_backend
 from .backends.requests import Request, summarize
 from .comm import Comm, on_root
 from .config import Checkpoint, Workload
@@ -122,16 +122,29 @@ def record(ctx: RunContext, phase: str, index: int, clock: Clock, nbytes: int, f
                     clock.start + seconds, seconds, nbytes, files, file_times, clock.waited, requests, held, stalled)
 
 
-def tier_backend(workload: Workload, k: int, local_rank: int = 0) -> Backend:
-    """The backend of tier ``k`` (0: ``storage``; k: ``tiers[k-1]``), a bad option named under its own key."""
-    st = workload.storage if k == 0 else workload.tiers[k - 1]
+@contextmanager
+def _named_as_tier(k: int) -> Iterator[None]:
+    """A bad storage option of tier ``k`` is named under its own key, not ``workload.storage``."""
     try:
-        return get_backend(st.storage_type, st.storage_root, st.storage_options, local_rank)
+        yield
     except ConfigError as exc:
         if k == 0:
             raise
-        raise ConfigError(exc.key.replace("workload.storage", f"workload.tiers[{k - 1}]", 1), exc.value,
-                          exc.rule) from None
+        raise ConfigError(exc.key.replace("workload.storage", tier_key(k), 1), exc.value, exc.rule) from None
+
+
+def tier_backend(workload: Workload, k: int, local_rank: int = 0) -> Backend:
+    """The backend of tier ``k`` (0: ``storage``; k: ``tiers[k-1]``)."""
+    st = workload.storage if k == 0 else workload.tiers[k - 1]
+    with _named_as_tier(k):
+        return get_backend(st.storage_type, st.storage_root, st.storage_options, local_rank)
+
+
+def check_tier_options(workload: Workload) -> None:
+    """Every tier's storage options, validated without building a client (``plan``)."""
+    for k, st in enumerate([workload.storage, *workload.tiers]):
+        with _named_as_tier(k):
+            check_options(st.storage_type, st.storage_options)
 
 
 def prepare_storage(ctx: RunContext, needed_bytes: Callable[[], int]) -> None:

@@ -153,3 +153,9 @@ def test_three_local_tiers_each_keep_their_newest_steps_and_only_their_markers(t
             assert json.loads((folder / f"global_epoch1_step{i}.manifest.json").read_text()).get("tier", 0) == \
                 ["local", "mid", "far"].index(root)
     assert all(len(c["tiers"]) == 3 for c in summary["checkpoints"]["save"])
+
+
+def test_plan_checks_every_tiers_options_without_a_client(tmp_path):
+    r = dlio(["plan", "--world-size", "2", *SHAPE,
+              "++workload.tiers=[{storage_type: s3, storage_root: b, storage_options: {read_sise: 1}}]"], tmp_path)
+    assert r.returncode == 2 and "workload.tiers[0].storage_options.read_sise" in r.stderr, r.stderr
