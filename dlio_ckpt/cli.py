@@ -50,6 +50,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--write-bandwidth", help="plan: what-if aggregate write bandwidth (e.g. 20GB/s)")
     p.add_argument("--read-bandwidth", help="plan: what-if aggregate read bandwidth (e.g. 40GB/s)")
     p.add_argument("--mtbf-hours", type=float, help="plan: mean time between failures of the job (hours)")
+    p.add_argument("--drain-bandwidth", help="plan: what-if aggregate bandwidth of a tier below (e.g. 5GB/s): "
+                   "durable there after the write and the drain")
     return p
 
 
@@ -197,7 +199,8 @@ def _plan(args: argparse.Namespace) -> int:
     fmt = get_format(workload.checkpoint.format)
     plan = make_plan(workload, args.world_size)
     plan.validate()
-    what_if = _what_if(args, workload, plan) if args.write_bandwidth or args.mtbf_hours else None
+    what_if = _what_if(args, workload, plan) if args.write_bandwidth or args.mtbf_hours or args.drain_bandwidth \
+        else None
     if args.format == "json":
         print(json.dumps({**plan_json(plan, fmt), **({"goodput": what_if} if what_if else {})}))
     else:
@@ -221,7 +224,10 @@ def _bandwidth(key: str, text: str) -> float:
 
 def _what_if(args: argparse.Namespace, workload: Any, plan: Any) -> dict[str, Any]:
     """Goodput before buying storage: times from the checkpoint's size and the bandwidths given
-    (synchronous saves hold training for the whole write; async ones for the modelled staging)."""
+    (synchronous saves hold training for the whole write; async ones for the modelled staging). With
+    ``--drain-bandwidth`` each checkpoint is then copied to a tier below, durable there after its write
+    and its drain; drains run one after another, so they keep up only when one takes no longer than
+    the time between checkpoints (else the time to durable grows at every checkpoint)."""
     from . import goodput
 
     for key, value in (("--write-bandwidth", args.write_bandwidth), ("--read-bandwidth", args.read_bandwidth),
@@ -233,9 +239,12 @@ def _what_if(args: argparse.Namespace, workload: Any, plan: Any) -> dict[str, An
     ck, size = workload.checkpoint, plan.total_payload_bytes
     write = size / _bandwidth("--write-bandwidth", args.write_bandwidth)
     held = max(r.payload_bytes for r in plan.ranks) / (ck.staging_gb_per_second * 1e9) if ck.async_save else write
-    return {"checkpoint_bytes": size, "write_seconds": write,
-            **goodput.figures(ck.time_between_checkpoints, held, write,
-                              size / _bandwidth("--read-bandwidth", args.read_bandwidth), args.mtbf_hours)}
+    drain = size / _bandwidth("--drain-bandwidth", args.drain_bandwidth) if args.drain_bandwidth else 0.0
+    figures = goodput.figures(ck.time_between_checkpoints, held, write + drain,
+                              size / _bandwidth("--read-bandwidth", args.read_bandwidth), args.mtbf_hours)
+    tiered = {"drain_seconds": drain, "drain_keeps_up": drain <= ck.time_between_checkpoints + held,
+              "drain_keeps_up_at_optimal": drain <= figures["optimal_interval_seconds"] + held} if drain else {}
+    return {"checkpoint_bytes": size, "write_seconds": write, **tiered, **figures}
 
 
 def _run(args: argparse.Namespace, comm: Comm) -> int:

@@ -82,6 +82,15 @@ def test_plan_answers_the_what_if_without_writing_anything(tmp_path):
     assert math.isclose(g["lost_per_failure_seconds"], lost)
     assert math.isclose(g["goodput"], 1800 / (1800 + size / 20e9) * (1 - lost / (8 * 3600)))
     assert math.isclose(g["optimal_interval_seconds"], math.sqrt(2 * size / 20e9 * 8 * 3600))
+    tiered = dlio(["plan", "workload=llama3_70b", "--world-size", "64", "--write-bandwidth", "20GB/s",
+                   "--read-bandwidth", "40GB/s", "--mtbf-hours", "8", "--drain-bandwidth", "5GB/s", "--format", "json",
+                   "++workload.checkpoint.time_between_checkpoints=1800", "++workload.checkpoint.async_save=True"],
+                  tmp_path)
+    t = json.loads(tiered.stdout)["goodput"]
+    assert math.isclose(t["drain_seconds"], size / 5e9) and t["drain_keeps_up"] is (size / 5e9 <= 1800 + t[
+        "held_seconds_per_checkpoint"])
+    assert math.isclose(t["time_to_durable_seconds"], size / 20e9 + size / 5e9)  # written, then drained
+    assert t["held_seconds_per_checkpoint"] < g["held_seconds_per_checkpoint"]  # async: staging only
     bad = dlio(["plan", "workload=tiny", "--world-size", "2", "--write-bandwidth", "fast", "--read-bandwidth",
                 "1GB/s", "--mtbf-hours", "8"], tmp_path)
     assert bad.returncode == 2 and "--write-bandwidth='fast': must be a positive rate" in bad.stderr
