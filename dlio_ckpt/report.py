@@ -22,6 +22,7 @@ from .runfiles import Run, UnreadableRunError, load_run, operations
 PHASE_COLOURS = {"save": "#1f77b4", "load": "#ff7f0e"}
 SYNC_COLOUR = "#9e9e9e"
 HELD_COLOUR = "#d62728"
+TRAIN_COLOUR = "#e0e0e0"  # async runs: training between one checkpoint's hold and the next one's
 DRAIN_COLOUR = "#2ca02c"  # tiered runs: copies to the tiers below, in the lower band of each row
 DRAINS = r"drain_tier\d+_ckpt\d+"
 
@@ -150,6 +151,13 @@ def timeline_figure(run: Run, path: Path) -> None:
     procs = sorted(run.per_process)
     height = 0.8 if len(procs) <= 64 else 1.0  # many rows: no gaps, or the picture turns to moire
     for row, proc in enumerate(procs):
+        saves = [e for n, e in operations(run.per_process[proc], r"save_ckpt\d+").items() if "held" in e]
+        for before, after in zip(saves, saves[1:], strict=False):  # training: from a hold's end to the next's start
+            x0 = datetime.fromisoformat(before["start"]).timestamp() - t0 + before["held"]
+            x1 = datetime.fromisoformat(after["start"]).timestamp() - t0
+            verts.append([(x0, row - height / 2), (x1, row - height / 2), (x1, row - height / 3),
+                          (x0, row - height / 3)])
+            colours.append(TRAIN_COLOUR)
         for name, e in operations(run.per_process[proc]).items():
             phase = name.split("_")[0]
             base = datetime.fromisoformat(e["start"]).timestamp() - t0
@@ -183,10 +191,10 @@ def timeline_figure(run: Run, path: Path) -> None:
     held = HELD_COLOUR in colours
     drained = any(operations(s, DRAINS) for s in run.per_process.values())
     handles = [plt.Rectangle((0, 0), 1, 1, color=c)
-               for c in (*PHASE_COLOURS.values(), SYNC_COLOUR, *([HELD_COLOUR] if held else []),
+               for c in (*PHASE_COLOURS.values(), SYNC_COLOUR, *([HELD_COLOUR, TRAIN_COLOUR] if held else []),
                          *([DRAIN_COLOUR] if drained else []))]
     labels = ["save (a bar per file, or per checkpoint in real modes)", "load", "fsync / cache eviction",
-              *(["training held (async: staging, waiting); training runs between"] if held else []),
+              *(["training held (async: staging, waiting)", "training (top band)"] if held else []),
               *(["drain to the next tier (lower band; darker: lower tier)"] if drained else [])]
     ax.legend(handles, labels, loc="upper center",
               bbox_to_anchor=(0.5, -0.08 if len(procs) > 64 else -0.3), ncol=3, fontsize=8, frameon=False)
