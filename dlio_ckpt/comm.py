@@ -213,13 +213,19 @@ def host_memory() -> int:
     return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
 
 
-def available_memory() -> int:
-    """Bytes this host can still give processes without swapping (Linux's MemAvailable)."""
+def proc_bytes(path: str, field: str) -> int | None:
+    """A ``field:   N kB`` line of a Linux /proc file, in bytes; None where there is none."""
     try:
-        with open("/proc/meminfo") as fh:
+        with open(path) as fh:
             for line in fh:
-                if line.startswith("MemAvailable:"):
+                if line.startswith(field + ":"):
                     return int(line.split()[1]) * 1024
     except OSError:
         pass
-    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES")
+    return None
+
+
+def available_memory() -> int:
+    """Bytes this host can still give processes without swapping (Linux's MemAvailable)."""
+    available = proc_bytes("/proc/meminfo", "MemAvailable")
+    return available if available is not None else os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES")

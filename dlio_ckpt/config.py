@@ -221,17 +221,22 @@ class Workload(Section):
                               "data-parallel size is world size // (tensor*pipeline)")
         return self
 
+    @property
+    def storages(self) -> list[Storage]:
+        """Every tier in order: ``storage`` first, then ``tiers``."""
+        return [self.storage, *self.tiers]
+
     @model_validator(mode="after")
     def _tier_rules(self) -> Workload:
         """Tiers that cannot work are refused before anything is written: one place listed twice, a
         storage a drain cannot copy through, steps the read phase needs that keep_last removes."""
-        ck, everywhere = self.checkpoint, [self.storage, *self.tiers]
+        ck, everywhere = self.checkpoint, self.storages
         if ck.read_tier > len(self.tiers):
             raise ConfigError("workload.checkpoint.read_tier", ck.read_tier,
                               f"must be <= the number of tiers ({len(self.tiers)}): 0 reads from storage")
         seen: dict[tuple[str, str, str], str] = {}
         for k, st in enumerate(everywhere):
-            key = "workload.storage" if k == 0 else f"workload.tiers[{k - 1}]"
+            key = tier_key(k)
             if st.identity() in seen:
                 raise ConfigError(f"{key}.storage_root", st.storage_root,
                                   f"is the same storage as {seen[st.identity()]}: each tier must be another place")
@@ -241,7 +246,7 @@ class Workload(Section):
                                   "cannot be a tier: a drain reads each file back and verifies it on the host")
         reader = everywhere[ck.read_tier]
         if ck.num_checkpoints_read and reader.keep_last and reader.keep_last < ck.num_checkpoints_write:
-            key = "workload.storage" if ck.read_tier == 0 else f"workload.tiers[{ck.read_tier - 1}]"
+            key = tier_key(ck.read_tier)
             raise ConfigError(f"{key}.keep_last", reader.keep_last,
                               f"keeps only the newest {reader.keep_last} of {ck.num_checkpoints_write} steps there, "
                               f"and the read phase reads steps 1..{ck.num_checkpoints_read} from it: raise keep_last "
@@ -280,6 +285,11 @@ class Workload(Section):
             raise ConfigError("workload.model.model_datatype", self.model.model_datatype,
                               f"mode=fsdp trains in one of {', '.join(FSDP_DATATYPES)}")
         return self
+
+
+def tier_key(k: int) -> str:
+    """The configuration key of tier ``k`` (0: ``storage``), for messages."""
+    return "workload.storage" if k == 0 else f"workload.tiers[{k - 1}]"
 
 
 # Checkpoint keys that shape the emulator's files or its emulated training loop and mean nothing to a

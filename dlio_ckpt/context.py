@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 from .backends import Backend, check_options, get_backend
 from .backends.requests import Request, summarize
 from .comm import Comm, on_root
-from .config import Checkpoint, Workload
+from .config import Checkpoint, Workload, tier_key
 from .errors import ConfigError
 from .failure import RunState, Watchdog, watching
 from .planner import Plan
@@ -135,14 +135,14 @@ def _named_as_tier(k: int) -> Iterator[None]:
 
 def tier_backend(workload: Workload, k: int, local_rank: int = 0) -> Backend:
     """The backend of tier ``k`` (0: ``storage``; k: ``tiers[k-1]``)."""
-    st = workload.storage if k == 0 else workload.tiers[k - 1]
+    st = workload.storages[k]
     with _named_as_tier(k):
         return get_backend(st.storage_type, st.storage_root, st.storage_options, local_rank)
 
 
 def check_tier_options(workload: Workload) -> None:
     """Every tier's storage options, validated without building a client (``plan``)."""
-    for k, st in enumerate([workload.storage, *workload.tiers]):
+    for k, st in enumerate(workload.storages):
         with _named_as_tier(k):
             check_options(st.storage_type, st.storage_options)
 
@@ -161,14 +161,9 @@ def prepare_storage(ctx: RunContext, needed_bytes: Callable[[], int]) -> None:
     ctx.on_root_io(on_root)
 
 
-def tier_key(k: int) -> str:
-    """The configuration key of tier ``k``, for messages."""
-    return "workload.storage" if k == 0 else f"workload.tiers[{k - 1}]"
-
-
 def kept(ctx: RunContext, k: int, needed_bytes: Callable[[], int]) -> Callable[[], int]:
     """Bytes tier ``k`` holds at most: with keep_last, its newest steps and the one being written."""
-    st = ctx.workload.storage if k == 0 else ctx.workload.tiers[k - 1]
+    st = ctx.workload.storages[k]
     writes = ctx.ck.num_checkpoints_write
     if not st.keep_last or st.keep_last + 1 >= writes:
         return needed_bytes

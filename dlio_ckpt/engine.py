@@ -260,12 +260,11 @@ class Engine:
         """Read ``task`` back and compare every byte; from ``source`` instead of this engine's
         storage, handing each verified buffer to ``sink`` (a drain to the next tier)."""
         source = source or self.backend
-        odirect = self.options.odirect and sink is None
         actual = source.size(task.path)
         if actual != task.size:
             raise VerifyError(f"{task.path}: has {actual} bytes, planned {task.size}"
                               if actual is not None else f"{task.path}: missing")
-        reader = source.open_read(task.path, odirect, actual)
+        reader = source.open_read(task.path, self.options.odirect, actual)
         chunks = _chunks(reader, worker.readbuf)
         try:
             got, base, used = worker.readbuf[:0], 0, 0

@@ -30,7 +30,7 @@ def start(workload: Workload, comm: Comm, world_size: int, state: RunState,
     """The mode and its context, checked (``preflight``) before anything is written."""
     mode = load_mode(workload.mode)
     state.phase = "storage checks"
-    tiers = [tier_backend(workload, k, comm.local_rank) for k in range(len(workload.tiers) + 1)]
+    tiers = [tier_backend(workload, k, comm.local_rank) for k in range(len(workload.storages))]
     ctx = RunContext(workload, comm, tiers[0], world_size, state, watchdog, tiers=tiers)
     mode.preflight(ctx)
     state.phase = "setup"  # checks passed: what fails from here is not a storage check

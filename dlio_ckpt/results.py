@@ -21,7 +21,7 @@ from typing import Any
 
 from . import goodput
 from .backends.requests import Request, summarize
-from .comm import Comm, host_memory, hostname
+from .comm import Comm, host_memory, hostname, proc_bytes
 
 GIB = 1 << 30
 GB = 10**9
@@ -119,8 +119,7 @@ def tier_figures(records: list[OpRecord], saves: list[dict[str, Any]]) -> dict[i
             drains.setdefault((int(r.phase.removeprefix("drain_tier")), r.step), []).append(r)
     durable: dict[int, list[float]] = {}
     for c in saves if drains else []:
-        first = c["async"]["time_to_durable_seconds"] if "async" in c else c["duration_seconds"]
-        c["tiers"] = [{"tier": 0, "durable_seconds": first, "bytes": c["bytes"]}]
+        c["tiers"] = [{"tier": 0, "durable_seconds": c["duration_seconds"], "bytes": c["bytes"]}]
         for (k, step), group in sorted(drains.items()):
             if step == c["step"]:
                 seconds = max(r.end for r in group) - starts[step]
@@ -235,14 +234,8 @@ def finish_run(comm: Comm, run_dir: str, meta: dict[str, Any], run_start: float,
 def peak_rss() -> int:
     """This process's peak resident memory in bytes: Linux's VmHWM, which :func:`reset_peak_rss`
     can restart (so each sweep point reports its own), else getrusage's lifetime maximum."""
-    try:
-        with open("/proc/self/status") as fh:
-            for line in fh:
-                if line.startswith("VmHWM:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    peak = proc_bytes("/proc/self/status", "VmHWM")
+    return peak if peak is not None else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
 def reset_peak_rss() -> None:

@@ -19,6 +19,7 @@ from .backends import Backend
 from .background import BackgroundSaves, Staging, train
 from .comm import available_memory, hostname
 from .context import (
+    GIB,
     RunContext,
     fsync_meaning,
     prepare_storage,
@@ -45,10 +46,10 @@ def io_options(ctx: RunContext) -> IOOptions:
     return IOOptions(ck.fsync, ck.odirect, not ck.read_from_page_cache, ck.verify, ck.chunk_size)
 
 
-def mine(ctx: RunContext) -> list[RankPlan]:
-    """The logical ranks this process emulates: a contiguous share of the plan."""
-    per = ctx.world_size // ctx.comm.size
-    return list(ctx.plan.ranks[ctx.comm.rank * per:(ctx.comm.rank + 1) * per])
+def mine(ctx: RunContext, process: int | None = None) -> list[RankPlan]:
+    """The logical ranks this process (or ``process``) emulates: a contiguous share of the plan."""
+    per, p = ctx.world_size // ctx.comm.size, ctx.comm.rank if process is None else process
+    return list(ctx.plan.ranks[p * per:(p + 1) * per])
 
 
 def tasks(ctx: RunContext, fmt: Format, step: int, plans: list[RankPlan], backend: Backend | None = None,
@@ -95,8 +96,8 @@ def _check_staging_memory(ctx: RunContext) -> None:
         free = min(a for h, _, a in facts if h == host)
         if need > 0.8 * free:
             raise ConfigError("workload.checkpoint.staging", "real",
-                              f"holds each process's shards in host memory: {need / (1 << 30):.2f} GiB on {host}, "
-                              f"which has {free / (1 << 30):.2f} GiB available (at most 80% may be used): use "
+                              f"holds each process's shards in host memory: {need / GIB:.2f} GiB on {host}, "
+                              f"which has {free / GIB:.2f} GiB available (at most 80% may be used): use "
                               "staging=modelled, a smaller checkpoint.scale, or more hosts")
 
 
@@ -224,15 +225,13 @@ def run(ctx: RunContext) -> dict[str, Any] | None:
     state.phase, state.step = "results", None
     backend = ctx.backend
 
-    per = ctx.world_size // comm.size
-
     def describe(tries: list[dict[str, int]]) -> dict[str, Any]:
         asked = {"goodput": {"mtbf_hours": ck.mtbf_hours, "interval_seconds": ck.time_between_checkpoints,
                              "tier": ck.read_tier}} if ck.mtbf_hours else {}
-        held = [sum(r.payload_bytes for r in ctx.plan.ranks[i * per:(i + 1) * per]) for i in range(comm.size)]
+        staged = [sum(r.payload_bytes for r in mine(ctx, p)) for p in range(comm.size)]
         background_mode = {"staging": ck.staging, "training": ck.training,
                            **({"staging_gb_per_second": ck.staging_gb_per_second} if ck.staging == "modelled" else
-                              {"staging_bytes_per_process": held})}
+                              {"staging_bytes_per_process": staged})}
         return {**asked, "async_save": background_mode if ck.async_save else False,
                 "retries": {"save": sum(t["save"] for t in tries), "load": sum(t["load"] for t in tries),
                             "per_process": tries,

@@ -23,7 +23,8 @@ from collections.abc import Callable
 from typing import Any
 
 from .backends import Backend
-from .context import RunContext, tier_backend, tier_key
+from .config import tier_key
+from .context import RunContext, tier_backend
 from .engine import Engine, FileTask, IOOptions
 from .errors import DlioCkptError, StorageError, VerifyError
 from .results import OpRecord
@@ -119,7 +120,7 @@ class Tiers:
     def __init__(self, ctx: RunContext, run_key: int, manifest: Callable[[int], dict[str, Any]],
                  todo: Callable[[int, Backend], list[FileTask]]) -> None:
         self.ctx, self._manifest = ctx, manifest
-        storages = [ctx.workload.storage, *ctx.workload.tiers]
+        storages = ctx.workload.storages
         self.keep = [st.keep_last for st in storages]
         self.where = [f"{tier_key(k)} ({st.storage_type} {st.storage_root})" for k, st in enumerate(storages)]
         self.marked: dict[int, list[int]] = {k: [] for k in range(len(storages))}  # steps with a marker
@@ -213,7 +214,6 @@ class Tiers:
 
     def describe(self) -> list[dict[str, Any]]:
         """summary.json's ``io.tiers``: each tier, what it keeps, the steps marked there at the end."""
-        storages = [self.ctx.workload.storage, *self.ctx.workload.tiers]
         return [{"tier": k, "storage_type": st.storage_type, "storage_root": st.storage_root,
                  "keep_last": st.keep_last, "steps_durable": list(self.marked[k]),
-                 "storage": self.ctx.tiers[k].describe()} for k, st in enumerate(storages)]
+                 "storage": self.ctx.tiers[k].describe()} for k, st in enumerate(self.ctx.workload.storages)]
