@@ -1,14 +1,16 @@
 """The bare-client side of bench/object_stores.py: one MPI process PUTs and GETs its objects.
 
-argv: kind endpoint bucket prefix threads sizes_json [phases]. Prints one GiB/s figure per phase
-("save,load" by default; "load" reads what an earlier save left) on rank 0, each being all bytes
-over the slowest process's time (as dlio_ckpt reports).
+argv: kind endpoint bucket prefix threads sizes_json [phases]. Prints on rank 0, per phase
+("save,load" by default; "load" reads what an earlier save left), all bytes over the slowest
+process's time in GiB/s (as dlio_ckpt reports), and the processes' CPU seconds and minor page faults
+per GiB (as dlio_ckpt's summary.json ``cpu`` figures: every thread of each process, summed).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import resource
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -67,19 +69,23 @@ def main() -> None:
     plans = [[pool[i % 4] for i in range(size // CHUNK)] + ([os.urandom(size % CHUNK)] if size % CHUNK else [])
              for size in mine]
     keys = [f"{prefix}/rank{comm.rank}_file{i}" for i in range(len(mine))]
-    figures = []
+    figures = {}
     with ThreadPoolExecutor(int(threads)) as ex:
         for phase in phases:
             comm.Barrier()
-            t0 = time.perf_counter()
+            t0, before = time.perf_counter(), resource.getrusage(resource.RUSAGE_SELF)
             if phase == "save":
                 list(ex.map(put, keys, plans))
             else:
                 assert list(ex.map(get, keys)) == mine
             took = comm.reduce(time.perf_counter() - t0, op=MPI.MAX)
+            after = resource.getrusage(resource.RUSAGE_SELF)
+            cpu = comm.reduce(after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime, op=MPI.SUM)
+            faults = comm.reduce(after.ru_minflt - before.ru_minflt, op=MPI.SUM)
             total = comm.reduce(sum(mine), op=MPI.SUM)
             if comm.rank == 0:
-                figures.append(total / took / GIB)
+                figures[phase] = {"GiB_per_second": total / took / GIB, "cpu_seconds_per_GiB": cpu / (total / GIB),
+                                  "minor_page_faults_per_GiB": faults / (total / GIB)}
     if comm.rank == 0:
         print(json.dumps(figures))
 

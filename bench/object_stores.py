@@ -59,8 +59,17 @@ def storage_args(kind: str, server, threads: int, prefix: str) -> list[str]:
     return out
 
 
+Figures = dict[str, dict[str, float]]  # phase -> GiB_per_second, cpu_seconds_per_GiB, minor_page_faults_per_GiB
+
+
+def _phase(op: dict) -> dict[str, float]:
+    gib = op["bytes"] / GIB
+    return {"GiB_per_second": gib / op["duration_seconds"], "cpu_seconds_per_GiB": op["cpu"]["seconds_per_GiB"],
+            "minor_page_faults_per_GiB": op["cpu"]["minor_page_faults"] / gib}
+
+
 def dlio_round(kind: str, server, procs: int, scale: float, fmt: str, threads: int, n: int,
-               load_only: bool = False) -> tuple[float, float]:
+               load_only: bool = False) -> Figures:
     out = Path(tempfile.mkdtemp(prefix="bench_out_"))
     only = ["++workload.checkpoint.num_checkpoints_write=0"] if load_only else []
     cmd = [str(BIN / "mpiexec"), "-n", str(procs), sys.executable, "-m", "dlio_ckpt", *common(procs, scale, fmt),
@@ -69,11 +78,7 @@ def dlio_round(kind: str, server, procs: int, scale: float, fmt: str, threads: i
     subprocess.run(cmd, check=True, capture_output=True, env=env)
     s = json.loads((out / "summary.json").read_text())
     shutil.rmtree(out)
-    load = s["checkpoints"]["load"][0]
-    if load_only:
-        return 0.0, load["bytes"] / load["duration_seconds"] / GIB
-    save = s["checkpoints"]["save"][0]
-    return save["bytes"] / save["duration_seconds"] / GIB, load["bytes"] / load["duration_seconds"] / GIB
+    return {phase: _phase(s["checkpoints"][phase][0]) for phase in (["load"] if load_only else ["save", "load"])}
 
 
 def planned_sizes(procs: int, scale: float, fmt: str) -> list[list[int]]:
@@ -84,14 +89,13 @@ def planned_sizes(procs: int, scale: float, fmt: str) -> list[list[int]]:
 
 
 def bare_round(kind: str, server, sizes: list[list[int]], threads: int, n: int,
-               load_only: bool = False) -> tuple[float, float]:
+               load_only: bool = False) -> Figures:
     cmd = [str(BIN / "mpiexec"), "-n", str(len(sizes)), sys.executable, str(REPO / "bench" / "_bare_client.py"),
            kind, server.endpoint, server.bucket, f"bare{n}", str(threads), json.dumps(sizes),
            "load" if load_only else "save,load"]
     env = {**os.environ, **server.env}
     res = subprocess.run(cmd, check=True, capture_output=True, text=True, env=env)
-    figures = json.loads(res.stdout.strip().splitlines()[-1])
-    return (0.0, figures[0]) if load_only else (figures[0], figures[1])
+    return json.loads(res.stdout.strip().splitlines()[-1])
 
 
 def main() -> None:
@@ -111,47 +115,44 @@ def main() -> None:
     OPTIONS.extend(a.option)
     scale = scale_for(a.procs, a.mib)
     sizes = planned_sizes(a.procs, scale, a.format)
-    results: dict[str, dict[str, list[float]]] = {}
+    results: dict[str, dict[str, list[dict[str, float]]]] = {}
+
+    def keep(kind: str, tool: str, figures: Figures, label: str) -> None:
+        r = results.setdefault(f"{kind}/{tool}", {"save": [], "load": []})
+        for phase, f in figures.items():
+            r[phase].append(f)
+        print(f"{label} {kind:5s} {tool:5s} " + "  ".join(
+            f"{phase} {f['GiB_per_second']:.3f} GiB/s ({f['cpu_seconds_per_GiB']:.2f} CPU s/GiB, "
+            f"{f['minor_page_faults_per_GiB']:.0f} faults/GiB)" for phase, f in figures.items()), flush=True)
+
     with ExitStack() as stack:
         servers = {"s3": stack.enter_context(seaweedfs()) if "s3" in a.backends else None,
                    "gcs": stack.enter_context(fake_gcs()) if "gcs" in a.backends else None, "null": None}
-        for n in range(a.rounds):
-            for kind in a.backends.split(","):
-                order = ["dlio", "bare"] if n % 2 == 0 else ["bare", "dlio"]
-                for tool in order:
-                    if tool == "bare" and kind == "null":
-                        continue
-                    if tool == "dlio":
-                        save, load = dlio_round(kind, servers[kind], a.procs, scale, a.format, a.threads, n)
-                    else:
-                        save, load = bare_round(kind, servers[kind], sizes, a.threads, n)
-                    r = results.setdefault(f"{kind}/{tool}", {"save": [], "load": []})
-                    r["save"].append(save)
-                    r["load"].append(load)
-                    print(f"round {n} {kind:5s} {tool:5s} save {save:.3f} GiB/s  load {load:.3f} GiB/s", flush=True)
-        last = a.rounds - 1
-        for n in range(a.load_rounds):
+        for n in range(a.rounds + a.load_rounds):
+            only = n >= a.rounds  # load-only rounds read what the last full round wrote
+            tag = min(n, a.rounds - 1)
             for kind in a.backends.split(","):
                 for tool in (["dlio", "bare"] if n % 2 == 0 else ["bare", "dlio"]):
                     if tool == "bare" and kind == "null":
                         continue
-                    _, load = (dlio_round(kind, servers[kind], a.procs, scale, a.format, a.threads, last, True)
-                               if tool == "dlio" else bare_round(kind, servers[kind], sizes, a.threads, last, True))
-                    results[f"{kind}/{tool}"]["load"].append(load)
-                    print(f"load round {n} {kind:5s} {tool:5s} load {load:.3f} GiB/s", flush=True)
+                    keep(kind, tool, dlio_round(kind, servers[kind], a.procs, scale, a.format, a.threads, tag, only)
+                         if tool == "dlio" else bare_round(kind, servers[kind], sizes, a.threads, tag, only),
+                         f"{'load round' if only else 'round'} {n}")
     total = sum(map(sum, sizes))
     print(f"\n{a.procs} processes x {a.threads} threads, {total / GIB:.3f} GiB per checkpoint ({a.format}), "
           f"{a.rounds} rounds (+{a.load_rounds} loads), reads {'counted' if a.no_verify else 'verified'}, "
-          "medians in GiB/s")
+          "medians (CPU: seconds of all processes' threads per GiB; faults: minor page faults per GiB)")
     for kind in a.backends.split(","):
-        d = {k: statistics.median(v) for k, v in results[f"{kind}/dlio"].items()}
-        line = f"{kind:5s} dlio_ckpt save {d['save']:.3f} load {d['load']:.3f}"
-        if f"{kind}/bare" in results:
-            b = {k: statistics.median(v) for k, v in results[f"{kind}/bare"].items()}
-            line += (f" | bare client save {b['save']:.3f} load {b['load']:.3f}"
-                     f" | ratio save {d['save'] / b['save']:.2f} load {d['load'] / b['load']:.2f}")
-        print(line)
-
+        med = {tool: {phase: {k: statistics.median(f[k] for f in fs) for k in fs[0]}
+                      for phase, fs in results[f"{kind}/{tool}"].items() if fs}
+               for tool in ("dlio", "bare") if f"{kind}/{tool}" in results}
+        for phase in ("save", "load"):
+            line = f"{kind:5s} {phase}: " + " | ".join(
+                f"{tool} {m[phase]['GiB_per_second']:.3f} GiB/s, {m[phase]['cpu_seconds_per_GiB']:.2f} CPU s/GiB, "
+                f"{m[phase]['minor_page_faults_per_GiB']:.0f} faults/GiB" for tool, m in med.items())
+            if "bare" in med:
+                line += f" | ratio {med['dlio'][phase]['GiB_per_second'] / med['bare'][phase]['GiB_per_second']:.2f}"
+            print(line)
 
 if __name__ == "__main__":
     main()

@@ -21,7 +21,7 @@ import numpy as np
 
 from .context import Clock, RunContext, record, timed
 from .engine import Engine, FileTask
-from .results import OpRecord
+from .results import OpRecord, ProcessCost
 from .tiers import Tiers
 
 
@@ -86,7 +86,7 @@ class BackgroundSaves:
         try:
             with self.ctx.watch():
                 box["bytes"] = self.engine.write_files(todo)
-            box["end"] = time.perf_counter()
+            box["end"], box["cost"] = time.perf_counter(), ProcessCost.now()
             self.tiers.written(step)  # the drain to the next tier starts now, not at the commit
         except BaseException as exc:  # raised again in the main thread, which reports it
             box["error"] = exc
@@ -107,6 +107,6 @@ class BackgroundSaves:
             raise box["error"]
         times = tuple((p.rsplit("/", 1)[-1], s, e, n) for p, s, e, n in self.engine.take_file_times())
         self.records.append(record(self.ctx, "save", step, clock, box["bytes"], files, seconds=box["end"] - clock.t0,
-                                   file_times=times, held=clock.seconds, stalled=stalled))
+                                   file_times=times, held=clock.seconds, stalled=stalled, ended=box["cost"]))
         self.commit(step, self.records[-1].duration)
         return waited

@@ -23,7 +23,7 @@ from .config import Checkpoint, Workload, tier_key
 from .errors import ConfigError
 from .failure import RunState, Watchdog, watching
 from .planner import Plan
-from .results import OpRecord, finish_run
+from .results import OpRecord, ProcessCost, finish_run
 from .steps import old_checkpoints, refuse_old_checkpoints, replace_old_checkpoints, step_name
 
 T = TypeVar("T")
@@ -91,6 +91,7 @@ class Clock:
     t0: float
     seconds: float = 0.0
     waited: float = 0.0  # in the barrier before the clock started
+    cost: ProcessCost = field(default_factory=ProcessCost.now)  # this process's, when the clock started
 
 
 @contextmanager
@@ -111,15 +112,18 @@ def timed(ctx: RunContext, phase: str, step: int, what: str = "") -> Iterator[Cl
 def record(ctx: RunContext, phase: str, index: int, clock: Clock, nbytes: int, files: int, *,
            step: int | None = None, seconds: float | None = None,
            file_times: tuple[tuple[str, float, float, int], ...] = (), held: float | None = None,
-           stalled: float = 0.0, backend: Backend | None = None) -> OpRecord:
+           stalled: float = 0.0, backend: Backend | None = None, ended: ProcessCost | None = None) -> OpRecord:
     """This process's part of one operation. ``seconds`` replaces the clock's where the operation
     ends after its block (an async save, finished in the background); ``held``: how long it held
     training (async), ``stalled`` of which waiting for the previous background write (or a drain);
-    ``backend``: the tier it used, if not the first (whose requests it made)."""
+    ``backend``: the tier it used, if not the first (whose requests it made); ``ended``: this process's
+    cost when the operation ended, where the record is made later (else now)."""
     seconds = clock.seconds if seconds is None else seconds
     requests = tuple(ctx.take_requests(backend or ctx.backend))
+    cost = (ended or ProcessCost.now()).since(clock.cost)
     return OpRecord(phase, index, index if step is None else step, ctx.comm.rank, clock.start,
-                    clock.start + seconds, seconds, nbytes, files, file_times, clock.waited, requests, held, stalled)
+                    clock.start + seconds, seconds, nbytes, files, file_times, clock.waited, requests, held, stalled,
+                    cost)
 
 
 @contextmanager

@@ -28,6 +28,28 @@ GB = 10**9
 
 
 @dataclass(frozen=True)
+class ProcessCost:
+    """What an operation cost this process's host: CPU time of all its threads (user and system)
+    and minor page faults (each a page touched for the first time). Why: the bytes a client copies,
+    verifies and buffers compete with the storage for the host's cores, and on a machine where a
+    fresh page is expensive (a VM that hands freed memory back to its host) the faults alone can
+    decide a read's speed; the same run's figures then say whether storage or client set the pace."""
+
+    user: float = 0.0
+    system: float = 0.0
+    minor_faults: int = 0
+
+    @staticmethod
+    def now() -> ProcessCost:
+        usage = resource.getrusage(resource.RUSAGE_SELF)
+        return ProcessCost(usage.ru_utime, usage.ru_stime, usage.ru_minflt)
+
+    def since(self, earlier: ProcessCost) -> ProcessCost:
+        return ProcessCost(self.user - earlier.user, self.system - earlier.system,
+                           self.minor_faults - earlier.minor_faults)
+
+
+@dataclass(frozen=True)
 class OpRecord:
     """One process's part of one checkpoint save or load."""
 
@@ -46,6 +68,7 @@ class OpRecord:
     requests: tuple[Request, ...] = ()  # object-store requests of this process during it
     held: float | None = None  # async saves: seconds training was held (staging + waiting)
     stalled: float = 0.0  # async saves: of which waiting for the previous checkpoint's background write
+    cost: ProcessCost = ProcessCost()  # this process (all threads, drains included) from start to end
 
 
 def iso(t: float) -> str:
@@ -61,6 +84,8 @@ def per_epoch_stats(records: list[OpRecord], run_start: float, run_end: float) -
             "start": iso(r.start), "end": iso(r.end), "duration": r.duration,
             "throughput": r.bytes / GIB / r.duration if r.duration > 0 else 0.0,
             "bytes": r.bytes, "files": r.files, "step": r.step, "barrier_wait": r.waited,
+            "cpu_user_seconds": r.cost.user, "cpu_system_seconds": r.cost.system,
+            "minor_page_faults": r.cost.minor_faults,
         }
         if r.requests:
             epoch[f"{r.phase}_ckpt{r.index}"]["requests"] = summarize(list(r.requests), r.duration)
@@ -93,6 +118,7 @@ def checkpoint_figures(records: list[OpRecord], phase: str) -> list[dict[str, An
             "throughput_GiB_per_second": total / GIB / duration if duration > 0 else 0.0,
             "throughput_GB_per_second": total / GB / duration if duration > 0 else 0.0,
             "coordination": coordination(group),
+            "cpu": cpu_figures(group, total),
         })
         requests = [q for r in group for q in r.requests]
         if requests:
@@ -105,6 +131,15 @@ def checkpoint_figures(records: list[OpRecord], phase: str) -> list[dict[str, An
                                 "stalled_seconds_max": max(stalled), "time_to_durable_seconds": duration,
                                 "overlapped": max(stalled) < 0.001}
     return out
+
+
+def cpu_figures(group: list[OpRecord], nbytes: int) -> dict[str, float | int]:
+    """The processes' CPU time and first-touched pages during one operation, summed, and per GiB
+    moved (see :class:`ProcessCost`)."""
+    seconds = sum(r.cost.user + r.cost.system for r in group)
+    return {"seconds": seconds, "system_seconds": sum(r.cost.system for r in group),
+            "seconds_per_GiB": seconds / (nbytes / GIB) if nbytes else 0.0,
+            "minor_page_faults": sum(r.cost.minor_faults for r in group)}
 
 
 def tier_figures(records: list[OpRecord], saves: list[dict[str, Any]]) -> dict[int, list[float]]:

@@ -27,7 +27,7 @@ from .config import tier_key
 from .context import RunContext, tier_backend
 from .engine import Engine, FileTask, IOOptions
 from .errors import DlioCkptError, StorageError, VerifyError
-from .results import OpRecord
+from .results import OpRecord, ProcessCost
 from .steps import manifest_path, step_name
 
 log = logging.getLogger("dlio_ckpt")
@@ -91,7 +91,7 @@ class Drain:
     def _copy(self, step: int, k: int, source: Backend, target: Backend) -> OpRecord:
         folder = (self.ctx.ck.checkpoint_folder, step_name(step))
         todo = self._todo(step, source)
-        start, t0 = time.time(), time.perf_counter()
+        start, t0, cost = time.time(), time.perf_counter(), ProcessCost.now()
         with self.ctx.watch():
             target.makedirs(target.join(*folder))
             nbytes = self._engines[k - 1].copy_files(todo, source,
@@ -100,7 +100,7 @@ class Drain:
         requests = tuple(q for b in (source, target) if b.requests is not None for q in b.requests.take())
         times = tuple((p.rsplit("/", 1)[-1], s, e, n) for p, s, e, n in self._engines[k - 1].take_file_times())
         return OpRecord(f"drain_tier{k}", step, step, self.ctx.comm.rank, start, start + seconds, seconds,
-                        nbytes, len(todo), times, 0.0, requests)
+                        nbytes, len(todo), times, 0.0, requests, cost=ProcessCost.now().since(cost))
 
     def _fail(self, step: int, k: int, exc: BaseException) -> None:
         error = exc  # a bug keeps its traceback

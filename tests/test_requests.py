@@ -59,6 +59,12 @@ def test_request_counts_equal_the_servers_kind_by_kind(tmp_path, request, kind):
     c = save["coordination"]
     assert 0 <= c["start_spread_seconds"] <= c["end_spread_seconds"] + save["duration_seconds"]
     assert c["barrier_wait_seconds_max"] >= c["barrier_wait_seconds_mean"] >= 0 and c["skew_seconds"] >= 0
+    for op in (save, summary["checkpoints"]["load"][0]):  # what the client side cost the host
+        cpu = op["cpu"]
+        assert cpu["seconds"] > 0 and 0 <= cpu["system_seconds"] <= cpu["seconds"] and cpu["minor_page_faults"] > 0
+        assert cpu["seconds_per_GiB"] == pytest.approx(cpu["seconds"] / (op["bytes"] / 2**30))
+    mine = load(tmp_path / "out" / "1_per_epoch_stats.json")["1"]["load_ckpt1"]
+    assert mine["cpu_user_seconds"] + mine["cpu_system_seconds"] > 0 and mine["minor_page_faults"] > 0
 
 
 def test_gcs_throttling_and_dropped_connections_are_counted_exactly(tmp_path, gcs_server):
