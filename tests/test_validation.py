@@ -37,6 +37,8 @@ BAD = [
     (["workload=tiny", "++workload.storage.storage_options.retries=-1", "--world-size", "2"],
      "storage_options.retries=-1"),
     (["workload=tiny", "++workload.model.parallelism.zero_stage=4"], "zero_stage=4"),
+    (["workload=tiny", "++workload.storage.storage_type=s3", "++workload.storage.storage_root=b", "--world-size", "2",
+      "++workload.storage.storage_options.read_size=1000"], "storage_options.read_size=1000: Value error, must be 0"),
 ]
 
 

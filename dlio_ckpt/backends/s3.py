@@ -3,8 +3,9 @@
 Why its native client rather than boto3: it is what checkpointing on S3 uses in practice
 (S3Checkpoint, S3StorageWriter), it uploads parts in parallel at ``throughput_target_gbps``, and its
 retries are the CRT's. We call its put/get streams directly: S3Writer copies memoryviews to bytes the
-same way, and its default reader would buffer a whole object in RAM; reading in ranged GETs of
-``read_size`` keeps memory bounded whatever the object size.
+same way. A read is one GET per object, as s3torchconnector's own reader makes it: the CRT splits it
+into ``part_size`` ranges fetched in parallel and its part buffers bound the memory (~600 MiB per
+process here, whatever the object's size); ``read_size`` reads in ranged GETs of our own instead.
 
 Credentials come from the usual AWS chain (``AWS_ACCESS_KEY_ID``/``AWS_SECRET_ACCESS_KEY``,
 ``AWS_PROFILE``, ...) or from ``storage_options.access_key_id``/``secret_access_key``, which are put
@@ -81,12 +82,13 @@ class S3Writer:
 
 
 class S3Reader:
-    """Sequential reads in ranged GETs of ``read_size``, the next range requested while the current
-    one is consumed (and verified), so the client never waits for a first byte between ranges:
-    memory stays bounded by two ranges' parts. The request itself is made from the backend's
-    ``ahead`` threads: the native ``get_object`` call blocks 7-12 ms here before returning, a third
-    of the time a 32 MiB range takes to arrive, and made inline it stalled every range (verified
-    loads at 0.67-0.75 of one whole-object GET; see the README)."""
+    """Sequential reads: one GET for the object, made by the reading thread itself (its parts'
+    buffers are then allocated by the thread that frees them, as with the bare client), or with
+    ``read_size`` ranged GETs of that size, ``read_ahead`` of them requested beyond the one being
+    consumed (and verified) so the client never waits for a first byte between ranges. Those are
+    made from the backend's ``ahead`` threads: the native ``get_object`` call blocks 7-12 ms here
+    before returning, a third of the time a 32 MiB range takes to arrive, and made inline it stalled
+    every range (see the README)."""
 
     def __init__(self, backend: S3Backend, path: str, size: int | None) -> None:
         self._b, self._url = backend, backend.url(path)
@@ -106,12 +108,20 @@ class S3Reader:
             self._ahead.append(request)
 
     def _request(self) -> Future[Iterator[bytes]] | None:
-        """The next range, requested from an ``ahead`` thread; None past the end."""
+        """The next range (the whole object without ``read_size``), requested from an ``ahead``
+        thread, or here for a whole object (nothing to overlap it with); None past the end."""
         if self._requested >= self._size:
             return None
-        start = self._requested
-        self._requested = end = min(start + self._b.options.read_size, self._size)
-        return self._b.ahead.submit(self._b.client.get_object, self._b.bucket, self._key, start, end)
+        start, step = self._requested, self._b.options.read_size or self._size
+        self._requested = end = min(start + step, self._size)
+        if step < self._size:
+            return self._b.ahead.submit(self._b.client.get_object, self._b.bucket, self._key, start, end)
+        made: Future[Iterator[bytes]] = Future()
+        try:
+            made.set_result(self._b.client.get_object(self._b.bucket, self._key, start, end))
+        except S3Exception as exc:  # raised where a ranged request's would be: when its parts are wanted
+            made.set_exception(exc)
+        return made
 
     def _next_part(self) -> memoryview:
         while True:
