@@ -6,8 +6,7 @@ Why here and not a second runner: it is a way of running the save of :mod:`dlio_
 through the same skeleton (``timed`` + ``record``); only when the write ends and what holds training
 change. Staging is modelled (the shard at ``staging_gb_per_second`` per accelerator: memory stays
 bounded) or a real copy into host memory (:class:`Staging`); training is a sleep, or one busy core
-(``training=cpu``). With tiers, a process's drain
-starts as soon as its background write ends.
+(``training=cpu``). With tiers, a process's drain starts as soon as its background write ends.
 """
 
 from __future__ import annotations
@@ -105,8 +104,8 @@ class BackgroundSaves:
         waited = time.perf_counter() - t
         if "error" in box:
             raise box["error"]
-        times = tuple((p.rsplit("/", 1)[-1], s, e, n) for p, s, e, n in self.engine.take_file_times())
         self.records.append(record(self.ctx, "save", step, clock, box["bytes"], files, seconds=box["end"] - clock.t0,
-                                   file_times=times, held=clock.seconds, stalled=stalled, ended=box["cost"]))
+                                   file_times=self.engine.take_file_times(), held=clock.seconds, stalled=stalled,
+                                   ended=box["cost"]))
         self.commit(step, self.records[-1].duration)
         return waited

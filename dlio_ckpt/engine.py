@@ -341,10 +341,10 @@ class Engine:
             reader.close()
         return task.size
 
-    def take_file_times(self) -> list[tuple[str, float, float, int]]:
-        """The files finished since the last call (for the report's timeline)."""
+    def take_file_times(self) -> tuple[tuple[str, float, float, int], ...]:
+        """The files finished since the last call, by file name (for the report's timeline)."""
         out, self.file_times = self.file_times, []
-        return out
+        return tuple((path.rsplit("/", 1)[-1], s, e, n) for path, s, e, n in out)
 
     def close(self) -> None:
         if self._pool is not None:

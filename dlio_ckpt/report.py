@@ -13,6 +13,7 @@ from __future__ import annotations
 import base64
 import html
 import json
+import re
 import statistics
 from pathlib import Path
 from typing import Any
@@ -24,7 +25,7 @@ SYNC_COLOUR = "#9e9e9e"
 HELD_COLOUR = "#d62728"
 TRAIN_COLOUR = "#e0e0e0"  # async runs: training between one checkpoint's hold and the next one's
 DRAIN_COLOUR = "#2ca02c"  # tiered runs: copies to the tiers below, in the lower band of each row
-DRAINS = r"drain_tier\d+_ckpt\d+"
+DRAINS = r"drain_tier(\d+)_ckpt\d+"
 
 
 def _pyplot() -> Any:
@@ -173,7 +174,7 @@ def timeline_figure(run: Run, path: Path) -> None:
                 verts.append([(base, row - h), (x1, row - h), (x1, row + h), (base, row + h)])
                 colours.append(HELD_COLOUR)
         for name, e in operations(run.per_process[proc], DRAINS).items():  # under the saves they overlap
-            base, tier = datetime.fromisoformat(e["start"]).timestamp() - t0, int(name[10:].split("_")[0])
+            base, tier = datetime.fromisoformat(e["start"]).timestamp() - t0, int(re.fullmatch(DRAINS, name)[1])
             for k, (_, s, t, _n) in enumerate(e.get("file_times", []) or [("", 0.0, e["duration"], 0)]):
                 x0, x1 = base + s, base + max(t, s + 1e-4)
                 verts.append([(x0, row + height / 6), (x1, row + height / 6), (x1, row + height / 2),

@@ -52,6 +52,11 @@ def mine(ctx: RunContext, process: int | None = None) -> list[RankPlan]:
     return list(ctx.plan.ranks[p * per:(p + 1) * per])
 
 
+def shard_bytes(ctx: RunContext, process: int | None = None) -> list[int]:
+    """The payload of each logical rank this process (or ``process``) emulates: what async staging copies."""
+    return [p.payload_bytes for p in mine(ctx, process)]
+
+
 def tasks(ctx: RunContext, fmt: Format, step: int, plans: list[RankPlan], backend: Backend | None = None,
           ) -> list[FileTask]:
     """The files of ``plans`` at ``step`` on ``backend`` (a tier; the first by default)."""
@@ -90,7 +95,7 @@ def preflight(ctx: RunContext) -> None:
 def _check_staging_memory(ctx: RunContext) -> None:
     """``staging=real`` holds every process's shards in host memory for the whole run: refused where
     a host has not that much available (every process decides alike, from everyone's figures)."""
-    facts = ctx.comm.allgather((hostname(), sum(p.payload_bytes for p in mine(ctx)), available_memory()))
+    facts = ctx.comm.allgather((hostname(), sum(shard_bytes(ctx)), available_memory()))
     for host in {h for h, _, _ in facts}:
         need = sum(n for h, n, _ in facts if h == host)
         free = min(a for h, _, a in facts if h == host)
@@ -161,8 +166,8 @@ def run(ctx: RunContext) -> dict[str, Any] | None:
                 nbytes = engine.write_files(todo) if phase == "save" else engine.read_files(todo)
         finally:
             shown.stop()
-        times = tuple((p.rsplit("/", 1)[-1], s, e, n) for p, s, e, n in engine.take_file_times())
-        records.append(record(ctx, phase, index, clock, nbytes, len(todo), file_times=times, stalled=stalled,
+        records.append(record(ctx, phase, index, clock, nbytes, len(todo), file_times=engine.take_file_times(),
+                              stalled=stalled,
                               backend=engine.backend))
         retries[phase] += engine.retries - before
 
@@ -189,7 +194,7 @@ def run(ctx: RunContext) -> dict[str, Any] | None:
 
     tiers = Tiers(ctx, run_key, manifest, lambda i, backend: tasks(ctx, fmt, i, mine(ctx), backend))
     background = BackgroundSaves(ctx, engine, commit, tiers) if ck.async_save else None
-    shards = [p.payload_bytes for p in mine(ctx)]
+    shards = shard_bytes(ctx)
     stage = Staging(ck.staging, ck.staging_gb_per_second, max(shards), sum(shards)) if ck.async_save else None
     for i in range(1, ck.num_checkpoints_write + 1):
         state.phase, state.step = "train" if background else "wait before save", i
@@ -228,7 +233,7 @@ def run(ctx: RunContext) -> dict[str, Any] | None:
     def describe(tries: list[dict[str, int]]) -> dict[str, Any]:
         asked = {"goodput": {"mtbf_hours": ck.mtbf_hours, "interval_seconds": ck.time_between_checkpoints,
                              "tier": ck.read_tier}} if ck.mtbf_hours else {}
-        staged = [sum(r.payload_bytes for r in mine(ctx, p)) for p in range(comm.size)]
+        staged = [sum(shard_bytes(ctx, p)) for p in range(comm.size)]
         background_mode = {"staging": ck.staging, "training": ck.training,
                            **({"staging_gb_per_second": ck.staging_gb_per_second} if ck.staging == "modelled" else
                               {"staging_bytes_per_process": staged})}

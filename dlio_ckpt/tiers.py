@@ -98,7 +98,7 @@ class Drain:
                                                      lambda p: target.join(*folder, p.rsplit("/", 1)[1]))
         seconds = time.perf_counter() - t0
         requests = tuple(q for b in (source, target) if b.requests is not None for q in b.requests.take())
-        times = tuple((p.rsplit("/", 1)[-1], s, e, n) for p, s, e, n in self._engines[k - 1].take_file_times())
+        times = self._engines[k - 1].take_file_times()
         return OpRecord(f"drain_tier{k}", step, step, self.ctx.comm.rank, start, start + seconds, seconds,
                         nbytes, len(todo), times, 0.0, requests, cost=ProcessCost.now().since(cost))
 

@@ -32,7 +32,6 @@ class ObjectStoreOptions(Options):
         description="0: keys as planned; N: put each object under one of N hashed sub-prefixes, "
         "since object stores throttle request rates per prefix",
     )
-    read_size: int = Field(32 * MIB, ge=MIB, description="bytes per ranged GET when reading")
     read_ahead: int = Field(1, ge=0, le=16, description="ranges requested beyond the one being verified "
                             "(memory per thread: read_ahead + 1 ranges)")
 

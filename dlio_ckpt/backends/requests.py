@@ -147,8 +147,8 @@ class CountedS3Client:
 
     def get_object(self, bucket: str, key: str, start: int | None = None, end: int | None = None) -> Iterator[bytes]:
         """Issued now; returns once its first part has arrived (so its time to first byte is the
-        server's, not how long the caller took to come for it: readers call this from a thread
-        ahead of the range being verified); the rest counted as it is consumed."""
+        server's, not how long the caller took to come for it: ranged readers call this from a
+        thread ahead of the range being verified); the rest counted as it is consumed."""
         t0 = time.perf_counter()
         try:
             stream = iter(self._c.get_object(bucket, key, start, end) if start is not None
