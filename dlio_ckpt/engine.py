@@ -258,13 +258,11 @@ class Engine:
     def _read_file(self, worker: _Worker, task: FileTask, source: Backend | None = None,
                    sink: Callable[[Any], None] | None = None) -> int:
         """Read ``task`` back and compare every byte; from ``source`` instead of this engine's
-        storage, handing each verified buffer to ``sink`` (a drain to the next tier)."""
+        storage, handing each verified buffer to ``sink`` (a drain to the next tier). The size is
+        checked by the read itself, not asked first: on S3 that would be a HEAD per object, a
+        request the load does not need (a missing file fails at its open)."""
         source = source or self.backend
-        actual = source.size(task.path)
-        if actual != task.size:
-            raise VerifyError(f"{task.path}: has {actual} bytes, planned {task.size}"
-                              if actual is not None else f"{task.path}: missing")
-        reader = source.open_read(task.path, self.options.odirect, actual)
+        reader = source.open_read(task.path, self.options.odirect)
         chunks = _chunks(reader, worker.readbuf)
         try:
             got, base, used = worker.readbuf[:0], 0, 0
@@ -276,7 +274,7 @@ class Engine:
                         base += len(got)
                         got, used = next(chunks, None), 0
                         if got is None:
-                            raise VerifyError(f"{task.path}: ended at offset {base}, planned {task.size}")
+                            raise VerifyError(f"{task.path}: has {base} bytes, planned {task.size}")
                     n = min(len(piece), len(got) - used)
                     bad = worker.first_difference(got[used:used + n], piece[:n])
                     if bad is not None:
@@ -287,6 +285,9 @@ class Engine:
                     piece = piece[n:]
             if sink is not None and len(got):
                 sink(got)
+            extra = len(got) - used + sum(len(c) for c in chunks)  # bytes beyond the plan: none, or an error
+            if extra:
+                raise VerifyError(f"{task.path}: has {task.size + extra} bytes, planned {task.size}")
         finally:
             chunks.close()
             reader.close()

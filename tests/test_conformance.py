@@ -14,7 +14,7 @@ import pytest
 
 from dlio_ckpt.backends import get_backend
 from dlio_ckpt.engine import Engine, FileTask, IOOptions
-from dlio_ckpt.errors import VerifyError
+from dlio_ckpt.errors import StorageError, VerifyError
 from dlio_ckpt.formats import get_format
 from dlio_ckpt.planner import FilePlan, TensorGroup
 from dlio_ckpt.synthetic import file_key
@@ -136,12 +136,21 @@ def test_a_corrupted_block_is_caught_and_located(store):
         counting = Engine(backend, RUN_KEY, IOOptions(chunk_size=MIB, verify=False))
         try:
             assert counting.read_files(tasks) == sum(t.size for t in tasks)  # verify=False: bytes counted only
-            backend.put_small(tasks[1].path, fetch(backend, tasks[1].path)[:-1])
+            engine.write_files(tasks)  # whole again: the size cases below differ only in length
+            whole = fetch(backend, tasks[1].path)
+            backend.put_small(tasks[1].path, whole[:-1])
             with pytest.raises(VerifyError, match=f"read {tasks[1].size - 1} bytes, planned {tasks[1].size}"):
                 counting.read_files(tasks)
         finally:
             counting.close()
+        # sizes are checked by reading (no stat or HEAD first): a file short or long by one byte
         with pytest.raises(VerifyError, match=f"has {tasks[1].size - 1} bytes, planned {tasks[1].size}"):
+            engine.read_files(tasks)
+        backend.put_small(tasks[1].path, whole + b"x")
+        with pytest.raises(VerifyError, match=f"has {tasks[1].size + 1} bytes, planned {tasks[1].size}"):
+            engine.read_files(tasks)
+        backend.remove(tasks[1].path)
+        with pytest.raises(StorageError, match="no such|not found|No such file"):
             engine.read_files(tasks)
     finally:
         engine.close()

@@ -54,6 +54,10 @@ def test_request_counts_equal_the_servers_kind_by_kind(tmp_path, request, kind):
     assert sum(e["count"] for e in save["requests"].values()) > 0
     for entry in save["requests"].values():
         assert entry["count"] > 0 and ("derived" in entry or entry["p50_ms"] <= entry["p99_ms"] <= entry["max_ms"])
+    loaded = summary["checkpoints"]["load"][0]["requests"]
+    if kind == "s3":  # one GET per object and no HEAD first: the engine checks sizes by reading
+        assert "HeadObject" not in loaded
+        assert loaded["call: get_object (time to first byte)"]["count"] == len(_sizes(tmp_path))
     report = dlio(["report", "out"], tmp_path)
     assert report.returncode == 0 and (tmp_path / "out" / "requests.png").stat().st_size > 10_000
     c = save["coordination"]

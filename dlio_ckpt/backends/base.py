@@ -97,8 +97,9 @@ class Backend(ABC):
     @abstractmethod
     def open_write(self, path: str, odirect: bool) -> Writer: ...
     @abstractmethod
-    def open_read(self, path: str, odirect: bool, size: int | None = None) -> Reader:
-        """``size``: the file's size when the caller knows it (no second stat or HEAD)."""
+    def open_read(self, path: str, odirect: bool) -> Reader:
+        """A missing file fails here (StorageError). Readers find the file's end by reading: the
+        engine checks sizes against the plan that way, asking nothing first."""
     @abstractmethod
     def size(self, path: str) -> int | None: ...
 

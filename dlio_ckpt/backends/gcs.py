@@ -98,9 +98,9 @@ class GCSReader:
     """Sequential reads as ranged GETs, each bounded by ``timeout``: of the caller's buffer size
     (``readinto``), or of ``read_size`` with ``read_ahead`` more in flight while one is verified (``views``)."""
 
-    def __init__(self, backend: GCSBackend, path: str, size: int | None) -> None:
+    def __init__(self, backend: GCSBackend, path: str) -> None:
         self.url, self._b, self._pos = backend.url(path), backend, 0
-        size = backend.size(path) if size is None else size
+        size = backend.size(path)  # one metadata request, as gcsfs's own open makes: ranges need the end
         if size is None:
             raise StorageError(f"cannot open {self.url}: no such object")
         self._size = size
@@ -191,8 +191,8 @@ class GCSBackend(ObjectStore):
     def open_write(self, path: str, odirect: bool) -> GCSWriter:
         return GCSWriter(self, path)
 
-    def open_read(self, path: str, odirect: bool, size: int | None = None) -> GCSReader:
-        return GCSReader(self, path, size)
+    def open_read(self, path: str, odirect: bool) -> GCSReader:
+        return GCSReader(self, path)
 
     def size(self, path: str) -> int | None:
         try:

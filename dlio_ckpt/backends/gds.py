@@ -184,5 +184,5 @@ class GDSBackend(LocalFSBackend):
     def open_write(self, path: str, odirect: bool) -> GDSWriter:
         return GDSWriter(path, self._buffer())
 
-    def open_read(self, path: str, odirect: bool, size: int | None = None) -> GDSReader:
+    def open_read(self, path: str, odirect: bool) -> GDSReader:
         return GDSReader(path, self._buffer())

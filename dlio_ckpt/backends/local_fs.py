@@ -113,7 +113,7 @@ class LocalFSBackend(Backend):
     def open_write(self, path: str, odirect: bool) -> LocalWriter:
         return LocalWriter(path, odirect, self.capabilities.alignment)
 
-    def open_read(self, path: str, odirect: bool, size: int | None = None) -> LocalReader:
+    def open_read(self, path: str, odirect: bool) -> LocalReader:
         return LocalReader(path, odirect)
 
     def evict(self, path: str) -> None:

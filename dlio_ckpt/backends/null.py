@@ -51,7 +51,7 @@ class NullBackend(Backend):
     def open_write(self, path: str, odirect: bool) -> NullWriter:
         return NullWriter()
 
-    def open_read(self, path: str, odirect: bool, size: int | None = None) -> NullReader:
+    def open_read(self, path: str, odirect: bool) -> NullReader:
         return NullReader()
 
     def size(self, path: str) -> int | None:

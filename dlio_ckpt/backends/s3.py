@@ -48,6 +48,8 @@ def explain(exc: Exception) -> str:
     text = str(exc)
     if "No signing credentials" in text:
         return _NO_CREDENTIALS
+    if "NoSuchKey" in text or "key does not exist" in text.lower():
+        return f"no such object ({text})"
     if "CONNECTION_REFUSED" in text:
         return f"connection refused ({text})"
     if "throttled" in text.lower() or "SlowDown" in text:
@@ -83,53 +85,48 @@ class S3Writer:
 
 
 class S3Reader:
-    """Sequential reads: one GET for the object, made by the reading thread itself (its parts'
-    buffers are then allocated by the thread that frees them, as with the bare client), or with
-    ``read_size`` ranged GETs of that size, ``read_ahead`` of them requested beyond the one being
+    """Sequential reads: one GET for the whole object, made by the reading thread itself (its parts'
+    buffers are then allocated by the thread that frees them, as with the bare client) and without a
+    HEAD first (the engine checks the size by reading), or with ``read_size`` ranged GETs of that
+    size after one HEAD for the object's end, ``read_ahead`` of them requested beyond the one being
     consumed (and verified) so the client never waits for a first byte between ranges. Those are
     made from the backend's ``ahead`` threads: the native ``get_object`` call blocks 7-12 ms here
     before returning, a third of the time a 32 MiB range takes to arrive, and made inline it stalled
     every range (see the README)."""
 
-    def __init__(self, backend: S3Backend, path: str, size: int | None) -> None:
+    def __init__(self, backend: S3Backend, path: str) -> None:
         self._b, self._url = backend, backend.url(path)
         self._key = backend.key(path)
-        size = backend.size(path) if size is None else size
-        if size is None:
-            raise StorageError(f"cannot open {self._url}: no such object")
-        self._size, self._pos, self._requested = size, 0, 0
+        self._pos, self._requested = 0, 0
         self._left = memoryview(b"")
         self._parts: Iterator[bytes] = iter(())
         self._ahead: deque[Future[Iterator[bytes]]] = deque()
+        self._end = 0  # ranged reads only: the object's size, which they must not pass
+        if not backend.options.read_size:
+            try:
+                self._parts = backend.client.get_object(backend.bucket, self._key)
+            except S3Exception as exc:
+                raise failure("cannot open", self._url, exc) from None
+            return
+        size = backend.size(path)
+        if size is None:
+            raise StorageError(f"cannot open {self._url}: no such object")
+        self._end = size
         self._fill()
 
     def _fill(self) -> None:
         """Keep ``read_ahead`` ranges requested beyond the one being consumed."""
-        while len(self._ahead) <= self._b.options.read_ahead and (request := self._request()) is not None:
-            self._ahead.append(request)
-
-    def _request(self) -> Future[Iterator[bytes]] | None:
-        """The next range (the whole object without ``read_size``), requested from an ``ahead``
-        thread, or here for a whole object (nothing to overlap it with); None past the end."""
-        if self._requested >= self._size:
-            return None
-        start, step = self._requested, self._b.options.read_size or self._size
-        self._requested = end = min(start + step, self._size)
-        if step < self._size:
-            return self._b.ahead.submit(self._b.client.get_object, self._b.bucket, self._key, start, end)
-        made: Future[Iterator[bytes]] = Future()
-        try:
-            made.set_result(self._b.client.get_object(self._b.bucket, self._key, start, end))
-        except S3Exception as exc:  # raised where a ranged request's would be: when its parts are wanted
-            made.set_exception(exc)
-        return made
+        while len(self._ahead) <= self._b.options.read_ahead and self._requested < self._end:
+            start = self._requested
+            self._requested = end = min(start + self._b.options.read_size, self._end)
+            self._ahead.append(self._b.ahead.submit(self._b.client.get_object, self._b.bucket, self._key, start, end))
 
     def _next_part(self) -> memoryview:
         while True:
             for part in self._parts:
                 return memoryview(part)
             if not self._ahead:
-                if self._pos < self._size:
+                if self._pos < self._end:
                     raise StorageError(f"read failed on {self._url}: empty response at offset {self._pos}")
                 return memoryview(b"")
             self._parts = self._ahead.popleft().result()  # its S3Exception, if it failed, is raised here
@@ -230,8 +227,8 @@ class S3Backend(ObjectStore):
     def open_write(self, path: str, odirect: bool) -> S3Writer:
         return S3Writer(self.client, self.bucket, self.key(path), self.url(path))
 
-    def open_read(self, path: str, odirect: bool, size: int | None = None) -> S3Reader:
-        return S3Reader(self, path, size)
+    def open_read(self, path: str, odirect: bool) -> S3Reader:
+        return S3Reader(self, path)
 
     def size(self, path: str) -> int | None:
         try:
