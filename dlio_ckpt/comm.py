@@ -28,16 +28,18 @@ class Comm(Protocol):
     def abort(self, code: int) -> None: ...
 
 
-def patiently(done: Callable[[], bool], turn: Callable[[], None] = lambda: None) -> None:
-    """Return once ``done()``, sleeping between tests (50 us, doubling to 1 ms; ``turn`` runs at each).
-    Why not MPI's blocking collectives: MPICH spins a core while it waits in one, so a process that
-    finished early took that core from the processes still reading or writing and from a storage
-    server on the same host (up to a tenth of this machine's two cores during S3 loads, profiled)."""
+def patiently(poll: Callable[[], T | bool | None], turn: Callable[[], None] = lambda: None) -> T | bool:
+    """``poll()``'s first answer other than None or False, sleeping between tries (50 us, doubling to
+    1 ms; ``turn`` runs at each). Why not MPI's blocking calls: MPICH spins a core while it waits in
+    one, so a process that finished early took that core from the processes still reading or writing
+    and from a storage server on the same host (up to a tenth of this machine's two cores during S3
+    loads, profiled)."""
     pause = 50e-6
-    while not done():
+    while (answer := poll()) is None or answer is False:
         turn()
         time.sleep(pause)
         pause = min(2 * pause, 1e-3)
+    return answer
 
 
 class SelfComm:
@@ -118,14 +120,8 @@ class PointComm:
         if self._c.iprobe(source=self._MPI.ANY_SOURCE, tag=self._ABORT):
             raise PointAborted(self._c.recv(source=self._MPI.ANY_SOURCE, tag=self._ABORT))
 
-    def _wait(self) -> None:
-        self._check()
-        time.sleep(0.0002)
-
     def _recv(self, source: int) -> Any:
-        while (message := self._c.improbe(source=source, tag=self._DATA)) is None:
-            self._wait()
-        return message.recv()
+        return patiently(lambda: self._c.improbe(source=source, tag=self._DATA), self._check).recv()
 
     def barrier(self) -> None:
         patiently(self._c.Ibarrier().Test, self._check)

@@ -167,8 +167,7 @@ def run(ctx: RunContext) -> dict[str, Any] | None:
         finally:
             shown.stop()
         records.append(record(ctx, phase, index, clock, nbytes, len(todo), file_times=engine.take_file_times(),
-                              stalled=stalled,
-                              backend=engine.backend))
+                              stalled=stalled, backend=engine.backend))
         retries[phase] += engine.retries - before
 
     def prepare(i: int) -> None:
