@@ -15,7 +15,7 @@ import sys
 import traceback
 from typing import Any
 
-from .comm import Comm, SelfComm, get_comm
+from .comm import Comm, SelfComm, get_comm, on_root
 from .config import check_world_size, compose
 from .errors import ConfigError, DlioCkptError
 
@@ -50,6 +50,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--write-bandwidth", help="plan: what-if aggregate write bandwidth (e.g. 20GB/s)")
     p.add_argument("--read-bandwidth", help="plan: what-if aggregate read bandwidth (e.g. 40GB/s)")
     p.add_argument("--mtbf-hours", type=float, help="plan: mean time between failures of the job (hours)")
+    p.add_argument("--replace-results", action="store_true", help="run: the run folder (hydra.run.dir) may hold "
+                   "an earlier run's results; they are removed first (only the files a run writes)")
     p.add_argument("--drain-bandwidth", help="plan: what-if aggregate bandwidth of a tier below (e.g. 5GB/s): "
                    "durable there after the write and the drain")
     return p
@@ -249,19 +251,21 @@ def _what_if(args: argparse.Namespace, workload: Any, plan: Any) -> dict[str, An
 
 def _run(args: argparse.Namespace, comm: Comm) -> int:
     from .failure import RunState, Watchdog, die, on_signals
-    from .launch import execute, start
+    from .launch import check_run_dir, execute, start
 
     state = RunState()
     on_signals(comm, state)  # from here on, SIGINT/SIGTERM end every rank (no rank left in a barrier)
-    world_size = args.world_size or comm.size
+    world_size = comm.size if args.world_size is None else args.world_size
     # Every rank validates (same input, same answer, no collective needed); rank 0 alone resolves
     # the run folder (it holds the time) and shares it. Config-only rules all come before storage.
     workload, raw, run_dir = compose(args.overrides, args.config_dir)
     check_world_size(workload, world_size, comm.size)
+    run_dir = comm.bcast(run_dir if comm.rank == 0 else None)
+    on_root(comm, lambda: check_run_dir(run_dir, args.replace_results))
+    run_dir = os.path.abspath(run_dir)
     mode, ctx = start(workload, comm, world_size, state, Watchdog(comm, state, workload.checkpoint.io_timeout))
-    run_dir = os.path.abspath(comm.bcast(run_dir if comm.rank == 0 else None))
     try:
-        execute(mode, ctx, run_dir, raw, args.overrides, sys.argv[1:])
+        execute(mode, ctx, run_dir, raw, args.overrides, sys.argv[1:], args.replace_results)
         return 0
     except DlioCkptError as exc:  # raised on one rank or on all: either way every rank must end
         die(comm, state, str(exc), exc.exit_code)

@@ -14,7 +14,15 @@ import os
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from .errors import ConfigError
 
@@ -55,7 +63,7 @@ class Model(Section):
 
 
 class Checkpoint(Section):
-    checkpoint_folder: str = "checkpoints"
+    checkpoint_folder: str = Field("checkpoints", description="under storage_root; '.' for the root itself")
     time_between_checkpoints: float = Field(5.0, ge=0)
     num_checkpoints_write: int = Field(1, ge=0)
     num_checkpoints_read: int = Field(0, ge=0)
@@ -89,6 +97,14 @@ class Checkpoint(Section):
     mtbf_hours: float | None = Field(None, gt=0, description="mean time between failures of the job: adds goodput")
     read_tier: int = Field(0, ge=0, description="where the read phase reads: 0 the storage section, k the k-th "
                            "entry of tiers (recovery after losing a node reads from a remote tier)")
+
+    @field_validator("checkpoint_folder")
+    @classmethod
+    def _folder_named(cls, value: str) -> str:
+        """An empty value would silently mean the current folder."""
+        if not value.strip():
+            raise ValueError("must name a folder under storage_root ('.' for storage_root itself)")
+        return value
 
     @model_validator(mode="after")
     def _reads_not_more_than_writes(self) -> Checkpoint:
@@ -125,6 +141,15 @@ class Storage(Section):
     def _null_is_a_name(cls, value: Any) -> Any:
         """``storage_type=null`` reaches us as None (YAML's null): it names the null backend."""
         return "null" if value is None else value
+
+    @field_validator("storage_root")
+    @classmethod
+    def _root_named(cls, value: str, info: ValidationInfo) -> str:
+        """An empty root would silently mean the current folder (or no bucket); null stores nothing."""
+        kind = info.data.get("storage_type")
+        if kind != "null" and not value.strip():
+            raise ValueError(f"storage_type={kind} needs a folder or bucket here ('./' for the current folder)")
+        return value
 
 
 class LightningSettings(Section):
@@ -361,6 +386,7 @@ def compose(overrides: list[str], config_dir: str | None = None, folder: Literal
     from omegaconf import OmegaConf
     from omegaconf.errors import OmegaConfBaseException
 
+    check_override_keys(overrides)
     extra = list(overrides)
     if config_dir is not None:
         if not os.path.isdir(config_dir):
@@ -380,8 +406,47 @@ def compose(overrides: list[str], config_dir: str | None = None, folder: Literal
     return validate(raw), raw, run_dir
 
 
+def workload_keys(model: type[BaseModel] = Workload, prefix: str = "workload") -> list[str]:
+    """Every key of the workload, dotted (``workload.checkpoint.format``), sections included: what an
+    override may name (a dict-valued key such as ``storage.storage_options`` takes any key below it)."""
+    keys = []
+    for name, field in model.model_fields.items():
+        keys.append(f"{prefix}.{name}")
+        ann = field.annotation
+        if isinstance(ann, type) and issubclass(ann, BaseModel):
+            keys += workload_keys(ann, f"{prefix}.{name}")
+    return keys
+
+
+def check_override_keys(overrides: list[str]) -> None:
+    """An override whose key is neither the workload's nor Hydra's would be composed into the config
+    and then read by nothing (``++checkpoint.format=raw`` wrote pt): it is an error, naming the key
+    the user most likely meant."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import HydraException
+
+    try:
+        parsed = OverridesParser.create().parse_overrides(overrides)
+    except HydraException as exc:
+        raise ConfigError("", None, str(exc).replace("\n", " ")) from None
+    for o in parsed:
+        key = o.key_or_group
+        if key in ("workload", "hydra") or key.startswith(("workload.", "hydra.", "hydra/")):
+            continue
+        known = [k.removeprefix("workload.") for k in workload_keys()]
+        guess = key if key in known else next(iter(difflib.get_close_matches(key, known, n=1, cutoff=0.8)), None)
+        hint = f"did you mean workload.{guess}? " if guess else ""
+        raise ConfigError(key, o.input_line.partition("=")[2], f"not a key of the configuration ({hint}workload keys "
+                          "are set as ++workload.SECTION.KEY=VALUE, Hydra's as ++hydra.KEY=VALUE; the README's "
+                          "Keys section lists them)")
+
+
 def _hydra_message(exc: Exception, config_dir: str | None) -> str:
     text = str(exc).strip()
+    if text.startswith("Could not override '") and "To append to your config use +" in text:
+        key = text.split("'")[1]
+        return (f"{key}: not in the workload's YAML, so Hydra cannot override it: write ++{key}=... "
+                "(sets a key whether or not the YAML has it)")
     if "You must specify 'workload'" in text or "Could not find 'workload/" in text:
         names = ", ".join(available_workloads(config_dir))
         first = text.splitlines()[0].removeprefix("In 'config': ")
@@ -401,8 +466,8 @@ def validate(raw: Any) -> Workload:
 
 
 def _explain(err: dict) -> str:
-    loc = [str(p) for p in err["loc"]]
-    key = "workload." + ".".join(loc)
+    loc = list(err["loc"])
+    key = "workload" + "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in loc)
     if err["type"] == "extra_forbidden":
         parent = _model_at(loc[:-1])
         allowed = sorted(parent.model_fields) if parent else []
@@ -415,12 +480,19 @@ def _explain(err: dict) -> str:
     return f"{key}={err['input']!r}: {err['msg']}"
 
 
-def _model_at(path: list[str]) -> type[BaseModel] | None:
+def _model_at(path: list[str | int]) -> type[BaseModel] | None:
+    """The section a validation error's location points into (a list's item: its element model)."""
     model: type[BaseModel] = Workload
+    ann: Any = None
     for part in path:
-        field = model.model_fields.get(part)
-        ann = getattr(field, "annotation", None)
+        if isinstance(part, int):  # an item of a list field such as tiers: its element type
+            args = getattr(ann, "__args__", ())
+            ann = args[0] if args else None
+        else:
+            ann = getattr(model.model_fields.get(part), "annotation", None)
         if not (isinstance(ann, type) and issubclass(ann, BaseModel)):
-            return None
+            if isinstance(part, int) or getattr(ann, "__args__", None) is None:
+                return None
+            continue  # a list: the next part is its index
         model = ann
     return model

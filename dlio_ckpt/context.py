@@ -18,13 +18,13 @@ from typing import Any, TypeVar
 
 from .backends import Backend, check_options, get_backend
 from .backends.requests import Request, summarize
-from .comm import Comm, on_root
+from .comm import Comm, hostname, on_root
 from .config import Checkpoint, Workload, tier_key
-from .errors import ConfigError
+from .errors import ConfigError, StorageError
 from .failure import RunState, Watchdog, watching
 from .planner import Plan
 from .results import OpRecord, ProcessCost, finish_run
-from .steps import old_checkpoints, refuse_old_checkpoints, replace_old_checkpoints, step_name
+from .steps import RECORD, Found, Writes, refuse_mixing, remove_ours, step_name
 
 T = TypeVar("T")
 GIB = 1 << 30
@@ -48,6 +48,8 @@ class RunContext:
     started: float = field(default_factory=time.time)
     tiers: list[Backend] = field(default_factory=list)  # [backend, then workload.tiers' backends]
     alarm: threading.Event = field(default_factory=threading.Event)  # set by a failed background thread
+    writes: Writes = Writes(())  # what this run writes in the checkpoint folder (prepare_storage)
+    found: list[Found] = field(default_factory=list)  # what each tier's folder held before the run
 
     def __post_init__(self) -> None:
         self.tiers = self.tiers or [self.backend]
@@ -151,18 +153,53 @@ def check_tier_options(workload: Workload) -> None:
             check_options(st.storage_type, st.storage_options)
 
 
-def prepare_storage(ctx: RunContext, needed_bytes: Callable[[], int]) -> None:
+def prepare_storage(ctx: RunContext, needed_bytes: Callable[[], int], writes: Writes) -> None:
     """Before anything is written: the storage answers and can be written, an earlier run's
-    checkpoints are not mixed with ours, and ``needed_bytes()`` (every checkpoint this run writes;
-    asked on rank 0 only) fit where the storage can say; on every tier, each for the steps it keeps."""
+    checkpoints are not mixed with ours and nothing this tool did not write stands where the run
+    writes (``writes``), and ``needed_bytes()`` (every checkpoint this run writes; asked on rank 0
+    only) fit where the storage can say; on every tier, each for the steps it keeps."""
     ck = ctx.ck
+    ctx.writes = writes
 
-    def on_root() -> None:  # one listing of each folder, one broadcast
+    def on_root() -> list[Found]:  # one listing of each folder
+        found = []
         for k, backend in enumerate(ctx.tiers):
-            backend.check(writing=ck.num_checkpoints_write > 0)
-            if ck.num_checkpoints_write > 0 and not refuse_old_checkpoints(backend, ck, tier_key(k)):
-                check_room(backend, ck.checkpoint_folder, kept(ctx, k, needed_bytes), k)  # else: once old steps go
-    ctx.on_root_io(on_root)
+            with _named_as_tier(k):
+                backend.check(writing=ck.num_checkpoints_write > 0)
+            if ck.num_checkpoints_write > 0:
+                found.append(refuse_mixing(backend, ck, writes, tier_key(k)))
+        return found
+
+    def room() -> None:
+        for k, (backend, found) in enumerate(zip(ctx.tiers, ctx.found, strict=True)):
+            if not found.ours:  # else: once the earlier run's steps are gone (start_writing)
+                check_room(backend, ck.checkpoint_folder, kept(ctx, k, needed_bytes), k)
+    ctx.found = ctx.on_root_io(on_root)
+    if ck.num_checkpoints_write > 0:
+        probe_writable(ctx)
+        ctx.on_root_io(room)
+
+
+def probe_writable(ctx: RunContext) -> None:
+    """Every host's acting rank (its local rank 0) creates the checkpoint folder on every tier, writes
+    and removes a probe file and removes what it created: a read-only, immutable or foreign folder is
+    found here, before anything is written, on the host that cannot write it. The answer is shared,
+    so every rank ends alike (exit 2)."""
+    problem = None
+    for k, backend in enumerate(ctx.tiers if ctx.comm.local_rank == 0 else []):
+        try:
+            with ctx.watch():
+                backend.probe_write(ctx.ck.checkpoint_folder)
+        except StorageError as exc:
+            problem = (k, f"{exc} (on host {hostname()}, rank {ctx.comm.rank})")
+            break
+    problems = [p for p in ctx.comm.allgather(problem) if p is not None]
+    if problems:
+        k, why = problems[0]
+        st = ctx.workload.storages[k]
+        key, value = ("workload.checkpoint.checkpoint_folder", ctx.ck.checkpoint_folder) if k == 0 else \
+            (f"{tier_key(k)}.storage_root", st.storage_root)
+        raise ConfigError(key, value, why)
 
 
 def kept(ctx: RunContext, k: int, needed_bytes: Callable[[], int]) -> Callable[[], int]:
@@ -186,15 +223,18 @@ def check_room(backend: Backend, folder: str, needed_bytes: Callable[[], int], k
 
 
 def start_writing(ctx: RunContext, needed_bytes: Callable[[], int]) -> None:
-    """Rank 0 replaces an earlier run's checkpoints (``checkpoint.overwrite``: then checks the room
-    that frees) and makes the checkpoint folder, before any timing starts."""
-    ck = ctx.ck
-    for k, backend in enumerate(ctx.tiers if ctx.comm.rank == 0 else []):
-        if ck.overwrite and old_checkpoints(backend, ck.checkpoint_folder):
-            with ctx.watch():
-                replace_old_checkpoints(backend, ck.checkpoint_folder)
-            check_room(backend, ck.checkpoint_folder, kept(ctx, k, needed_bytes), k)
-        backend.makedirs(backend.join(ck.checkpoint_folder))
+    """Rank 0 replaces an earlier run's checkpoints (``checkpoint.overwrite``: only what that run
+    wrote; then checks the room that frees), makes the checkpoint folder and records what this run
+    writes there, on every tier, before any timing starts."""
+    about = {"workload": ctx.workload.model.name, "mode": ctx.workload.mode, "run_dir": ctx.run_dir,
+             "world_size": ctx.world_size}
+    for k, (backend, found) in enumerate(zip(ctx.tiers, ctx.found, strict=True) if ctx.comm.rank == 0 else ()):
+        with ctx.watch():
+            if found.ours:
+                remove_ours(backend, found)
+                check_room(backend, ctx.ck.checkpoint_folder, kept(ctx, k, needed_bytes), k)
+            backend.makedirs(backend.join(ctx.ck.checkpoint_folder))
+            backend.put_small(backend.join(ctx.ck.checkpoint_folder, RECORD), ctx.writes.record(about))
     ctx.comm.barrier()
 
 

@@ -28,6 +28,7 @@ class RunState:
     """Where this process is, for messages and the failed summary; updated by the runner."""
 
     run_dir: str | None = None
+    run_id: str | None = None  # as in summary.json: which run a failed summary belongs to
     phase: str = "starting"  # starting, save, load, results
     step: int | None = None
     file: str | None = None  # the file in progress when a stall is detected
@@ -44,7 +45,8 @@ def write_failed_summary(state: RunState, rank: int, reason: str) -> None:
     if not state.run_dir or not os.path.isdir(state.run_dir):
         return
     body: dict[str, Any] = {
-        "status": "failed", "reason": reason, "failed_rank": rank, "host": hostname(), "during": state.where(),
+        "status": "failed", "run_id": state.run_id, "reason": reason, "failed_rank": rank, "host": hostname(),
+        "during": state.where(),
         "time": time.strftime("%Y-%m-%dT%H:%M:%S"),
         "note": "no throughput is reported for a failed run; steps without a manifest are incomplete",
     }

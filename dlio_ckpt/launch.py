@@ -9,17 +9,22 @@ from __future__ import annotations
 
 import logging
 import os
+import secrets
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 from omegaconf import OmegaConf
 
+from .backends import get_backend
 from .comm import Comm, on_root
 from .config import Workload
 from .context import RunContext, tier_backend
+from .errors import ConfigError, StorageError
 from .failure import RunState, Watchdog
 from .modes import Mode, load_mode
+from .runfiles import results_in
 
 log = logging.getLogger("dlio_ckpt")
 _SECRETS = ("access_key_id", "secret_access_key", "session_token", "token")
@@ -37,16 +42,41 @@ def start(workload: Workload, comm: Comm, world_size: int, state: RunState,
     return mode, ctx
 
 
+def check_run_dir(run_dir: str, replace: bool) -> None:
+    """One run, one folder: a folder that already holds a run's results is refused, unless the user
+    asked to replace them (then :func:`execute` removes them first, and nothing else)."""
+    if not run_dir.strip():
+        raise ConfigError("hydra.run.dir", run_dir, "must name a folder for the results")
+    held = results_in(Path(run_dir))
+    if held and not replace:
+        shown = ", ".join(str(p.relative_to(run_dir)) for p in held[:3]) + (
+            f" and {len(held) - 3} more" if len(held) > 3 else "")
+        raise ConfigError("hydra.run.dir", run_dir, f"already holds a run ({shown}): the results of two runs must not "
+                          "mix; choose another folder, or add --replace-results to remove that run's files first")
+    probe_folder("hydra.run.dir", run_dir)
+
+
+def probe_folder(key: str, path: str) -> None:
+    """A results folder that cannot be written is bad input found before the run (exit 2), not a
+    traceback from every rank at the end: create it, write and remove a probe, remove what was made."""
+    try:
+        get_backend("local_fs", path, {}).probe_write("")
+    except StorageError as exc:
+        raise ConfigError(key, path, str(exc)) from None
+
+
 def execute(mode: Mode, ctx: RunContext, run_dir: str, raw: dict, overrides: list[str],
-            command: list[str]) -> dict[str, Any] | None:
-    """Rank 0 makes the run folder (``.hydra/config.yaml``, ``overrides.yaml``, the log); then the
-    run, which writes ``summary.json`` there. Returns the summary on rank 0."""
+            command: list[str], replace: bool = False) -> dict[str, Any] | None:
+    """Rank 0 makes the run folder (``.hydra/config.yaml``, ``overrides.yaml``, the log), first
+    removing an earlier run's results there when ``replace``; then the run, which writes
+    ``summary.json`` there. Returns the summary on rank 0."""
     comm = ctx.comm
-    on_root(comm, lambda: _prepare_run_dir(run_dir, redact(raw), [redact(o) for o in overrides]))
+    on_root(comm, lambda: _prepare_run_dir(run_dir, redact(raw), [redact(o) for o in overrides], replace))
     ctx.state.run_dir = ctx.run_dir = run_dir
+    ctx.state.run_id = comm.bcast(secrets.token_hex(8) if comm.rank == 0 else None)
     _setup_logging(run_dir, comm.rank)
-    ctx.meta = {"workload": ctx.workload.model.name, "world_size": ctx.world_size, "run_dir": run_dir,
-                "command": " ".join(["dlio_ckpt", *(redact(a) for a in command)])}
+    ctx.meta = {"workload": ctx.workload.model.name, "run_id": ctx.state.run_id, "world_size": ctx.world_size,
+                "run_dir": run_dir, "command": " ".join(["dlio_ckpt", *(redact(a) for a in command)])}
     ctx.started = time.time()
     result = mode.run(ctx)
     if result is not None:
@@ -69,7 +99,10 @@ def redact(item: Any) -> Any:
     return item
 
 
-def _prepare_run_dir(run_dir: str, raw: dict, overrides: list[str]) -> None:
+def _prepare_run_dir(run_dir: str, raw: dict, overrides: list[str], replace: bool) -> None:
+    if replace:
+        for path in results_in(Path(run_dir)):
+            path.unlink()
     os.makedirs(os.path.join(run_dir, ".hydra"), exist_ok=True)
     with open(os.path.join(run_dir, ".hydra", "config.yaml"), "w") as fh:
         fh.write(OmegaConf.to_yaml({"workload": raw}))

@@ -241,6 +241,7 @@ def requests_figure(run: Run, path: Path) -> None:
 
 FIGURES = {"throughput.png": throughput_figure, "durations.png": durations_figure,
            "stragglers.png": heatmap_figure, "timeline.png": timeline_figure}
+REPORT_FILES = (*FIGURES, "requests.png", "report.html")  # what report may write into a run folder
 
 
 def write_report(path: str) -> list[Path]:
@@ -251,11 +252,11 @@ def write_report(path: str) -> list[Path]:
                                  "figures; DLIO's has only means)")
     folder = run.folder
     written = []
-    figures = {**FIGURES, **({"requests.png": requests_figure} if "requests" in run.summary else {})}
+    figures = {**FIGURES, **({REPORT_FILES[-2]: requests_figure} if "requests" in run.summary else {})}
     for name, draw in figures.items():
         draw(run, folder / name)
         written.append(folder / name)
-    page = folder / "report.html"
+    page = folder / REPORT_FILES[-1]
     page.write_text(_html(run, written))
     return [*written, page]
 

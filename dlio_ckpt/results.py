@@ -75,10 +75,12 @@ def iso(t: float) -> str:
     return datetime.fromtimestamp(t).isoformat()
 
 
-def per_epoch_stats(records: list[OpRecord], run_start: float, run_end: float) -> dict[str, Any]:
+def per_epoch_stats(records: list[OpRecord], run_start: float, run_end: float, run_id: str | None = None,
+                    ) -> dict[str, Any]:
     """DLIO's per-rank file: epoch "1" holding save_ckpt{i} / load_ckpt{i}. Duration and throughput
-    here are this process's own (its bytes over its time); summary.json has the job's."""
-    epoch: dict[str, Any] = {"start": iso(run_start)}
+    here are this process's own (its bytes over its time); summary.json has the job's. ``run_id``
+    (also in summary.json) lets a reader tell the files of one run from another's."""
+    epoch: dict[str, Any] = {"start": iso(run_start), **({"run_id": run_id} if run_id else {})}
     for r in records:
         epoch[f"{r.phase}_ckpt{r.index}"] = {
             "start": iso(r.start), "end": iso(r.end), "duration": r.duration,
@@ -252,7 +254,8 @@ def finish_run(comm: Comm, run_dir: str, meta: dict[str, Any], run_start: float,
         return None
     run_end = time.time()
     for proc, recs in enumerate(g[0] for g in gathered):
-        write_result(f"{run_dir}/{proc}_per_epoch_stats.json", dumps(per_epoch_stats(recs, run_start, run_end)))
+        write_result(f"{run_dir}/{proc}_per_epoch_stats.json", dumps(per_epoch_stats(recs, run_start, run_end,
+                                                                                    meta.get("run_id"))))
     rss = [g[3] for g in gathered]
     meta = {
         **meta, "status": "ok", "num_processes": comm.size, "num_hosts": len({g[1] for g in gathered}),

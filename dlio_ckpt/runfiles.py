@@ -41,6 +41,21 @@ class Run:
         return self.summary.get("metric") or {}
 
 
+RESULT_FILES = ("summary.json", "dlio_ckpt.log", ".hydra/config.yaml", ".hydra/overrides.yaml")
+PER_PROCESS = re.compile(r"(\d+)_per_epoch_stats\.json")
+
+
+def results_in(folder: Path) -> list[Path]:
+    """What a run and its report write in a run folder, of what is there now, and nothing else:
+    a folder holding any of it holds a run."""
+    from .report import REPORT_FILES
+
+    if not folder.is_dir():
+        return []
+    named = [folder / n for n in (*RESULT_FILES, *REPORT_FILES)]
+    return sorted([p for p in named if p.is_file()] + [p for p in folder.iterdir() if PER_PROCESS.fullmatch(p.name)])
+
+
 def number(value: Any) -> float | None:
     """A finite number, or None (NaN, missing, a string, a list)."""
     if isinstance(value, bool) or not isinstance(value, int | float):
@@ -73,9 +88,29 @@ def load_run(path: str, *, need_stats: bool = False) -> Run:
         raise UnreadableRunError(f"{summary_path}: no 'metric' section: not a DLIO or dlio_ckpt summary")
     run = Run(path, folder, summary, _config(folder))
     run.per_process = _stats(folder)
+    _one_run(run, summary_path)
     if need_stats and not run.per_process:
         raise UnreadableRunError(f"{folder}: no {{process}}_per_epoch_stats.json files")
     return run
+
+
+def _one_run(run: Run, summary_path: Path) -> None:
+    """A folder whose files belong to different runs (a second run into the same ``hydra.run.dir``,
+    by an older version or by hand) would mix their figures: refused, saying how they disagree."""
+    processes = run.summary.get("num_processes", run.summary.get("num_accelerators"))
+    found = sorted(run.per_process)
+    if found and isinstance(processes, int) and found != list(range(processes)):
+        shown = f"{found[0]}-{found[-1]}" if found == list(range(found[0], found[-1] + 1)) else str(found)
+        raise UnreadableRunError(f"{run.folder}: its files disagree on the run: {summary_path.name} counts {processes} "
+                                 f"processes and the folder holds per_epoch_stats of processes {shown}; the results "
+                                 "of different runs are mixed here (run again into an empty folder)")
+    run_id = run.summary.get("run_id")
+    other = [p for p, stats in run.per_process.items()
+             if run_id and isinstance(stats.get("1"), dict) and stats["1"].get("run_id") != run_id]
+    if other:
+        raise UnreadableRunError(f"{run.folder}: its files disagree on the run: {summary_path.name} is run {run_id}, "
+                                 f"and the per_epoch_stats of processes {other[:5]} are of another run; the results "
+                                 "of different runs are mixed here (run again into an empty folder)")
 
 
 def _config(folder: Path) -> dict[str, Any] | None:
@@ -106,7 +141,7 @@ def flatten(obj: Any, prefix: str = "") -> dict[str, Any]:
 def _stats(folder: Path) -> dict[int, dict[str, Any]]:
     out = {}
     for f in folder.glob("*per_epoch_stats.json"):
-        m = re.match(r"(\d+)_per_epoch_stats\.json$", f.name)
+        m = PER_PROCESS.fullmatch(f.name)
         try:
             out[int(m.group(1)) if m else 0] = json.loads(f.read_text())
         except (OSError, json.JSONDecodeError) as exc:

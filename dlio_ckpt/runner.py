@@ -34,7 +34,7 @@ from .errors import ConfigError
 from .formats import Format, get_format
 from .planner import RankPlan, make_plan
 from .progress import progress_display
-from .steps import manifest_path, step_name
+from .steps import Writes, manifest_path, step_name
 from .synthetic import file_key
 from .tiers import Tiers
 
@@ -84,7 +84,9 @@ def preflight(ctx: RunContext) -> None:
     check_capabilities(ctx.tiers[ck.read_tier], io_options(ctx))
     if ck.async_save and ck.staging == "real":
         _check_staging_memory(ctx)
-    prepare_storage(ctx, lambda: ck.num_checkpoints_write * sum(expected_files(ctx, fmt).values()))
+    names = tuple(f"{f.stem}{fmt.extension}" for p in ctx.plan.ranks for f in p.files)
+    prepare_storage(ctx, lambda: ck.num_checkpoints_write * sum(expected_files(ctx, fmt).values()),
+                    Writes.of_run(ck, files=names))
     if ck.num_checkpoints_write == 0:
         files = ctx.on_root_io(lambda: expected_files(ctx, fmt))
         key = ctx.on_root_io(lambda: _check_manifest(ctx, files, 1, None))

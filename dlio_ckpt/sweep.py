@@ -23,20 +23,23 @@ import traceback
 from dataclasses import dataclass
 from typing import Any
 
+from .backends import Backend
 from .comm import Comm, MPIComm, PointAborted, PointComm, hostname, on_root
 from .config import Workload, available_workloads, check_world_size, compose
 from .errors import ConfigError, DlioCkptError
 from .failure import RunState, Watchdog, on_signals, write_failed_summary
-from .launch import execute, start
+from .launch import execute, probe_folder, start
 from .results import reset_peak_rss
+from .steps import remove_ours, survey
 from .sweep_results import write_sweep_files
 
 WORLD_SIZE = "world_size"  # the logical world size, swept with --world-size 2,4,8
+FIRST_POINT = 1  # points are counted from 1 (sweep.json says so: earlier versions counted from 0)
 
 
 @dataclass(frozen=True)
 class Point:
-    index: int
+    index: int  # counted from 1 everywhere: messages, folders (SWEEP/1), rows, checkpoint folders
     values: dict[str, str]  # swept key -> value, as given
     overrides: list[str]
     world_size: int | None
@@ -80,7 +83,7 @@ def grid(overrides: list[str], world_sizes: str | None, config_dir: str | None) 
     if not axes:
         raise ConfigError("sweep", " ".join(overrides), "sweeps nothing: give a key a list of values (k=a,b)")
     points = []
-    for i, combo in enumerate(itertools.product(*(values for _, values in axes))):
+    for i, combo in enumerate(itertools.product(*(values for _, values in axes)), start=FIRST_POINT):
         given = dict(zip((k for k, _ in axes), combo, strict=True))
         size = given.pop(WORLD_SIZE, None) or (sizes[0] if sizes else None)
         shown = {k.lstrip("+~").removeprefix("workload."): v for k, v in given.items()}
@@ -135,7 +138,7 @@ def run_sweep(overrides: list[str], world_sizes: str | None, config_dir: str | N
     failed = False
     for p, (workload, raw) in zip(points, checked, strict=True):
         run_dir = os.path.join(sweep_dir, str(p.index))
-        _say(comm, sweep_dir, f"sweep point {p.index + 1} of {len(points)}: {p.label}")
+        _say(comm, sweep_dir, f"sweep point {p.index} of {len(points)}: {p.label}")
         done = comm.bcast(_finished(run_dir) if comm.rank == 0 else None)
         if done is None:
             workload, raw = _own_folder(workload, raw, sweep_dir, p.index)
@@ -172,7 +175,7 @@ def _run_point(p: Point, workload: Workload, raw: dict, run_dir: str, comm: Comm
     ctx = None
     try:
         mode, ctx = start(workload, point_comm, p.world_size or comm.size, state, watchdog)
-        execute(mode, ctx, run_dir, raw, p.overrides, ["sweep", *sys.argv[2:]])
+        execute(mode, ctx, run_dir, raw, p.overrides, ["sweep", *sys.argv[2:]], replace=True)  # a failed attempt's
         return None
     except PointAborted as exc:
         return str(exc)
@@ -188,10 +191,19 @@ def _run_point(p: Point, workload: Workload, raw: dict, run_dir: str, comm: Comm
         return reason
     finally:
         if ctx is not None and not keep_checkpoints and comm.rank == 0:
-            try:
-                ctx.backend.remove_tree(ctx.backend.join(ctx.ck.checkpoint_folder))
-            except DlioCkptError:
-                pass  # what could not be removed stays; the next point has a folder of its own
+            _remove_checkpoints(ctx.tiers, ctx.ck.checkpoint_folder)
+
+
+def _remove_checkpoints(tiers: list[Backend], folder: str) -> None:
+    """A point's checkpoints, on every tier: what the point wrote (its run record and manifests name
+    it), then its folder and the sweep's folder above it where they are left empty."""
+    for backend in tiers:
+        try:
+            remove_ours(backend, survey(backend, folder))
+            backend.remove_empty(backend.join(folder))
+            backend.remove_empty(backend.join(os.path.dirname(folder.rstrip("/"))))
+        except DlioCkptError:
+            pass  # what could not be removed stays; the next point has a folder of its own
 
 
 def _row(p: Point, summary: dict[str, Any] | None, failure: str | None) -> dict[str, Any]:
@@ -221,11 +233,13 @@ def _open_folder(sweep_dir: str, points: list[Point], overrides: list[str], worl
     if os.path.exists(path):
         with open(path) as fh:
             before = json.load(fh)
-        if before.get("grid") != grid_now:
-            raise ConfigError("hydra.sweep.dir", sweep_dir, "holds a sweep of another grid: choose another folder")
+        if before.get("grid") != grid_now or before.get("first_point") != FIRST_POINT:
+            raise ConfigError("hydra.sweep.dir", sweep_dir, "holds a sweep of another grid (or one numbered from 0 by "
+                              "an earlier version): choose another folder")
+    probe_folder("hydra.sweep.dir", sweep_dir)
     os.makedirs(sweep_dir, exist_ok=True)
     with open(path, "w") as fh:
-        json.dump({"overrides": overrides, "world_sizes": world_sizes, "grid": grid_now,
+        json.dump({"overrides": overrides, "world_sizes": world_sizes, "grid": grid_now, "first_point": FIRST_POINT,
                    "keys": list(points[0].values), "points": []}, fh, indent=2)
 
 

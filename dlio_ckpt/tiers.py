@@ -28,7 +28,7 @@ from .context import RunContext, tier_backend
 from .engine import Engine, FileTask, IOOptions
 from .errors import DlioCkptError, StorageError, VerifyError
 from .results import OpRecord, ProcessCost
-from .steps import manifest_path, step_name
+from .steps import manifest_path, remove_step, step_name
 
 log = logging.getLogger("dlio_ckpt")
 
@@ -201,9 +201,7 @@ class Tiers:
 
     def _remove(self, gone: list[tuple[int, int]]) -> None:
         for k, step in gone:
-            backend, folder = self.ctx.tiers[k], self.ctx.ck.checkpoint_folder
-            backend.remove(manifest_path(backend, folder, step))
-            backend.remove_tree(backend.join(folder, step_name(step)))
+            remove_step(self.ctx.tiers[k], self.ctx.ck.checkpoint_folder, step, self.ctx.writes)
             log.info("step %d removed from tier %d (keep_last=%d)", step, k, self.keep[k])
 
     def close(self) -> None:

@@ -4,6 +4,7 @@ cleanly. Each run's result files have the emulator's keys."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -68,8 +69,10 @@ def test_emulator_starts_without_torch(tmp_path):
 def test_lightning_local_files_sizes_and_plan(tmp_path, extra):
     r = dlio(LIGHT + extra, tmp_path, timeout=300)
     assert r.returncode == 0, r.stderr
-    files = sorted((tmp_path / "checkpoints" / "lightning_demo").iterdir())
+    files = sorted((tmp_path / "checkpoints" / "lightning_demo").glob("global_epoch*"))
     assert [f.name for f in files] == ["global_epoch1_step1.ckpt", "global_epoch1_step2.ckpt"]
+    record = json.loads((tmp_path / "checkpoints" / "lightning_demo" / "dlio_ckpt_run.json").read_text())
+    assert record["steps"] == [1, 2] and record["beside"] == [".ckpt"]  # the files it may replace next time
     summary = load(run_dir(tmp_path, "lightning_demo") / "summary.json")
     check_summary(summary, "lightning", emulated_metric_keys(tmp_path))
     sizes = [f.stat().st_size for f in files]
@@ -118,7 +121,7 @@ def test_lightning_on_object_stores(tmp_path, request, monkeypatch, kind, io):
              timeout=300)
     assert r.returncode == 0, r.stderr
     sizes = object_sizes(store, "checkpoints/lightning_demo")
-    assert sorted(sizes) == ["global_epoch1_step1.ckpt", "global_epoch1_step2.ckpt"]
+    assert sorted(sizes) == ["dlio_ckpt_run.json", "global_epoch1_step1.ckpt", "global_epoch1_step2.ckpt"]
     summary = load(run_dir(tmp_path, "lightning_demo") / "summary.json")
     assert [c["bytes"] for c in summary["checkpoints"]["save"]] == [sizes["global_epoch1_step1.ckpt"],
                                                                    sizes["global_epoch1_step2.ckpt"]]

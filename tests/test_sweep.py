@@ -35,11 +35,12 @@ def test_a_2x2_sweep_in_one_job_writes_a_table_figures_and_a_run_per_point(tmp_p
         ("1048576", "1"), ("1048576", "2"), ("4194304", "1"), ("4194304", "2")]
     assert all(t["status"] == "ok" and float(t["save_GiB_per_s"]) > 0 and float(t["load_GB_per_s"]) > 0
                and float(t["peak_rss_MiB"]) > 0 for t in table)
-    for i in range(4):  # each point an ordinary run: summary, per-process stats, its own config
+    for i in range(1, 5):  # each point an ordinary run: summary, per-process stats, its own config
         summary = load(sw / str(i) / "summary.json")
         assert summary["status"] == "ok" and summary["num_processes"] == 2
         assert (sw / str(i) / "1_per_epoch_stats.json").exists() and (sw / str(i) / ".hydra" / "config.yaml").exists()
-    assert load(sw / "1" / "summary.json")["io"]["storage"]["threads"] == 2
+    assert load(sw / "2" / "summary.json")["io"]["storage"]["threads"] == 2
+    assert [int(t["point"]) for t in table] == [1, 2, 3, 4]  # counted from 1, as the progress lines count them
     assert (sw / "sweep.png").stat().st_size > 10_000 and (sw / "sweep_heatmap.png").stat().st_size > 10_000
     body = load(sw / "sweep.json")
     assert len(body["points"]) == 4 and body["best"]["save"]["status"] == "ok"
@@ -55,9 +56,9 @@ def test_a_2x2_sweep_in_one_job_writes_a_table_figures_and_a_run_per_point(tmp_p
     for row in body["points"]:
         row["run_dir"] = row["run_dir"].replace(str(sw), str(slower))
     (slower / "sweep.json").write_text(json.dumps(body))
-    summary = load(slower / "2" / "summary.json")
+    summary = load(slower / "3" / "summary.json")
     summary["metric"]["save_checkpoint_io_mean_GiB_per_second"] *= 0.5
-    (slower / "2" / "summary.json").write_text(json.dumps(summary))
+    (slower / "3" / "summary.json").write_text(json.dumps(summary))
     gated = dlio(["diff", str(sw), str(slower)], tmp_path)
     assert gated.returncode == 1, gated.stdout
     assert "checkpoint.chunk_size=4194304 storage.storage_options.threads=1: REGRESSION" in gated.stdout
@@ -68,11 +69,11 @@ def test_a_bad_value_anywhere_in_the_grid_is_refused_before_anything_runs(tmp_pa
              tmp_path, nprocs=2)
     assert r.returncode == 2
     assert "workload.checkpoint.chunk_size=12345" in r.stderr and "multiple of 4096" in r.stderr
-    assert "(sweep point 1: checkpoint.chunk_size=12345)" in r.stderr
+    assert "(sweep point 2: checkpoint.chunk_size=12345)" in r.stderr
     assert not (tmp_path / "sw").exists() and not (tmp_path / "ck").exists()
     r = dlio(["sweep", *TINY, "--world-size", "2,3"], tmp_path, nprocs=2)
     assert r.returncode == 2 and "must be a multiple of the number of processes (2)" in r.stderr
-    assert "(sweep point 1: world_size=3)" in r.stderr
+    assert "(sweep point 2: world_size=3)" in r.stderr
 
 
 def test_a_failing_point_is_recorded_and_the_sweep_goes_on(tmp_path):
@@ -83,7 +84,7 @@ def test_a_failing_point_is_recorded_and_the_sweep_goes_on(tmp_path):
         assert r.returncode == 1, r.stderr
         table = rows(tmp_path / "sw")
         assert [t["status"] for t in table] == ["ok", "ok", "failed", "failed"]
-        assert "is not writable" in table[2]["reason"] and table[2]["world_size"] == "2"
+        assert "Read-only file system" in table[2]["reason"] and table[2]["world_size"] == "2"
         stopped = dlio([*args[:-1], "++hydra.sweep.dir=sw2", "--stop-on-failure"], tmp_path, nprocs=2)
     assert stopped.returncode == 1 and [t["status"] for t in rows(tmp_path / "sw2")] == ["ok", "ok", "failed"]
     assert "stopping: --stop-on-failure" in stopped.stdout
@@ -124,15 +125,15 @@ def test_a_fault_on_one_rank_ends_the_point_on_every_rank_and_the_next_point_run
 def test_an_interrupted_sweep_resumes_where_it_stopped(tmp_path):
     args = ["sweep", *TINY, "++workload.checkpoint.time_between_checkpoints=0,1.5,0", "++hydra.sweep.dir=sw"]
     proc = start(args, tmp_path)
-    wait_for(lambda: (tmp_path / "sw" / "0" / "summary.json").exists(), timeout=60)
-    wait_for(lambda: (tmp_path / "sw" / "1" / ".hydra").exists(), timeout=30)
+    wait_for(lambda: (tmp_path / "sw" / "1" / "summary.json").exists(), timeout=60)
+    wait_for(lambda: (tmp_path / "sw" / "2" / ".hydra").exists(), timeout=30)
     proc.send_signal(signal.SIGTERM)
     code, _, _ = ended(proc, 15)
-    assert code != 0 and load(tmp_path / "sw" / "1" / "summary.json")["status"] == "failed"
-    first = (tmp_path / "sw" / "0" / "summary.json").read_text()
+    assert code != 0 and load(tmp_path / "sw" / "2" / "summary.json")["status"] == "failed"
+    first = (tmp_path / "sw" / "1" / "summary.json").read_text()
     r = dlio(args[:-1] + ["++hydra.sweep.dir=sw"], tmp_path, nprocs=2)
     assert r.returncode == 0, r.stderr
-    assert r.stdout.count("already done") == 1 and (tmp_path / "sw" / "0" / "summary.json").read_text() == first
+    assert r.stdout.count("already done") == 1 and (tmp_path / "sw" / "1" / "summary.json").read_text() == first
     assert [t["status"] for t in rows(tmp_path / "sw")] == ["ok", "ok", "ok"]
     other = dlio(["sweep", *TINY, "++workload.checkpoint.time_between_checkpoints=0,2", "++hydra.sweep.dir=sw"],
                  tmp_path, nprocs=2)
@@ -147,4 +148,4 @@ def test_a_sweep_over_storage_types_includes_the_s3_server(tmp_path, s3_server):
     assert r.returncode == 0, r.stderr
     table = rows(tmp_path / "sw")
     assert [(t["storage.storage_type"], t["status"]) for t in table] == [("local_fs", "ok"), ("s3", "ok")]
-    assert load(tmp_path / "sw" / "1" / "summary.json")["io"]["storage_type"] == "s3"
+    assert load(tmp_path / "sw" / "2" / "summary.json")["io"]["storage_type"] == "s3"

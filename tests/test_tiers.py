@@ -47,13 +47,14 @@ def test_async_saves_drained_to_s3_with_a_marker_per_tier_and_reads_from_s3(tmp_
     steps = [f"global_epoch1_step{i}" for i in range(1, 5)]
     # every object of every step is on S3, whole, with the tier's marker
     files = json.loads(s3.get_small(s3.join("ck", "global_epoch1_step1.manifest.json")))["files"]
-    assert names(s3, "ck") == sorted([*steps, *(f"{s}.manifest.json" for s in steps)])
+    assert names(s3, "ck") == sorted(["dlio_ckpt_run.json", *steps, *(f"{s}.manifest.json" for s in steps)])
     for step in steps:
         assert names(s3, "ck", step) == sorted(files)
         assert all(s3.size(s3.join("ck", step, n)) == size for n, size in files.items())
         assert json.loads(s3.get_small(s3.join("ck", f"{step}.manifest.json")))["tier"] == 1
     # the local tier keeps its newest two steps, each with its marker
-    assert sorted(p.name for p in local.iterdir()) == sorted([*steps[2:], *(f"{s}.manifest.json" for s in steps[2:])])
+    assert sorted(p.name for p in local.iterdir()) == sorted(["dlio_ckpt_run.json", *steps[2:],
+                                                            *(f"{s}.manifest.json" for s in steps[2:])])
     tiers = summary["io"]["tiers"]
     assert [t["steps_durable"] for t in tiers] == [[3, 4], [1, 2, 3, 4]] and summary["io"]["read_tier"] == 1
     for c in summary["checkpoints"]["save"]:
@@ -103,10 +104,16 @@ def test_a_tier_too_small_for_its_steps_is_refused(tmp_path, small_fs):
 
 
 def test_an_earlier_runs_steps_on_a_lower_tier_are_refused(tmp_path):
-    (tmp_path / "far" / "ck" / "global_epoch1_step1").mkdir(parents=True)
+    (tmp_path / "far" / "ck").mkdir(parents=True)
+    (tmp_path / "far" / "ck" / "global_epoch1_step1.manifest.json").write_text('{"tool": "dlio_ckpt", "files": {}}')
     r = dlio(["--world-size", "2", *SHAPE, "++hydra.run.dir=run",
               "++workload.tiers=[{storage_type: local_fs, storage_root: far}]"], tmp_path)
     assert r.returncode == 2 and "on workload.tiers[0]" in r.stderr and "overwrite" in r.stderr, r.stderr
+    (tmp_path / "far" / "ck" / "global_epoch1_step2").mkdir()
+    (tmp_path / "far" / "ck" / "global_epoch1_step2" / "theirs.pt").write_text("x")
+    r = dlio(["--world-size", "2", *SHAPE, "++hydra.run.dir=run", "++workload.checkpoint.overwrite=True",
+              "++workload.tiers=[{storage_type: local_fs, storage_root: far}]"], tmp_path)
+    assert r.returncode == 2 and "holds global_epoch1_step2/theirs.pt on workload.tiers[0]" in r.stderr, r.stderr
 
 
 def test_s3_killed_mid_drain_ends_the_job_naming_tier_and_object(tmp_path, monkeypatch):

@@ -24,7 +24,7 @@ BAD = [
     (["workload=tiny", "++workload.checkpoint.scale=0"], "scale=0"),
     (["workload=tiny", "++workload.storage.storage_type=nfs"], "storage_type='nfs'"),
     (["workload=tiny", "++workload.checkpoint.format=hdf9"], "format='hdf9'"),
-    (["workload=tiny", "workload.checkpoint.fsyncc=1"], "Could not override"),
+    (["workload=tiny", "workload.checkpoint.fsyncc=1"], "not in the workload's YAML, so Hydra cannot override it"),
     (["workload=tiny", "++workload.checkpoint.fsync=[1"], "no viable alternative"),
     (["workload=tiny", "--config-dir", "/does/not/exist"], "--config-dir='/does/not/exist'"),
     (["workload=tiny", "++workload.workflow.train=True"], "workflow.train=True"),

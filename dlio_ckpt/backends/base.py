@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import socket
 from abc import ABC, abstractmethod
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
@@ -23,6 +25,11 @@ class Capabilities:
     evict_cache: bool  # can drop a file's cached pages so reads hit storage
     device_buffers: bool = False  # moves data from and to GPU memory (device_memory)
     stores_data: bool = True  # False only for null: reads return nothing to verify
+
+
+def probe_name() -> str:
+    """A probe file's name, distinct per host and process (several hosts may probe one shared folder)."""
+    return f".dlio_ckpt_probe.{socket.gethostname()}.{os.getpid()}"
 
 
 class Options(BaseModel):
@@ -104,12 +111,15 @@ class Backend(ABC):
     def size(self, path: str) -> int | None: ...
 
     @abstractmethod
-    def list_names(self, path: str) -> list[str]:
-        """Names directly under a folder (files and sub-folders); [] when there is none."""
+    def list_tree(self, path: str) -> list[str]:
+        """Everything under a folder, as paths relative to it: every file, and (where the storage has
+        folders) every folder with a trailing ``/``; [] when there is none. Why one listing: what the
+        tool may remove is decided from all of it at once (:mod:`dlio_ckpt.steps`), and on an object
+        store a listing of the whole prefix costs the same requests as one of its top level."""
 
-    @abstractmethod
-    def remove_tree(self, path: str) -> None:
-        """Remove a folder and everything under it; nothing when it does not exist."""
+    def list_names(self, path: str) -> list[str]:
+        """Names directly under a folder (files and sub-folders)."""
+        return sorted({p.split("/")[0] for p in self.list_tree(path)} - {""})
 
     @abstractmethod
     def put_small(self, path: str, data: bytes) -> None: ...
@@ -122,6 +132,17 @@ class Backend(ABC):
 
     def makedirs(self, path: str) -> None:  # noqa: B027 (a no-op default, on purpose)
         """Object stores have no folders."""
+
+    def probe_write(self, folder: str) -> None:
+        """Make sure ``folder`` (relative to the root, as ``join`` takes it) can be written: write and
+        remove a small object there, leaving nothing. Raises StorageError naming the path and cause."""
+        path = self.join(folder, probe_name())
+        self.put_small(path, b"dlio_ckpt probe")
+        self.remove(path)
+
+    def remove_empty(self, path: str) -> None:  # noqa: B027
+        """Remove a folder if it is empty (object stores have none): the tool never removes a folder
+        that still holds something, whoever put it there."""
 
     def evict(self, path: str) -> None:  # noqa: B027
         """Drop a file's cached pages (where ``capabilities.evict_cache``)."""

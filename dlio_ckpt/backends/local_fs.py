@@ -2,18 +2,23 @@
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import os
-import shutil
 from typing import Any
 
 from ..errors import ConfigError, StorageError
-from .base import Backend, Capabilities, Options, parse_options
+from .base import Backend, Capabilities, Options, parse_options, probe_name
 from .options import LocalFSOptions
 
 
 def _fail(op: str, path: str, exc: OSError) -> StorageError:
     return StorageError(f"{op} {path}: {exc.strerror or exc} (errno {exc.errno})")
+
+
+def _raise(exc: OSError) -> None:
+    """os.walk's errors are not to be skipped: a folder that cannot be listed is named."""
+    raise _fail("cannot list", exc.filename, exc)
 
 
 class LocalWriter:
@@ -89,14 +94,14 @@ class LocalFSBackend(Backend):
         self.options = parse_options(self.options_model, self.name, options)
 
     def check(self, writing: bool) -> None:
-        """The root must be a folder, or creatable: its nearest existing parent a writable folder."""
+        """The root must be a folder, or creatable: its nearest existing parent a folder. Whether it
+        can be written is tried, not asked (:meth:`probe_write`): ``os.access`` misses immutable
+        folders and answers for root as if nothing were read-only."""
         path = os.path.abspath(self.root)
         while not os.path.exists(path):
             path = os.path.dirname(path)
         if not os.path.isdir(path):
             raise ConfigError("workload.storage.storage_root", self.root, f"{path} is not a folder")
-        if writing and not os.access(path, os.W_OK | os.X_OK):
-            raise ConfigError("workload.storage.storage_root", self.root, f"{path} is not writable by this user")
 
     def describe(self) -> dict[str, Any]:
         return {"root": os.path.abspath(self.root), "threads": self.options.threads}
@@ -154,25 +159,59 @@ class LocalFSBackend(Backend):
         except FileNotFoundError:
             return None
 
-    def list_names(self, path: str) -> list[str]:
-        try:
-            return sorted(os.listdir(path))
-        except FileNotFoundError:
+    def list_tree(self, path: str) -> list[str]:
+        existing = os.path.abspath(path)
+        while not os.path.exists(existing):
+            existing = os.path.dirname(existing)
+        if not os.path.isdir(existing):
+            raise ConfigError("workload.checkpoint.checkpoint_folder", os.path.abspath(path),
+                              f"cannot be a folder: {existing} is a file")
+        if existing != os.path.abspath(path):
             return []
-        except NotADirectoryError:
-            blocker = path = os.path.abspath(path)
-            while not os.path.exists(blocker):
-                blocker = os.path.dirname(blocker)
-            raise ConfigError("workload.checkpoint.checkpoint_folder", path,
-                              f"cannot be a folder: {blocker} is a file") from None
+        out = []
+        for here, folders, files in os.walk(path, onerror=_raise):
+            rel = os.path.relpath(here, path)
+            prefix = "" if rel == "." else rel + "/"
+            out += [prefix + f + "/" for f in folders] + [prefix + f for f in files]
+        return sorted(out)
 
-    def remove_tree(self, path: str) -> None:
+    def probe_write(self, folder: str) -> None:
+        """Create the folder and its missing parents, write and remove a probe file in it, then remove
+        the folders it created: a read-only or immutable folder, or one this user may not write, is
+        found before the run (``os.access`` misses immutable files and some network file systems)."""
+        path = os.path.abspath(self.join(folder))
+        created = []
+        while not os.path.exists(path):
+            created.append(path)
+            path = os.path.dirname(path)
+        probe = os.path.join(self.join(folder), probe_name())
         try:
-            shutil.rmtree(path) if os.path.isdir(path) else os.remove(path)
+            for made in reversed(created):
+                os.mkdir(made)
+            fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+            try:
+                os.write(fd, b"dlio_ckpt probe")
+            finally:
+                os.close(fd)
+            os.remove(probe)
+        except OSError as exc:
+            where = exc.filename if isinstance(exc.filename, str) else probe
+            raise _fail("cannot write", os.path.dirname(where) if where == probe else where, exc) from None
+        finally:
+            for made in created:
+                try:
+                    os.rmdir(made)
+                except OSError:
+                    pass
+
+    def remove_empty(self, path: str) -> None:
+        try:
+            os.rmdir(path)
         except FileNotFoundError:
             pass
         except OSError as exc:
-            raise _fail("cannot remove", path, exc) from None
+            if exc.errno != errno.ENOTEMPTY:
+                raise _fail("cannot remove folder", path, exc) from None
 
     def put_small(self, path: str, data: bytes) -> None:
         """Write a small file atomically (temporary name, fsync, rename): readers see all or none."""

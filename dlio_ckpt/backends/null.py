@@ -57,12 +57,8 @@ class NullBackend(Backend):
     def size(self, path: str) -> int | None:
         return None
 
-    def list_names(self, path: str) -> list[str]:
-        return sorted({k[len(path) + 1:].split("/")[0] for k in self._small if k.startswith(path + "/")})
-
-    def remove_tree(self, path: str) -> None:
-        for k in [k for k in self._small if k.startswith(path + "/")]:
-            del self._small[k]
+    def list_tree(self, path: str) -> list[str]:
+        return sorted(k[len(path) + 1:] for k in self._small if k.startswith(path + "/"))
 
     def put_small(self, path: str, data: bytes) -> None:
         self._small[path] = data

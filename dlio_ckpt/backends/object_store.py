@@ -65,16 +65,11 @@ class ObjectStore(Backend):
         spread = ["/".join(p for p in (self.prefix, f"{h:0{width}x}", rest) if p) + "/" for h in range(n)]
         return [key + "/", *spread]
 
-    def list_names(self, path: str) -> list[str]:
-        names: set[str] = set()
+    def list_tree(self, path: str) -> list[str]:
+        found: set[str] = set()
         for prefix in self.key_prefixes(path):
-            names.update(k[len(prefix):].split("/")[0] for k in self.list_keys(prefix))
-        return sorted(n for n in names if n)
-
-    def remove_tree(self, path: str) -> None:
-        for prefix in self.key_prefixes(path):
-            for key in self.list_keys(prefix):
-                self.remove_key(key)
+            found.update(k[len(prefix):] for k in self.list_keys(prefix))
+        return sorted(found - {""})
 
     @abstractmethod
     def list_keys(self, prefix: str) -> list[str]:

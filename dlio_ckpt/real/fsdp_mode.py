@@ -47,6 +47,7 @@ from ..context import (
 )
 from ..errors import ConfigError, StorageError, VerifyError
 from ..model import DATATYPE_BYTES, TransformerShape
+from ..steps import Writes
 from .llama import Llama
 from .predict import describe
 
@@ -63,7 +64,8 @@ def _needed(ctx: RunContext) -> int:
 def preflight(ctx: RunContext) -> None:
     if ctx.workload.fsdp.backend == "nccl" and not torch.cuda.is_available():
         raise ConfigError("workload.fsdp.backend", "nccl", "needs CUDA GPUs; use backend=gloo on CPU")
-    prepare_storage(ctx, lambda: _needed(ctx))
+    shards = tuple(f"__{r}_{k}.distcp" for r in range(ctx.world_size) for k in range(ctx.workload.fsdp.thread_count))
+    prepare_storage(ctx, lambda: _needed(ctx), Writes.of_run(ctx.ck, files=(".metadata", ".metadata.tmp", *shards)))
 
 
 def init_distributed(ctx: RunContext, hosts: list[str]) -> torch.device:

@@ -42,6 +42,7 @@ from ..context import (
 )
 from ..errors import ConfigError, StorageError, VerifyError
 from ..results import OpRecord
+from ..steps import Writes
 
 log = logging.getLogger("dlio_ckpt")
 MIB = 1 << 20
@@ -63,7 +64,8 @@ def preflight(ctx: RunContext) -> None:
             raise ConfigError("workload.gds.paths", "gds", "needs kvikio (pip install 'dlio_ckpt[gds-cu13]', or "
                               "[gds-cu12] for CUDA 12), "
                               "or leave gds out of the paths") from None
-    prepare_storage(ctx, lambda: _needed(ctx))
+    files = tuple(f"{path}.{r}.bin" for path in ctx.workload.gds.paths for r in range(ctx.world_size))
+    prepare_storage(ctx, lambda: _needed(ctx), Writes.of_run(ctx.ck, files=files))
 
 
 class Paths:

@@ -39,6 +39,7 @@ from ..context import (
     write_results,
 )
 from ..errors import ConfigError, DlioCkptError, StorageError, VerifyError
+from ..steps import Writes
 from .demo_shapes import predict
 
 log = logging.getLogger("dlio_ckpt")
@@ -125,7 +126,7 @@ def preflight(ctx: RunContext) -> None:
     if ctx.workload.lightning.accelerator == "gpu" and not torch.cuda.is_available():
         raise ConfigError("workload.lightning.accelerator", "gpu", "needs a CUDA GPU, and torch sees none "
                           "(torch.cuda.is_available() is False); use cpu or auto")
-    prepare_storage(ctx, lambda: _needed(ctx))
+    prepare_storage(ctx, lambda: _needed(ctx), Writes.of_run(ctx.ck, beside=(".ckpt",)))
 
 
 def run(ctx: RunContext) -> dict[str, Any] | None:

@@ -1,0 +1,149 @@
+"""The tool removes only what it wrote: ``overwrite``, ``keep_last``, sweeps' point folders and the
+clean-up of an interrupted attempt remove exactly the files a manifest or a run record of dlio_ckpt
+names; anything else is left alone, and where it sits in a step the run must replace, the run is
+refused (exit 2) naming it, with nothing removed. On local files and on S3."""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+
+import pytest
+
+from .conftest import Store, dlio
+
+RUN = ["workload=tiny", "--world-size", "2", "++workload.checkpoint.checkpoint_folder=ck",
+       "++workload.checkpoint.num_checkpoints_read=0"]
+USERS = {"global_epoch1_step1.txt": b"p", "global_epoch1_step9_backup/keep": b"b",
+         "global_epoch1_step12/mine.bin": b"m", "notes.md": b"n"}
+
+
+@pytest.fixture(params=["local_fs", "s3"])
+def where(request, tmp_path, monkeypatch) -> Store:
+    if request.param == "local_fs":
+        return Store("local_fs", str(tmp_path / "storage"))
+    server = request.getfixturevalue("s3_server")
+    for key, value in server.env.items():
+        monkeypatch.setenv(key, value)
+    root = f"{server.bucket}/owned-{time.monotonic_ns()}"
+    return Store("s3", root, {"endpoint_url": server.endpoint}, dict(server.env))
+
+
+def run(where: Store, cwd, *extra: str, rundir: str = "run"):
+    return dlio([*RUN, *where.overrides(), f"++hydra.run.dir={cwd / rundir}", *extra], cwd, env=where.env)
+
+
+def tree(where: Store) -> dict[str, bytes | None]:
+    backend = where.backend()
+    return {p: backend.get_small(backend.join("ck", p)) for p in backend.list_tree(backend.join("ck"))
+            if not p.endswith("/")}
+
+
+def put(where: Store, files: dict[str, bytes]) -> None:
+    backend = where.backend()
+    for name, data in files.items():
+        if where.storage_type == "local_fs":
+            backend.makedirs(backend.join("ck", name.rsplit("/", 1)[0]) if "/" in name else backend.join("ck"))
+        backend.put_small(backend.join("ck", name), data)
+
+
+def steps_of(files) -> list[str]:
+    """The step folders and manifests among ``files`` (a user's global_epoch1_step1.txt is neither)."""
+    return sorted({m.group(0) for p in files if (m := re.match(r"global_epoch1_step\d+(?=/|\.manifest\.json$)", p))})
+
+
+def test_overwrite_removes_an_earlier_runs_steps_and_nothing_of_the_users(where, tmp_path):
+    first = run(where, tmp_path, "++workload.checkpoint.num_checkpoints_write=3")
+    assert first.returncode == 0, first.stderr
+    put(where, USERS)
+    before = tree(where)
+    again = run(where, tmp_path, "++workload.checkpoint.overwrite=True", rundir="run2")
+    assert again.returncode == 0, again.stderr
+    after = tree(where)
+    assert {p: after[p] for p in USERS} == USERS  # the user's files, byte for byte
+    assert steps_of(after) == ["global_epoch1_step1", "global_epoch1_step12", "global_epoch1_step2"]
+    assert not any(p.startswith("global_epoch1_step3") for p in after)  # the earlier run's third step is gone
+    assert json.loads(after["dlio_ckpt_run.json"])["steps"] == [1, 2]
+    assert set(before) - set(after) == {p for p in before if p.startswith("global_epoch1_step3")}
+
+
+@pytest.mark.parametrize("planted", ["global_epoch1_step1/mine.bin", "global_epoch1_step3/mine.bin",
+                                     "global_epoch1_step2.manifest.json", "dlio_ckpt_run.json"])
+def test_a_foreign_file_where_a_step_must_be_replaced_refuses_the_run_and_nothing_is_removed(where, tmp_path,
+                                                                                             planted):
+    """Step 1 is rewritten, step 3 (the earlier run's) removed: neither may hold a file of the user's;
+    nor may a manifest or run record that this tool did not write stand under those names."""
+    first = run(where, tmp_path, "++workload.checkpoint.num_checkpoints_write=3")
+    assert first.returncode == 0, first.stderr
+    put(where, {planted: b"the user's"})
+    before = tree(where)
+    again = run(where, tmp_path, "++workload.checkpoint.overwrite=True", rundir="run2")
+    assert again.returncode == 2, again.stderr
+    assert f"workload.checkpoint.checkpoint_folder='ck': holds {planted}" in again.stderr, again.stderr
+    assert "which dlio_ckpt did not write" in again.stderr and "nothing was removed" in again.stderr
+    assert tree(where) == before and not (tmp_path / "run2").exists()
+
+
+def test_a_step_this_run_writes_must_not_hold_a_foreign_file_even_in_an_empty_folder(tmp_path):
+    """No earlier run of ours here at all: the user's own global_epoch1_step2/ is not written into."""
+    where = Store("local_fs", str(tmp_path / "storage"))
+    put(where, {"global_epoch1_step2/theirs.pt": b"x", "global_epoch1_step9.manifest.json": b"{}"})
+    for extra in ([], ["++workload.checkpoint.overwrite=True"]):
+        r = run(where, tmp_path, *extra)
+        assert r.returncode == 2 and "holds global_epoch1_step2/theirs.pt" in r.stderr, r.stderr
+    assert tree(where) == {"global_epoch1_step2/theirs.pt": b"x", "global_epoch1_step9.manifest.json": b"{}"}
+
+
+def test_an_interrupted_attempts_files_are_named_by_its_run_record_and_replaced(where, tmp_path):
+    """A run killed before step 2 was committed leaves step 2's files without a manifest: the run
+    record names them, so overwrite replaces them; without the record they would be refused."""
+    first = run(where, tmp_path, "++workload.checkpoint.num_checkpoints_write=2")
+    assert first.returncode == 0, first.stderr
+    backend = where.backend()
+    backend.remove(backend.join("ck", "global_epoch1_step2.manifest.json"))  # as if killed before the commit
+    again = run(where, tmp_path, "++workload.checkpoint.overwrite=True",
+                "++workload.checkpoint.num_checkpoints_write=1", rundir="run2")
+    assert again.returncode == 0, again.stderr
+    assert steps_of(tree(where)) == ["global_epoch1_step1"]
+    backend.remove(backend.join("ck", "dlio_ckpt_run.json"))
+    backend.remove(backend.join("ck", "global_epoch1_step1.manifest.json"))  # nothing names step 1's files now
+    third = run(where, tmp_path, "++workload.checkpoint.overwrite=True", rundir="run3")
+    assert third.returncode == 2 and "holds global_epoch1_step1/" in third.stderr, third.stderr
+
+
+def test_keep_last_removes_a_steps_files_and_leaves_a_foreign_one_with_its_folder(tmp_path):
+    from dlio_ckpt.backends import get_backend
+    from dlio_ckpt.steps import Writes, remove_step
+
+    backend = get_backend("local_fs", str(tmp_path), {})
+    step = tmp_path / "ck" / "global_epoch1_step1"
+    step.mkdir(parents=True)
+    for name in ("a.pt", "b.pt", "theirs.txt"):
+        (step / name).write_bytes(b"x")
+    (tmp_path / "ck" / "global_epoch1_step1.manifest.json").write_text("{}")
+    remove_step(backend, "ck", 1, Writes((1,), ("a.pt", "b.pt")))
+    assert sorted(p.name for p in (tmp_path / "ck").iterdir()) == ["global_epoch1_step1"]
+    assert [p.name for p in step.iterdir()] == ["theirs.txt"]
+    (step / "theirs.txt").unlink()
+    (step / "a.pt").write_bytes(b"x")
+    remove_step(backend, "ck", 1, Writes((1,), ("a.pt",)))
+    assert not step.exists()  # empty: the folder goes too
+
+
+@pytest.mark.mpi
+def test_a_sweep_removes_its_points_checkpoints_and_leaves_the_users_files(tmp_path):
+    (tmp_path / "ck" / "sw").mkdir(parents=True)
+    (tmp_path / "ck" / "sw" / "notes.txt").write_text("mine")
+    (tmp_path / "ck" / "other").mkdir()
+    r = dlio(["sweep", "workload=tiny", "++workload.checkpoint.checkpoint_folder=ck",
+              "++workload.checkpoint.num_checkpoints_read=1", "++workload.checkpoint.format=pt,raw",
+              "++hydra.sweep.dir=sw"], tmp_path, nprocs=2)
+    assert r.returncode == 0, r.stderr
+    assert sorted(str(p.relative_to(tmp_path / "ck")) for p in (tmp_path / "ck").rglob("*")) == [
+        "other", "sw", "sw/notes.txt"]
+    (tmp_path / "ck" / "sw" / "notes.txt").unlink()
+    r = dlio(["sweep", "workload=tiny", "++workload.checkpoint.checkpoint_folder=ck",
+              "++workload.checkpoint.format=pt,raw", "++hydra.sweep.dir=sw2"], tmp_path, nprocs=2)
+    assert r.returncode == 0, r.stderr
+    assert sorted(p.name for p in (tmp_path / "ck").iterdir()) == ["other", "sw"]  # sw2: emptied, removed
