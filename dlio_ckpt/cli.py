@@ -208,6 +208,8 @@ def _plan(args: argparse.Namespace) -> int:
     else:
         print(plan_table(plan, fmt))
         for key, value in (what_if or {}).items():
+            if value is None:
+                value = "none (see verdict)"
             print(f"{key}: {value:.4g}" if isinstance(value, float) else f"{key}: {value}")
     return 0
 
@@ -226,10 +228,7 @@ def _bandwidth(key: str, text: str) -> float:
 
 def _what_if(args: argparse.Namespace, workload: Any, plan: Any) -> dict[str, Any]:
     """Goodput before buying storage: times from the checkpoint's size and the bandwidths given
-    (synchronous saves hold training for the whole write; async ones for the modelled staging). With
-    ``--drain-bandwidth`` each checkpoint is then copied to a tier below, durable there after its write
-    and its drain; drains run one after another, so they keep up only when one takes no longer than
-    the time between checkpoints (else the time to durable grows at every checkpoint)."""
+    (:func:`dlio_ckpt.goodput.what_if` says what follows from them, stalls and drains included)."""
     from . import goodput
 
     for key, value in (("--write-bandwidth", args.write_bandwidth), ("--read-bandwidth", args.read_bandwidth),
@@ -239,14 +238,11 @@ def _what_if(args: argparse.Namespace, workload: Any, plan: Any) -> dict[str, An
     if args.mtbf_hours <= 0:
         raise ConfigError("--mtbf-hours", args.mtbf_hours, "must be > 0")
     ck, size = workload.checkpoint, plan.total_payload_bytes
-    write = size / _bandwidth("--write-bandwidth", args.write_bandwidth)
-    held = max(r.payload_bytes for r in plan.ranks) / (ck.staging_gb_per_second * 1e9) if ck.async_save else write
-    drain = size / _bandwidth("--drain-bandwidth", args.drain_bandwidth) if args.drain_bandwidth else 0.0
-    figures = goodput.figures(ck.time_between_checkpoints, held, write + drain,
-                              size / _bandwidth("--read-bandwidth", args.read_bandwidth), args.mtbf_hours)
-    tiered = {"drain_seconds": drain, "drain_keeps_up": drain <= ck.time_between_checkpoints + held,
-              "drain_keeps_up_at_optimal": drain <= figures["optimal_interval_seconds"] + held} if drain else {}
-    return {"checkpoint_bytes": size, "write_seconds": write, **tiered, **figures}
+    staging = max(r.payload_bytes for r in plan.ranks) / (ck.staging_gb_per_second * 1e9) if ck.async_save else None
+    drain = size / _bandwidth("--drain-bandwidth", args.drain_bandwidth) if args.drain_bandwidth else None
+    return {"checkpoint_bytes": size, **goodput.what_if(
+        ck.time_between_checkpoints, size / _bandwidth("--write-bandwidth", args.write_bandwidth),
+        size / _bandwidth("--read-bandwidth", args.read_bandwidth), args.mtbf_hours, staging, drain)}
 
 
 def _run(args: argparse.Namespace, comm: Comm) -> int:
