@@ -15,6 +15,7 @@ import sys
 import traceback
 from typing import Any
 
+from . import __version__
 from .comm import Comm, SelfComm, get_comm, on_root
 from .config import check_world_size, compose
 from .errors import ConfigError, DlioCkptError
@@ -26,8 +27,27 @@ dlio_ckpt sweep workload=NAME KEY=v1,v2 KEY2=range(a,b,step) ... [--world-size W
           [--keep-checkpoints]
 dlio_ckpt diff A B [--threshold PCT] [--format table|json] [--metrics REGEX]
 dlio_ckpt report RUN
-dlio_ckpt check RUN [READ_RUN]"""
+dlio_ckpt check RUN [READ_RUN] [--format table|json]
+dlio_ckpt keys [SECTION]
+dlio_ckpt --help | --version"""
 RESULT_COMMANDS = ("diff", "report", "check")
+COMMANDS = """commands:
+  (none)       run: write num_checkpoints_write checkpoints, then read back num_checkpoints_read
+               (under mpiexec -n N, or alone as a world of one process)
+  plan         the files each rank writes (--world-size W), and with --write-bandwidth, --read-bandwidth
+               and --mtbf-hours what checkpointing costs training; writes nothing
+  sweep        a grid of settings (KEY=a,b; --world-size 2,4) run point after point in one job
+  diff A B     compare two runs or sweeps; exit 1 on a regression (a CI gate)
+  report RUN   figures and report.html in a run folder
+  check RUN    MLPerf Storage v2.0 checkpointing rules, one by one
+  keys         every workload key with its type, default and meaning (keys checkpoint: one section)
+
+workloads (workload=NAME; --config-dir DIR adds DIR/workload/NAME.yaml):
+  {workloads}
+
+keys are set as ++workload.SECTION.KEY=VALUE (++workload.checkpoint.num_checkpoints_write=3), Hydra's as
+++hydra.KEY=VALUE (++hydra.run.dir=results/new); `dlio_ckpt keys` lists them all, the README's Keys section
+explains them. Bad input exits 2 with one message naming key, value and rule, before anything is written."""
 
 
 class _ArgError(Exception):
@@ -40,8 +60,12 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="dlio_ckpt", usage=USAGE, description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    from .config import available_workloads
+
+    p = _Parser(prog="dlio_ckpt", usage=USAGE, description="How fast storage saves and restores large-model "
+                "checkpoints, without the GPUs.", epilog=COMMANDS.format(workloads=", ".join(available_workloads())),
+                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--version", action="version", version=f"dlio_ckpt {__version__}")
     p.add_argument("overrides", nargs="*", help="workload=NAME and Hydra overrides")
     p.add_argument("--config-dir", "-cd", help="extra folder with workload/NAME.yaml (as DLIO's)")
     p.add_argument("--world-size", type=int, help="ranks to emulate (plan: required; run: a "
@@ -59,7 +83,9 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    command = argv.pop(0) if argv and argv[0] in ("plan", "run", "sweep", *RESULT_COMMANDS) else "run"
+    command = argv.pop(0) if argv and argv[0] in ("plan", "run", "sweep", "keys", *RESULT_COMMANDS) else "run"
+    if command == "keys":
+        return _keys(argv)
     if command in RESULT_COMMANDS:
         return _results_command(command, argv)
     if command == "sweep":
@@ -102,6 +128,21 @@ def _sweep(argv: list[str]) -> int:
         return getattr(exc, "exit_code", 2)
 
 
+def _keys(argv: list[str]) -> int:
+    """Every workload key, from the configuration's own models (so the list cannot drift from them)."""
+    from .config import describe_keys
+
+    p = _Parser(prog="dlio_ckpt keys", usage=USAGE)
+    p.add_argument("section", nargs="?", help="one section (checkpoint, storage, model, ...)")
+    try:
+        args = p.parse_args(argv)
+        print(describe_keys(args.section))
+        return 0
+    except (_ArgError, ConfigError) as exc:
+        print(f"dlio_ckpt keys: error: {exc}", file=sys.stderr)
+        return 2
+
+
 def _results_command(command: str, argv: list[str]) -> int:
     """diff, report and check: read finished runs, write nothing but the report's own files.
     Exit 0: fine; 1: a regression (diff) or a failed rule (check); 2: bad arguments or unreadable input."""
@@ -116,6 +157,7 @@ def _results_command(command: str, argv: list[str]) -> int:
         p.add_argument("run", help="a dlio_ckpt run folder")
     else:
         p.add_argument("runs", nargs="+", metavar="RUN", help="a run folder; or a write-only run then a read-only run")
+        p.add_argument("--format", choices=["table", "json"], default="table")
     try:
         args = p.parse_args(argv)
         if command == "diff":
@@ -177,7 +219,12 @@ def _check(args: argparse.Namespace) -> int:
         raise ConfigError("RUN", args.runs, "give one run, or a write-only run and then a read-only run")
     runs = [load_run(r) for r in args.runs]
     rules = check_runs(runs)
-    print(render(rules, args.runs))
+    if args.format == "json":
+        print(json.dumps({"runs": args.runs, "result": "PASS" if all(r.ok for r in rules) else "FAIL",
+                          "rules": [{"name": r.name, "verdict": r.verdict, "expected": r.expected, "actual": r.actual}
+                                    for r in rules]}, indent=2))
+    else:
+        print(render(rules, args.runs))
     return 0 if all(r.ok for r in rules) else 1
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import difflib
 import os
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, get_args, get_origin
 
 from pydantic import (
     BaseModel,
@@ -64,13 +64,16 @@ class Model(Section):
 
 class Checkpoint(Section):
     checkpoint_folder: str = Field("checkpoints", description="under storage_root; '.' for the root itself")
-    time_between_checkpoints: float = Field(5.0, ge=0)
-    num_checkpoints_write: int = Field(1, ge=0)
-    num_checkpoints_read: int = Field(0, ge=0)
-    fsync: bool = False
-    odirect: bool = False
-    mode: Literal["default", "subset"] = "default"
-    recovery_rank_shift: bool = False
+    time_between_checkpoints: float = Field(5.0, ge=0, description="seconds of (emulated) training between "
+                                            "checkpoints")
+    num_checkpoints_write: int = Field(1, ge=0, description="checkpoints written; 0: read an earlier run's steps")
+    num_checkpoints_read: int = Field(0, ge=0, description="checkpoints read back (verified) after the writes")
+    fsync: bool = Field(False, description="fsync every file before its save ends (DLIO's key, honoured)")
+    odirect: bool = Field(False, description="O_DIRECT writes and reads (local files)")
+    mode: Literal["default", "subset"] = Field("default", description="subset: the first ranks of a job of "
+                                               "model.parallelism.data data-parallel ranks (MLPerf's subset mode)")
+    recovery_rank_shift: bool = Field(False, description="each rank reads the files of the rank one host further "
+                                      "on (ranks_per_host), so reads cannot come from its own page cache")
     # Our own keys (DLIO has no equivalent):
     format: Literal["pt", "raw", "safetensors", "hdf5"] = "pt"
     scale: float = Field(1.0, gt=0, le=1, description="shrink every file by this ratio")
@@ -105,6 +108,15 @@ class Checkpoint(Section):
         if not value.strip():
             raise ValueError("must name a folder under storage_root ('.' for storage_root itself)")
         return value
+
+    @model_validator(mode="after")
+    def _staging_is_async(self) -> Checkpoint:
+        """Staging is the copy an async save makes before writing in the background; a synchronous save
+        writes from the (emulated) device directly, so a real staging copy would be asked for and not made."""
+        if self.staging == "real" and not self.async_save:
+            raise ConfigError("workload.checkpoint.staging", "real", "applies to async saves only: add "
+                              "++workload.checkpoint.async_save=True, or leave staging out")
+        return self
 
     @model_validator(mode="after")
     def _reads_not_more_than_writes(self) -> Checkpoint:
@@ -326,6 +338,9 @@ REAL_MODE_STORAGE = {"lightning": ("local_fs", "s3", "gcs"), "fsdp": ("local_fs"
 FSDP_DATATYPES = ("fp16", "bf16", "fp32", "fp64")  # torch dtypes the real model can train in
 
 
+MAX_WORLD_SIZE = 1 << 18  # plan's time and memory grow with it (bench/plan_scale.py: json ~1.6 KiB, ~40 us a rank)
+
+
 def check_world_size(workload: Workload, world_size: int, processes: int | None = None) -> None:
     """Every rule that needs the world size (DLIO's) or the process count (``processes``; None for
     ``plan``, which starts none), checked before anything is written."""
@@ -333,6 +348,10 @@ def check_world_size(workload: Workload, world_size: int, processes: int | None 
     mp = par.tensor * par.pipeline
     if world_size < 1:
         raise ConfigError("--world-size", world_size, "must be >= 1")
+    if world_size > MAX_WORLD_SIZE:
+        raise ConfigError("--world-size", world_size, f"must be <= {MAX_WORLD_SIZE} (2**18, beyond the largest "
+                          "training jobs): a plan holds every rank's files; plan --format json takes about 10 s and "
+                          "0.4 GiB at that limit")
     if workload.mode != "emulated":  # no emulated tensor/pipeline layout: the framework decides
         if processes is not None and world_size != processes:
             raise ConfigError("--world-size", world_size, f"mode={workload.mode} runs one rank per process "
@@ -416,6 +435,42 @@ def workload_keys(model: type[BaseModel] = Workload, prefix: str = "workload") -
         if isinstance(ann, type) and issubclass(ann, BaseModel):
             keys += workload_keys(ann, f"{prefix}.{name}")
     return keys
+
+
+def describe_keys(section: str | None = None) -> str:
+    """``dlio_ckpt keys``: each key as ``++workload.KEY``, its type, its default and its description."""
+    lines = []
+    for key in workload_keys():
+        *parents, name = key.split(".")
+        model = _model_at(parents[1:])
+        field = model.model_fields[name] if model else None
+        ann = getattr(field, "annotation", None)
+        if field is None or (isinstance(ann, type) and issubclass(ann, BaseModel)):
+            continue  # a section: its keys follow
+        if section and not key.startswith(f"workload.{section}."):
+            continue
+        default = "required" if field.is_required() else repr(field.get_default(call_default_factory=True))
+        rules = ", ".join([_kind(ann), *(_rule(m) for m in field.metadata if _rule(m))])
+        lines.append(f"++{key}  ({rules}; default {default})" + (f"\n      {field.description}"
+                                                                   if field.description else ""))
+    if not lines:
+        raise ConfigError("SECTION", section, "is not a section of the workload; one of "
+                          + ", ".join(sorted({k.split(".")[1] for k in workload_keys()})))
+    return "\n".join(lines)
+
+
+def _kind(ann: Any) -> str:
+    if get_origin(ann) is Literal:
+        return "one of " + "|".join(str(a) for a in get_args(ann))
+    return getattr(ann, "__name__", None) or str(ann).replace("typing.", "")
+
+
+def _rule(meta: Any) -> str:
+    """A pydantic constraint as a reader writes it (``>= 1``)."""
+    for attr, sign in (("ge", ">="), ("gt", ">"), ("le", "<="), ("lt", "<"), ("multiple_of", "a multiple of")):
+        if getattr(meta, attr, None) is not None:
+            return f"{sign} {getattr(meta, attr)}"
+    return ""
 
 
 def check_override_keys(overrides: list[str]) -> None:

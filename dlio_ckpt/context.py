@@ -9,6 +9,7 @@ it never re-implements barrier, clock, watchdog or result writing.
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -27,6 +28,7 @@ from .results import OpRecord, ProcessCost, finish_run
 from .steps import RECORD, Found, Writes, refuse_mixing, remove_ours, step_name
 
 T = TypeVar("T")
+log = logging.getLogger("dlio_ckpt")
 GIB = 1 << 30
 
 
@@ -236,6 +238,14 @@ def start_writing(ctx: RunContext, needed_bytes: Callable[[], int]) -> None:
             backend.makedirs(backend.join(ctx.ck.checkpoint_folder))
             backend.put_small(backend.join(ctx.ck.checkpoint_folder, RECORD), ctx.writes.record(about))
     ctx.comm.barrier()
+
+
+def say_done(ctx: RunContext, name: str, seconds: float, detail: str = "") -> None:
+    """The console line of one operation, with the duration summary.json reports for it: the slowest
+    process's, not rank 0's own (a collective: every process calls it)."""
+    everyone = ctx.comm.gather(seconds)
+    if everyone is not None:
+        log.info("%s: %.3f s%s", name, max(everyone), f", {detail}" if detail else "")
 
 
 def evict_before_read(ctx: RunContext, paths: list[str]) -> None:

@@ -19,6 +19,7 @@ from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any
 
+from . import inflight
 from .comm import Comm, hostname
 from .results import dumps, write_result
 
@@ -65,6 +66,7 @@ def die(comm: Comm, state: RunState, reason: str, code: int = 1) -> None:
     message = f"rank {comm.rank} on {hostname()}, during {state.where()}: {reason}"
     print(f"dlio_ckpt: error: {message}", file=sys.stderr, flush=True)
     write_failed_summary(state, comm.rank, message)
+    inflight.remove_all()
     _let_output_drain()
     comm.abort(code)
 
@@ -125,6 +127,7 @@ class Watchdog:
                 print(f"dlio_ckpt: error: rank {self.comm.rank} on {hostname()}, during {self.state.where()}: "
                       f"{reason}", file=sys.stderr, flush=True)
                 write_failed_summary(self.state, self.comm.rank, reason)
+                inflight.remove_all()
                 _let_output_drain()
                 os._exit(1)  # the main thread may be stuck in the kernel: leave now; mpiexec ends the rest
 

@@ -10,6 +10,7 @@ a pipe (batch jobs, CI) a line is logged every ``checkpoint.progress_interval`` 
 from __future__ import annotations
 
 import logging
+import os
 import sys
 import threading
 import time
@@ -73,31 +74,32 @@ def line(label: str, done: int, total: int, elapsed: float) -> str:
 
 
 class ProgressBar:
-    """rich's bar with bytes, rate and time left; removed when the checkpoint ends."""
+    """rich's bar with bytes, rate and time left; removed when the checkpoint ends. ``terminal``: the
+    terminal a launcher forwards our output to (then rich is told it draws on one)."""
 
-    def __init__(self) -> None:
+    def __init__(self, terminal: str | None = None) -> None:
         self._bar: Any = None
         self._task: Any = None
+        self._terminal = terminal
 
     def start(self, label: str, total: int) -> None:
-        from rich.progress import (
-            BarColumn,
-            DownloadColumn,
-            Progress,
-            TextColumn,
-            TimeRemainingColumn,
-            TransferSpeedColumn,
-        )
+        from rich.console import Console
+        from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
 
+        console = Console(force_terminal=True, width=_width(self._terminal)) if self._terminal else None
+        # GiB and GiB/s, as the log lines and summary.json say them (rich's own rate column is in MB/s)
+        rate = TextColumn("{task.fields[rate]}")
         self._bar = Progress(TextColumn("{task.description}"), BarColumn(), DownloadColumn(binary_units=True),
-                             TransferSpeedColumn(), TimeRemainingColumn(), transient=True, redirect_stdout=False,
-                             redirect_stderr=False)
-        self._task = self._bar.add_task(f"{label} (rank 0)", total=total)
+                             rate, TimeRemainingColumn(), transient=True, redirect_stdout=False, redirect_stderr=False,
+                             console=console)
+        self._task = self._bar.add_task(f"{label} (rank 0)", total=total, rate="")
         self._bar.start()
 
     def advance(self, nbytes: int) -> None:
         if self._bar is not None:
             self._bar.advance(self._task, nbytes)
+            speed = self._bar.tasks[0].speed
+            self._bar.update(self._task, rate=f"{speed / GIB:.2f} GiB/s" if speed else "")
 
     def stop(self) -> None:
         if self._bar is not None:
@@ -106,7 +108,52 @@ class ProgressBar:
 
 
 def progress_display(enabled: bool, interval: float = 10.0) -> ProgressDisplay:
-    """A bar on a terminal where rich is installed (the ``progress`` extra), log lines otherwise."""
-    if not enabled:
-        return NoProgress()
-    return ProgressBar() if sys.stdout.isatty() and find_spec("rich") else ProgressLines(interval)
+    """A bar on a terminal where rich is installed (the ``progress`` extra), log lines otherwise. Under
+    mpiexec or srun our stdout is a pipe to the launcher, which forwards it to the user's terminal:
+    the bar is drawn when the launcher's own output is a terminal."""
+    if not enabled or not find_spec("rich"):
+        return ProgressLines(interval) if enabled else NoProgress()
+    if sys.stdout.isatty():
+        return ProgressBar()
+    terminal = launcher_terminal()
+    return ProgressBar(terminal) if terminal else ProgressLines(interval)
+
+
+LAUNCHERS = {"mpiexec", "mpiexec.hydra", "mpirun", "hydra_pmi_proxy", "srun", "slurmstepd", "prterun", "prted",
+             "orted", "torchrun"}
+
+
+def launcher_terminal(pid: int | None = None) -> str | None:
+    """The terminal behind the launcher processes this process runs under (their standard output),
+    found through /proc; None when there is none (a batch job, CI, a file, no launcher)."""
+    pid = os.getppid() if pid is None else pid
+    while pid > 1:
+        try:
+            with open(f"/proc/{pid}/comm") as fh:
+                name = fh.read().strip()
+            with open(f"/proc/{pid}/cmdline", "rb") as fh:
+                launcher = name in LAUNCHERS or b"torchrun" in fh.read()  # torchrun's process is python
+            out = os.readlink(f"/proc/{pid}/fd/1")
+            with open(f"/proc/{pid}/stat") as fh:
+                parent = int(fh.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            return None
+        if not launcher:
+            return None
+        if out.startswith(("/dev/pts/", "/dev/tty")):
+            return out
+        pid = parent
+    return None
+
+
+def _width(terminal: str) -> int:
+    """The launcher's terminal's width (rich cannot ask a pipe), 100 where it cannot be read."""
+    try:
+        fd = os.open(terminal, os.O_RDONLY | os.O_NOCTTY)
+        try:
+            columns = os.get_terminal_size(fd).columns
+            return columns if columns >= 40 else 100  # a terminal that was never sized says 0
+        finally:
+            os.close(fd)
+    except OSError:
+        return 100

@@ -22,6 +22,7 @@ from typing import Any
 from . import goodput
 from .backends.requests import Request, summarize
 from .comm import Comm, host_memory, hostname, proc_bytes
+from .inflight import temporary
 
 GIB = 1 << 30
 GB = 10**9
@@ -286,7 +287,7 @@ def reset_peak_rss() -> None:
 
 def write_result(path: str, text: str) -> None:
     """Atomically: a result file is whole or absent, never half-written by a killed process."""
-    tmp = f"{path}.tmp{os.getpid()}"
-    with open(tmp, "w") as fh:
-        fh.write(text)
-    os.replace(tmp, path)
+    with temporary(f"{path}.tmp{os.getpid()}") as tmp:
+        with open(tmp, "w") as fh:
+            fh.write(text)
+        os.replace(tmp, path)

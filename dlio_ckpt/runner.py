@@ -25,6 +25,7 @@ from .context import (
     prepare_storage,
     read_cache,
     record,
+    say_done,
     start_writing,
     timed,
     write_results,
@@ -185,12 +186,13 @@ def run(ctx: RunContext) -> dict[str, Any] | None:
 
     def commit(i: int, seconds: float) -> None:
         state.phase = "commit"
-        if comm.gather(None) is not None:  # all processes finished the step: commit it, last
+        everyone = comm.gather(seconds)
+        if everyone is not None:  # all processes finished the step: commit it, last
             with ctx.watch():
                 ctx.backend.put_small(manifest_path(ctx.backend, ck.checkpoint_folder, i),
                                       json.dumps(manifest(i)).encode())
             state.committed.append(i)
-            log.info("save_ckpt%d: %.3f s, %d files", i, seconds, len(files))
+            log.info("save_ckpt%d: %.3f s, %d files", i, max(everyone), len(files))  # summary.json's duration
         tiers.committed(i)
 
     tiers = Tiers(ctx, run_key, manifest, lambda i, backend: tasks(ctx, fmt, i, mine(ctx), backend))
@@ -224,7 +226,7 @@ def run(ctx: RunContext) -> dict[str, Any] | None:
         state.phase, state.step = "load", i
         ctx.on_root_io(lambda i=i: _check_manifest(ctx, files, i, run_key))
         one("load", i, tasks(ctx, fmt, i, read_plans, reader), engine=read_engine)
-        log.info("load_ckpt%d %s", i, "verified" if ck.verify else "read")
+        say_done(ctx, f"load_ckpt{i}", records[-1].duration, "verified" if ck.verify else "read")
     engine.close()
     if read_engine is not engine:
         read_engine.close()

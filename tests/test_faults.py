@@ -236,3 +236,40 @@ def test_waiting_is_not_a_stall(tmp_path):
                tmp_path, nprocs=2)
     assert res.returncode == 0, res.stderr
     assert load(tmp_path / "out" / "summary.json")["status"] == "ok"
+
+
+INTERRUPTED_MARKER = """
+import os, signal, sys
+from dlio_ckpt.backends import get_backend
+from dlio_ckpt.comm import SelfComm
+from dlio_ckpt.failure import RunState, on_signals
+
+
+class Aborting(SelfComm):
+    def abort(self, code):  # as MPI_Abort does: the process ends here, no finally runs
+        os._exit(code)
+
+
+on_signals(Aborting(), RunState())
+fsync = os.fsync
+
+
+def interrupted(fd):  # SIGINT arrives while a marker is being written (between write and rename)
+    os.kill(os.getpid(), signal.SIGINT)
+    fsync(fd)
+
+
+os.fsync = interrupted
+backend = get_backend("local_fs", sys.argv[1], {})
+backend.put_small(backend.join("ck", "global_epoch1_step3.manifest.json"), b"{}")
+"""
+
+
+def test_an_interrupted_marker_write_leaves_no_temporary_file(tmp_path):
+    """SIGINT during an async run with tiers once left global_epoch1_step3.manifest.json.tmp<pid>:
+    the signal ends the process from its handler, where no finally runs."""
+    (tmp_path / "ck").mkdir()
+    r = subprocess.run([sys.executable, "-c", INTERRUPTED_MARKER, str(tmp_path)], capture_output=True, text=True,
+                       timeout=60, env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert r.returncode == 128 + signal.SIGINT and "interrupted by SIGINT" in r.stderr, r.stderr
+    assert list((tmp_path / "ck").iterdir()) == []

@@ -8,6 +8,7 @@ import os
 from typing import Any
 
 from ..errors import ConfigError, StorageError
+from ..inflight import temporary
 from .base import Backend, Capabilities, Options, parse_options, probe_name
 from .options import LocalFSOptions
 
@@ -215,13 +216,13 @@ class LocalFSBackend(Backend):
 
     def put_small(self, path: str, data: bytes) -> None:
         """Write a small file atomically (temporary name, fsync, rename): readers see all or none."""
-        tmp = f"{path}.tmp{os.getpid()}"
         try:
-            with open(tmp, "wb") as fh:
-                fh.write(data)
-                fh.flush()
-                os.fsync(fh.fileno())
-            os.replace(tmp, path)
+            with temporary(f"{path}.tmp{os.getpid()}") as tmp:
+                with open(tmp, "wb") as fh:
+                    fh.write(data)
+                    fh.flush()
+                    os.fsync(fh.fileno())
+                os.replace(tmp, path)
         except OSError as exc:
             raise _fail("cannot write", path, exc) from None
 

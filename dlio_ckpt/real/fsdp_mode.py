@@ -41,6 +41,7 @@ from ..context import (
     prepare_storage,
     read_cache,
     record,
+    say_done,
     start_writing,
     timed,
     write_results,
@@ -259,7 +260,7 @@ class _Saves:
         self.written[step] = written
         held = {} if stalled is None else {"held": clock.seconds + stalled, "stalled": stalled}
         self.records.append(record(ctx, "save", step, clock, nbytes, files, seconds=end - clock.t0, **held))
-        log.info("save_ckpt%d: %.3f s on rank 0 (%.3f s blocking)", step, end - clock.t0, self.blocking[-1])
+        say_done(ctx, f"save_ckpt{step}", end - clock.t0, f"{self.blocking[-1]:.3f} s blocking on rank 0")
 
     def wait(self) -> float:
         """The save in flight finished (and its record made); returns the seconds waited for it."""
@@ -334,7 +335,7 @@ def run(ctx: RunContext) -> dict[str, Any] | None:
         _check(fingerprint(state), sums[i], url)
         nbytes, files = saves.written[i].get(ctx.comm.rank, (0, 0))
         records.append(record(ctx, "load", i, clock, nbytes, files))
-        log.info("load_ckpt%d: %.3f s on rank 0, checked", i, clock.seconds)
+        say_done(ctx, f"load_ckpt{i}", clock.seconds, "checked")
     total = sum(b for b, _ in saves.written[1].values())
     params = sum(p.numel() for p in model.parameters())
     io = {"format": "torch.distributed.checkpoint (.distcp shards + .metadata)",

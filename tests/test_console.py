@@ -1,0 +1,111 @@
+"""What a user sees: ``--help`` and ``--version``, ``keys``, the progress display under mpiexec (a
+bar when mpiexec's output is a terminal, log lines otherwise, in GiB and GiB/s only), console
+durations equal to summary.json's, ``check --format json``, messages named right."""
+
+from __future__ import annotations
+
+import json
+import os
+import pty
+import re
+import select
+import subprocess
+import sys
+
+import pytest
+
+from dlio_ckpt import __version__
+
+from .conftest import MPIEXEC, REPO, dlio, load
+
+BIG = ["workload=llama_7b_zero3", "--world-size", "2", "++workload.checkpoint.scale=0.005",
+       "++workload.checkpoint.num_checkpoints_write=2", "++workload.checkpoint.num_checkpoints_read=2"]
+
+
+def test_help_lists_commands_workloads_and_where_keys_are(tmp_path):
+    r = dlio(["--help"], tmp_path)
+    assert r.returncode == 0, r.stderr
+    for word in ("plan ", "sweep ", "diff A B", "report RUN", "check RUN", "keys ", "llama3_70b", "tiny",
+                 "++workload.SECTION.KEY=VALUE", "--replace-results", "--world-size"):
+        assert word in r.stdout, word
+    assert "the only module that knows about processes" not in r.stdout  # no internal docstring
+    version = dlio(["--version"], tmp_path)
+    assert version.returncode == 0 and version.stdout.strip() == f"dlio_ckpt {__version__}"
+    keys = dlio(["keys", "checkpoint"], tmp_path)
+    assert keys.returncode == 0
+    assert "++workload.checkpoint.chunk_size  (int, >= 4096, <= 67108864, a multiple of 4096; default 8388608)" \
+        in keys.stdout
+    assert "++workload.checkpoint.format  (one of pt|raw|safetensors|hdf5; default 'pt')" in keys.stdout
+    assert "++workload.storage" not in keys.stdout
+    bad = dlio(["keys", "chekpoint"], tmp_path)
+    assert bad.returncode == 2 and "is not a section of the workload; one of checkpoint," in bad.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.mpi
+def test_console_durations_are_summary_durations_and_progress_lines_say_gib(tmp_path):
+    r = dlio([*BIG, "++hydra.run.dir=out", "++workload.checkpoint.progress_interval=0.001"], tmp_path, nprocs=2)
+    assert r.returncode == 0, r.stderr
+    summary = load(tmp_path / "out" / "summary.json")
+    for phase in ("save", "load"):
+        said = [float(s) for s in re.findall(rf"\] {phase}_ckpt\d: ([0-9.]+) s", r.stdout)]
+        assert said == [round(c["duration_seconds"], 3) for c in summary["checkpoints"][phase]], r.stdout
+    progress = [line for line in r.stdout.splitlines() if "(rank 0's files)" in line]
+    assert progress, r.stdout  # under mpiexec, output to a pipe: log lines
+    assert all(re.search(r"GiB \(\d+%\) at [0-9.]+ GiB/s", line) for line in progress), progress
+    assert not re.search(r"\b[KMG]B/s", r.stdout)
+
+
+def in_a_terminal(cmd: list[str], cwd) -> tuple[int, str]:
+    """Run ``cmd`` with a pseudo-terminal as its output, as a user at a shell does."""
+    master, slave = pty.openpty()
+    proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=slave, stderr=slave, cwd=cwd,
+                            env={**os.environ, "PYTHONPATH": str(REPO), "TERM": "xterm"})
+    os.close(slave)
+    out = b""
+    while True:
+        ready, _, _ = select.select([master], [], [], 0.5)
+        if ready:
+            try:
+                chunk = os.read(master, 1 << 16)
+            except OSError:  # the terminal closed: the job ended
+                break
+            if not chunk:
+                break
+            out += chunk
+        elif proc.poll() is not None:
+            break
+    os.close(master)
+    return proc.wait(timeout=60), out.decode(errors="replace")
+
+
+@pytest.mark.mpi
+def test_under_mpiexec_at_a_terminal_rank_0_draws_the_bar_in_gib(tmp_path):
+    code, out = in_a_terminal([str(MPIEXEC), "-n", "2", sys.executable, "-m", "dlio_ckpt", *BIG,
+                               "++hydra.run.dir=out"], tmp_path)
+    assert code == 0, out[-2000:]
+    assert "save_ckpt1 (rank 0)" in out and "load_ckpt2 (rank 0)" in out  # rich's bar, drawn through mpiexec
+    assert re.search(r"[0-9.]+/[0-9.]+ (MiB|GiB)", out) and re.search(r"[0-9.]+ GiB/s", out)  # binary units
+    assert not re.search(r"\b[KMG]B/s", out), out[-2000:]
+
+
+def test_check_says_its_verdicts_as_json_too(tmp_path):
+    r = dlio(["--world-size", "2", "workload=tiny", "++hydra.run.dir=run"], tmp_path)
+    assert r.returncode == 0, r.stderr
+    table = dlio(["check", "run"], tmp_path)
+    out = dlio(["check", "run", "--format", "json"], tmp_path)
+    assert out.returncode == table.returncode == 1  # tiny is no MLPerf model
+    body = json.loads(out.stdout)
+    assert body["result"] == "FAIL" and body["runs"] == ["run"]
+    assert {r["verdict"] for r in body["rules"]} == {"PASS", "FAIL"}
+    for rule in body["rules"]:
+        assert f"{rule['verdict']}  {rule['name']}" in table.stdout and rule["actual"] in table.stdout
+
+
+@pytest.mark.parametrize("size, said", [("0", "--world-size=0: must be >= 1"),
+                                        ("100000000", "--world-size=100000000: must be <= 262144")])
+def test_world_sizes_out_of_range_are_named_as_given(tmp_path, size, said):
+    for head in ([], ["plan"]):
+        r = dlio([*head, "workload=tiny", "--world-size", size], tmp_path, timeout=30)
+        assert r.returncode == 2 and said in r.stderr and "world size 1" not in r.stderr, r.stderr
+    assert list(tmp_path.iterdir()) == []
