@@ -18,7 +18,7 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from .runfiles import Run, UnreadableRunError, load_run, operations
+from .runfiles import Run, load_run, operations
 
 PHASE_COLOURS = {"save": "#1f77b4", "load": "#ff7f0e"}
 SYNC_COLOUR = "#9e9e9e"
@@ -50,14 +50,28 @@ def _ordered(names: Any) -> list[str]:
     return sorted(names, key=lambda n: (not n.startswith("save"), int(n.split("ckpt")[1])))
 
 
+def per_checkpoint(run: Run, phase: str) -> list[tuple[int, float]]:
+    """(index, GiB/s) of each checkpoint: ours from summary.json; a DLIO run's recomputed from its
+    per-rank files (its summary has only means, timed on rank 0), as the checkpoint's size over the
+    slowest rank's duration, which is how MLPerf's rules define it."""
+    if run.ours:
+        return [(c["index"], c["throughput_GiB_per_second"]) for c in run.summary["checkpoints"].get(phase, [])]
+    size = run.metric.get("checkpoint_size_GB")  # GiB, as DLIO names it
+    return [(int(name.split("ckpt")[1]), size / max(d.values())) for name, d in _durations(run).items()
+            if name.startswith(phase) and size and max(d.values()) > 0]
+
+
+def processes(run: Run) -> Any:
+    return run.summary.get("num_processes", run.summary.get("num_accelerators", "?"))
+
+
 def throughput_figure(run: Run, path: Path) -> None:
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(8, 4.5))
     for phase, colour in PHASE_COLOURS.items():
-        items = run.summary["checkpoints"].get(phase, [])
+        items = sorted(per_checkpoint(run, phase))
         if items:
-            x = [c["index"] for c in items]
-            y = [c["throughput_GiB_per_second"] for c in items]
+            x, y = [i for i, _ in items], [g for _, g in items]
             ax.plot(x, y, "o-", color=colour, label=f"{phase} (median {statistics.median(y):.3g} GiB/s)")
     from matplotlib.ticker import MaxNLocator
 
@@ -65,8 +79,8 @@ def throughput_figure(run: Run, path: Path) -> None:
     ax.set_xlabel("checkpoint")
     ax.set_ylabel("GiB/s (all processes, slowest process's time)")
     ax.set_ylim(bottom=0)
-    ax.set_title(f"{run.summary.get('workload', '')}: throughput per checkpoint, "
-                 f"{run.summary.get('num_processes', '?')} processes")
+    ax.set_title(f"{run.summary.get('workload', '') or 'DLIO run'}: throughput per checkpoint, "
+                 f"{processes(run)} processes" + ("" if run.ours else " (recomputed from the per-rank files)"))
     ax.grid(alpha=0.3)
     ax.legend()
     fig.tight_layout()
@@ -162,7 +176,7 @@ def timeline_figure(run: Run, path: Path) -> None:
         for name, e in operations(run.per_process[proc]).items():
             phase = name.split("_")[0]
             base = datetime.fromisoformat(e["start"]).timestamp() - t0
-            spans = [(s, t, n) for _, s, t, n in e.get("file_times", [])] or [(0.0, e["duration"], e["bytes"])]
+            spans = [(s, t, n) for _, s, t, n in e.get("file_times", [])] or [(0.0, e["duration"], e.get("bytes", 1))]
             for k, (s, t, n) in enumerate(spans):
                 x0, x1 = base + s, base + max(t, s + 1e-4)
                 verts.append([(x0, row - height / 2), (x1, row - height / 2), (x1, row + height / 2),
@@ -247,9 +261,6 @@ REPORT_FILES = (*FIGURES, "requests.png", "report.html")  # what report may writ
 def write_report(path: str) -> list[Path]:
     """Every figure and ``report.html`` into the run folder; returns what was written."""
     run = load_run(path, need_stats=True)
-    if not run.ours:
-        raise UnreadableRunError(f"{path}: report needs a dlio_ckpt run folder (its summary.json has per-checkpoint "
-                                 "figures; DLIO's has only means)")
     folder = run.folder
     written = []
     figures = {**FIGURES, **({REPORT_FILES[-2]: requests_figure} if "requests" in run.summary else {})}
@@ -264,7 +275,7 @@ def write_report(path: str) -> list[Path]:
 def _html(run: Run, images: list[Path]) -> str:
     s = run.summary
     rows = [("workload", s.get("workload")), ("mode", s.get("mode", "emulated")), ("status", s.get("status")),
-            ("processes / hosts", f"{s.get('num_processes')} / {s.get('num_hosts')}"),
+            ("processes / hosts", f"{processes(run)} / {s.get('num_hosts')}"),
             ("storage", json.dumps(s.get("io", {}).get("storage"))), ("format", s.get("io", {}).get("format")),
             ("start / end", f"{s.get('start')} / {s.get('end')}"), ("command", s.get("command"))]
     rows += [(k, f"{v:.6g}" if isinstance(v, float) else v) for k, v in s.get("metric", {}).items()]

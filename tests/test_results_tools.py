@@ -154,13 +154,6 @@ def test_report_at_1024_processes_names_the_stragglers(tmp_path):
     assert all(max(d, key=d.get) == 77 for d in durations.values())
 
 
-def test_report_refuses_a_dlio_summary(tmp_path):
-    path = dlio_summary(tmp_path / "dlio" / "summary.json", save=1.0, load=2.0)
-    (tmp_path / "dlio" / "0_per_epoch_stats.json").write_text("{}")
-    r = cli("report", path.parent)
-    assert r.returncode == 2 and "needs a dlio_ckpt run folder" in r.stderr
-
-
 # -- check ----------------------------------------------------------------------------------------
 
 def test_check_passes_a_conforming_run_rule_by_rule(tmp_path):
