@@ -33,7 +33,7 @@ class RunState:
     phase: str = "starting"  # starting, save, load, results
     step: int | None = None
     file: str | None = None  # the file in progress when a stall is detected
-    committed: list[int] = field(default_factory=list)  # steps whose manifest this process wrote
+    committed: list[int] | None = None  # emulated runs: steps whose manifest is written (every process knows)
     durable: dict[int, list[int]] = field(default_factory=dict)  # tiered runs: tier -> steps marked there
 
     def where(self) -> str:
@@ -51,7 +51,7 @@ def write_failed_summary(state: RunState, rank: int, reason: str) -> None:
         "time": time.strftime("%Y-%m-%dT%H:%M:%S"),
         "note": "no throughput is reported for a failed run; steps without a manifest are incomplete",
     }
-    if rank == 0:
+    if state.committed is not None:
         body["steps_committed"] = state.committed
     if state.durable:  # every process keeps this account
         body["steps_durable_per_tier"] = {str(k): steps for k, steps in state.durable.items()}

@@ -136,6 +136,9 @@ def _read_plans(ctx: RunContext) -> list[RankPlan]:
         return mine(ctx)
     hosts = ctx.comm.allgather(hostname())
     per_host = ck.ranks_per_host or Counter(hosts)[hostname()] * (w // ctx.comm.size)
+    if per_host % w == 0 and ctx.comm.rank == 0:
+        log.warning("recovery_rank_shift: a shift of %d ranks (one host's) is the whole world of %d: every rank "
+                    "reads its own files; set checkpoint.ranks_per_host to emulate several hosts", per_host, w)
     return [ctx.plan.ranks[(p.rank + per_host) % w] for p in mine(ctx)]
 
 
@@ -143,6 +146,7 @@ def run(ctx: RunContext) -> dict[str, Any] | None:
     """Run the benchmark; returns the summary on rank 0 (None elsewhere)."""
     ck, comm, state, fmt = ctx.ck, ctx.comm, ctx.state, get_format(ctx.ck.format)
     files = expected_files(ctx, fmt) if comm.rank == 0 else {}  # manifests are rank 0's
+    state.committed = []
     if ck.num_checkpoints_write > 0:
         run_key = comm.bcast(secrets.randbits(63) if comm.rank == 0 else None)
         start_writing(ctx, lambda: ck.num_checkpoints_write * sum(files.values()))
@@ -186,13 +190,13 @@ def run(ctx: RunContext) -> dict[str, Any] | None:
 
     def commit(i: int, seconds: float) -> None:
         state.phase = "commit"
-        everyone = comm.gather(seconds)
-        if everyone is not None:  # all processes finished the step: commit it, last
-            with ctx.watch():
-                ctx.backend.put_small(manifest_path(ctx.backend, ck.checkpoint_folder, i),
-                                      json.dumps(manifest(i)).encode())
-            state.committed.append(i)
+        everyone = comm.gather(seconds)  # all processes finished the step: rank 0 commits it, last
+
+        def put() -> None:
+            ctx.backend.put_small(manifest_path(ctx.backend, ck.checkpoint_folder, i), json.dumps(manifest(i)).encode())
             log.info("save_ckpt%d: %.3f s, %d files", i, max(everyone), len(files))  # summary.json's duration
+        ctx.on_root_io(put)  # every process learns it is committed, or rank 0's failure
+        state.committed = [*(state.committed or []), i]
         tiers.committed(i)
 
     tiers = Tiers(ctx, run_key, manifest, lambda i, backend: tasks(ctx, fmt, i, mine(ctx), backend))

@@ -170,7 +170,7 @@ def _run_point(p: Point, workload: Workload, raw: dict, run_dir: str, comm: Comm
                watchdog: Watchdog | None, keep_checkpoints: bool) -> str | None:
     """One point as an ordinary run; returns this rank's reason when the point failed here."""
     point_comm: Any = PointComm(comm) if isinstance(comm, MPIComm) else comm
-    state.phase, state.step, state.file, state.run_dir, state.committed = "starting", None, None, None, []
+    state.phase, state.step, state.file, state.run_dir, state.committed = "starting", None, None, None, None
     reset_peak_rss()
     ctx = None
     try:

@@ -16,6 +16,24 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
+
+
+def under_ci() -> bool:
+    """CI=true, CI=1, CI=yes...: every CI system's way of saying it (only "", 0, false and no are not)."""
+    return os.environ.get("CI", "").strip().lower() not in ("", "0", "false", "no")
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """Under CI nothing may skip but what needs a GPU (marked ``gpu``): a missing mpiexec, server,
+    tmpfs, torch or tool would otherwise turn a test into a quiet pass of nothing."""
+    outcome = yield
+    report = outcome.get_result()
+    if report.skipped and under_ci() and item.get_closest_marker("gpu") is None:
+        reason = (report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)).removeprefix(
+            "Skipped: ")
+        report.outcome = "failed"
+        report.longrepr = f"skipped under CI, where only GPU cases may skip: {reason}"
 BIN = Path(sys.executable).parent
 MPIEXEC = BIN / "mpiexec"  # the venv's MPICH; a Debian mpiexec on PATH belongs to another MPI
 
@@ -78,14 +96,24 @@ class Store:
 def gpu_available() -> bool:
     try:
         import cupy
-
+    except ImportError:
+        return False
+    try:
         return cupy.cuda.runtime.getDeviceCount() > 0
-    except Exception:
+    except cupy.cuda.runtime.CUDARuntimeError:  # no driver, no device
         return False
 
 
 STANDINS = Path(__file__).resolve().parent / "standins"
-BACKENDS = ["local_fs", "s3", "gcs", "null", "gds", "gds_standin"]
+
+
+def backends(*names: str) -> list:
+    """Backend parameters; ``gds`` (a real GPU) marked ``gpu``: the one case that may skip under CI."""
+    return [pytest.param(n, marks=pytest.mark.gpu) if n == "gds" else n for n in names]
+
+
+BACKENDS = backends("local_fs", "s3", "gcs", "null", "gds", "gds_standin")
+STORING = backends("local_fs", "s3", "gcs", "gds", "gds_standin")  # those that keep what is written
 
 
 @pytest.fixture

@@ -12,9 +12,10 @@ import http.client
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from urllib.parse import parse_qs, urlsplit
+from urllib.parse import parse_qs, unquote, urlsplit
 
 HOP = {"connection", "keep-alive", "transfer-encoding", "proxy-connection", "te", "trailer", "upgrade"}
 SLOW_DOWN = (b'<?xml version="1.0" encoding="UTF-8"?><Error><Code>SlowDown</Code>'
@@ -51,7 +52,10 @@ def gcs_kind(method: str, path: str, query: dict, headers: dict) -> str:
 
 class Proxy:
     def __init__(self, upstream: str, classify, throttle_every: int = 0, drop_every: int = 0,
-                 latency: float = 0.0) -> None:
+                 latency: float = 0.0, cut_when: Callable[[str, str], bool] | None = None) -> None:
+        """``cut_when(method, path)``: the first request for which it is true cuts the network to the
+        server for good (that request dropped, every later one refused): a fault that strikes at an
+        event of the run, not after some seconds, and leaves the server up to look at afterwards."""
         self.upstream = urlsplit(upstream)
         self.classify, self.latency = classify, latency
         self.throttle_every, self.drop_every = throttle_every, drop_every
@@ -60,6 +64,7 @@ class Proxy:
         self.dropped: Counter[str] = Counter()
         self._n = 0
         self._lock = threading.Lock()
+        self.cut_when, self.is_cut = cut_when, threading.Event()
         proxy = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -95,6 +100,11 @@ class Proxy:
 
     def _forward(self, h: BaseHTTPRequestHandler) -> None:
         body = self._body(h)
+        if self.is_cut.is_set() or (self.cut_when is not None and self.cut_when(h.command, unquote(h.path))):
+            self.cut()
+            h.close_connection = True
+            h.connection.shutdown(2)
+            return
         url = urlsplit(h.path)
         headers = {k.lower(): v for k, v in h.headers.items()}
         kind = self.classify(h.command, url.path, parse_qs(url.query, keep_blank_values=True), headers)
@@ -135,6 +145,12 @@ class Proxy:
         h.end_headers()
         if h.command != "HEAD":
             h.wfile.write(data)
+
+    def cut(self) -> None:
+        """No more connections, and none of those open gets an answer (from any thread)."""
+        if not self.is_cut.is_set():
+            self.is_cut.set()
+            threading.Thread(target=lambda: (self.server.shutdown(), self.server.server_close()), daemon=True).start()
 
     def reset(self) -> None:
         with self._lock:

@@ -65,6 +65,7 @@ def test_odirect_on_an_object_store_is_refused(tmp_path, s3_server):
     assert "workload.checkpoint.odirect=True: storage_type=s3 has no O_DIRECT" in err
 
 
+@pytest.mark.gpu
 def test_gds_without_a_gpu_stops_at_start_up(tmp_path):
     from .conftest import gpu_available
 

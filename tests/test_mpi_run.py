@@ -116,3 +116,45 @@ def test_pt_files_open_with_torch_load(tmp_path):
     assert [t.dtype for t in optim.values()] == [torch.float32] * 6
     for f in plan["ranks"][0]["files"]:
         assert 0 < f["file_bytes"] - f["payload_bytes"] <= 1024 * f["tensors"] + 4096  # torch.save-like overhead
+
+
+def _names(stats: dict, op: str) -> set[str]:
+    return {f[0] for f in stats[op]["file_times"]}
+
+
+def test_recovery_rank_shift_reads_the_files_of_the_rank_one_host_further(tmp_path):
+    """Four processes as two hosts of two (ranks_per_host=2): process p reads rank (p+2) % 4's files,
+    never its own; on one host with the default, the shift is the world and a warning says so."""
+    args = ["workload=tiny", *FAST, "++workload.model.parallelism.zero_stage=3",
+            "++workload.checkpoint.checkpoint_folder=ck", "++workload.checkpoint.recovery_rank_shift=True"]
+    res = dlio([*args, "++workload.checkpoint.ranks_per_host=2", "++hydra.run.dir=out"], tmp_path, nprocs=4)
+    assert res.returncode == 0, res.stderr
+    plan = planned(tmp_path, args, 4)
+    owned = {r["rank"]: {f["name"] for f in r["files"]} for r in plan["ranks"]}
+    assert len(set(map(frozenset, owned.values()))) == 4  # every rank has files of its own
+    for p in range(4):
+        stats = load(tmp_path / "out" / f"{p}_per_epoch_stats.json")["1"]
+        assert _names(stats, "save_ckpt1") == owned[p]
+        for op in ("load_ckpt1", "load_ckpt2"):
+            assert _names(stats, op) == owned[(p + 2) % 4], (p, op)
+    assert load(tmp_path / "out" / "summary.json")["io"]["recovery_rank_shift"] is True
+    same = dlio([*args, "++workload.checkpoint.overwrite=True", "++hydra.run.dir=out2"], tmp_path, nprocs=4)
+    assert same.returncode == 0, same.stderr
+    assert "every rank reads its own files; set checkpoint.ranks_per_host" in same.stdout
+
+
+def test_memory_stays_bounded_where_holding_a_shard_would_not(tmp_path):
+    """Each process writes and reads back over 512 MiB of its own; peak RSS stays under 256 MiB, so
+    neither a whole shard nor a whole file is ever held (tiny's 48 MB could not show that)."""
+    args = ["workload=llama_7b_zero3", "--world-size", "2", *FAST, "++workload.checkpoint.scale=0.012",
+            "++workload.checkpoint.num_checkpoints_write=1", "++workload.checkpoint.num_checkpoints_read=1",
+            "++workload.checkpoint.checkpoint_folder=ck", "++hydra.run.dir=out"]
+    res = dlio(args, tmp_path, nprocs=2, timeout=300)
+    assert res.returncode == 0, res.stderr
+    summary = load(tmp_path / "out" / "summary.json")
+    for p in range(2):
+        stats = load(tmp_path / "out" / f"{p}_per_epoch_stats.json")["1"]
+        assert stats["save_ckpt1"]["bytes"] == stats["load_ckpt1"]["bytes"] > 512 << 20
+        largest = max(f.stat().st_size for f in (tmp_path / "ck" / "global_epoch1_step1").iterdir())
+    assert largest > 256 << 20
+    assert max(summary["memory"]["peak_rss_bytes_per_process"]) <= 256 << 20, summary["memory"]

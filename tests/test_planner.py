@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import time
-
 import pytest
 
 from dlio_ckpt.config import compose
@@ -120,8 +118,7 @@ def test_every_rank_writes_optimizer_and_dp0_writes_model(name, world):
     assert mp * p.layout.data == world
 
 
-def test_llama_1t_at_4096_ranks_plans_quickly():
-    start = time.perf_counter()
+def test_llama_1t_at_4096_ranks_plans_every_rank():
+    """How fast (and how large a world ``plan`` takes) is bench/plan_scale.py's to say, not a pass mark."""
     p = plan("llama_1t", 4096)
-    assert len(p.ranks) == 4096 and p.total_payload_bytes > 0
-    assert time.perf_counter() - start < 2.0
+    assert [r.rank for r in p.ranks] == list(range(4096)) and p.total_payload_bytes > 0

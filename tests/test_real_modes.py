@@ -265,7 +265,9 @@ def test_fsdp_s3_server_killed_mid_run_ends_the_job_naming_the_checkpoint(tmp_pa
     assert code != 0
     assert f"s3://{server.bucket}/killed/ck/global_epoch1_step" in err, err
     assert "connection refused" in err.lower() and "Traceback" not in err, err
-    no_ok_summary(tmp_path / "out")
+    summary = no_ok_summary(tmp_path / "out")
+    assert summary is not None and "connection refused" in summary["reason"].lower(), summary
+    assert summary["during"].startswith(("save", "background save")) and "steps_committed" not in summary
 
 
 def test_lightning_s3_server_killed_mid_run_names_the_checkpoint(tmp_path, monkeypatch):

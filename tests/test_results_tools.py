@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
-import time
 
 import pytest
 
@@ -64,9 +64,13 @@ def test_diff_reads_dlio_summaries_with_nan(tmp_path):
     assert cli("diff", full, read_only, "--metrics", "^load").returncode == 0
     assert cli("diff", read_only, full).returncode == 0  # NaN in A: nothing to regress from
     # ours against DLIO's: the shared keys are compared
-    ours = make_run(tmp_path / "ours", 8, 2)
-    r = cli("diff", full, ours / "summary.json")
-    assert r.returncode in (0, 1) and "load_checkpoint_io_mean_GB_per_second" in r.stdout
+    ours = make_run(tmp_path / "ours", 8, 2)  # 8 x 2 GiB in ~4.15 s to save, ~2.09 s to load (made_runs.py)
+    r = cli("diff", full, ours / "summary.json", "--format", "json")
+    metrics = {m["name"]: m for m in json.loads(r.stdout)["metrics"]}
+    assert r.returncode == 0, r.stdout  # DLIO's 2.0 and 4.0 GiB/s against ours: better, no regression
+    assert [metrics[f"{p}_checkpoint_io_mean_GB_per_second"]["verdict"] for p in ("save", "load")] == ["better"] * 2
+    assert round(metrics["save_checkpoint_io_mean_GB_per_second"]["b"], 2) == 3.85
+    assert metrics["save_checkpoint_io_mean_GiB_per_second"]["verdict"] == "new in B"  # ours only, not judged
 
 
 def test_diff_shows_config_keys_that_differ(tmp_path):
@@ -105,9 +109,22 @@ def test_diff_two_real_runs_as_a_ci_gate(tmp_path):
         r = dlio(args + [f"++hydra.run.dir={tmp_path / name}", f"++workload.checkpoint.checkpoint_folder=ck_{name}"],
                  tmp_path, nprocs=2)
         assert r.returncode == 0, r.stderr
-    r = cli("diff", tmp_path / "base", tmp_path / "new", "--threshold", "1000")
-    assert r.returncode == 0, r.stdout + r.stderr
-    assert "checkpoint.checkpoint_folder: 'ck_base' -> 'ck_new'" in r.stdout
+    r = cli("diff", tmp_path / "base", tmp_path / "base")  # a run against itself: nothing moved
+    assert r.returncode == 0 and "result: no regression" in r.stdout, r.stdout + r.stderr
+    r = cli("diff", tmp_path / "base", tmp_path / "new", "--format", "json")  # two real runs, whichever way they went:
+    body = json.loads(r.stdout)  # the exit status is the verdict the report gives
+    assert r.returncode == (1 if body["regressions"] else 0)
+    assert body["result"] == ("regression" if r.returncode else "ok")
+    assert "checkpoint.checkpoint_folder" in json.dumps(body["config_differences"])
+    slower = tmp_path / "slower"  # the new run 10% slower than the baseline: the gate must close
+    shutil.copytree(tmp_path / "base", slower)
+    summary = load(slower / "summary.json")
+    summary["metric"]["save_checkpoint_io_mean_GiB_per_second"] *= 0.9
+    (slower / "summary.json").write_text(json.dumps(summary))
+    gate = cli("diff", tmp_path / "base", slower, "--threshold", "5", "--metrics", "^save_.*io_mean_GiB")
+    assert gate.returncode == 1 and "REGRESSION in save_checkpoint_io_mean_GiB_per_second" in gate.stdout, gate.stdout
+    assert cli("diff", tmp_path / "base", slower, "--threshold", "11", "--metrics", "^save_.*io_mean_GiB"
+               ).returncode == 0
 
 
 # -- report ---------------------------------------------------------------------------------------
@@ -142,10 +159,8 @@ def test_report_at_1024_processes_names_the_stragglers(tmp_path):
     from dlio_ckpt.runfiles import load_run
 
     run = make_run(tmp_path / "big", 1024, 10, stragglers={77: 1.6, 900: 1.3})
-    t0 = time.perf_counter()
-    r = cli("report", run)
+    r = cli("report", run)  # how long it takes is bench/'s to say, not a pass mark
     assert r.returncode == 0, r.stderr
-    assert time.perf_counter() - t0 < 120
     for png in ("durations.png", "stragglers.png", "timeline.png"):
         w, h = _png_size(run / png)
         assert w <= 2500 and h <= 1600  # bounded, not one row or legend entry per process
