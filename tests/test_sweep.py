@@ -123,7 +123,9 @@ def test_a_fault_on_one_rank_ends_the_point_on_every_rank_and_the_next_point_run
 
 
 def test_an_interrupted_sweep_resumes_where_it_stopped(tmp_path):
-    args = ["sweep", *TINY, "++workload.checkpoint.time_between_checkpoints=0,1.5,0", "++hydra.sweep.dir=sw"]
+    """Point 2 trains 5 s before each of its two checkpoints: the SIGTERM, sent as soon as it has
+    started, cannot miss it (a bound no run beats, not a race)."""
+    args = ["sweep", *TINY, "++workload.checkpoint.time_between_checkpoints=0,5,0", "++hydra.sweep.dir=sw"]
     proc = start(args, tmp_path)
     wait_for(lambda: (tmp_path / "sw" / "1" / "summary.json").exists(), timeout=60)
     wait_for(lambda: (tmp_path / "sw" / "2" / ".hydra").exists(), timeout=30)

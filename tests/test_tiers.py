@@ -6,6 +6,7 @@ mid-drain ends the job naming the tier and the object, and the markers say what 
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 import pytest
@@ -116,28 +117,40 @@ def test_an_earlier_runs_steps_on_a_lower_tier_are_refused(tmp_path):
     assert r.returncode == 2 and "holds global_epoch1_step2/theirs.pt on workload.tiers[0]" in r.stderr, r.stderr
 
 
-def test_s3_killed_mid_drain_ends_the_job_naming_tier_and_object(tmp_path, monkeypatch):
-    from .servers import seaweedfs
+def test_the_network_to_the_s3_tier_cut_mid_drain_ends_the_job_and_the_markers_say_what_is_durable(
+        tmp_path, s3_server, monkeypatch):
+    """The path to SeaweedFS is cut at the drain's first request of step 3 (an event, not a moment):
+    the job ends naming the tier and the object, and the markers on each tier, read from the stores
+    themselves (S3 behind the cut), are exactly the steps the failed summary reports durable there."""
+    from dlio_ckpt.backends import get_backend
 
-    with seaweedfs() as server:
-        for key, value in server.env.items():
-            monkeypatch.setenv(key, value)
+    from .proxy import proxy, s3_kind
+
+    for key, value in s3_server.env.items():
+        monkeypatch.setenv(key, value)
+    root = f"cut-{time.monotonic_ns()}"
+    with proxy(s3_server.endpoint, s3_kind, cut_when=lambda _m, path: "/global_epoch1_step3/" in path) as cut:
         args = [*SHAPE, "++hydra.run.dir=out", "++workload.checkpoint.num_checkpoints_write=6",
-                "++workload.checkpoint.time_between_checkpoints=1", s3_tier(server, "killed")]
-        proc = start(args, tmp_path, env=server.env)
-        log = tmp_path / "out" / "dlio_ckpt.log"
-        wait_for(lambda: log.exists() and "step 2 durable on tier 1" in log.read_text(), timeout=90)
-        server.kill()
+                "++workload.checkpoint.time_between_checkpoints=0",
+                f"++workload.tiers=[{{storage_type: s3, storage_root: '{s3_server.bucket}/{root}', "
+                f"storage_options: {{endpoint_url: '{cut.endpoint}'}}}}]"]
+        proc = start(args, tmp_path, env=s3_server.env)
+        wait_for(cut.is_cut.is_set, timeout=120)
         code, err, _ = ended(proc, 45)
     assert code != 0
-    assert "drain of step" in err and "workload.tiers[0] (s3" in err and f"s3://{server.bucket}/killed/ck/" in err, err
+    assert "drain of step 3 to tier 1" in err and "workload.tiers[0] (s3" in err, err
+    assert f"s3://{s3_server.bucket}/{root}/ck/global_epoch1_step3/" in err, err
     summary = no_ok_summary(tmp_path / "out")
     assert summary is not None
     durable = summary["steps_durable_per_tier"]
-    logged = [i for i in range(1, 7) if f"step {i} durable on tier 1" in log.read_text()]
-    assert durable["1"] == logged and logged[:2] == [1, 2] and len(logged) < 6
+    s3 = get_backend("s3", f"{s3_server.bucket}/{root}", {"endpoint_url": s3_server.endpoint})
+    on_s3 = sorted(int(n[18:].split(".")[0]) for n in s3.list_names(s3.join("ck")) if n.endswith(".manifest.json"))
     local = Path(tmp_path / "local" / "ck")
-    assert durable["0"] == sorted(int(p.name.split("step")[1].split(".")[0]) for p in local.glob("*.manifest.json"))
+    assert durable["1"] == on_s3 and 3 not in on_s3
+    assert durable["0"] == sorted(int(p.name[18:].split(".")[0]) for p in local.glob("*.manifest.json"))
+    for step in on_s3:  # a marked step is whole on S3
+        files = json.loads(s3.get_small(s3.join("ck", f"global_epoch1_step{step}.manifest.json")))["files"]
+        assert {n: s3.size(s3.join("ck", f"global_epoch1_step{step}", n)) for n in files} == files
 
 
 def test_three_local_tiers_each_keep_their_newest_steps_and_only_their_markers(tmp_path):

@@ -63,3 +63,41 @@ def test_user_config_dir_and_malformed_yaml(tmp_path):
                 "--format", "json"], tmp_path)
     assert res.returncode == 0, res.stderr
     assert '"world_size": 1' in res.stdout
+
+
+# One bad input for each rule of config.py that the table above and the other files' tables do not
+# already hold (empty paths and override keys: test_run_folder.py; tiers: test_tiers.py; real modes'
+# emulator-only keys and storages: test_real_modes.py). Run as a user runs them, on one process.
+RULES = [
+    (["--world-size", "0"], "--world-size=0: must be >= 1"),
+    (["--world-size", "262148"], "--world-size=262148: must be <= 262144"),
+    (["++workload.mode=fsdp", "--world-size", "2"], "--world-size=2: mode=fsdp runs one rank per process (1 here)"),
+    (["++workload.checkpoint.mode=subset", "++workload.model.parallelism.data=1", "--world-size", "4"],
+     "data*tensor*pipeline=2 must be >= the world size 4"),
+    (["++workload.mode=lightning", "++workload.lightning.checkpoint_io=s3"],
+     "workload.lightning.checkpoint_io='s3': needs storage_type=s3 (storage_type is local_fs)"),
+    (["++workload.mode=fsdp", "++workload.tiers=[{storage_type: local_fs, storage_root: far}]"],
+     "tiers apply to emulated runs only"),
+    (["++workload.tiers=[{storage_type: gds, storage_root: far}]"],
+     "workload.tiers[0].storage_type='gds': cannot be a tier"),
+    (["++workload.mode=lightning", "++workload.lightning.nhead=3"], "nhead=3 must divide ninp=200"),
+    (["++workload.checkpoint.staging=real"], "workload.checkpoint.staging='real': applies to async saves only"),
+    (["++workload.mode=fsdp", "++workload.model.model_datatype=int8"], "mode=fsdp trains in one of fp16, bf16"),
+    (["++workload.mode=gds", "++workload.checkpoint.format=raw"], "workload.checkpoint.format='raw': applies to "
+                                                                  "emulated runs only"),
+]
+
+
+@pytest.mark.parametrize("args,said", RULES)
+def test_each_rule_has_its_bad_input(tmp_path, args, said):
+    res = dlio(["workload=tiny", "++workload.checkpoint.num_checkpoints_read=0", *args], tmp_path)
+    assert res.returncode == 2 and said in res.stderr, res.stderr
+    assert res.stderr.count("error:") == 1 and "Traceback" not in res.stderr
+    assert list(tmp_path.iterdir()) == [], "nothing may be created on bad input"
+
+
+@pytest.mark.mpi
+def test_lightning_on_more_than_one_process_is_refused(tmp_path):
+    res = dlio(["workload=lightning_demo"], tmp_path, nprocs=2)
+    assert res.returncode == 2 and "workload.mode='lightning': runs one process" in res.stderr, res.stderr
+    assert list(tmp_path.iterdir()) == []
