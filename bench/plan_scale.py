@@ -3,7 +3,7 @@
 Each size runs in a new process (``plan ... --format json``, output discarded) under
 ``/usr/bin/time``; rounds alternate the sizes and the medians are printed.
 
-    .venv/bin/python bench/plan_scale.py --workload llama3_405b --sizes 4096,65536,262144,1048576 --rounds 3
+    .venv/bin/python bench/plan_scale.py --workload llama3_405b --sizes 4096,65536,262144 --rounds 3
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ def one(workload: str, size: int) -> tuple[float, int]:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--workload", default="llama3_405b")
-    p.add_argument("--sizes", default="4096,65536,262144,1048576")
+    p.add_argument("--sizes", default="4096,65536,262144")
     p.add_argument("--rounds", type=int, default=3)
     args = p.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import os
+import pty
+import select
 import shutil
 import subprocess
 import sys
@@ -49,6 +51,29 @@ def dlio(args: list[str], cwd: Path, nprocs: int | None = None, timeout: float =
     paths = [p for p in (extra.get("PYTHONPATH"), str(REPO)) if p]
     env = {**os.environ, **extra, "PYTHONPATH": os.pathsep.join(paths)}
     return subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=timeout, env=env)
+
+
+def in_a_terminal(cmd: list[str], cwd) -> tuple[int, str]:
+    """Run ``cmd`` with a pseudo-terminal as its output, as a user at a shell does."""
+    master, slave = pty.openpty()
+    proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=slave, stderr=slave, cwd=cwd,
+                            env={**os.environ, "PYTHONPATH": str(REPO), "TERM": "xterm"})
+    os.close(slave)
+    out = b""
+    while True:
+        ready, _, _ = select.select([master], [], [], 0.5)
+        if ready:
+            try:
+                chunk = os.read(master, 1 << 16)
+            except OSError:  # the terminal closed: the job ended
+                break
+            if not chunk:
+                break
+            out += chunk
+        elif proc.poll() is not None:
+            break
+    os.close(master)
+    return proc.wait(timeout=60), out.decode(errors="replace")
 
 
 def load(path: Path) -> dict:

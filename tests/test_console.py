@@ -5,18 +5,14 @@ durations equal to summary.json's, ``check --format json``, messages named right
 from __future__ import annotations
 
 import json
-import os
-import pty
 import re
-import select
-import subprocess
 import sys
 
 import pytest
 
 from dlio_ckpt import __version__
 
-from .conftest import MPIEXEC, REPO, dlio, load
+from .conftest import MPIEXEC, dlio, in_a_terminal, load
 
 BIG = ["workload=llama_7b_zero3", "--world-size", "2", "++workload.checkpoint.scale=0.005",
        "++workload.checkpoint.num_checkpoints_write=2", "++workload.checkpoint.num_checkpoints_read=2"]
@@ -56,27 +52,10 @@ def test_console_durations_are_summary_durations_and_progress_lines_say_gib(tmp_
     assert not re.search(r"\b[KMG]B/s", r.stdout)
 
 
-def in_a_terminal(cmd: list[str], cwd) -> tuple[int, str]:
-    """Run ``cmd`` with a pseudo-terminal as its output, as a user at a shell does."""
-    master, slave = pty.openpty()
-    proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=slave, stderr=slave, cwd=cwd,
-                            env={**os.environ, "PYTHONPATH": str(REPO), "TERM": "xterm"})
-    os.close(slave)
-    out = b""
-    while True:
-        ready, _, _ = select.select([master], [], [], 0.5)
-        if ready:
-            try:
-                chunk = os.read(master, 1 << 16)
-            except OSError:  # the terminal closed: the job ended
-                break
-            if not chunk:
-                break
-            out += chunk
-        elif proc.poll() is not None:
-            break
-    os.close(master)
-    return proc.wait(timeout=60), out.decode(errors="replace")
+def test_at_a_terminal_the_bar_replaces_the_progress_lines(tmp_path):
+    code, out = in_a_terminal([sys.executable, "-m", "dlio_ckpt", *BIG, "++hydra.run.dir=out"], tmp_path)
+    assert code == 0, out[-2000:]
+    assert "save_ckpt1 (rank 0)" in out and "GiB" in out and "(rank 0's files)" not in out
 
 
 @pytest.mark.mpi

@@ -246,28 +246,6 @@ def test_progress_lines_when_output_is_not_a_terminal(tmp_path):
     assert any("load_ckpt1:" in line for line in lines)
 
 
-def test_progress_bar_on_a_terminal(tmp_path):
-    import pty
-
-    master, slave = pty.openpty()
-    proc = subprocess.Popen([sys.executable, "-m", "dlio_ckpt", "workload=llama_7b_zero3", "--world-size", "8",
-                             "++workload.checkpoint.scale=0.01", "++workload.checkpoint.time_between_checkpoints=0"],
-                            cwd=tmp_path, stdout=slave, stderr=slave, env={**os.environ, "PYTHONPATH": str(REPO)})
-    os.close(slave)
-    out = b""
-    while True:
-        try:
-            chunk = os.read(master, 65536)
-        except OSError:
-            break
-        if not chunk:
-            break
-        out += chunk
-    assert proc.wait(timeout=300) == 0, out[-2000:]
-    text = out.decode(errors="replace")
-    assert "save_ckpt1 (rank 0)" in text and "GiB" in text and "(rank 0's files)" not in text
-
-
 def test_check_reads_a_dlio_run_folder_and_says_what_it_cannot_show(tmp_path):
     import yaml
 
