@@ -16,7 +16,7 @@ import traceback
 from typing import Any
 
 from . import __version__
-from .comm import Comm, SelfComm, get_comm, on_root
+from .comm import Comm, SelfComm, get_comm, on_root, said_elsewhere
 from .config import check_world_size, compose
 from .errors import ConfigError, DlioCkptError
 
@@ -130,13 +130,26 @@ def _sweep(argv: list[str]) -> int:
 
 def _keys(argv: list[str]) -> int:
     """Every workload key, from the configuration's own models (so the list cannot drift from them)."""
+    from .backends.options import OPTIONS
     from .config import describe_keys
+
+    accepts: dict[str, list[str]] = {}
+    for kind, model in OPTIONS.items():
+        for name in model.model_fields:
+            accepts.setdefault(name, []).append(kind)
+    def note(name: str, kinds: list[str]) -> str:
+        defaults = {k: OPTIONS[k].model_fields[name].get_default(call_default_factory=True) for k in kinds}
+        each = "" if len(set(map(repr, defaults.values()))) == 1 else \
+            " (defaults: " + ", ".join(f"{k} {v!r}" for k, v in defaults.items()) + ")"
+        return f"storage_type {', '.join(kinds)}{each}; the same under each tier's storage_options"
+    options = [(f"workload.storage.storage_options.{name}", OPTIONS[kinds[0]].model_fields[name], note(name, kinds))
+               for name, kinds in sorted(accepts.items())]
 
     p = _Parser(prog="dlio_ckpt keys", usage=USAGE)
     p.add_argument("section", nargs="?", help="one section (checkpoint, storage, model, ...)")
     try:
         args = p.parse_args(argv)
-        print(describe_keys(args.section))
+        print(describe_keys(args.section, options))
         return 0
     except (_ArgError, ConfigError) as exc:
         print(f"dlio_ckpt keys: error: {exc}", file=sys.stderr)
@@ -248,8 +261,8 @@ def _plan(args: argparse.Namespace) -> int:
     fmt = get_format(workload.checkpoint.format)
     plan = make_plan(workload, args.world_size)
     plan.validate()
-    what_if = _what_if(args, workload, plan) if args.write_bandwidth or args.mtbf_hours or args.drain_bandwidth \
-        else None
+    asked = (args.write_bandwidth, args.read_bandwidth, args.mtbf_hours, args.drain_bandwidth)
+    what_if = _what_if(args, workload, plan) if any(a is not None for a in asked) else None
     if args.format == "json":
         print(json.dumps({**plan_json(plan, fmt), **({"goodput": what_if} if what_if else {})}))
     else:
@@ -311,7 +324,7 @@ def _run(args: argparse.Namespace, comm: Comm) -> int:
         execute(mode, ctx, run_dir, raw, args.overrides, sys.argv[1:], args.replace_results)
         return 0
     except DlioCkptError as exc:  # raised on one rank or on all: either way every rank must end
-        die(comm, state, str(exc), exc.exit_code)
+        die(comm, state, str(exc), exc.exit_code, quiet=said_elsewhere(exc, comm.rank))
     except (SystemExit, KeyboardInterrupt):
         raise
     except BaseException:  # Exception, and libraries' BaseExceptions (DCP's CheckpointException)

@@ -212,8 +212,15 @@ def on_root(comm: Comm, fn: Callable[[], T]) -> T:
             result = (False, exc)
     ok, value = comm.bcast(result)
     if not ok:
+        value.raised_on = 0  # rank 0 reports it; the others end without saying it again
         raise value
     return value
+
+
+def said_elsewhere(exc: BaseException, rank: int) -> bool:
+    """Whether another rank (rank 0, through :func:`on_root`) reports this error: then this one ends
+    quietly, and a failure on rank 0 is one message, not one per rank."""
+    return getattr(exc, "raised_on", rank) != rank
 
 
 def hostname() -> str:

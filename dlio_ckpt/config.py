@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import difflib
 import os
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any, Literal, get_args, get_origin
 
@@ -37,27 +38,29 @@ class Section(BaseModel):
 
 
 class Parallelism(Section):
-    tensor: int = Field(1, ge=1)
-    pipeline: int = Field(1, ge=1)
-    data: int | None = Field(None, ge=1)
-    zero_stage: Literal[0, 1, 2, 3] = 0
+    tensor: int = Field(1, ge=1, description="tensor-parallel degree (TP)")
+    pipeline: int = Field(1, ge=1, description="pipeline-parallel degree (PP)")
+    data: int | None = Field(None, ge=1, description="subset mode only: the data-parallel size of the full job")
+    zero_stage: Literal[0, 1, 2, 3] = Field(0, description="DeepSpeed ZeRO stage: what is sharded over data "
+                                            "parallelism (1: optimizer, 2: and gradients, 3: and parameters)")
 
 
 class Transformer(Section):
-    vocab_size: int = Field(32000, ge=1)
-    hidden_size: int = Field(2048, ge=1)
-    ffn_hidden_size: int = Field(8192, ge=1)
-    num_attention_heads: int = Field(32, ge=1)
-    num_kv_heads: int = Field(8, ge=1)
+    vocab_size: int = Field(32000, ge=1, description="embedding and output rows")
+    hidden_size: int = Field(2048, ge=1, description="model width")
+    ffn_hidden_size: int = Field(8192, ge=1, description="MLP width (SwiGLU: three matrices of it)")
+    num_attention_heads: int = Field(32, ge=1, description="query heads")
+    num_kv_heads: int = Field(8, ge=1, description="key/value heads (grouped-query attention)")
 
 
 class Model(Section):
-    name: str = "default"
+    name: str = Field("default", description="the workload's name (run folder, summary.json)")
     type: Literal["transformer"] = "transformer"
     model_size: int | None = Field(None, description="DLIO key for non-transformer models; not used")
-    num_layers: int = Field(ge=1)
-    model_datatype: Datatype = "fp16"
-    optimizer_datatype: Datatype = "fp32"
+    num_layers: int = Field(ge=1, description="transformer blocks")
+    model_datatype: Datatype = Field("fp16", description="parameters' dtype")
+    optimizer_datatype: Datatype = Field("fp32", description="optimizer state's dtype (master weights and "
+                                         "Adam's two moments)")
     parallelism: Parallelism = Parallelism()
     transformer: Transformer = Transformer()
 
@@ -75,7 +78,8 @@ class Checkpoint(Section):
     recovery_rank_shift: bool = Field(False, description="each rank reads the files of the rank one host further "
                                       "on (ranks_per_host), so reads cannot come from its own page cache")
     # Our own keys (DLIO has no equivalent):
-    format: Literal["pt", "raw", "safetensors", "hdf5"] = "pt"
+    format: Literal["pt", "raw", "safetensors", "hdf5"] = Field("pt", description="the bytes of each file: "
+                                                                "torch.save's zip (DLIO's), raw, safetensors, hdf5")
     scale: float = Field(1.0, gt=0, le=1, description="shrink every file by this ratio")
     read_from_page_cache: bool = Field(
         False, description="false: evict each file's cached pages before it is read"
@@ -86,7 +90,8 @@ class Checkpoint(Section):
     io_timeout: float = Field(300.0, ge=0, description="end the job when I/O makes no progress this long; 0: never")
     progress: bool = Field(True, description="rank 0 shows a bar on a terminal, log lines otherwise")
     progress_interval: float = Field(10.0, gt=0, description="seconds between progress lines when not on a terminal")
-    chunk_size: int = Field(8 * MIB, ge=4096, le=64 * MIB, multiple_of=4096)
+    chunk_size: int = Field(8 * MIB, ge=4096, le=64 * MIB, multiple_of=4096, description="bytes per write or "
+                            "read request (each thread holds two)")
     # Async checkpoints (our keys): time_between_checkpoints is then the training time between them
     async_save: bool = Field(False, description="hold training only to stage each checkpoint, write it in the "
                              "background while the next interval trains; the next checkpoint waits for it")
@@ -136,9 +141,11 @@ class Workflow(Section):
 
 
 class Storage(Section):
-    storage_type: Literal["local_fs", "parallel_fs", "s3", "gcs", "gds", "null"] = "local_fs"
-    storage_root: str = "./"
-    storage_options: dict[str, Any] = Field(default_factory=dict)  # checked by the backend's own model
+    storage_type: Literal["local_fs", "parallel_fs", "s3", "gcs", "gds", "null"] = Field(
+        "local_fs", description="the backend that moves the bytes")
+    storage_root: str = Field("./", description="a folder, or [s3://|gs://]bucket[/prefix]")
+    storage_options: dict[str, Any] = Field(default_factory=dict, description="the backend's options (below), "
+                                            "checked by its own model")
     keep_last: int | None = Field(None, ge=1, description="our key: keep only the newest steps here; an older one "
                                   "is removed once it is durable on the next tier (None: keep every step)")
 
@@ -437,25 +444,37 @@ def workload_keys(model: type[BaseModel] = Workload, prefix: str = "workload") -
     return keys
 
 
-def describe_keys(section: str | None = None) -> str:
-    """``dlio_ckpt keys``: each key as ``++workload.KEY``, its type, its default and its description."""
+def _keys_of(model: type[BaseModel], prefix: str) -> Iterator[tuple[str, Any]]:
+    """(dotted key, pydantic field) of every key under a model; a list of sections (``tiers``) gives
+    its own key, then its items' keys as ``tiers[N].KEY``."""
+    for name, field in model.model_fields.items():
+        ann, key = field.annotation, f"{prefix}.{name}"
+        item = get_args(ann)[0] if get_origin(ann) is list and get_args(ann) else None
+        if isinstance(ann, type) and issubclass(ann, BaseModel):
+            yield from _keys_of(ann, key)
+            continue
+        yield key, field
+        if isinstance(item, type) and issubclass(item, BaseModel):
+            yield from _keys_of(item, f"{key}[N]")
+
+
+def describe_keys(section: str | None = None, more: Iterable[tuple[str, Any, str]] = ()) -> str:
+    """``dlio_ckpt keys``: each key as ``++workload.KEY``, its type and rules, its default and its
+    meaning; ``more``: (key, field, note) of keys the workload passes on unchecked (storage options,
+    which each backend's own model checks)."""
+    rows = [(k, f, "") for k, f in _keys_of(Workload, "workload")] + list(more)
     lines = []
-    for key in workload_keys():
-        *parents, name = key.split(".")
-        model = _model_at(parents[1:])
-        field = model.model_fields[name] if model else None
-        ann = getattr(field, "annotation", None)
-        if field is None or (isinstance(ann, type) and issubclass(ann, BaseModel)):
-            continue  # a section: its keys follow
-        if section and not key.startswith(f"workload.{section}."):
+    for key, field, note in rows:
+        top = key.split(".")[1].split("[")[0]
+        if section and section not in (top, key.removeprefix("workload.").split("[")[0]):
             continue
         default = "required" if field.is_required() else repr(field.get_default(call_default_factory=True))
-        rules = ", ".join([_kind(ann), *(_rule(m) for m in field.metadata if _rule(m))])
-        lines.append(f"++{key}  ({rules}; default {default})" + (f"\n      {field.description}"
-                                                                   if field.description else ""))
+        rules = ", ".join([_kind(field.annotation), *(_rule(m) for m in field.metadata if _rule(m))])
+        meaning = "; ".join(t for t in (field.description, note) if t)
+        lines.append(f"++{key}  ({rules}; default {default})" + (f"\n      {meaning}" if meaning else ""))
     if not lines:
-        raise ConfigError("SECTION", section, "is not a section of the workload; one of "
-                          + ", ".join(sorted({k.split(".")[1] for k in workload_keys()})))
+        raise ConfigError("SECTION", section, "names no key of the workload; one of "
+                          + ", ".join(sorted({k.split(".")[1].split("[")[0] for k, _, _ in rows})))
     return "\n".join(lines)
 
 
@@ -500,6 +519,12 @@ def _hydra_message(exc: Exception, config_dir: str | None) -> str:
     text = str(exc).strip()
     if text.startswith("Could not override '") and "To append to your config use +" in text:
         key = text.split("'")[1]
+        known = workload_keys()
+        open_ = [k for k, f in _keys_of(Workload, "workload") if "dict" in str(f.annotation)]  # any key below
+        if key not in known and not any(key.startswith(k + ".") for k in open_):  # a typo, not a missing key
+            close = difflib.get_close_matches(key, known, n=1, cutoff=0.8)
+            hint = f" (did you mean {close[0]}?)" if close else ""
+            return f"{key}: not a key of the configuration{hint}; `dlio_ckpt keys` lists them"
         return (f"{key}: not in the workload's YAML, so Hydra cannot override it: write ++{key}=... "
                 "(sets a key whether or not the YAML has it)")
     if "You must specify 'workload'" in text or "Could not find 'workload/" in text:

@@ -51,7 +51,7 @@ class RunContext:
     tiers: list[Backend] = field(default_factory=list)  # [backend, then workload.tiers' backends]
     alarm: threading.Event = field(default_factory=threading.Event)  # set by a failed background thread
     writes: Writes = Writes(())  # what this run writes in the checkpoint folder (prepare_storage)
-    found: list[Found] = field(default_factory=list)  # what each tier's folder held before the run
+    found: list[Found] = field(default_factory=list)  # rank 0: what each tier's folder held before the run
 
     def __post_init__(self) -> None:
         self.tiers = self.tiers or [self.backend]
@@ -163,20 +163,25 @@ def prepare_storage(ctx: RunContext, needed_bytes: Callable[[], int], writes: Wr
     ck = ctx.ck
     ctx.writes = writes
 
-    def on_root() -> list[Found]:  # one listing of each folder
-        found = []
+    def on_root() -> None:  # one listing of each folder, kept on rank 0 (the others need none of it)
         for k, backend in enumerate(ctx.tiers):
             with _named_as_tier(k):
                 backend.check(writing=ck.num_checkpoints_write > 0)
             if ck.num_checkpoints_write > 0:
-                found.append(refuse_mixing(backend, ck, writes, tier_key(k)))
-        return found
+                try:
+                    ctx.found.append(refuse_mixing(backend, ck, writes, tier_key(k)))
+                except ConfigError as exc:  # the tier's own path: named by its key
+                    if k == 0 or exc.key != "workload.checkpoint.checkpoint_folder":
+                        raise
+                    raise ConfigError(f"{tier_key(k)}.storage_root", ctx.workload.tiers[k - 1].storage_root,
+                                      exc.rule) from None
 
     def room() -> None:
         for k, (backend, found) in enumerate(zip(ctx.tiers, ctx.found, strict=True)):
             if not found.ours:  # else: once the earlier run's steps are gone (start_writing)
                 check_room(backend, ck.checkpoint_folder, kept(ctx, k, needed_bytes), k)
-    ctx.found = ctx.on_root_io(on_root)
+    ctx.found = []
+    ctx.on_root_io(on_root)
     if ck.num_checkpoints_write > 0:
         probe_writable(ctx)
         ctx.on_root_io(room)
@@ -187,15 +192,25 @@ def probe_writable(ctx: RunContext) -> None:
     and removes a probe file and removes what it created: a read-only, immutable or foreign folder is
     found here, before anything is written, on the host that cannot write it. The answer is shared,
     so every rank ends alike (exit 2)."""
-    problem = None
-    for k, backend in enumerate(ctx.tiers if ctx.comm.local_rank == 0 else []):
-        try:
-            with ctx.watch():
-                backend.probe_write(ctx.ck.checkpoint_folder)
-        except StorageError as exc:
-            problem = (k, f"{exc} (on host {hostname()}, rank {ctx.comm.rank})")
-            break
-    problems = [p for p in ctx.comm.allgather(problem) if p is not None]
+    comm, made = ctx.comm, []
+
+    def probe(keep: bool) -> tuple[int, str] | None:
+        for k, backend in enumerate(ctx.tiers):
+            try:
+                with ctx.watch():
+                    made.extend((backend, f) for f in backend.probe_write(ctx.ck.checkpoint_folder, keep))
+            except StorageError as exc:
+                return k, f"{exc} (on host {hostname()}, rank {comm.rank})"
+        return None
+    # rank 0 first, leaving the folders it made, so that hosts sharing a file system never make or
+    # remove the same folder at once; then every other host's acting rank; then rank 0 tidies up
+    problem = probe(keep=True) if comm.rank == 0 else None
+    problems = [p for p in comm.allgather(problem) if p is not None]
+    if not problems:
+        problem = probe(keep=False) if comm.local_rank == 0 and comm.rank != 0 else None
+        problems = [p for p in comm.allgather(problem) if p is not None]
+    for backend, folder in made:  # each probe's deepest first
+        backend.remove_empty(folder)
     if problems:
         k, why = problems[0]
         st = ctx.workload.storages[k]

@@ -61,8 +61,15 @@ def write_failed_summary(state: RunState, rank: int, reason: str) -> None:
         pass  # the run folder itself may be what failed; the message on stderr still says why
 
 
-def die(comm: Comm, state: RunState, reason: str, code: int = 1) -> None:
-    """Say who failed and why, leave a failed summary, end every rank."""
+def die(comm: Comm, state: RunState, reason: str, code: int = 1, quiet: bool = False) -> None:
+    """Say who failed and why, leave a failed summary, end every rank. ``quiet``: rank 0 says it
+    (the error was its own, shared by :func:`~dlio_ckpt.comm.on_root`); this rank only ends, a moment
+    later, so that rank 0's message and summary are out before the job is torn down."""
+    if quiet:
+        inflight.remove_all()
+        time.sleep(2.0)
+        comm.abort(code)
+        return
     message = f"rank {comm.rank} on {hostname()}, during {state.where()}: {reason}"
     print(f"dlio_ckpt: error: {message}", file=sys.stderr, flush=True)
     write_failed_summary(state, comm.rank, message)

@@ -14,7 +14,7 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-_lock = threading.Lock()
+_lock = threading.RLock()  # re-entered by a signal handler that interrupts its holder
 _paths: set[str] = set()
 
 

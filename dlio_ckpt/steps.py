@@ -26,8 +26,8 @@ from .errors import ConfigError
 
 log = logging.getLogger("dlio_ckpt")
 RECORD = "dlio_ckpt_run.json"  # in the checkpoint folder: what the last run there writes
-STEP = re.compile(r"global_epoch1_step(\d+)")
-MANIFEST = re.compile(r"global_epoch1_step(\d+)\.manifest\.json")
+STEP = re.compile(r"global_epoch1_step([1-9]\d*)")
+MANIFEST = re.compile(r"global_epoch1_step([1-9]\d*)\.manifest\.json")
 
 
 def step_name(step: int) -> str:
@@ -66,13 +66,32 @@ class Writes:
                            "files": list(self.files), "beside": list(self.beside)}).encode()
 
 
-def _ours(body: bytes | None) -> dict[str, Any] | None:
-    """A manifest or record this tool wrote, parsed; None for anything else under that name."""
+def _ours(body: bytes | None, lists: tuple[str, ...]) -> dict[str, Any] | None:
+    """A manifest or record this tool wrote, parsed; None for anything else under that name (also a
+    file that claims to be ours and lacks the ``lists`` of names it must carry)."""
     try:
         parsed = json.loads(body) if body is not None else None
     except (ValueError, UnicodeDecodeError):
         return None
-    return parsed if isinstance(parsed, dict) and parsed.get("tool") == "dlio_ckpt" else None
+    if not isinstance(parsed, dict) or parsed.get("tool") != "dlio_ckpt":
+        return None
+    for key in lists:
+        value = parsed.get(key)
+        names = list(value) if isinstance(value, list | dict) else None
+        if names is None or not all(isinstance(n, str | int) and not isinstance(n, bool) for n in names):
+            return None
+    return parsed
+
+
+def _read(backend: Backend, folder: str, name: str, root: str) -> bytes:
+    """A file the listing showed: one that cannot be read at its address was written with another
+    ``spread_prefixes`` (object stores hash it into the key), which this run cannot tell apart."""
+    body = backend.get_small(backend.join(folder, name))
+    if body is None:
+        raise ConfigError("workload.checkpoint.checkpoint_folder", folder,
+                          f"{name} is listed in {root} but cannot be read where this run looks for it: it was written "
+                          "with another storage_options.spread_prefixes; use that value, or choose another folder")
+    return body
 
 
 @dataclass
@@ -96,40 +115,46 @@ def survey(backend: Backend, folder: str, writes: Writes | None = None) -> Found
     files = {p for p in tree if not p.endswith("/")}
     named: set[str] = set()
     beside = set(writes.beside if writes else ())
-    record = _ours(backend.get_small(backend.join(folder, RECORD))) if RECORD in files else None
+    in_folders = bool(writes and writes.files)  # Lightning writes beside the step folder, never in it
+    record = _ours(_read(backend, folder, RECORD, root), ("steps", "files", "beside")) if RECORD in files else None
     if record is not None:
         past = Writes(tuple(record["steps"]), tuple(record["files"]), tuple(record["beside"]))
         named |= past.paths() | {RECORD}
         beside |= set(past.beside)
+        in_folders = in_folders or bool(past.files)
     for p in sorted(files):
         m = MANIFEST.fullmatch(p)
         if m:
-            body = _ours(backend.get_small(backend.join(folder, p)))
+            body = _ours(_read(backend, folder, p, root), ("files",))
             if body is None:
                 continue  # someone else's file under a manifest's name: foreign where it matters
             name = step_name(int(m.group(1)))
-            named |= {p, *(f"{name}/{f}" for f in body.get("files", {}))}
+            named |= {p, *(f"{name}/{f}" for f in body["files"])}
+            in_folders = in_folders or bool(body["files"])
     found = Found(folder, root, ours=sorted(files & named))
-    found.steps = {n for p in found.ours if (n := _step_of(p, beside)) is not None}
+    found.steps = {n for p in found.ours if (n := _step_of(p, beside, in_folders)) is not None}
     replaced = found.steps | set(writes.steps if writes else ())
     for p in sorted(tree):
-        n = _step_of(p, beside)
+        n = _step_of(p, beside, in_folders)
         if n is None or n not in replaced:
-            if p == RECORD and p not in named:  # someone else's file under the record's name
+            if p.rstrip("/") == RECORD and p not in named:  # someone else's under the record's name
                 found.foreign.append(p)
-        elif p.endswith("/"):
-            found.folders.append(p)
+        elif p.endswith("/") and "/" not in p.rstrip("/"):
+            found.folders.append(p)  # a step's own folder: removed once empty
         elif p not in named:
-            found.foreign.append(p)
+            found.foreign.append(p)  # a file, or a folder of someone else's, inside a step
     return found
 
 
-def _step_of(path: str, beside: set[str]) -> int | None:
-    """The step a path of the checkpoint folder belongs to: anything in a step's folder, its
-    manifest, a file beside it with one of the run's suffixes; None for anything else."""
-    if "/" in path.rstrip("/"):
+def _step_of(path: str, beside: set[str], in_folders: bool = True) -> int | None:
+    """The step a path of the checkpoint folder belongs to: anything in a step's folder (where the
+    layout writes in one), its manifest, a file beside it with one of the run's suffixes; None for
+    anything else."""
+    if "/" in path.rstrip("/") or path.endswith("/"):
+        if not in_folders:
+            return None
         path = path.split("/")[0]
-    m = STEP.fullmatch(path.rstrip("/")) or MANIFEST.fullmatch(path) or next(
+    m = STEP.fullmatch(path) or MANIFEST.fullmatch(path) or next(
         (m for s in beside if path.endswith(s) and (m := STEP.fullmatch(path.removesuffix(s)))), None)
     return int(m.group(1)) if m else None
 

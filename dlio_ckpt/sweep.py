@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .backends import Backend
-from .comm import Comm, MPIComm, PointAborted, PointComm, hostname, on_root
+from .comm import Comm, MPIComm, PointAborted, PointComm, hostname, on_root, said_elsewhere
 from .config import Workload, available_workloads, check_world_size, compose
 from .errors import ConfigError, DlioCkptError
 from .failure import RunState, Watchdog, on_signals, write_failed_summary
@@ -144,8 +144,10 @@ def run_sweep(overrides: list[str], world_sizes: str | None, config_dir: str | N
             workload, raw = _own_folder(workload, raw, sweep_dir, p.index)
             if watchdog is not None:
                 watchdog.timeout = workload.checkpoint.io_timeout
-            reason = _run_point(p, workload, raw, run_dir, comm, state, watchdog, keep_checkpoints)
+            reason, tiers = _run_point(p, workload, raw, run_dir, comm, state, watchdog)
             reasons = [r for r in comm.allgather(reason) if r]  # every rank leaves the point together
+            if tiers and not keep_checkpoints and comm.rank == 0:  # no rank writes into the point any more
+                _remove_checkpoints(tiers, workload.checkpoint.checkpoint_folder)
             done = None if reasons else comm.bcast(_finished(run_dir) if comm.rank == 0 else None)
             failure = reasons[0] if reasons else None if done else "no summary.json was written"
         else:
@@ -167,8 +169,9 @@ def run_sweep(overrides: list[str], world_sizes: str | None, config_dir: str | N
 
 
 def _run_point(p: Point, workload: Workload, raw: dict, run_dir: str, comm: Comm, state: RunState,
-               watchdog: Watchdog | None, keep_checkpoints: bool) -> str | None:
-    """One point as an ordinary run; returns this rank's reason when the point failed here."""
+               watchdog: Watchdog | None) -> tuple[str | None, list[Backend]]:
+    """One point as an ordinary run; returns this rank's reason when the point failed here, and the
+    storages it may have written to (none when it failed before choosing them)."""
     point_comm: Any = PointComm(comm) if isinstance(comm, MPIComm) else comm
     state.phase, state.step, state.file, state.run_dir, state.committed = "starting", None, None, None, None
     reset_peak_rss()
@@ -176,22 +179,21 @@ def _run_point(p: Point, workload: Workload, raw: dict, run_dir: str, comm: Comm
     try:
         mode, ctx = start(workload, point_comm, p.world_size or comm.size, state, watchdog)
         execute(mode, ctx, run_dir, raw, p.overrides, ["sweep", *sys.argv[2:]], replace=True)  # a failed attempt's
-        return None
+        return None, ctx.tiers
     except PointAborted as exc:
-        return str(exc)
+        return str(exc), ctx.tiers if ctx is not None else []
     except (SystemExit, KeyboardInterrupt):
         raise
     except BaseException as exc:  # a fault: this point fails on every rank, the sweep goes on
         text = str(exc) if isinstance(exc, DlioCkptError) else f"unexpected error: {traceback.format_exc()}"
-        reason = f"rank {comm.rank} on {hostname()}, during {state.where()}: {text}"
-        print(f"dlio_ckpt: error: sweep point {p.index} ({p.label}): {reason}", file=sys.stderr, flush=True)
-        write_failed_summary(state, comm.rank, reason)
+        who = "rank 0" if said_elsewhere(exc, comm.rank) else f"rank {comm.rank} on {hostname()}"
+        reason = f"{who}, during {state.where()}: {text}"
+        if not said_elsewhere(exc, comm.rank):  # rank 0's own error, shared: rank 0 says it once
+            print(f"dlio_ckpt: error: sweep point {p.index} ({p.label}): {reason}", file=sys.stderr, flush=True)
+            write_failed_summary(state, comm.rank, reason)
         if isinstance(point_comm, PointComm):
             point_comm.abort_point(reason)
-        return reason
-    finally:
-        if ctx is not None and not keep_checkpoints and comm.rank == 0:
-            _remove_checkpoints(ctx.tiers, ctx.ck.checkpoint_folder)
+        return reason, ctx.tiers if ctx is not None else []
 
 
 def _remove_checkpoints(tiers: list[Backend], folder: str) -> None:

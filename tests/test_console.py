@@ -33,8 +33,17 @@ def test_help_lists_commands_workloads_and_where_keys_are(tmp_path):
         in keys.stdout
     assert "++workload.checkpoint.format  (one of pt|raw|safetensors|hdf5; default 'pt')" in keys.stdout
     assert "++workload.storage" not in keys.stdout
+    tiers = dlio(["keys", "tiers"], tmp_path)
+    assert "++workload.tiers[N].keep_last  (int | None, >= 1; default None)" in tiers.stdout, tiers.stdout
+    storage = dlio(["keys", "storage"], tmp_path).stdout
+    assert "++workload.storage.storage_options.spread_prefixes  (int, >= 0, <= 4096; default 0)" in storage
+    assert "storage_type s3, gcs" in storage and "(defaults: local_fs 1, parallel_fs 1, s3 2, gcs 4" in storage
+    everything = dlio(["keys"], tmp_path).stdout
+    undescribed = [k for k, nxt in zip(everything.splitlines(), everything.splitlines()[1:] + [""], strict=True)
+                   if k.startswith("++") and not nxt.startswith("      ")]
+    assert len(undescribed) <= 25, undescribed  # most keys say what they mean
     bad = dlio(["keys", "chekpoint"], tmp_path)
-    assert bad.returncode == 2 and "is not a section of the workload; one of checkpoint," in bad.stderr
+    assert bad.returncode == 2 and "names no key of the workload; one of checkpoint," in bad.stderr
     assert list(tmp_path.iterdir()) == []
 
 

@@ -147,3 +147,62 @@ def test_a_sweep_removes_its_points_checkpoints_and_leaves_the_users_files(tmp_p
               "++workload.checkpoint.format=pt,raw", "++hydra.sweep.dir=sw2"], tmp_path, nprocs=2)
     assert r.returncode == 0, r.stderr
     assert sorted(p.name for p in (tmp_path / "ck").iterdir()) == ["other", "sw"]  # sw2: emptied, removed
+
+
+@pytest.mark.parametrize("case", ["symlink", "subfolder", "malformed_record", "leading_zero"])
+def test_what_only_looks_like_ours_is_never_taken_for_ours(tmp_path, case):
+    """A link inside a step is not entered and not ours; a folder of the user's inside a step is not
+    ours; a record that claims to be ours without its lists is not ours (and no traceback); a step
+    written global_epoch1_step01 is not step 1."""
+    where = Store("local_fs", str(tmp_path / "storage"))
+    first = run(where, tmp_path, "++workload.checkpoint.num_checkpoints_write=1")
+    assert first.returncode == 0, first.stderr
+    ck = tmp_path / "storage" / "ck"
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "mine.bin").write_text("mine")
+    if case == "symlink":
+        (ck / "global_epoch1_step1" / "linked").symlink_to(elsewhere)
+    elif case == "subfolder":
+        (ck / "global_epoch1_step1" / "mydir").mkdir()
+    elif case == "malformed_record":
+        (ck / "dlio_ckpt_run.json").write_text('{"tool": "dlio_ckpt", "steps": [1], "beside": null}')
+    else:
+        (ck / "global_epoch1_step01").mkdir()
+        (ck / "global_epoch1_step01" / "theirs.pt").write_text("x")
+    before = sorted(str(p.relative_to(ck)) for p in ck.rglob("*"))
+    again = run(where, tmp_path, "++workload.checkpoint.overwrite=True", rundir="run2")
+    if case == "leading_zero":  # not a step of ours: left alone, the run goes on
+        assert again.returncode == 0, again.stderr
+        assert (ck / "global_epoch1_step01" / "theirs.pt").read_text() == "x"
+        return
+    assert again.returncode == 2 and "which dlio_ckpt did not write" in again.stderr, again.stderr
+    assert "Traceback" not in again.stderr
+    assert {"symlink": "global_epoch1_step1/linked", "subfolder": "global_epoch1_step1/mydir/",
+            "malformed_record": "dlio_ckpt_run.json"}[case] in again.stderr
+    assert sorted(str(p.relative_to(ck)) for p in ck.rglob("*")) == before
+    assert (elsewhere / "mine.bin").read_text() == "mine"
+
+
+def test_the_storage_root_itself_as_checkpoint_folder_on_s3(tmp_path, s3_server, monkeypatch):
+    """checkpoint_folder='.': the steps lie directly under the bucket's prefix, and an earlier run
+    there is seen (refused without overwrite, replaced with it), with and without spread prefixes."""
+    for key, value in s3_server.env.items():
+        monkeypatch.setenv(key, value)
+    for spread in (0, 4):
+        where = Store("s3", f"{s3_server.bucket}/dot-{time.monotonic_ns()}",
+                      {"endpoint_url": s3_server.endpoint, "spread_prefixes": spread}, dict(s3_server.env))
+        dot = ["++workload.checkpoint.checkpoint_folder=."]
+        assert run(where, tmp_path, *dot, rundir=f"a{spread}").returncode == 0
+        refused = run(where, tmp_path, *dot, rundir=f"b{spread}")
+        assert refused.returncode == 2 and "already holds checkpoints of an earlier run" in refused.stderr
+        again = run(where, tmp_path, *dot, "++workload.checkpoint.overwrite=True", rundir=f"c{spread}")
+        assert again.returncode == 0 and "removed" in again.stdout, again.stdout + again.stderr
+    plain = Store("s3", f"{s3_server.bucket}/dot-{time.monotonic_ns()}", {"endpoint_url": s3_server.endpoint},
+                  dict(s3_server.env))
+    assert run(plain, tmp_path, "++workload.checkpoint.checkpoint_folder=.", rundir="d").returncode == 0
+    spread = Store("s3", plain.root, {"endpoint_url": s3_server.endpoint, "spread_prefixes": 4}, dict(s3_server.env))
+    other = run(spread, tmp_path, "++workload.checkpoint.checkpoint_folder=.", "++workload.checkpoint.overwrite=True",
+                rundir="e")  # written without spreading, now asked to hash every key: named, not mistaken
+    assert other.returncode == 2 and "written with another storage_options.spread_prefixes" in other.stderr, \
+        other.stderr

@@ -24,7 +24,10 @@ BAD = [
     (["workload=tiny", "++workload.checkpoint.scale=0"], "scale=0"),
     (["workload=tiny", "++workload.storage.storage_type=nfs"], "storage_type='nfs'"),
     (["workload=tiny", "++workload.checkpoint.format=hdf9"], "format='hdf9'"),
-    (["workload=tiny", "workload.checkpoint.fsyncc=1"], "not in the workload's YAML, so Hydra cannot override it"),
+    (["workload=tiny", "workload.checkpoint.fsyncc=1"], "not a key of the configuration (did you mean "
+                                                        "workload.checkpoint.fsync?)"),
+    (["workload=tiny", "workload.checkpoint.format=raw"], "not in the workload's YAML, so Hydra cannot override it: "
+                                                          "write ++workload.checkpoint.format=..."),
     (["workload=tiny", "++workload.checkpoint.fsync=[1"], "no viable alternative"),
     (["workload=tiny", "--config-dir", "/does/not/exist"], "--config-dir='/does/not/exist'"),
     (["workload=tiny", "++workload.workflow.train=True"], "workflow.train=True"),
@@ -83,6 +86,12 @@ RULES = [
     (["++workload.mode=lightning", "++workload.lightning.nhead=3"], "nhead=3 must divide ninp=200"),
     (["++workload.checkpoint.staging=real"], "workload.checkpoint.staging='real': applies to async saves only"),
     (["++workload.mode=fsdp", "++workload.model.model_datatype=int8"], "mode=fsdp trains in one of fp16, bf16"),
+    (["workload.checkpoint.formt=raw"], "workload.checkpoint.formt: not a key of the configuration (did you mean "
+                                        "workload.checkpoint.format?)"),
+    (["plan", "--world-size", "2", "--read-bandwidth", "1GB/s"], "the what-if needs --write-bandwidth, "
+                                                                 "--read-bandwidth and --mtbf-hours"),
+    (["plan", "--world-size", "2", "--write-bandwidth", "1GB/s", "--read-bandwidth", "1GB/s", "--mtbf-hours", "0"],
+     "--mtbf-hours=0.0: must be > 0"),
     (["++workload.mode=gds", "++workload.checkpoint.format=raw"], "workload.checkpoint.format='raw': applies to "
                                                                   "emulated runs only"),
 ]
@@ -90,7 +99,8 @@ RULES = [
 
 @pytest.mark.parametrize("args,said", RULES)
 def test_each_rule_has_its_bad_input(tmp_path, args, said):
-    res = dlio(["workload=tiny", "++workload.checkpoint.num_checkpoints_read=0", *args], tmp_path)
+    head = args[:1] if args[:1] == ["plan"] else []
+    res = dlio([*head, "workload=tiny", "++workload.checkpoint.num_checkpoints_read=0", *args[len(head):]], tmp_path)
     assert res.returncode == 2 and said in res.stderr, res.stderr
     assert res.stderr.count("error:") == 1 and "Traceback" not in res.stderr
     assert list(tmp_path.iterdir()) == [], "nothing may be created on bad input"

@@ -133,12 +133,15 @@ class Backend(ABC):
     def makedirs(self, path: str) -> None:  # noqa: B027 (a no-op default, on purpose)
         """Object stores have no folders."""
 
-    def probe_write(self, folder: str) -> None:
+    def probe_write(self, folder: str, keep_folders: bool = False) -> list[str]:
         """Make sure ``folder`` (relative to the root, as ``join`` takes it) can be written: write and
-        remove a small object there, leaving nothing. Raises StorageError naming the path and cause."""
+        remove a small object there. Returns the folders it created and left (``keep_folders``: so
+        that other hosts probe into them; the caller removes them once they have): none here.
+        Raises StorageError naming the path and cause."""
         path = self.join(folder, probe_name())
         self.put_small(path, b"dlio_ckpt probe")
         self.remove(path)
+        return []
 
     def remove_empty(self, path: str) -> None:  # noqa: B027
         """Remove a folder if it is empty (object stores have none): the tool never removes a folder

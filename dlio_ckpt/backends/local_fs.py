@@ -173,10 +173,11 @@ class LocalFSBackend(Backend):
         for here, folders, files in os.walk(path, onerror=_raise):
             rel = os.path.relpath(here, path)
             prefix = "" if rel == "." else rel + "/"
-            out += [prefix + f + "/" for f in folders] + [prefix + f for f in files]
+            links = [f for f in folders if os.path.islink(os.path.join(here, f))]  # listed as files: never entered
+            out += [prefix + f + "/" for f in folders if f not in links] + [prefix + f for f in files + links]
         return sorted(out)
 
-    def probe_write(self, folder: str) -> None:
+    def probe_write(self, folder: str, keep_folders: bool = False) -> list[str]:
         """Create the folder and its missing parents, write and remove a probe file in it, then remove
         the folders it created: a read-only or immutable folder, or one this user may not write, is
         found before the run (``os.access`` misses immutable files and some network file systems)."""
@@ -186,9 +187,11 @@ class LocalFSBackend(Backend):
             created.append(path)
             path = os.path.dirname(path)
         probe = os.path.join(self.join(folder), probe_name())
+        made: list[str] = []  # deepest last
         try:
-            for made in reversed(created):
-                os.mkdir(made)
+            for path in reversed(created):
+                os.mkdir(path)
+                made.append(path)
             fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
             try:
                 os.write(fd, b"dlio_ckpt probe")
@@ -196,14 +199,17 @@ class LocalFSBackend(Backend):
                 os.close(fd)
             os.remove(probe)
         except OSError as exc:
+            keep_folders = False
             where = exc.filename if isinstance(exc.filename, str) else probe
             raise _fail("cannot write", os.path.dirname(where) if where == probe else where, exc) from None
         finally:
-            for made in created:
-                try:
-                    os.rmdir(made)
-                except OSError:
-                    pass
+            if not keep_folders:
+                for path in reversed(made):
+                    try:
+                        os.rmdir(path)
+                    except OSError:
+                        pass  # what cannot be removed was not made empty by us; the error above says why
+        return made[::-1]  # deepest first: the order to remove them in
 
     def remove_empty(self, path: str) -> None:
         try:

@@ -44,26 +44,36 @@ class ObjectStore(Backend):
         parts = tuple(p.strip("/") for p in (self.bucket, self.prefix, *parts))
         return "/".join(p for p in parts if p and p != ".")
 
+    def _key(self, path: str) -> str:
+        """A path from :meth:`join` without its bucket ("" for the bucket itself)."""
+        return "" if path == self.bucket else path.removeprefix(self.bucket + "/")
+
+    def _rest(self, key: str) -> str:
+        """A key without the storage prefix ("" for the prefix itself)."""
+        if not self.prefix:
+            return key
+        return "" if key == self.prefix else key.removeprefix(self.prefix + "/")
+
     def key(self, path: str) -> str:
         """The object key of a path from :meth:`join` (hashed sub-prefix inserted if asked)."""
-        key = path.removeprefix(self.bucket + "/")
+        key = self._key(path)
         n = self.options.spread_prefixes
         if not n:
             return key
-        rest = key.removeprefix(self.prefix + "/") if self.prefix else key
+        rest = self._rest(key)
         spread = f"{zlib.crc32(rest.rsplit('/', 1)[-1].encode()) % n:0{len(f'{n - 1:x}')}x}"
         return "/".join(p for p in (self.prefix, spread, rest) if p)
 
     def key_prefixes(self, path: str) -> list[str]:
         """Every key prefix under which objects of folder ``path`` may lie (one per spread)."""
-        key = path.removeprefix(self.bucket + "/").strip("/")
+        key = self._key(path).strip("/")
         n = self.options.spread_prefixes
         if not n:
             return [key + "/" if key else ""]
-        rest = key.removeprefix(self.prefix + "/") if self.prefix else key
+        rest = self._rest(key)
         width = len(f"{n - 1:x}")
         spread = ["/".join(p for p in (self.prefix, f"{h:0{width}x}", rest) if p) + "/" for h in range(n)]
-        return [key + "/", *spread]
+        return ([key + "/"] if key else []) + spread
 
     def list_tree(self, path: str) -> list[str]:
         found: set[str] = set()
