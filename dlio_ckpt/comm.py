@@ -7,7 +7,6 @@ Why a wrapper (DCP's ``_DistWrapper``): the runner is written once and runs the 
 from __future__ import annotations
 
 import os
-import socket
 import sys
 import time
 from collections.abc import Callable
@@ -221,30 +220,3 @@ def said_elsewhere(exc: BaseException, rank: int) -> bool:
     """Whether another rank (rank 0, through :func:`on_root`) reports this error: then this one ends
     quietly, and a failure on rank 0 is one message, not one per rank."""
     return getattr(exc, "raised_on", rank) != rank
-
-
-def hostname() -> str:
-    return socket.gethostname()
-
-
-def host_memory() -> int:
-    """This host's physical memory in bytes (what the page cache can hold at most)."""
-    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-
-
-def proc_bytes(path: str, field: str) -> int | None:
-    """A ``field:   N kB`` line of a Linux /proc file, in bytes; None where there is none."""
-    try:
-        with open(path) as fh:
-            for line in fh:
-                if line.startswith(field + ":"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return None
-
-
-def available_memory() -> int:
-    """Bytes this host can still give processes without swapping (Linux's MemAvailable)."""
-    available = proc_bytes("/proc/meminfo", "MemAvailable")
-    return available if available is not None else os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES")

@@ -18,12 +18,13 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from .backends import Backend, check_options, get_backend
-from .backends.requests import Request, summarize
-from .comm import Comm, hostname, on_root
+from .comm import Comm, on_root
 from .config import Checkpoint, Workload, tier_key
 from .errors import ConfigError, StorageError
 from .failure import RunState, Watchdog, watching
+from .host import hostname
 from .planner import Plan
+from .requests import Request, summarize
 from .results import OpRecord, ProcessCost, finish_run
 from .steps import RECORD, Found, Writes, refuse_mixing, remove_ours, step_name
 

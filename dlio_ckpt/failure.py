@@ -20,7 +20,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from . import inflight
-from .comm import Comm, hostname
+from .comm import Comm
+from .host import hostname
 from .results import dumps, write_result
 
 

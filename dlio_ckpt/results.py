@@ -20,9 +20,10 @@ from datetime import datetime
 from typing import Any
 
 from . import goodput
-from .backends.requests import Request, summarize
-from .comm import Comm, host_memory, hostname, proc_bytes
+from .comm import Comm
+from .host import host_memory, hostname, peak_rss
 from .inflight import temporary
+from .requests import Request, summarize
 
 GIB = 1 << 30
 GB = 10**9
@@ -268,21 +269,6 @@ def finish_run(comm: Comm, run_dir: str, meta: dict[str, Any], run_start: float,
     result = summary([r for g in gathered for r in g[0]], checkpoint_bytes=checkpoint_bytes, meta=meta)
     write_result(f"{run_dir}/summary.json", dumps(result))
     return result
-
-
-def peak_rss() -> int:
-    """This process's peak resident memory in bytes: Linux's VmHWM, which :func:`reset_peak_rss`
-    can restart (so each sweep point reports its own), else getrusage's lifetime maximum."""
-    peak = proc_bytes("/proc/self/status", "VmHWM")
-    return peak if peak is not None else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-
-
-def reset_peak_rss() -> None:
-    try:
-        with open("/proc/self/clear_refs", "w") as fh:
-            fh.write("5")  # resets VmHWM to the current RSS (Linux >= 4.0)
-    except OSError:
-        pass
 
 
 def write_result(path: str, text: str) -> None:

@@ -17,7 +17,6 @@ from typing import Any
 from . import __version__
 from .backends import Backend
 from .background import BackgroundSaves, Staging, train
-from .comm import available_memory, hostname
 from .context import (
     GIB,
     RunContext,
@@ -33,6 +32,7 @@ from .context import (
 from .engine import Engine, FileTask, IOOptions, check_capabilities
 from .errors import ConfigError
 from .formats import Format, get_format
+from .host import available_memory, hostname
 from .planner import RankPlan, make_plan
 from .progress import progress_display
 from .steps import Writes, manifest_path, step_name

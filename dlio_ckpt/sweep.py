@@ -24,12 +24,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from .backends import Backend
-from .comm import Comm, MPIComm, PointAborted, PointComm, hostname, on_root, said_elsewhere
+from .comm import Comm, MPIComm, PointAborted, PointComm, on_root, said_elsewhere
 from .config import Workload, available_workloads, check_world_size, compose
 from .errors import ConfigError, DlioCkptError
 from .failure import RunState, Watchdog, on_signals, write_failed_summary
+from .host import hostname, reset_peak_rss
 from .launch import execute, probe_folder, start
-from .results import reset_peak_rss
 from .steps import remove_ours, survey
 from .sweep_results import write_sweep_files
 

@@ -22,10 +22,11 @@ from fsspec.asyn import sync
 from fsspec.exceptions import FSTimeoutError
 
 from ..errors import ConfigError, StorageError
+from ..requests import RequestLog
 from .base import parse_options
+from .counting import gcs_trace
 from .object_store import ObjectStore
 from .options import GCSOptions
-from .requests import RequestLog, gcs_trace
 
 # Without this, gcsfs >= 2025.x probes every bucket for hierarchical namespaces over gRPC, which
 # emulators do not serve (each call then waits ~60 s). Users who want the probe can set it first.

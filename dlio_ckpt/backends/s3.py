@@ -24,10 +24,11 @@ from typing import Any
 from s3torchconnectorclient._mountpoint_s3_client import MountpointS3Client, S3Exception
 
 from ..errors import ConfigError, StorageError
+from ..requests import RequestLog
 from .base import parse_options
+from .counting import CountedS3Client
 from .object_store import ObjectStore
 from .options import S3Options
-from .requests import CountedS3Client, RequestLog
 
 _NO_CREDENTIALS = ("no AWS credentials found: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (or "
                    "AWS_PROFILE), or storage_options.access_key_id and secret_access_key")

@@ -32,7 +32,7 @@ from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import fully_shard
 from torch.distributed.tensor import DTensor
 
-from ..comm import hostname, on_root
+from ..comm import on_root
 from ..context import (
     Clock,
     RunContext,
@@ -47,6 +47,7 @@ from ..context import (
     write_results,
 )
 from ..errors import ConfigError, StorageError, VerifyError
+from ..host import hostname
 from ..model import DATATYPE_BYTES, TransformerShape
 from ..steps import Writes
 from .llama import Llama

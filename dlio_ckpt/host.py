@@ -1,0 +1,54 @@
+"""This host and this process, as Linux tells them: the host's name and memory, what is still
+available, this process's peak resident memory (which a sweep restarts at each point).
+
+Why apart: the collectives (:mod:`dlio_ckpt.comm`) and the result files (:mod:`dlio_ckpt.results`) both
+need these facts and neither owns them; they read /proc, which is this module's one job.
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+import socket
+
+
+def hostname() -> str:
+    return socket.gethostname()
+
+
+def host_memory() -> int:
+    """This host's physical memory in bytes (what the page cache can hold at most)."""
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
+def proc_bytes(path: str, field: str) -> int | None:
+    """A ``field:   N kB`` line of a Linux /proc file, in bytes; None where there is none."""
+    try:
+        with open(path) as fh:
+            for line in fh:
+                if line.startswith(field + ":"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return None
+
+
+def available_memory() -> int:
+    """Bytes this host can still give processes without swapping (Linux's MemAvailable)."""
+    available = proc_bytes("/proc/meminfo", "MemAvailable")
+    return available if available is not None else os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES")
+
+
+def peak_rss() -> int:
+    """This process's peak resident memory in bytes: Linux's VmHWM, which :func:`reset_peak_rss`
+    can restart (so each sweep point reports its own), else getrusage's lifetime maximum."""
+    peak = proc_bytes("/proc/self/status", "VmHWM")
+    return peak if peak is not None else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+def reset_peak_rss() -> None:
+    try:
+        with open("/proc/self/clear_refs", "w") as fh:
+            fh.write("5")  # resets VmHWM to the current RSS (Linux >= 4.0)
+    except OSError:
+        pass
