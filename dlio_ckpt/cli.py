@@ -130,8 +130,10 @@ def _sweep(argv: list[str]) -> int:
 
 def _keys(argv: list[str]) -> int:
     """Every workload key, from the configuration's own models (so the list cannot drift from them)."""
-    from .backends.options import OPTIONS
+    from .backends import REGISTRY
     from .config import describe_keys
+
+    OPTIONS = {name: entry.options for name, entry in REGISTRY.items()}  # noqa: N806 (a table)
 
     accepts: dict[str, list[str]] = {}
     for kind, model in OPTIONS.items():

@@ -25,6 +25,8 @@ from pydantic import (
     model_validator,
 )
 
+from .backends import NAMES as BACKEND_NAMES
+from .backends import REGISTRY as BACKENDS
 from .errors import ConfigError
 
 Datatype = Literal["fp16", "bf16", "fp32", "fp64", "int8", "uint8"]
@@ -141,7 +143,7 @@ class Workflow(Section):
 
 
 class Storage(Section):
-    storage_type: Literal["local_fs", "parallel_fs", "s3", "gcs", "gds", "null"] = Field(
+    storage_type: Literal[BACKEND_NAMES] = Field(  # type: ignore[valid-type]
         "local_fs", description="the backend that moves the bytes")
     storage_root: str = Field("./", description="a folder, or [s3://|gs://]bucket[/prefix]")
     storage_options: dict[str, Any] = Field(default_factory=dict, description="the backend's options (below), "
@@ -151,7 +153,7 @@ class Storage(Section):
 
     def identity(self) -> tuple[str, str, str]:
         """What makes two storages the same place: type, root (a local path made absolute) and endpoint."""
-        root = os.path.abspath(self.storage_root) if self.storage_type in ("local_fs", "parallel_fs") \
+        root = os.path.abspath(self.storage_root) if BACKENDS[self.storage_type].local_folder \
             else self.storage_root.rstrip("/")
         return self.storage_type, root, str(self.storage_options.get("endpoint_url", ""))
 
@@ -285,7 +287,7 @@ class Workload(Section):
                 raise ConfigError(f"{key}.storage_root", st.storage_root,
                                   f"is the same storage as {seen[st.identity()]}: each tier must be another place")
             seen[st.identity()] = key
-            if self.tiers and st.storage_type in ("gds", "null"):
+            if self.tiers and not BACKENDS[st.storage_type].tier:
                 raise ConfigError(f"{key}.storage_type", st.storage_type,
                                   "cannot be a tier: a drain reads each file back and verifies it on the host")
         reader = everywhere[ck.read_tier]

@@ -8,46 +8,66 @@ package only matters to the user who asks for that backend.
 from __future__ import annotations
 
 import importlib
+from dataclasses import dataclass
 
 from ..errors import ConfigError
-from .base import Backend, Capabilities, DeviceMemory, Reader, Writer, parse_options
-from .options import OPTIONS
+from .base import Backend, Capabilities, DeviceMemory, Options, Reader, Writer, parse_options
+from .options import GCSOptions, GDSOptions, LocalFSOptions, S3Options
 
-_REGISTRY: dict[str, tuple[str, str, str, str]] = {
-    # storage_type: (module, class, what to install, the pip command that provides it)
-    "local_fs": ("dlio_ckpt.backends.local_fs", "LocalFSBackend", "", ""),
-    "parallel_fs": ("dlio_ckpt.backends.local_fs", "LocalFSBackend", "", ""),  # DLIO's name for Lustre/GPFS
-    "s3": ("dlio_ckpt.backends.s3", "S3Backend", "s3torchconnector", "pip install 'dlio_ckpt[s3]'"),
-    "gcs": ("dlio_ckpt.backends.gcs", "GCSBackend", "gcsfs", "pip install 'dlio_ckpt[gcs]'"),
-    "gds": ("dlio_ckpt.backends.gds", "GDSBackend", "kvikio and cupy built for your CUDA",
-            "pip install 'dlio_ckpt[gds-cu13]' for CUDA 13, 'dlio_ckpt[gds-cu12]' for CUDA 12"),
-    "null": ("dlio_ckpt.backends.null", "NullBackend", "", ""),
+
+@dataclass(frozen=True)
+class Entry:
+    """One backend: where its class lives (imported on use), its options model (checked without the
+    client, for ``plan``), what to install for it, and two facts the configuration's rules need."""
+
+    module: str
+    cls: str
+    options: type[Options]
+    needs: str = ""  # what to install
+    install: str = ""  # the pip command that provides it
+    local_folder: bool = False  # storage_root is a folder of this host's (compared as an absolute path)
+    tier: bool = True  # a drain can read its files back and verify them on the host
+
+
+REGISTRY: dict[str, Entry] = {  # the only list of storage types: the config's choices derive from it
+    "local_fs": Entry("dlio_ckpt.backends.local_fs", "LocalFSBackend", LocalFSOptions, local_folder=True),
+    "parallel_fs": Entry("dlio_ckpt.backends.local_fs", "LocalFSBackend", LocalFSOptions,  # DLIO's Lustre/GPFS
+                         local_folder=True),
+    "s3": Entry("dlio_ckpt.backends.s3", "S3Backend", S3Options, "s3torchconnector", "pip install 'dlio_ckpt[s3]'"),
+    "gcs": Entry("dlio_ckpt.backends.gcs", "GCSBackend", GCSOptions, "gcsfs", "pip install 'dlio_ckpt[gcs]'"),
+    "gds": Entry("dlio_ckpt.backends.gds", "GDSBackend", GDSOptions, "kvikio and cupy built for your CUDA",
+                 "pip install 'dlio_ckpt[gds-cu13]' for CUDA 13, 'dlio_ckpt[gds-cu12]' for CUDA 12",
+                 local_folder=True, tier=False),
+    "null": Entry("dlio_ckpt.backends.null", "NullBackend", Options, tier=False),
 }
+NAMES = tuple(REGISTRY)
 
 
-def check_options(storage_type: str, options: dict) -> None:
-    """Validate ``storage_options`` without importing the backend's client or connecting (``plan``)."""
-    parse_options(OPTIONS[storage_type], storage_type, options)
+def check_options(storage_type: str, options: dict) -> Options:
+    """``storage_options`` validated by the backend's own model, without importing its client or
+    connecting (``plan`` and the config checks)."""
+    return parse_options(REGISTRY[storage_type].options, storage_type, options)
 
 
 def get_backend(storage_type: str, root: str, options: dict, local_rank: int = 0) -> Backend:
     """``local_rank``: this process's index on its host, which picks its GPU where the backend
     moves device buffers."""
     try:
-        module, cls, needs, install = _REGISTRY[storage_type]
+        entry = REGISTRY[storage_type]
     except KeyError:
         raise ConfigError("workload.storage.storage_type", storage_type,
-                          f"unknown backend; choose one of {', '.join(sorted(_REGISTRY))}") from None
+                          f"unknown backend; choose one of {', '.join(sorted(REGISTRY))}") from None
+    parsed = check_options(storage_type, options)
     try:
-        backend_cls = getattr(importlib.import_module(module), cls)
+        backend_cls = getattr(importlib.import_module(entry.module), entry.cls)
     except ImportError as exc:
         raise ConfigError("workload.storage.storage_type", storage_type,
-                          f"install {needs} to use storage_type={storage_type} "
-                          f"({install}; missing module: {exc.name})") from None
+                          f"install {entry.needs} to use storage_type={storage_type} "
+                          f"({entry.install}; missing module: {exc.name})") from None
     if backend_cls.capabilities.device_buffers:
-        return backend_cls(root, options, local_rank=local_rank)
-    return backend_cls(root, options)
+        return backend_cls(root, parsed, local_rank=local_rank)
+    return backend_cls(root, parsed)
 
 
-__all__ = ["Backend", "Capabilities", "DeviceMemory", "Reader", "Writer", "check_options",
+__all__ = ["NAMES", "REGISTRY", "Backend", "Capabilities", "DeviceMemory", "Reader", "Writer", "check_options",
            "get_backend"]

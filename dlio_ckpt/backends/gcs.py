@@ -23,7 +23,6 @@ from fsspec.exceptions import FSTimeoutError
 
 from ..errors import ConfigError, StorageError
 from ..requests import RequestLog
-from .base import parse_options
 from .counting import gcs_trace
 from .object_store import ObjectStore
 from .options import GCSOptions
@@ -153,8 +152,8 @@ class GCSBackend(ObjectStore):
     scheme = "gs"
     options: GCSOptions
 
-    def __init__(self, root: str, options: dict[str, Any]) -> None:
-        super().__init__(root, parse_options(GCSOptions, self.name, options))
+    def __init__(self, root: str, options: GCSOptions) -> None:
+        super().__init__(root, options)
         o = self.options
         self.endpoint = o.endpoint_url or os.environ.get("STORAGE_EMULATOR_HOST")
         self.token = o.token or ("anon" if self.endpoint else None)

@@ -148,9 +148,9 @@ class GDSBackend(LocalFSBackend):
     capabilities = Capabilities(fsync=True, durable_on_close=False, odirect=True, alignment=4096,
                                 evict_cache=True, device_buffers=True)
 
-    options_model = GDSOptions
+    options: GDSOptions  # type: ignore[assignment]
 
-    def __init__(self, root: str, options: dict[str, Any], local_rank: int = 0) -> None:
+    def __init__(self, root: str, options: GDSOptions, local_rank: int = 0) -> None:  # type: ignore[override]
         super().__init__(root, options)
         count = _device_count()
         if count == 0:

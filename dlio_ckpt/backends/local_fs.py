@@ -9,7 +9,7 @@ from typing import Any
 
 from ..errors import ConfigError, StorageError
 from ..inflight import temporary
-from .base import Backend, Capabilities, Options, parse_options, probe_name
+from .base import Backend, Capabilities, probe_name
 from .options import LocalFSOptions
 
 
@@ -88,11 +88,11 @@ class LocalFSBackend(Backend):
     capabilities = Capabilities(fsync=True, durable_on_close=False, odirect=True, alignment=4096,
                                 evict_cache=True)
 
-    options_model: type[Options] = LocalFSOptions
+    options: LocalFSOptions
 
-    def __init__(self, root: str, options: dict[str, Any]) -> None:
+    def __init__(self, root: str, options: LocalFSOptions) -> None:
         self.root = root or "./"
-        self.options = parse_options(self.options_model, self.name, options)
+        self.options = options
 
     def check(self, writing: bool) -> None:
         """The root must be a folder, or creatable: its nearest existing parent a folder. Whether it

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .base import Backend, Capabilities, Options, parse_options
+from .base import Backend, Capabilities, Options
 
 
 class NullWriter:
@@ -35,8 +35,8 @@ class NullBackend(Backend):
     capabilities = Capabilities(fsync=True, durable_on_close=True, odirect=True, alignment=1,
                                 evict_cache=True, stores_data=False)
 
-    def __init__(self, root: str, options: dict[str, Any]) -> None:
-        self.options = parse_options(Options, self.name, options)
+    def __init__(self, root: str, options: Options) -> None:
+        self.options = options
         self._small: dict[str, bytes] = {}
 
     def check(self, writing: bool) -> None:

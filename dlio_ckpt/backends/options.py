@@ -95,5 +95,4 @@ class GDSOptions(Options):
     compat_mode: bool | None = Field(None, description="kvikio compatibility mode: None lets kvikio decide")
 
 
-OPTIONS: dict[str, type[Options]] = {"local_fs": LocalFSOptions, "parallel_fs": LocalFSOptions, "s3": S3Options,
-                                     "gcs": GCSOptions, "gds": GDSOptions, "null": Options}
+

@@ -25,7 +25,6 @@ from s3torchconnectorclient._mountpoint_s3_client import MountpointS3Client, S3E
 
 from ..errors import ConfigError, StorageError
 from ..requests import RequestLog
-from .base import parse_options
 from .counting import CountedS3Client
 from .object_store import ObjectStore
 from .options import S3Options
@@ -171,8 +170,8 @@ class S3Backend(ObjectStore):
     scheme = "s3"
     options: S3Options
 
-    def __init__(self, root: str, options: dict[str, Any]) -> None:
-        super().__init__(root, parse_options(S3Options, self.name, options))
+    def __init__(self, root: str, options: S3Options) -> None:
+        super().__init__(root, options)
         o = self.options
         for var, value in (("AWS_ACCESS_KEY_ID", o.access_key_id), ("AWS_SECRET_ACCESS_KEY", o.secret_access_key),
                            ("AWS_SESSION_TOKEN", o.session_token)):
