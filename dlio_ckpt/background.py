@@ -18,7 +18,8 @@ from typing import Any
 
 import numpy as np
 
-from .context import Clock, RunContext, record, timed
+from .context import Clock, record, timed
+from .emulation import EmulatedRun
 from .engine import Engine, FileTask
 from .results import OpRecord, ProcessCost
 from .tiers import Tiers
@@ -61,20 +62,21 @@ def train(seconds: float, kind: str, alarm: threading.Event) -> None:
 
 
 class BackgroundSaves:
-    """Checkpoints written in the background, one at a time; ``commit(step)`` is the step's manifest
-    (a collective: every process calls it at the same point, once the write is done everywhere)."""
+    """Checkpoints written in the background, one at a time; the run's ``commit(step)`` writes the
+    step's manifest (a collective: every process calls it at the same point, once the write is done
+    everywhere)."""
 
-    def __init__(self, ctx: RunContext, engine: Engine, commit: Callable[[int, float], None], tiers: Tiers) -> None:
-        self.ctx, self.engine, self.commit, self.tiers = ctx, engine, commit, tiers
+    def __init__(self, run: EmulatedRun, engine: Engine, tiers: Tiers) -> None:
+        self.run, self.ctx, self.engine, self.tiers = run, run.ctx, engine, tiers
         self.records: list[OpRecord] = []
         self._pending: tuple[int, Clock, float, threading.Thread, dict[str, Any], int] | None = None
 
-    def save(self, step: int, todo: list[FileTask], stage: Callable[[], None], prepare: Callable[[], None]) -> None:
+    def save(self, step: int, todo: list[FileTask], stage: Callable[[], None]) -> None:
         """Checkpoint ``step``: wait for (and commit) the previous one, stage, start the write."""
         with timed(self.ctx, "save", step) as clock:
             stalled = self.wait() + self.tiers.make_room(step)
             stage()  # the device-to-host copy that holds training
-            prepare()
+            self.run.prepare(step)
             self.ctx.comm.barrier()  # the step's folder exists before any process writes into it
             box: dict[str, Any] = {}
             thread = threading.Thread(target=self._write, args=(step, todo, box), name="dlio_ckpt_async", daemon=True)
@@ -107,5 +109,6 @@ class BackgroundSaves:
         self.records.append(record(self.ctx, "save", step, clock, box["bytes"], files, seconds=box["end"] - clock.t0,
                                    file_times=self.engine.take_file_times(), held=clock.seconds, stalled=stalled,
                                    ended=box["cost"]))
-        self.commit(step, self.records[-1].duration)
+        self.run.commit(step, self.records[-1].duration)
+        self.tiers.committed(step)
         return waited

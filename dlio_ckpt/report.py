@@ -18,7 +18,7 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from .runfiles import Run, load_run, operations
+from .runfiles import FIGURES, REPORT_FILES, Run, load_run, operations
 
 PHASE_COLOURS = {"save": "#1f77b4", "load": "#ff7f0e"}
 SYNC_COLOUR = "#9e9e9e"
@@ -253,9 +253,8 @@ def requests_figure(run: Run, path: Path) -> None:
     plt.close(fig)
 
 
-FIGURES = {"throughput.png": throughput_figure, "durations.png": durations_figure,
-           "stragglers.png": heatmap_figure, "timeline.png": timeline_figure}
-REPORT_FILES = (*FIGURES, "requests.png", "report.html")  # what report may write into a run folder
+DRAW = dict(zip(FIGURES, (throughput_figure, durations_figure, heatmap_figure, timeline_figure, requests_figure),
+                strict=True))
 
 
 def write_report(path: str) -> list[Path]:
@@ -263,7 +262,7 @@ def write_report(path: str) -> list[Path]:
     run = load_run(path, need_stats=True)
     folder = run.folder
     written = []
-    figures = {**FIGURES, **({REPORT_FILES[-2]: requests_figure} if "requests" in run.summary else {})}
+    figures = {name: draw for name, draw in DRAW.items() if draw is not requests_figure or "requests" in run.summary}
     for name, draw in figures.items():
         draw(run, folder / name)
         written.append(folder / name)

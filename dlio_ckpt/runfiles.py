@@ -42,14 +42,14 @@ class Run:
 
 
 RESULT_FILES = ("summary.json", "dlio_ckpt.log", ".hydra/config.yaml", ".hydra/overrides.yaml")
+FIGURES = ("throughput.png", "durations.png", "stragglers.png", "timeline.png", "requests.png")  # report's
+REPORT_FILES = (*FIGURES, "report.html")  # what report may write into a run folder
 PER_PROCESS = re.compile(r"(\d+)_per_epoch_stats\.json")
 
 
 def results_in(folder: Path) -> list[Path]:
     """What a run and its report write in a run folder, of what is there now, and nothing else:
     a folder holding any of it holds a run."""
-    from .report import REPORT_FILES
-
     if not folder.is_dir():
         return []
     named = [folder / n for n in (*RESULT_FILES, *REPORT_FILES)]

@@ -8,14 +8,11 @@ runs the same on one process and on a thousand.
 
 from __future__ import annotations
 
-import json
 import logging
 import secrets
 from collections import Counter
 from typing import Any
 
-from . import __version__
-from .backends import Backend
 from .background import BackgroundSaves, Staging, train
 from .context import (
     GIB,
@@ -29,47 +26,17 @@ from .context import (
     timed,
     write_results,
 )
+from .emulation import EmulatedRun, check_manifest, expected_files, io_options, mine, shard_bytes
 from .engine import Engine, FileTask, IOOptions, check_capabilities
 from .errors import ConfigError
-from .formats import Format, get_format
+from .formats import get_format
 from .host import available_memory, hostname
 from .planner import RankPlan, make_plan
 from .progress import progress_display
-from .steps import Writes, manifest_path, step_name
-from .synthetic import file_key
+from .steps import Writes
 from .tiers import Tiers
 
 log = logging.getLogger("dlio_ckpt")
-
-
-def io_options(ctx: RunContext) -> IOOptions:
-    ck = ctx.ck
-    return IOOptions(ck.fsync, ck.odirect, not ck.read_from_page_cache, ck.verify, ck.chunk_size)
-
-
-def mine(ctx: RunContext, process: int | None = None) -> list[RankPlan]:
-    """The logical ranks this process (or ``process``) emulates: a contiguous share of the plan."""
-    per, p = ctx.world_size // ctx.comm.size, ctx.comm.rank if process is None else process
-    return list(ctx.plan.ranks[p * per:(p + 1) * per])
-
-
-def shard_bytes(ctx: RunContext, process: int | None = None) -> list[int]:
-    """The payload of each logical rank this process (or ``process``) emulates: what async staging copies."""
-    return [p.payload_bytes for p in mine(ctx, process)]
-
-
-def tasks(ctx: RunContext, fmt: Format, step: int, plans: list[RankPlan], backend: Backend | None = None,
-          ) -> list[FileTask]:
-    """The files of ``plans`` at ``step`` on ``backend`` (a tier; the first by default)."""
-    base = ctx.path(step, backend=backend)
-    return [FileTask(f"{base}/{f.stem}{fmt.extension}", tuple(fmt.segments(f)), file_key(step, p.rank, i))
-            for p in plans for i, f in enumerate(p.files)]
-
-
-def expected_files(ctx: RunContext, fmt: Format) -> dict[str, int]:
-    """Every file of a step (all ranks) and its size: what a manifest lists (for pt this formats
-    every file's headers, so it is made once per run)."""
-    return {t.path.rsplit("/", 1)[1]: t.size for t in tasks(ctx, fmt, 0, list(ctx.plan.ranks))}
 
 
 def preflight(ctx: RunContext) -> None:
@@ -90,9 +57,9 @@ def preflight(ctx: RunContext) -> None:
                     Writes.of_run(ck, files=names))
     if ck.num_checkpoints_write == 0:
         files = ctx.on_root_io(lambda: expected_files(ctx, fmt))
-        key = ctx.on_root_io(lambda: _check_manifest(ctx, files, 1, None))
+        key = ctx.on_root_io(lambda: check_manifest(ctx, files, 1, None))
         for i in range(2, ck.num_checkpoints_read + 1):
-            ctx.on_root_io(lambda i=i: _check_manifest(ctx, files, i, key))
+            ctx.on_root_io(lambda i=i: check_manifest(ctx, files, i, key))
 
 
 def _check_staging_memory(ctx: RunContext) -> None:
@@ -107,25 +74,6 @@ def _check_staging_memory(ctx: RunContext) -> None:
                               f"holds each process's shards in host memory: {need / GIB:.2f} GiB on {host}, "
                               f"which has {free / GIB:.2f} GiB available (at most 80% may be used): use "
                               "staging=modelled, a smaller checkpoint.scale, or more hosts")
-
-
-def _check_manifest(ctx: RunContext, files: dict[str, int], step: int, run_key: int | None) -> int:
-    """The run key of a complete step on the read tier that matches this run's layout; an error otherwise."""
-    backend = ctx.tiers[ctx.ck.read_tier]
-    raw = backend.get_small(manifest_path(backend, ctx.ck.checkpoint_folder, step))
-    key, folder = "workload.checkpoint.num_checkpoints_read", backend.join(ctx.ck.checkpoint_folder)
-    if raw is None:
-        raise ConfigError(key, ctx.ck.num_checkpoints_read, f"step {step} has no complete checkpoint in {folder} "
-                          f"(no {step_name(step)}.manifest.json): write it first")
-    m = json.loads(raw)
-    if m["files"] != files:
-        raise ConfigError(key, ctx.ck.num_checkpoints_read,
-                          f"{step_name(step)} in {folder} was written with another layout "
-                          f"(workload {m['workload']}, world size {m['world_size']}, format {m['format']}, "
-                          f"scale {m['scale']})")
-    if run_key is not None and m["run_key"] != run_key:
-        raise ConfigError(key, None, f"{step_name(step)} manifest does not belong to this run")
-    return int(m["run_key"])
 
 
 def _read_plans(ctx: RunContext) -> list[RankPlan]:
@@ -151,7 +99,7 @@ def run(ctx: RunContext) -> dict[str, Any] | None:
         run_key = comm.bcast(secrets.randbits(63) if comm.rank == 0 else None)
         start_writing(ctx, lambda: ck.num_checkpoints_write * sum(files.values()))
     else:
-        run_key = ctx.on_root_io(lambda: _check_manifest(ctx, files, 1, None))
+        run_key = ctx.on_root_io(lambda: check_manifest(ctx, files, 1, None))
     # rank 0's share of each checkpoint (none for async saves: they run behind training)
     shown = progress_display(comm.rank == 0 and ck.progress and not ck.async_save, ck.progress_interval)
 
@@ -177,30 +125,9 @@ def run(ctx: RunContext) -> dict[str, Any] | None:
                               stalled=stalled, backend=engine.backend))
         retries[phase] += engine.retries - before
 
-    def prepare(i: int) -> None:
-        if comm.rank == 0:
-            with ctx.watch():
-                ctx.backend.remove(manifest_path(ctx.backend, ck.checkpoint_folder, i))  # being rewritten
-                ctx.backend.makedirs(ctx.path(i))
-
-    def manifest(i: int) -> dict[str, Any]:
-        return {"tool": "dlio_ckpt", "version": __version__, "step": i, "complete": True,
-                "workload": ctx.workload.model.name, "world_size": ctx.world_size, "format": fmt.name,
-                "scale": ck.scale, "run_key": run_key, "files": files}
-
-    def commit(i: int, seconds: float) -> None:
-        state.phase = "commit"
-        everyone = comm.gather(seconds)  # all processes finished the step: rank 0 commits it, last
-
-        def put() -> None:
-            ctx.backend.put_small(manifest_path(ctx.backend, ck.checkpoint_folder, i), json.dumps(manifest(i)).encode())
-            log.info("save_ckpt%d: %.3f s, %d files", i, max(everyone), len(files))  # summary.json's duration
-        ctx.on_root_io(put)  # every process learns it is committed, or rank 0's failure
-        state.committed = [*(state.committed or []), i]
-        tiers.committed(i)
-
-    tiers = Tiers(ctx, run_key, manifest, lambda i, backend: tasks(ctx, fmt, i, mine(ctx), backend))
-    background = BackgroundSaves(ctx, engine, commit, tiers) if ck.async_save else None
+    run = EmulatedRun(ctx, fmt, run_key, files)
+    tiers = Tiers(run)
+    background = BackgroundSaves(run, engine, tiers) if ck.async_save else None
     shards = shard_bytes(ctx)
     stage = Staging(ck.staging, ck.staging_gb_per_second, max(shards), sum(shards)) if ck.async_save else None
     for i in range(1, ck.num_checkpoints_write + 1):
@@ -210,12 +137,13 @@ def run(ctx: RunContext) -> dict[str, Any] | None:
         state.phase = "save"
         if background is None:
             stalled = tiers.make_room(i)
-            prepare(i)
-            one("save", i, tasks(ctx, fmt, i, mine(ctx)), stalled)
+            run.prepare(i)
+            one("save", i, run.tasks(i), stalled)
             tiers.written(i)
-            commit(i, records[-1].duration)
+            run.commit(i, records[-1].duration)
+            tiers.committed(i)
         else:
-            background.save(i, tasks(ctx, fmt, i, mine(ctx)), stage, lambda i=i: prepare(i))
+            background.save(i, run.tasks(i), stage)
             records[:] = background.records  # the previous checkpoint's, once committed
     if background is not None:
         background.wait()
@@ -228,8 +156,8 @@ def run(ctx: RunContext) -> dict[str, Any] | None:
     read_engine = engine if reader is ctx.backend else Engine(reader, run_key, io_options(ctx), progress)
     for i in range(1, ck.num_checkpoints_read + 1):
         state.phase, state.step = "load", i
-        ctx.on_root_io(lambda i=i: _check_manifest(ctx, files, i, run_key))
-        one("load", i, tasks(ctx, fmt, i, read_plans, reader), engine=read_engine)
+        ctx.on_root_io(lambda i=i: check_manifest(ctx, files, i, run_key))
+        one("load", i, run.tasks(i, reader, read_plans), engine=read_engine)
         say_done(ctx, f"load_ckpt{i}", records[-1].duration, "verified" if ck.verify else "read")
     engine.close()
     if read_engine is not engine:

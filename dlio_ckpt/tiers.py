@@ -19,13 +19,13 @@ import logging
 import queue
 import threading
 import time
-from collections.abc import Callable
 from typing import Any
 
 from .backends import Backend
 from .config import tier_key
-from .context import RunContext, tier_backend
-from .engine import Engine, FileTask, IOOptions
+from .context import tier_backend
+from .emulation import EmulatedRun
+from .engine import Engine, IOOptions
 from .errors import DlioCkptError, StorageError, VerifyError
 from .results import OpRecord, ProcessCost
 from .steps import manifest_path, remove_step, step_name
@@ -37,13 +37,13 @@ class Drain:
     """This process's drain thread: copies its own files of each step down the tiers, in order,
     and keeps what it has copied (and the first failure, named by step and tier) for the main thread."""
 
-    def __init__(self, ctx: RunContext, run_key: int, todo: Callable[[int, Backend], list[FileTask]],
-                 where: list[str]) -> None:
-        self.ctx, self._todo, self._where = ctx, todo, where
+    def __init__(self, run: EmulatedRun, where: list[str]) -> None:
+        ctx = self.ctx = run.ctx
+        self.run, self._where = run, where
         # its own clients: its requests are its own, and it shares no connection with a save
         self._backends = [tier_backend(ctx.workload, k, ctx.comm.local_rank) for k in range(len(where))]
         options = IOOptions(fsync=ctx.ck.fsync, chunk_size=ctx.ck.chunk_size)
-        self._engines = [Engine(b, run_key, options, self._progress) for b in self._backends[1:]]
+        self._engines = [Engine(b, run.run_key, options, self._progress) for b in self._backends[1:]]
         self.done: dict[tuple[int, int], OpRecord] = {}  # (step, tier) -> this process's copy
         self.error: BaseException | None = None
         self._changed = threading.Condition()
@@ -90,7 +90,7 @@ class Drain:
 
     def _copy(self, step: int, k: int, source: Backend, target: Backend) -> OpRecord:
         folder = (self.ctx.ck.checkpoint_folder, step_name(step))
-        todo = self._todo(step, source)
+        todo = self.run.tasks(step, source)
         start, t0, cost = time.time(), time.perf_counter(), ProcessCost.now()
         with self.ctx.watch():
             target.makedirs(target.join(*folder))
@@ -117,9 +117,9 @@ class Tiers:
     """What is durable where, for one process: every process keeps the same account of the markers
     and settles its drain's copies at the same points; rank 0 alone writes markers and removes steps."""
 
-    def __init__(self, ctx: RunContext, run_key: int, manifest: Callable[[int], dict[str, Any]],
-                 todo: Callable[[int, Backend], list[FileTask]]) -> None:
-        self.ctx, self._manifest = ctx, manifest
+    def __init__(self, run: EmulatedRun) -> None:
+        ctx = self.ctx = run.ctx
+        self.run = run
         storages = ctx.workload.storages
         self.keep = [st.keep_last for st in storages]
         self.where = [f"{tier_key(k)} ({st.storage_type} {st.storage_root})" for k, st in enumerate(storages)]
@@ -129,7 +129,7 @@ class Tiers:
             ctx.state.durable = self.marked  # a failed summary says what is durable where
         self.records: list[OpRecord] = []  # this process's drains whose step is marked on their tier
         self._settled: set[tuple[int, int]] = set()  # (step, tier) ever marked: a removed step stays settled
-        self.drain = Drain(ctx, run_key, todo, self.where) if len(storages) > 1 else None
+        self.drain = Drain(run, self.where) if len(storages) > 1 else None
 
     def written(self, step: int) -> None:
         """This process's files of ``step`` are whole on the first tier: copy them down (any thread)."""
@@ -172,7 +172,7 @@ class Tiers:
         for step, k in sorted(everywhere - self._settled):
             if step not in self.marked[k - 1]:
                 continue  # not marked above yet: marked at a later settle
-            body = json.dumps({**self._manifest(step), "tier": k}).encode()
+            body = json.dumps({**self.run.manifest(step), "tier": k}).encode()
             target = self.ctx.tiers[k]
             self.ctx.on_root_io(lambda t=target, s=step, b=body: t.put_small(
                 manifest_path(t, self.ctx.ck.checkpoint_folder, s), b))

@@ -1,0 +1,117 @@
+"""One emulated run's checkpoints as an object: whose files each process writes, the tasks of a
+step on any tier, a step's manifest, its preparation and its commit.
+
+Why an object below :mod:`dlio_ckpt.background` and :mod:`dlio_ckpt.tiers`: async saves and drains
+need the same few facts of the run (its tasks, its manifest, how a step is prepared and committed).
+Handed this object, they ask it; nothing is passed down as a callback that calls back up, and the
+mode (:mod:`dlio_ckpt.runner`) is left with the choreography alone.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import Any
+
+from . import __version__
+from .backends import Backend
+from .context import RunContext
+from .engine import FileTask, IOOptions
+from .errors import ConfigError
+from .formats import Format
+from .planner import RankPlan
+from .steps import manifest_path, step_name
+from .synthetic import file_key
+
+log = logging.getLogger("dlio_ckpt")
+
+
+def io_options(ctx: RunContext) -> IOOptions:
+    ck = ctx.ck
+    return IOOptions(ck.fsync, ck.odirect, not ck.read_from_page_cache, ck.verify, ck.chunk_size)
+
+
+def mine(ctx: RunContext, process: int | None = None) -> list[RankPlan]:
+    """The logical ranks this process (or ``process``) emulates: a contiguous share of the plan."""
+    per, p = ctx.world_size // ctx.comm.size, ctx.comm.rank if process is None else process
+    return list(ctx.plan.ranks[p * per:(p + 1) * per])
+
+
+def shard_bytes(ctx: RunContext, process: int | None = None) -> list[int]:
+    """The payload of each logical rank this process (or ``process``) emulates: what async staging copies."""
+    return [p.payload_bytes for p in mine(ctx, process)]
+
+
+def tasks(ctx: RunContext, fmt: Format, step: int, plans: list[RankPlan], backend: Backend | None = None,
+          ) -> list[FileTask]:
+    """The files of ``plans`` at ``step`` on ``backend`` (a tier; the first by default)."""
+    base = ctx.path(step, backend=backend)
+    return [FileTask(f"{base}/{f.stem}{fmt.extension}", tuple(fmt.segments(f)), file_key(step, p.rank, i))
+            for p in plans for i, f in enumerate(p.files)]
+
+
+def expected_files(ctx: RunContext, fmt: Format) -> dict[str, int]:
+    """Every file of a step (all ranks) and its size: what a manifest lists (for pt this formats
+    every file's headers, so it is made once per run)."""
+    return {t.path.rsplit("/", 1)[1]: t.size for t in tasks(ctx, fmt, 0, list(ctx.plan.ranks))}
+
+
+class EmulatedRun:
+    """The run's checkpoints: ``files`` (every file of a step and its size) is rank 0's, who writes
+    the manifests; ``run_key`` stamps every block of the run's data."""
+
+    def __init__(self, ctx: RunContext, fmt: Format, run_key: int, files: dict[str, int]) -> None:
+        self.ctx, self.fmt, self.run_key, self.files = ctx, fmt, run_key, files
+
+    def tasks(self, step: int, backend: Backend | None = None, plans: list[RankPlan] | None = None,
+              ) -> list[FileTask]:
+        """This process's files of ``step`` (or those of ``plans``) on ``backend`` (the first tier by default)."""
+        return tasks(self.ctx, self.fmt, step, mine(self.ctx) if plans is None else plans, backend)
+
+    def manifest(self, step: int) -> dict[str, Any]:
+        ctx, ck = self.ctx, self.ctx.ck
+        return {"tool": "dlio_ckpt", "version": __version__, "step": step, "complete": True,
+                "workload": ctx.workload.model.name, "world_size": ctx.world_size, "format": self.fmt.name,
+                "scale": ck.scale, "run_key": self.run_key, "files": self.files}
+
+    def prepare(self, step: int) -> None:
+        """Before ``step`` is written: rank 0 removes its manifest (it is being rewritten) and makes its folder."""
+        ctx = self.ctx
+        if ctx.comm.rank == 0:
+            with ctx.watch():
+                ctx.backend.remove(manifest_path(ctx.backend, ctx.ck.checkpoint_folder, step))
+                ctx.backend.makedirs(ctx.path(step))
+
+    def commit(self, step: int, seconds: float) -> None:
+        """Every process has finished ``step`` (``seconds``: this process's time for it): rank 0 writes
+        its manifest, last, and every process learns it is committed (or rank 0's failure). A collective."""
+        ctx = self.ctx
+        ctx.state.phase = "commit"
+        everyone = ctx.comm.gather(seconds)
+
+        def put() -> None:
+            ctx.backend.put_small(manifest_path(ctx.backend, ctx.ck.checkpoint_folder, step),
+                                  json.dumps(self.manifest(step)).encode())
+            log.info("save_ckpt%d: %.3f s, %d files", step, max(everyone), len(self.files))  # summary.json's
+        ctx.on_root_io(put)
+        ctx.state.committed = [*(ctx.state.committed or []), step]
+
+
+def check_manifest(ctx: RunContext, files: dict[str, int], step: int, run_key: int | None) -> int:
+    """The run key of a complete step on the read tier that matches this run's layout (``files``);
+    an error (exit 2) otherwise."""
+    backend = ctx.tiers[ctx.ck.read_tier]
+    raw = backend.get_small(manifest_path(backend, ctx.ck.checkpoint_folder, step))
+    key, folder = "workload.checkpoint.num_checkpoints_read", backend.join(ctx.ck.checkpoint_folder)
+    if raw is None:
+        raise ConfigError(key, ctx.ck.num_checkpoints_read, f"step {step} has no complete checkpoint in {folder} "
+                          f"(no {step_name(step)}.manifest.json): write it first")
+    m = json.loads(raw)
+    if m["files"] != files:
+        raise ConfigError(key, ctx.ck.num_checkpoints_read,
+                          f"{step_name(step)} in {folder} was written with another layout "
+                          f"(workload {m['workload']}, world size {m['world_size']}, format {m['format']}, "
+                          f"scale {m['scale']})")
+    if run_key is not None and m["run_key"] != run_key:
+        raise ConfigError(key, None, f"{step_name(step)} manifest does not belong to this run")
+    return int(m["run_key"])
