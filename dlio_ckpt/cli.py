@@ -16,7 +16,7 @@ import traceback
 from typing import Any
 
 from . import __version__
-from .comm import Comm, SelfComm, get_comm, on_root, said_elsewhere
+from .comm import Comm, SelfComm, end, get_comm, on_root, said_elsewhere
 from .config import check_world_size, compose
 from .errors import ConfigError, DlioCkptError
 
@@ -96,15 +96,15 @@ def main(argv: list[str] | None = None) -> int:
         args = parser.parse_intermixed_args(argv)  # options may come between overrides
         if command == "plan":
             return _plan(args)
-        return _run(args, comm)
-    except (ConfigError, _ArgError) as exc:
+        return end(comm, _run(args, comm))
+    except DlioCkptError as exc:  # bad input (2), or storage unusable (1), alike on every rank before the run
         if comm.rank == 0:
             print(f"dlio_ckpt: error: {exc}", file=sys.stderr)
-        return 2
-    except DlioCkptError as exc:  # raised alike on every rank before the run (storage unusable)
+        return end(comm, exc.exit_code)
+    except _ArgError as exc:
         if comm.rank == 0:
             print(f"dlio_ckpt: error: {exc}", file=sys.stderr)
-        return exc.exit_code
+        return end(comm, 2)
 
 
 def _sweep(argv: list[str]) -> int:

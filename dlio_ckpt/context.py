@@ -52,6 +52,7 @@ class RunContext:
     tiers: list[Backend] = field(default_factory=list)  # [backend, then workload.tiers' backends]
     alarm: threading.Event = field(default_factory=threading.Event)  # set by a failed background thread
     writes: Writes = Writes(())  # what this run writes in the checkpoint folder (prepare_storage)
+    fsync_wording: str = ""  # the mode's: what checkpoint.fsync makes it do (summary.json io.fsync)
     found: list[Found] = field(default_factory=list)  # rank 0: what each tier's folder held before the run
 
     def __post_init__(self) -> None:
@@ -272,14 +273,15 @@ def evict_before_read(ctx: RunContext, paths: list[str]) -> None:
             ctx.backend.evict(path)
 
 
-def fsync_meaning(ctx: RunContext, what: str) -> str | bool:
-    """What ``checkpoint.fsync`` meant on this storage, said plainly (``what``: how this mode syncs)."""
+def fsync_meaning(ctx: RunContext) -> str | bool:
+    """What ``checkpoint.fsync`` meant on this storage, said plainly, the same way for every mode
+    (``ctx.fsync_wording``: how the mode syncs)."""
     caps = ctx.backend.capabilities
     if not caps.stores_data:
         return "nothing stored: null storage"
     if caps.durable_on_close:
         return "implicit: each object is committed when its upload completes"
-    return what if ctx.ck.fsync else False
+    return ctx.fsync_wording if ctx.ck.fsync else False
 
 
 def read_cache(ctx: RunContext) -> str:
@@ -298,11 +300,13 @@ def write_results(ctx: RunContext, records: list[OpRecord], checkpoint_bytes: in
                   mine: Any = None, describe: Callable[[list[Any]], dict[str, Any]] | None = None,
                   ) -> dict[str, Any] | None:
     """``summary.json`` and the per-process files for any mode: ``io`` is what the mode says of its
-    I/O, ``mine`` this process's own facts, listed as ``per_process`` unless ``describe`` turns them
-    into other summary fields. ``checkpoint_bytes``: one checkpoint, all processes, as written."""
+    I/O (what fsync and the read cache meant are said here, alike for every mode), ``mine`` this
+    process's own facts, listed as ``per_process`` unless ``describe`` turns them into other summary
+    fields. ``checkpoint_bytes``: one checkpoint, all processes, as written."""
     def fields(per_process: list[Any]) -> dict[str, Any]:
         base = {"mode": ctx.workload.mode, "num_accelerators": ctx.world_size,
-                "io": {"storage_type": ctx.backend.name, "storage": ctx.backend.describe(), **io}}
+                "io": {"storage_type": ctx.backend.name, "storage": ctx.backend.describe(),
+                       "fsync": fsync_meaning(ctx), "read_cache": read_cache(ctx), **io}}
         if ctx.counts_requests:  # results.summary adds the checkpoints' own
             base["requests"] = {"outside_checkpoints": summarize([q for _, out in per_process for q in out]),
                                 "note": REQUESTS_NOTE}

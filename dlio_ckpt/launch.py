@@ -20,7 +20,7 @@ from omegaconf import OmegaConf
 from .backends import get_backend
 from .comm import Comm, on_root
 from .config import Workload
-from .context import RunContext, tier_backend
+from .context import RunContext, prepare_storage, start_writing, tier_backend
 from .errors import ConfigError, StorageError
 from .failure import RunState, Watchdog
 from .modes import Mode, load_mode
@@ -38,6 +38,9 @@ def start(workload: Workload, comm: Comm, world_size: int, state: RunState,
     tiers = [tier_backend(workload, k, comm.local_rank) for k in range(len(workload.storages))]
     ctx = RunContext(workload, comm, tiers[0], world_size, state, watchdog, tiers=tiers)
     mode.preflight(ctx)
+    ctx.fsync_wording = mode.FSYNC
+    prepare_storage(ctx, lambda: mode.needed_bytes(ctx), mode.writes(ctx))
+    mode.check_reads(ctx)
     state.phase = "setup"  # checks passed: what fails from here is not a storage check
     return mode, ctx
 
@@ -78,6 +81,8 @@ def execute(mode: Mode, ctx: RunContext, run_dir: str, raw: dict, overrides: lis
     ctx.meta = {"workload": ctx.workload.model.name, "run_id": ctx.state.run_id, "world_size": ctx.world_size,
                 "run_dir": run_dir, "command": " ".join(["dlio_ckpt", *(redact(a) for a in command)])}
     ctx.started = time.time()
+    if ctx.ck.num_checkpoints_write > 0:
+        start_writing(ctx, lambda: mode.needed_bytes(ctx))
     result = mode.run(ctx)
     if result is not None:
         m = result["metric"]

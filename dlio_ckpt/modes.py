@@ -13,6 +13,7 @@ from typing import Any, Protocol
 
 from .context import RunContext
 from .errors import ConfigError
+from .steps import Writes
 
 _MODES: dict[str, tuple[str, str]] = {
     # mode: (module, what provides its imports)
@@ -25,8 +26,25 @@ _MODES: dict[str, tuple[str, str]] = {
 
 
 class Mode(Protocol):
-    def preflight(self, ctx: RunContext) -> None: ...
-    def run(self, ctx: RunContext) -> dict[str, Any] | None: ...
+    """What :mod:`dlio_ckpt.launch` needs of a mode to run the sequence every mode shares (checks,
+    storage prepared, the checkpoint folder replaced and recorded, the run, its result files)."""
+
+    FSYNC: str  # what checkpoint.fsync makes this mode do, said plainly (summary.json io.fsync)
+
+    def preflight(self, ctx: RunContext) -> None:
+        """Checks that need no storage (the emulated mode builds its plan here)."""
+
+    def writes(self, ctx: RunContext) -> Writes:
+        """What it may write in the checkpoint folder (the run record)."""
+
+    def needed_bytes(self, ctx: RunContext) -> int:
+        """Bytes of every checkpoint it writes, for the room check (asked on rank 0 only)."""
+
+    def check_reads(self, ctx: RunContext) -> None:
+        """Checks that need the storage checked first (a read-only run's steps)."""
+
+    def run(self, ctx: RunContext) -> dict[str, Any] | None:
+        """The run, ending with its result files (``context.write_results``); the summary on rank 0."""
 
 
 def load_mode(mode: str) -> Mode:

@@ -14,18 +14,7 @@ from collections import Counter
 from typing import Any
 
 from .background import BackgroundSaves, Staging, train
-from .context import (
-    GIB,
-    RunContext,
-    fsync_meaning,
-    prepare_storage,
-    read_cache,
-    record,
-    say_done,
-    start_writing,
-    timed,
-    write_results,
-)
+from .context import GIB, RunContext, record, say_done, timed, write_results
 from .emulation import EmulatedRun, check_manifest, expected_files, io_options, mine, shard_bytes
 from .engine import Engine, FileTask, IOOptions, check_capabilities
 from .errors import ConfigError
@@ -39,22 +28,34 @@ from .tiers import Tiers
 log = logging.getLogger("dlio_ckpt")
 
 
+FSYNC = "every file fsynced before the process's end time"
+
+
 def preflight(ctx: RunContext) -> None:
-    """The plan (built and validated once), then the checks that need storage but must fail before
-    anything is created: storage usable and big enough, no earlier run's checkpoints mixed in, and
-    for a read-only run every step it will read complete and of this layout."""
+    """The plan (built and validated once), and what the storages must be able to do for it."""
     ctx.plan = make_plan(ctx.workload, ctx.world_size)
     ctx.plan.validate()
     check_capabilities(ctx.backend, io_options(ctx))
-    ck, fmt = ctx.ck, get_format(ctx.ck.format)
+    ck = ctx.ck
     for backend in ctx.tiers[1:]:  # drains write without O_DIRECT; the read phase reads as asked
         check_capabilities(backend, IOOptions(fsync=ck.fsync))
     check_capabilities(ctx.tiers[ck.read_tier], io_options(ctx))
     if ck.async_save and ck.staging == "real":
         _check_staging_memory(ctx)
-    names = tuple(f"{f.stem}{fmt.extension}" for p in ctx.plan.ranks for f in p.files)
-    prepare_storage(ctx, lambda: ck.num_checkpoints_write * sum(expected_files(ctx, fmt).values()),
-                    Writes.of_run(ck, files=names))
+
+
+def writes(ctx: RunContext) -> Writes:
+    fmt = get_format(ctx.ck.format)
+    return Writes.of_run(ctx.ck, files=tuple(f"{f.stem}{fmt.extension}" for p in ctx.plan.ranks for f in p.files))
+
+
+def needed_bytes(ctx: RunContext) -> int:
+    return ctx.ck.num_checkpoints_write * sum(expected_files(ctx, get_format(ctx.ck.format)).values())
+
+
+def check_reads(ctx: RunContext) -> None:
+    """A read-only run: every step it will read complete and of this layout, before anything is created."""
+    ck, fmt = ctx.ck, get_format(ctx.ck.format)
     if ck.num_checkpoints_write == 0:
         files = ctx.on_root_io(lambda: expected_files(ctx, fmt))
         key = ctx.on_root_io(lambda: check_manifest(ctx, files, 1, None))
@@ -97,7 +98,6 @@ def run(ctx: RunContext) -> dict[str, Any] | None:
     state.committed = []
     if ck.num_checkpoints_write > 0:
         run_key = comm.bcast(secrets.randbits(63) if comm.rank == 0 else None)
-        start_writing(ctx, lambda: ck.num_checkpoints_write * sum(files.values()))
     else:
         run_key = ctx.on_root_io(lambda: check_manifest(ctx, files, 1, None))
     # rank 0's share of each checkpoint (none for async saves: they run behind training)
@@ -177,9 +177,7 @@ def run(ctx: RunContext) -> dict[str, Any] | None:
                             "per_process": tries,
                             "note": "files redone after a transient storage error; the client's own attempts "
                                     "(S3 max_attempts, gcsfs) are not visible here"}}
-    io = {"format": fmt.name, "fsync": fsync_meaning(ctx, "every file fsynced before the process's end time")
-          if ck.fsync else False, "odirect": ck.odirect, "read_cache": read_cache(ctx),
-          "verified": backend.capabilities.stores_data and ck.verify,
+    io = {"format": fmt.name, "odirect": ck.odirect, "verified": backend.capabilities.stores_data and ck.verify,
           "recovery_rank_shift": ck.recovery_rank_shift, "scale": ck.scale, "chunk_size": ck.chunk_size,
           **({"tiers": tiers.describe(), "read_tier": ck.read_tier} if tiers.active else {})}
     return write_results(ctx, records, ctx.plan.total_payload_bytes, io, retries, describe)

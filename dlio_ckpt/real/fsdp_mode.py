@@ -33,19 +33,7 @@ from torch.distributed.fsdp import fully_shard
 from torch.distributed.tensor import DTensor
 
 from ..comm import on_root
-from ..context import (
-    Clock,
-    RunContext,
-    evict_before_read,
-    fsync_meaning,
-    prepare_storage,
-    read_cache,
-    record,
-    say_done,
-    start_writing,
-    timed,
-    write_results,
-)
+from ..context import Clock, RunContext, evict_before_read, record, say_done, timed, write_results
 from ..errors import ConfigError, StorageError, VerifyError
 from ..host import hostname
 from ..model import DATATYPE_BYTES, TransformerShape
@@ -59,15 +47,27 @@ warnings.filterwarnings("ignore", category=UserWarning, module=r"torch\.distribu
 _TORCH_DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32, "fp64": torch.float64}
 
 
-def _needed(ctx: RunContext) -> int:
+FSYNC = "sync_files=True: DCP fsyncs every shard before its save ends"
+
+
+def needed_bytes(ctx: RunContext) -> int:
     return ctx.ck.num_checkpoints_write * describe(ctx.workload, ctx.world_size)["payload_bytes"]
 
 
 def preflight(ctx: RunContext) -> None:
     if ctx.workload.fsdp.backend == "nccl" and not torch.cuda.is_available():
         raise ConfigError("workload.fsdp.backend", "nccl", "needs CUDA GPUs; use backend=gloo on CPU")
+
+
+def writes(ctx: RunContext) -> Writes:
+    """DCP's names (torch/distributed/checkpoint/filesystem.py): a shard per rank and writer thread, and
+    the coordinator's .metadata, written as .metadata.tmp and renamed."""
     shards = tuple(f"__{r}_{k}.distcp" for r in range(ctx.world_size) for k in range(ctx.workload.fsdp.thread_count))
-    prepare_storage(ctx, lambda: _needed(ctx), Writes.of_run(ctx.ck, files=(".metadata", ".metadata.tmp", *shards)))
+    return Writes.of_run(ctx.ck, files=(".metadata", ".metadata.tmp", *shards))
+
+
+def check_reads(ctx: RunContext) -> None:
+    """Nothing: an FSDP run reads back what it saved."""
 
 
 def init_distributed(ctx: RunContext, hosts: list[str]) -> torch.device:
@@ -282,7 +282,6 @@ class _Saves:
 
 def run(ctx: RunContext) -> dict[str, Any] | None:
     w, s, ck = ctx.workload, ctx.workload.fsdp, ctx.workload.checkpoint
-    start_writing(ctx, lambda: _needed(ctx))
     hosts = ctx.comm.allgather(hostname())  # each process's host, gathered once
     device = init_distributed(ctx, hosts)
     model, opt = build_model(ctx, device)
@@ -343,8 +342,6 @@ def run(ctx: RunContext) -> dict[str, Any] | None:
           "writer": {"s3": "S3StorageWriter", "": "FileSystemWriter"}.get(_scheme(ctx), "FsspecWriter"),
           "thread_count": s.thread_count,
           "async_save": s.async_save,
-          "fsync": fsync_meaning(ctx, "sync_files=True: DCP fsyncs every shard before its save ends"),
-          "read_cache": read_cache(ctx),
           "verified": "per-tensor checksums of every shard read back equal those saved",
           "bytes_read_note": "each process is credited with the bytes it saved for that step"}
     extra = {"setup_seconds": setup, "blocking_save_seconds": saves.blocking, "host": hostname(),

@@ -29,17 +29,7 @@ import torch
 
 from ..backends.cufile_status import transport
 from ..config import GDSSettings
-from ..context import (
-    RunContext,
-    evict_before_read,
-    fsync_meaning,
-    prepare_storage,
-    read_cache,
-    record,
-    start_writing,
-    timed,
-    write_results,
-)
+from ..context import RunContext, evict_before_read, record, timed, write_results
 from ..errors import ConfigError, StorageError, VerifyError
 from ..results import OpRecord
 from ..steps import Writes
@@ -48,7 +38,10 @@ log = logging.getLogger("dlio_ckpt")
 MIB = 1 << 20
 
 
-def _needed(ctx: RunContext) -> int:
+FSYNC = "every file fsynced inside its save time"
+
+
+def needed_bytes(ctx: RunContext) -> int:
     s = ctx.workload.gds
     return ctx.ck.num_checkpoints_write * len(s.paths) * ctx.comm.size * s.size_mib * MIB
 
@@ -64,8 +57,15 @@ def preflight(ctx: RunContext) -> None:
             raise ConfigError("workload.gds.paths", "gds", "needs kvikio (pip install 'dlio_ckpt[gds-cu13]', or "
                               "[gds-cu12] for CUDA 12), "
                               "or leave gds out of the paths") from None
-    files = tuple(f"{path}.{r}.bin" for path in ctx.workload.gds.paths for r in range(ctx.world_size))
-    prepare_storage(ctx, lambda: _needed(ctx), Writes.of_run(ctx.ck, files=files))
+
+
+def writes(ctx: RunContext) -> Writes:
+    return Writes.of_run(ctx.ck, files=tuple(f"{p}.{r}.bin" for p in ctx.workload.gds.paths
+                                             for r in range(ctx.world_size)))
+
+
+def check_reads(ctx: RunContext) -> None:
+    """Nothing: a gds run reads back what it saved."""
 
 
 class Paths:
@@ -198,7 +198,6 @@ def _transfer(ctx: RunContext, phase: str, name: str, step: int, fn: Callable[[t
 
 def run(ctx: RunContext) -> dict[str, Any] | None:
     s, ck = ctx.workload.gds, ctx.ck
-    start_writing(ctx, lambda: _needed(ctx))
     device = torch.device("cuda", ctx.comm.local_rank % torch.cuda.device_count())
     torch.cuda.set_device(device)
     source = torch.randint(0, 255, (s.size_mib * MIB,), dtype=torch.uint8, device=device)
@@ -223,9 +222,7 @@ def run(ctx: RunContext) -> dict[str, Any] | None:
         raise StorageError(f"the first of gds.paths ({s.paths[0]}) could not run here: "
                            f"{table[s.paths[0]].get('unsupported') or table[s.paths[0]].get('skipped')}; "
                            "list a path that can first")
-    io = {"format": "raw device bytes", "primary_path": s.paths[0], "paths": table,
-          "read_cache": read_cache(ctx), "fsync": fsync_meaning(ctx, "every file fsynced inside its save time"),
-          "verified": True}
+    io = {"format": "raw device bytes", "primary_path": s.paths[0], "paths": table, "verified": True}
     extra = {"device": torch.cuda.get_device_name(device), "versions": {"torch": torch.__version__}}
     return write_results(ctx, records, source.numel() * ctx.comm.size, io, extra)
 

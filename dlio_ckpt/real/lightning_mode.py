@@ -26,18 +26,7 @@ from torch.nn import functional
 from torch.utils.data import DataLoader, TensorDataset
 
 from ..config import LightningSettings
-from ..context import (
-    Clock,
-    RunContext,
-    evict_before_read,
-    fsync_meaning,
-    prepare_storage,
-    read_cache,
-    record,
-    start_writing,
-    timed,
-    write_results,
-)
+from ..context import Clock, RunContext, evict_before_read, record, timed, write_results
 from ..errors import ConfigError, DlioCkptError, StorageError, VerifyError
 from ..steps import Writes
 from .demo_shapes import predict
@@ -118,20 +107,29 @@ def _checkpoint_io(ctx: RunContext) -> CheckpointIO:
     return TorchCheckpointIO()
 
 
-def _needed(ctx: RunContext) -> int:
+def needed_bytes(ctx: RunContext) -> int:
     return ctx.ck.num_checkpoints_write * predict(ctx.workload).file_bytes
+
+
+FSYNC = "every .ckpt fsynced before its save time ends"
 
 
 def preflight(ctx: RunContext) -> None:
     if ctx.workload.lightning.accelerator == "gpu" and not torch.cuda.is_available():
         raise ConfigError("workload.lightning.accelerator", "gpu", "needs a CUDA GPU, and torch sees none "
                           "(torch.cuda.is_available() is False); use cpu or auto")
-    prepare_storage(ctx, lambda: _needed(ctx), Writes.of_run(ctx.ck, beside=(".ckpt",)))
+
+
+def writes(ctx: RunContext) -> Writes:
+    return Writes.of_run(ctx.ck, beside=(".ckpt",))
+
+
+def check_reads(ctx: RunContext) -> None:
+    """Nothing: a Lightning run reads back what it saved."""
 
 
 def run(ctx: RunContext) -> dict[str, Any] | None:
     w, s, ck = ctx.workload, ctx.workload.lightning, ctx.workload.checkpoint
-    start_writing(ctx, lambda: _needed(ctx))
     torch.manual_seed(0)
     steps = ck.num_checkpoints_write
     tokens = torch.randint(0, s.vocab_size, (steps * s.batch_size, s.seq_len + 1))
@@ -170,8 +168,6 @@ def run(ctx: RunContext) -> dict[str, Any] | None:
     io_meta = {
         "format": "lightning .ckpt (torch.save)",
         "checkpoint_io": type(io.inner).__name__ + (" in AsyncCheckpointIO" if s.async_save else ""),
-        "fsync": fsync_meaning(ctx, "every .ckpt fsynced before its save time ends"),
-        "read_cache": read_cache(ctx),
         "verified": "global_step of every checkpoint read; the last one tensor by tensor",
     }
     extra = {"setup_seconds": setup, "blocking_save_seconds": blocking,
