@@ -245,7 +245,7 @@ def _check(args: argparse.Namespace) -> int:
 
 def _plan(args: argparse.Namespace) -> int:
     from .context import check_tier_options
-    from .formats import get_format
+    from .layouts import file_format
     from .plan_view import plan_json, plan_table
     from .planner import make_plan
 
@@ -260,7 +260,7 @@ def _plan(args: argparse.Namespace) -> int:
         raise ConfigError("--world-size", None, "plan needs the number of ranks to lay out")
     check_world_size(workload, args.world_size)
     check_tier_options(workload)
-    fmt = get_format(workload.checkpoint.format)
+    fmt = file_format(workload)
     plan = make_plan(workload, args.world_size)
     plan.validate()
     asked = (args.write_bandwidth, args.read_bandwidth, args.mtbf_hours, args.drain_bandwidth)

@@ -28,6 +28,8 @@ from pydantic import (
 from .backends import NAMES as BACKEND_NAMES
 from .backends import REGISTRY as BACKENDS
 from .errors import ConfigError
+from .layouts import NAMES as LAYOUT_NAMES
+from .layouts import load_layout
 
 Datatype = Literal["fp16", "bf16", "fp32", "fp64", "int8", "uint8"]
 MIB = 1 << 20
@@ -80,6 +82,11 @@ class Checkpoint(Section):
     recovery_rank_shift: bool = Field(False, description="each rank reads the files of the rank one host further "
                                       "on (ranks_per_host), so reads cannot come from its own page cache")
     # Our own keys (DLIO has no equivalent):
+    layout: Literal[LAYOUT_NAMES] = Field(  # type: ignore[valid-type]
+        "dlio", description="whose files the emulated job writes: dlio (DLIO's model of a DeepSpeed job, "
+        "MLPerf Storage), dcp (torch.distributed.checkpoint of an FSDP2 job)")
+    files_per_rank: int = Field(1, ge=1, le=64, description="layout=dcp: files each rank writes (DCP's "
+                                "FileSystemWriter thread_count)")
     format: Literal["pt", "raw", "safetensors", "hdf5"] = Field("pt", description="the bytes of each file: "
                                                                 "torch.save's zip (DLIO's), raw, safetensors, hdf5")
     scale: float = Field(1.0, gt=0, le=1, description="shrink every file by this ratio")
@@ -265,6 +272,14 @@ class Workload(Section):
             raise ConfigError(f"{key}.parallelism.data", par.data,
                               "is only allowed with checkpoint.mode=subset; in default mode the "
                               "data-parallel size is world size // (tensor*pipeline)")
+        if ck.files_per_rank != 1 and ck.layout == "dlio":
+            raise ConfigError("workload.checkpoint.files_per_rank", ck.files_per_rank,
+                              "means nothing with checkpoint.layout=dlio: DLIO's files are one per model part; "
+                              "set checkpoint.layout=dcp, or leave files_per_rank out")
+        if ck.layout != "dlio" and self.mode != "emulated":
+            raise ConfigError("workload.checkpoint.layout", ck.layout,
+                              f"applies to mode=emulated; in mode={self.mode} the framework writes its own files")
+        load_layout(ck.layout).check(self)
         return self
 
     @property

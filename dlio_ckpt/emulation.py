@@ -16,7 +16,7 @@ from typing import Any
 from . import __version__
 from .backends import Backend
 from .context import RunContext
-from .engine import FileTask, IOOptions
+from .engine import Engine, FileTask, IOOptions
 from .errors import ConfigError
 from .formats import Format
 from .planner import RankPlan
@@ -50,10 +50,20 @@ def tasks(ctx: RunContext, fmt: Format, step: int, plans: list[RankPlan], backen
             for p in plans for i, f in enumerate(p.files)]
 
 
+def coordinator_tasks(ctx: RunContext, step: int, backend: Backend | None = None, staged: bool = False,
+                      ) -> list[FileTask]:
+    """The files rank 0 writes after everyone's data (DCP's ``.metadata``), under the name they are
+    first written as when ``staged`` and the storage can rename."""
+    base, store = ctx.path(step, backend=backend), backend or ctx.backend
+    return [FileTask(f"{base}/{c.staged if staged and c.staged and store.capabilities.rename else c.name}",
+                     (c.size,), file_key(step, ctx.world_size, k)) for k, c in enumerate(ctx.plan.coordinator)]
+
+
 def expected_files(ctx: RunContext, fmt: Format) -> dict[str, int]:
     """Every file of a step (all ranks) and its size: what a manifest lists (for pt this formats
     every file's headers, so it is made once per run)."""
-    return {t.path.rsplit("/", 1)[1]: t.size for t in tasks(ctx, fmt, 0, list(ctx.plan.ranks))}
+    every = tasks(ctx, fmt, 0, list(ctx.plan.ranks)) + coordinator_tasks(ctx, 0)
+    return {t.path.rsplit("/", 1)[1]: t.size for t in every}
 
 
 class EmulatedRun:
@@ -64,9 +74,37 @@ class EmulatedRun:
         self.ctx, self.fmt, self.run_key, self.files = ctx, fmt, run_key, files
 
     def tasks(self, step: int, backend: Backend | None = None, plans: list[RankPlan] | None = None,
-              ) -> list[FileTask]:
-        """This process's files of ``step`` (or those of ``plans``) on ``backend`` (the first tier by default)."""
-        return tasks(self.ctx, self.fmt, step, mine(self.ctx) if plans is None else plans, backend)
+              coordinator: bool = True) -> list[FileTask]:
+        """This process's files of ``step`` (or those of ``plans``) on ``backend`` (the first tier by
+        default); rank 0's include the coordinator's files (``.metadata``) last, unless ``coordinator``
+        is False (a synchronous save writes them after everyone's data: :meth:`finish_save`)."""
+        own = tasks(self.ctx, self.fmt, step, mine(self.ctx) if plans is None else plans, backend)
+        if plans is None and coordinator and self.ctx.comm.rank == 0:
+            own += coordinator_tasks(self.ctx, step, backend)
+        return own
+
+    def finish_save(self, engine: Engine, step: int) -> int:
+        """After every rank's data, rank 0 writes the coordinator's files and renames them into place
+        where the framework does, and every rank waits for it (DCP's save returns after .metadata is
+        written on every rank). Bytes written by this process; nothing to do for a layout without them."""
+        ctx = self.ctx
+        if not ctx.plan.coordinator:
+            return 0
+        ctx.comm.barrier()
+        nbytes = 0
+        if ctx.comm.rank == 0:
+            staged = coordinator_tasks(ctx, step, staged=True)
+            nbytes = engine.write_files(staged)
+            for task, final in zip(staged, coordinator_tasks(ctx, step), strict=True):
+                if task.path != final.path:
+                    ctx.backend.rename(task.path, final.path)
+        ctx.comm.barrier()
+        return nbytes
+
+    def metadata_reads(self, step: int, backend: Backend) -> list[FileTask]:
+        """What each of this process's ranks reads first on load: the coordinator's files (DCP's
+        ``.metadata``, read by every rank before its data)."""
+        return coordinator_tasks(self.ctx, step, backend) * len(mine(self.ctx))
 
     def manifest(self, step: int) -> dict[str, Any]:
         ctx, ck = self.ctx, self.ctx.ck

@@ -64,6 +64,16 @@ class TransformerShape:
             h * f // tp // sf,
         )
 
+    def named_shapes(self) -> tuple[tuple[str, tuple[int, ...]], ...]:
+        """Every parameter's name and 2-D (or 1-D) shape, in module order: the tensors a framework
+        saves (``real/llama.py`` builds exactly these; fused QKV and gate/up, untied head)."""
+        h, f, v, dkv = self.hidden_size, self.ffn_hidden_size, self.vocab_size, self.kv_dim
+        block = (("input_norm.weight", (h,)), ("qkv.weight", (h + 2 * dkv, h)), ("out.weight", (h, h)),
+                 ("post_norm.weight", (h,)), ("gate_up.weight", (2 * f, h)), ("down.weight", (h, f)))
+        return (("embedding.weight", (v, h)),
+                *((f"layers.{i}.{name}", shape) for i in range(self.num_layers) for name, shape in block),
+                ("norm.weight", (h,)), ("head.weight", (v, h)))
+
     def stage_layers(self, pp_rank: int, pipeline: int) -> range:
         """Layers owned by pipeline stage ``pp_rank``; the first and last stages take the extras."""
         n, rem = divmod(self.num_layers, pipeline)

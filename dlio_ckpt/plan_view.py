@@ -6,7 +6,7 @@ from collections import OrderedDict
 from typing import Any
 
 from .formats import Format, file_size
-from .planner import GIB, Plan
+from .planner import GIB, ItemFile, Plan
 
 
 def plan_json(plan: Plan, fmt: Format) -> dict[str, Any]:
@@ -15,11 +15,15 @@ def plan_json(plan: Plan, fmt: Format) -> dict[str, Any]:
         "num_parameters": plan.num_parameters,
         "checkpoint_size_GB": plan.checkpoint_size_GB,
         "total_payload_bytes": plan.total_payload_bytes,
+        "layout": plan.layout.name,
+        "parallelism": plan.layout.describe(),
         "format": fmt.name,
+        "coordinator_files": [{"name": c.name, "bytes": c.size, "written_as": c.staged or c.name, "rank": 0}
+                              for c in plan.coordinator],
         "ranks": [
             {"rank": r.rank, "tp": r.tp, "pp": r.pp, "dp": r.dp, "files": [
                 {"name": f.stem + fmt.extension, "payload_bytes": f.payload_bytes, "tensors": f.num_tensors,
-                 "file_bytes": file_size(fmt.segments(f))}
+                 "file_bytes": f.size if isinstance(f, ItemFile) else file_size(fmt.segments(f))}
                 for f in r.files]}
             for r in plan.ranks
         ],
@@ -42,10 +46,9 @@ def plan_table(plan: Plan, fmt: Format) -> str:
     groups: OrderedDict[tuple[int, ...], list[int]] = OrderedDict()
     for r in plan.ranks:
         groups.setdefault(tuple(f.payload_bytes for f in r.files), []).append(r.rank)
-    lay = plan.layout
     lines = [
-        f"world size {plan.world_size}: TP {lay.tensor} × PP {lay.pipeline} × DP {lay.data}, "
-        f"ZeRO {lay.zero_stage}, {plan.num_parameters:,} parameters, format {fmt.name}",
+        f"layout {plan.layout.name}, world size {plan.world_size}: {plan.layout.describe()}, "
+        f"{plan.num_parameters:,} parameters, format {fmt.name}",
         f"checkpoint: {plan.total_payload_bytes:,} payload bytes = {plan.checkpoint_size_GB:.6f} GiB "
         f"(DLIO's checkpoint_size_GB), {plan.total_payload_bytes / 1e9:.3f} GB",
         "",
@@ -58,4 +61,7 @@ def plan_table(plan: Plan, fmt: Format) -> str:
             lines.append(f"    {f.stem}{fmt.extension}  {f.payload_bytes:,} B, {f.num_tensors} tensors")
         if len(example.files) > 4:
             lines.append(f"    ... {len(example.files) - 4} more files")
+    for c in plan.coordinator:
+        lines.append(f"rank 0 then writes {c.name} ({c.size:,} B{f', as {c.staged}, renamed' if c.staged else ''}), "
+                     "which every rank reads first on load")
     return "\n".join(lines)

@@ -18,8 +18,8 @@ from .context import GIB, RunContext, record, say_done, timed, write_results
 from .emulation import EmulatedRun, check_manifest, expected_files, io_options, mine, shard_bytes
 from .engine import Engine, FileTask, IOOptions, check_capabilities
 from .errors import ConfigError
-from .formats import get_format
 from .host import available_memory, hostname
+from .layouts import file_format
 from .planner import RankPlan, make_plan
 from .progress import progress_display
 from .steps import Writes
@@ -45,17 +45,19 @@ def preflight(ctx: RunContext) -> None:
 
 
 def writes(ctx: RunContext) -> Writes:
-    fmt = get_format(ctx.ck.format)
-    return Writes.of_run(ctx.ck, files=tuple(f"{f.stem}{fmt.extension}" for p in ctx.plan.ranks for f in p.files))
+    fmt, plan = file_format(ctx.workload), ctx.plan
+    coordinator = tuple(name for c in plan.coordinator for name in (c.name, c.staged) if name)
+    return Writes.of_run(ctx.ck, files=(*(f"{f.stem}{fmt.extension}" for p in plan.ranks for f in p.files),
+                                        *coordinator))
 
 
 def needed_bytes(ctx: RunContext) -> int:
-    return ctx.ck.num_checkpoints_write * sum(expected_files(ctx, get_format(ctx.ck.format)).values())
+    return ctx.ck.num_checkpoints_write * sum(expected_files(ctx, file_format(ctx.workload)).values())
 
 
 def check_reads(ctx: RunContext) -> None:
     """A read-only run: every step it will read complete and of this layout, before anything is created."""
-    ck, fmt = ctx.ck, get_format(ctx.ck.format)
+    ck, fmt = ctx.ck, file_format(ctx.workload)
     if ck.num_checkpoints_write == 0:
         files = ctx.on_root_io(lambda: expected_files(ctx, fmt))
         key = ctx.on_root_io(lambda: check_manifest(ctx, files, 1, None))
@@ -93,7 +95,7 @@ def _read_plans(ctx: RunContext) -> list[RankPlan]:
 
 def run(ctx: RunContext) -> dict[str, Any] | None:
     """Run the benchmark; returns the summary on rank 0 (None elsewhere)."""
-    ck, comm, state, fmt = ctx.ck, ctx.comm, ctx.state, get_format(ctx.ck.format)
+    ck, comm, state, fmt = ctx.ck, ctx.comm, ctx.state, file_format(ctx.workload)
     files = expected_files(ctx, fmt) if comm.rank == 0 else {}  # manifests are rank 0's
     state.committed = []
     if ck.num_checkpoints_write > 0:
@@ -113,12 +115,16 @@ def run(ctx: RunContext) -> dict[str, Any] | None:
     records, retries = [], {"save": 0, "load": 0}
 
     def one(phase: str, index: int, todo: list[FileTask], stalled: float = 0.0, engine: Engine = engine) -> None:
-        """One synchronous save or load; ``stalled``: seconds it waited first for a drain (keep_last)."""
+        """One synchronous save (with the coordinator's files after everyone's data) or load;
+        ``stalled``: seconds it waited first for a drain (keep_last)."""
         before = engine.retries
         shown.start(f"{phase}_ckpt{index}", sum(t.size for t in todo))
         try:
             with timed(ctx, phase, index) as clock:
-                nbytes = engine.write_files(todo) if phase == "save" else engine.read_files(todo)
+                if phase == "save":
+                    nbytes = engine.write_files(todo) + run.finish_save(engine, index)
+                else:
+                    nbytes = engine.read_files(todo)
         finally:
             shown.stop()
         records.append(record(ctx, phase, index, clock, nbytes, len(todo), file_times=engine.take_file_times(),
@@ -138,7 +144,7 @@ def run(ctx: RunContext) -> dict[str, Any] | None:
         if background is None:
             stalled = tiers.make_room(i)
             run.prepare(i)
-            one("save", i, run.tasks(i), stalled)
+            one("save", i, run.tasks(i, coordinator=False), stalled)
             tiers.written(i)
             run.commit(i, records[-1].duration)
             tiers.committed(i)
@@ -157,7 +163,7 @@ def run(ctx: RunContext) -> dict[str, Any] | None:
     for i in range(1, ck.num_checkpoints_read + 1):
         state.phase, state.step = "load", i
         ctx.on_root_io(lambda i=i: check_manifest(ctx, files, i, run_key))
-        one("load", i, run.tasks(i, reader, read_plans), engine=read_engine)
+        one("load", i, run.metadata_reads(i, reader) + run.tasks(i, reader, read_plans), engine=read_engine)
         say_done(ctx, f"load_ckpt{i}", records[-1].duration, "verified" if ck.verify else "read")
     engine.close()
     if read_engine is not engine:
@@ -177,7 +183,8 @@ def run(ctx: RunContext) -> dict[str, Any] | None:
                             "per_process": tries,
                             "note": "files redone after a transient storage error; the client's own attempts "
                                     "(S3 max_attempts, gcsfs) are not visible here"}}
-    io = {"format": fmt.name, "odirect": ck.odirect, "verified": backend.capabilities.stores_data and ck.verify,
-          "recovery_rank_shift": ck.recovery_rank_shift, "scale": ck.scale, "chunk_size": ck.chunk_size,
+    io = {"layout": ck.layout, "format": fmt.name, "odirect": ck.odirect,
+          "verified": backend.capabilities.stores_data and ck.verify, "recovery_rank_shift": ck.recovery_rank_shift,
+          "scale": ck.scale, "chunk_size": ck.chunk_size,
           **({"tiers": tiers.describe(), "read_tier": ck.read_tier} if tiers.active else {})}
     return write_results(ctx, records, ctx.plan.total_payload_bytes, io, retries, describe)

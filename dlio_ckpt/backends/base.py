@@ -25,6 +25,7 @@ class Capabilities:
     evict_cache: bool  # can drop a file's cached pages so reads hit storage
     device_buffers: bool = False  # moves data from and to GPU memory (device_memory)
     stores_data: bool = True  # False only for null: reads return nothing to verify
+    rename: bool = False  # can move a whole file into place (rename); object stores cannot
 
 
 def probe_name() -> str:
@@ -142,6 +143,11 @@ class Backend(ABC):
         self.put_small(path, b"dlio_ckpt probe")
         self.remove(path)
         return []
+
+    def rename(self, source: str, target: str) -> None:
+        """Move a whole file into place (as DCP renames ``.metadata.tmp``), where ``capabilities.rename``;
+        elsewhere (object stores) the framework's writer puts the final name directly."""
+        raise NotImplementedError(f"storage_type={self.name} cannot rename")
 
     def remove_empty(self, path: str) -> None:  # noqa: B027
         """Remove a folder if it is empty (object stores have none): the tool never removes a folder

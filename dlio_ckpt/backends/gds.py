@@ -146,7 +146,7 @@ class GDSBackend(LocalFSBackend):
 
     name = "gds"
     capabilities = Capabilities(fsync=True, durable_on_close=False, odirect=True, alignment=4096,
-                                evict_cache=True, device_buffers=True)
+                                evict_cache=True, device_buffers=True, rename=True)
 
     options: GDSOptions  # type: ignore[assignment]
 

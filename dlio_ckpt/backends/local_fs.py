@@ -86,7 +86,7 @@ class LocalReader:
 class LocalFSBackend(Backend):
     name = "local_fs"
     capabilities = Capabilities(fsync=True, durable_on_close=False, odirect=True, alignment=4096,
-                                evict_cache=True)
+                                evict_cache=True, rename=True)
 
     options: LocalFSOptions
 
@@ -231,6 +231,12 @@ class LocalFSBackend(Backend):
                 os.replace(tmp, path)
         except OSError as exc:
             raise _fail("cannot write", path, exc) from None
+
+    def rename(self, source: str, target: str) -> None:
+        try:
+            os.replace(source, target)
+        except OSError as exc:
+            raise _fail("cannot rename to", target, exc) from None
 
     def get_small(self, path: str) -> bytes | None:
         try:

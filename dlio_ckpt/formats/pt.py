@@ -25,7 +25,6 @@ ALIGN = 64  # torch.save's own storage alignment: overhead stays ~100-200 bytes 
 _STORAGE = {"fp16": "HalfStorage", "bf16": "BFloat16Storage", "fp32": "FloatStorage",
             "fp64": "DoubleStorage", "int8": "CharStorage", "uint8": "ByteStorage"}
 _U32 = 0xFFFFFFFF
-_DOS_DATE = 0x21  # 1980-01-01
 
 
 # -- pickle (protocol 2, no memo: a fixed, tiny vocabulary of opcodes) ---------------------------
@@ -75,50 +74,131 @@ def pickle_state(file: FilePlan) -> bytes:
     return b"".join(out)
 
 
+class _Memo:
+    """Python's protocol-2 pickler, as ``torch.save`` runs it: every string, global and non-empty
+    tuple is memoized (BINPUT), ints are encoded by size; one tensor's pickle is then byte-exact."""
+
+    def __init__(self) -> None:
+        self.n = 0
+
+    def put(self) -> bytes:
+        self.n += 1
+        n = self.n - 1
+        return b"q" + bytes([n]) if n < 256 else b"r" + struct.pack("<I", n)
+
+    def str(self, s: str) -> bytes:
+        return _str(s) + self.put()
+
+    def global_(self, module: str, name: str) -> bytes:
+        return _global(module, name) + self.put()
+
+    def tuple(self, ints: tuple[int, ...]) -> bytes:
+        if not ints:
+            return b")"
+        body = b"".join(_small_int(i) for i in ints)
+        return (body + b"\x85\x86\x87"[len(ints) - 1:len(ints)] if len(ints) <= 3 else b"(" + body + b"t") + self.put()
+
+
+def _small_int(n: int) -> bytes:
+    """Python's pickler picks the shortest of BININT1, BININT2, BININT, LONG1."""
+    if 0 <= n < 256:
+        return b"K" + bytes([n])
+    if 0 <= n < 65536:
+        return b"M" + struct.pack("<H", n)
+    return _int(n)
+
+
+def tensor_pickle(dtype: str, shape: tuple[int, ...]) -> bytes:
+    """``data.pkl`` of ``torch.save(tensor)`` for a contiguous CPU tensor of ``shape``: storage "0"."""
+    m, numel = _Memo(), 1
+    for d in shape:
+        numel *= d
+    strides = tuple(int(_prod(shape[i + 1:])) for i in range(len(shape)))
+    out = [b"\x80\x02", m.global_("torch._utils", "_rebuild_tensor_v2"), b"((", m.str("storage"),
+           m.global_("torch", _STORAGE[dtype]), m.str("0"), m.str("cpu"), _small_int(numel), b"t", m.put(),
+           b"Q", _small_int(0), m.tuple(shape), m.tuple(strides), b"\x89",
+           m.global_("collections", "OrderedDict"), b")R", m.put(), b"t", m.put(), b"R", m.put(), b"."]
+    return b"".join(out)
+
+
+def _prod(dims: tuple[int, ...]) -> int:
+    out = 1
+    for d in dims:
+        out *= d
+    return out
+
+
 # -- zip -------------------------------------------------------------------------------------
 
 class _Zip:
-    """Lays out stored entries at known offsets; emits headers and the central directory."""
+    """Lays out stored entries at known offsets as PyTorch's writer (miniz) does: local headers with
+    zero sizes and flag 0x0808, each entry's data padded to 64 bytes by an "FB" extra field and
+    followed by a data descriptor (none after an empty one), then the central directory and, always,
+    the zip64 end records. The size of a ``torch.save`` file is then the real one to the byte."""
 
     def __init__(self) -> None:
         self.offset = 0
         self.entries: list[tuple[bytes, int, int]] = []  # name, size, local header offset
+        self.descriptor = b""  # the previous entry's, written before the next header
 
     def header(self, name: str, size: int, align: int) -> bytes:
-        n = name.encode()
-        big = size >= _U32 or self.offset >= _U32
-        z64 = struct.pack("<HHQQ", 1, 16, size, size) if big else b""
-        pad = (-(self.offset + 30 + len(n) + len(z64) + 4)) % align
+        n, lead = name.encode(), self.descriptor
+        start = self.offset + len(lead)
+        big = size >= _U32 or start >= _U32
+        z64 = struct.pack("<HHQQ", 1, 16, 0, 0) if big else b""
+        pad = (-(start + 30 + len(n) + len(z64) + 4)) % align
         extra = z64 + struct.pack("<HH", 0x4246, pad) + b"Z" * pad
-        head = struct.pack("<IHHHHHIIIHH", 0x04034B50, 45 if big else 20, 0, 0, 0, _DOS_DATE, 0,
-                           _U32 if big else size, _U32 if big else size, len(n), len(extra)) + n + extra
-        self.entries.append((n, size, self.offset))
-        self.offset += len(head) + size
-        return head
+        head = struct.pack("<IHHHHHIIIHH", 0x04034B50, 45 if big else 0, 0x0808, 0, 0, 0, 0, 0, 0,
+                           len(n), len(extra)) + n + extra
+        # miniz writes no descriptor after an empty entry
+        self.descriptor = struct.pack("<IIQQ" if big else "<IIII", 0x08074B50, 0, size, size) if size else b""
+        self.entries.append((n, size, start))
+        self.offset = start + len(head) + size
+        return lead + head
 
     def directory(self) -> bytes:
-        cd_start, parts = self.offset, []
+        lead, self.descriptor = self.descriptor, b""
+        cd_start, parts = self.offset + len(lead), []
         for name, size, off in self.entries:
             big_size, big_off = size >= _U32, off >= _U32
             z64 = (struct.pack("<QQ", size, size) if big_size else b"") + (struct.pack("<Q", off) if big_off else b"")
             extra = struct.pack("<HH", 1, len(z64)) + z64 if z64 else b""
-            ver = 45 if z64 else 20
-            parts.append(struct.pack("<IHHHHHHIIIHHHHHII", 0x02014B50, ver, ver, 0, 0, 0, _DOS_DATE, 0,
+            ver = 45 if z64 else 0
+            parts.append(struct.pack("<IHHHHHHIIIHHHHHII", 0x02014B50, ver, ver, 0x0808, 0, 0, 0, 0,
                                      _U32 if big_size else size, _U32 if big_size else size, len(name),
                                      len(extra), 0, 0, 0, 0, _U32 if big_off else off) + name + extra)
         cd = b"".join(parts)
         count, end = len(self.entries), cd_start + len(cd)
-        tail = b""
-        if cd_start >= _U32 or count >= 0xFFFF or end >= _U32:
-            tail = (struct.pack("<IQHHIIQQQQ", 0x06064B50, 44, 45, 45, 0, 0, count, count, len(cd), cd_start)
-                    + struct.pack("<IIQI", 0x07064B50, 0, end, 1))
-            cd_field, count16 = _U32, 0xFFFF
-        else:
-            cd_field, count16 = cd_start, count
-        eocd = struct.pack("<IHHHHIIH", 0x06054B50, 0, 0, count16, count16,
-                           min(len(cd), _U32), cd_field, 0)
+        tail = (struct.pack("<IQHHIIQQQQ", 0x06064B50, 44, 0x031E, 45, 0, 0, count, count, len(cd), cd_start)
+                + struct.pack("<IIQI", 0x07064B50, 0, end, 1))
+        eocd = struct.pack("<IHHHHIIH", 0x06054B50, 0, 0, min(count, 0xFFFF), min(count, 0xFFFF),
+                           min(len(cd), _U32), min(cd_start, _U32), 0)
         self.offset = end + len(tail) + len(eocd)
-        return cd + tail + eocd
+        return lead + cd + tail + eocd
+
+
+def archive(pickled: bytes, storages: list[int], serialization_id: bytes) -> list[Segment]:
+    """The segments of one ``torch.save`` zip: ``data.pkl``, the small records, one stored entry of
+    payload per storage (the engine's synthetic bytes), the trailing records and the directory."""
+    z, out, pending = _Zip(), [], []
+    prefix = "archive/"
+
+    def small(name: str, data: bytes) -> None:
+        pending.append(z.header(prefix + name, len(data), 64) + data)
+
+    small("data.pkl", pickled)
+    small(".format_version", b"1")
+    small(".storage_alignment", b"64")
+    small("byteorder", b"little")
+    for key, nbytes in enumerate(storages):
+        pending.append(z.header(f"{prefix}data/{key}", nbytes, ALIGN))
+        out.extend([b"".join(pending), nbytes])
+        pending = []
+    small("version", b"3\n")
+    small(".data/serialization_id", serialization_id)
+    pending.append(z.directory())
+    out.append(b"".join(pending))
+    return out
 
 
 class PtFormat:
@@ -126,26 +206,5 @@ class PtFormat:
     extension = ".pt"
 
     def segments(self, file: FilePlan) -> list[Segment]:
-        z, out, pending = _Zip(), [], []
-        prefix = "archive/"
-
-        def small(name: str, data: bytes) -> None:
-            pending.append(z.header(prefix + name, len(data), 64) + data)
-
-        small("data.pkl", pickle_state(file))
-        small(".format_version", b"1")
-        small(".storage_alignment", b"64")
-        small("byteorder", b"little")
-        key = 0
-        for group in file.groups:
-            for numel in group.numels:
-                nbytes = numel * file.itemsize
-                pending.append(z.header(f"{prefix}data/{key}", nbytes, ALIGN))
-                out.extend([b"".join(pending), nbytes])
-                pending = []
-                key += 1
-        small("version", b"3\n")
-        small(".data/serialization_id", blake2b(file.stem.encode(), digest_size=10).hexdigest().encode())
-        pending.append(z.directory())
-        out.append(b"".join(pending))
-        return out
+        storages = [numel * file.itemsize for group in file.groups for numel in group.numels]
+        return archive(pickle_state(file), storages, blake2b(file.stem.encode(), digest_size=10).hexdigest().encode())

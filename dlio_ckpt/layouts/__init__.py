@@ -1,0 +1,34 @@
+"""Checkpoint layouts: what files a training job's ranks write, as a framework lays them out.
+
+Each layout is one module over the same model arithmetic (:mod:`dlio_ckpt.model`) and the same plan
+types (:mod:`dlio_ckpt.planner`), with three functions: ``check(workload)`` (the layout's rules, exit 2
+naming key, value and rule), ``make_plan(workload, world_size)`` (every rank's files, their items, and
+the coordinator's files) and ``file_format(workload)`` (the bytes of its files). This table is the only
+list of their names: the config's ``checkpoint.layout`` choices derive from it, and a new layout is one
+module and one line.
+"""
+
+from __future__ import annotations
+
+import importlib
+from types import ModuleType
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ..config import Workload
+    from ..formats import Format
+
+REGISTRY: dict[str, str] = {  # name: module, and what it emulates
+    "dlio": "dlio_ckpt.layouts.dlio",  # DLIO's model of a DeepSpeed job (MLPerf Storage v2.0), byte for byte
+    "dcp": "dlio_ckpt.layouts.dcp",  # torch.distributed.checkpoint of an FSDP2 job (torchtitan, Lightning FSDP)
+}
+NAMES = tuple(REGISTRY)
+
+
+def load_layout(name: str) -> ModuleType:
+    return importlib.import_module(REGISTRY[name])
+
+
+def file_format(workload: Workload) -> Format:
+    """The bytes of the files the workload's layout writes."""
+    return load_layout(workload.checkpoint.layout).file_format(workload)

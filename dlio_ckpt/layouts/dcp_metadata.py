@@ -1,0 +1,144 @@
+"""The size of DCP's ``.metadata``: the pickle (protocol 4) of its ``Metadata``, without building it.
+
+Why a count of opcodes and not a pickle: at 16,384 ranks the file describes tens of millions of chunks
+(gigabytes), and it is the file every rank reads first on load. Its objects repeat a few shapes, so the
+size is a sum of per-entry costs, each the opcodes Python's pickler writes for it (worked out from real
+``.metadata`` files of torch 2.13.0 with ``pickletools``): a string is 3 bytes and its text (memoized), a
+reference to an earlier object 2 bytes (5 once the memo passes 256 entries), an int 2, 3 or 5 bytes by
+size. Held to within a few percent of real files by ``tests/test_dcp_layout.py``.
+
+- ``state_dict_metadata``: per tensor its properties, global size and one chunk (offsets, sizes) per shard.
+- ``planner_data``: per name the path of keys that leads to it.
+- ``storage_data``: per item written, its index (name, offsets) and where it lies (file, offset, length).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from ..planner import Item
+
+FIXED = 1000  # the header, the class and field names pickled once, storage_meta (path, save id), version
+GET, LATE_GET = 2, 5  # references to objects memoized early (class names) and late (storage_data's field names)
+
+
+@dataclass(frozen=True)
+class Tensor:
+    """A tensor of the state dict: its name, global shape, dtype, and whether FSDP2 shards it on dim 0."""
+
+    fqn: str
+    shape: tuple[int, ...]
+    dtype: str
+    sharded: bool
+
+
+def _int(n: int) -> int:
+    if 0 <= n < 256:
+        return 2
+    if 0 <= n < 65536:
+        return 3
+    if -(1 << 31) <= n < 1 << 31:
+        return 5
+    return 2 + (n.bit_length() + 8) // 8
+
+
+def _str(s: str) -> int:
+    n = len(s.encode())
+    return (2 if n < 256 else 5) + n + 1
+
+
+def _tuple_overhead(dims: int) -> int:
+    """torch.Size(t): a reference to the class, the tuple (TUPLE1-3 or MARK..TUPLE, memoized; an empty
+    one unmemoized), its argument tuple, REDUCE, memos."""
+    return GET + (1 if dims == 0 else 2 if dims <= 3 else 3) + 4
+
+
+def _ints_over_ranks(values: Callable[[int], int], world: int) -> int:
+    """Sum of int sizes of ``values(r)`` for r < world, where values is non-decreasing: by the ranks
+    where the size steps up (256, 65536, 2**31), found by bisection."""
+    total, start = 0, 0
+    while start < world:
+        size = _int(values(start))
+        lo, hi = start, world  # the last rank with this size
+        while lo + 1 < hi:
+            mid = (lo + hi) // 2
+            lo, hi = (mid, hi) if _int(values(mid)) == size else (lo, mid)
+        total += size * (lo - start + 1)
+        start = lo + 1
+    return total
+
+
+def _offsets_cost(t: Tensor, world: int) -> int:
+    """All ranks' chunk offsets of a sharded tensor, pickled: (min(r * chunk, dim0), 0, ...)."""
+    d0, dims = t.shape[0], len(t.shape)
+    chunk = -(-d0 // world)
+    return (_ints_over_ranks(lambda r: min(r * chunk, d0), world)
+            + world * (2 * (dims - 1) + _tuple_overhead(dims)))
+
+
+def _sizes_cost(t: Tensor, world: int) -> int:
+    d0, dims = t.shape[0], len(t.shape)
+    chunk = -(-d0 // world)
+    full, rest = divmod(d0, chunk)
+    rows = _int(chunk) * full + (_int(rest) if rest else 0) + _int(0) * (world - full - (1 if rest else 0))
+    return rows + world * (sum(_int(d) for d in t.shape[1:]) + _tuple_overhead(dims))
+
+
+def _size_cost(shape: tuple[int, ...]) -> int:
+    return sum(_int(d) for d in shape) + _tuple_overhead(len(shape))
+
+
+def _tensor_entry(t: Tensor, world: int) -> int:
+    """``state_dict_metadata[fqn]``: TensorStorageMetadata(properties, size, chunks)."""
+    head = _str(t.fqn) + 8 + GET + 17 + GET + _size_cost(t.shape) + GET + 2
+    if not t.sharded:  # one chunk: offsets () and sizes ()
+        return head + 1 + 14 + 2 * _size_cost(()) + 2
+    chunks = world * 14 + _offsets_cost(t, world) + _sizes_cost(t, world)
+    return head + 2 * (-(-world // 1000)) + chunks + 2
+
+
+def _planner_entry(fqn: str) -> int:
+    """``planner_data[fqn]``: the keys leading to it ('model', name) or ('optim', 'state', name, key) or
+    ('optim', 'param_groups', 0, key); a key used before is a reference (a parameter's name: 1 use in 3)."""
+    parts = fqn.split(".")
+    if parts[0] == "model":
+        return _str(fqn) + LATE_GET + _str(".".join(parts[1:])) + 2
+    if parts[1] == "state":
+        name = _str(".".join(parts[2:-1]))
+        return _str(fqn) + 1 + 2 * LATE_GET + (name + 2 * LATE_GET) // 3 + LATE_GET + 2
+    return _str(fqn) + 1 + 2 * LATE_GET + 2 + _str(parts[-1]) + 2
+
+
+def _item_cost(item: Item, offset_in_file: int, length: int) -> int:
+    """``storage_data``: MetadataIndex(fqn, index, offset) -> _StorageInfo(relative_path, offset, length),
+    less the chunk offsets (summed over ranks apart) and the file's name."""
+    key = (11 + LATE_GET + _str(item.fqn) + LATE_GET + 1 + 2) if not item.dtype else \
+        (11 + LATE_GET + _str(item.fqn) + LATE_GET + 2 + LATE_GET + 2)
+    value = 11 + LATE_GET + LATE_GET + _int(offset_in_file) + LATE_GET + _int(length) + 2
+    if item.dtype and not item.rows:  # a replicated 0-d tensor: offsets ()
+        key += _size_cost(())
+    return key + value
+
+
+def metadata_size(tensors: list[Tensor], groups: tuple[Item, ...],
+                  classes: list[tuple[list[int], list[tuple[Item, ...]]]], world: int,
+                  item_size: Callable[[Item], int]) -> int:
+    """``classes``: ranks whose files hold the same items, and those items per file (every rank once)."""
+    total = FIXED
+    total += sum(_tensor_entry(t, world) for t in tensors) + sum(_str(g.fqn) + 8 for g in groups)
+    total += sum(_planner_entry(t.fqn) for t in tensors) + sum(_planner_entry(g.fqn) for g in groups)
+    total += sum(_offsets_cost(t, world) for t in tensors if t.sharded)  # storage_data's MetadataIndex offsets
+    for ranks, buckets in classes:
+        per_rank = 0
+        for bucket in buckets:
+            offset = 0
+            for item in bucket:
+                length = item_size(item)
+                per_rank += _item_cost(item, offset, length)
+                offset += length
+        total += per_rank * len(ranks)
+        for r in ranks:  # each file's name once, in full
+            total += sum(_str(f"__{r}_{k}.distcp") - LATE_GET for k, bucket in enumerate(buckets) if bucket)
+    entries = sum(len(ranks) * sum(len(b) for b in buckets) for ranks, buckets in classes)
+    return total + 2 * (-(-entries // 1000)) + 9 * (total // 65536)

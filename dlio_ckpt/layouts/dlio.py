@@ -1,0 +1,137 @@
+"""DLIO's layout (MLPerf Storage v2.0): its arithmetic, its file names, model state written by
+data-parallel rank 0 (ZeRO 1/2) or by every rank (ZeRO 0/3). ``../shared/spec/dlio-checkpoint-layout.md``
+is the specification; every existing DLIO figure holds to the byte.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cache, cached_property
+from typing import TYPE_CHECKING, ClassVar
+
+from ..formats import Format, get_format
+from ..model import TransformerShape
+from ..planner import FilePlan, Plan, RankPlan, TensorGroup
+
+if TYPE_CHECKING:
+    from ..config import Workload
+
+FORMATS = ("pt", "raw", "safetensors", "hdf5")  # checkpoint.format: the bytes of each file
+
+
+@dataclass(frozen=True)
+class DlioLayout:
+    """Everything DLIO's file layout depends on, extracted from a workload: hashable, so the per-stage
+    work can be cached."""
+
+    name: ClassVar[str] = "dlio"
+
+    shape: TransformerShape
+    tensor: int
+    pipeline: int
+    data: int
+    zero_stage: int
+    model_dtype: str
+    optimizer_dtype: str
+    world_size: int
+    scale: float = 1.0
+
+    @classmethod
+    def from_workload(cls, workload: Workload, world_size: int) -> DlioLayout:
+        m, par, ck = workload.model, workload.model.parallelism, workload.checkpoint
+        mp = par.tensor * par.pipeline
+        return cls(
+            shape=TransformerShape.from_model(m),
+            tensor=par.tensor, pipeline=par.pipeline,
+            data=par.data if ck.mode == "subset" else world_size // mp,
+            zero_stage=par.zero_stage, model_dtype=m.model_datatype,
+            optimizer_dtype=m.optimizer_datatype, world_size=world_size, scale=ck.scale,
+        )
+
+    @property
+    def mp(self) -> int:
+        return self.tensor * self.pipeline
+
+    @property
+    def optimizer_numel(self) -> int:
+        p = self.shape.num_parameters
+        return p // (self.data * self.mp) if self.zero_stage >= 1 else p // self.mp
+
+    def scaled(self, numel: int) -> int:
+        """``checkpoint.scale``: shrink a tensor, keeping at least one element of a non-empty one."""
+        if self.scale == 1.0 or numel == 0:
+            return numel
+        return max(1, int(numel * self.scale))
+
+    def is_writer(self, rank: int) -> bool:
+        return self.zero_stage >= 1 or rank < self.mp
+
+    @cache  # noqa: B019 - Layout is frozen and few exist per process
+    def layer_group(self, layer: int, key: str | None) -> TensorGroup:
+        sf = self.data if self.zero_stage == 3 else 1
+        numels = self.shape.layer_numels(layer, self.tensor, sf)
+        return TensorGroup(key, tuple(self.scaled(n) for n in numels))
+
+    @cache  # noqa: B019
+    def stage_groups(self, pp: int, nested: bool) -> tuple[TensorGroup, ...]:
+        layers = self.shape.stage_layers(pp, self.pipeline)
+        return tuple(self.layer_group(i, str(i) if nested else None) for i in layers)
+
+    @cached_property
+    def optimizer_group(self) -> TensorGroup:
+        p, h = self.optimizer_numel, self.shape.hidden_size
+        return TensorGroup(None, tuple(self.scaled(n) for n in (p, 5 * h) * 3))
+
+    def describe(self) -> str:
+        return f"TP {self.tensor} × PP {self.pipeline} × DP {self.data}, ZeRO {self.zero_stage}"
+
+    def problems(self, plan: Plan) -> list[str]:
+        """Every layer in exactly one pipeline stage, and the model states of one replica (all its
+        tensor-parallel ranks and ZeRO-3 shards) holding exactly the elements the model arithmetic gives."""
+        shape, problems = self.shape, []
+        layers = sorted(i for pp in range(self.pipeline) for i in shape.stage_layers(pp, self.pipeline))
+        if layers != list(range(shape.num_layers + 3)):
+            problems.append("pipeline stages do not cover every layer exactly once")
+        if self.scale == 1.0 and self.data * self.mp == self.world_size:  # a whole replica is planned
+            sf = self.data if self.zero_stage == 3 else 1
+            replica = [f for r in plan.ranks if self.zero_stage == 3 or r.dp == 0 for f in r.files
+                       if isinstance(f, FilePlan) and f.kind == "model"]
+            elements = sum(sum(g.numels) for f in replica for g in f.groups)
+            expected = self.tensor * sf * sum(sum(shape.layer_numels(i, self.tensor, sf)) for i in layers)
+            if elements != expected:
+                problems.append(f"one replica's model states hold {elements} elements, the model {expected}")
+        return problems
+
+    def rank_plan(self, rank: int) -> RankPlan:
+        """Files of ``rank`` in the order it writes them (spec: "Who writes what")."""
+        tp, pp, dp, mp = rank % self.tensor, (rank // self.tensor) % self.pipeline, rank // self.mp, rank % self.mp
+        files: list[FilePlan] = []
+        if self.is_writer(rank):
+            md, z = self.model_dtype, self.zero_stage
+            if z in (1, 2) and dp == 0 and self.pipeline > 1:
+                layers = self.shape.stage_layers(pp, self.pipeline)
+                for layer, group in zip(layers, self.stage_groups(pp, nested=False), strict=True):
+                    files.append(FilePlan(f"layer_{layer}-model_{mp}_model_states", "model", md, (group,)))
+            elif z in (1, 2) and dp == 0:
+                files.append(FilePlan(f"model_{mp}_model_states", "model", md, self.stage_groups(pp, True)))
+            elif z in (0, 3):
+                files.append(FilePlan(f"zero_pp_rank_{dp}_mp_rank_{mp}_model_states", "model", md,
+                                      self.stage_groups(pp, True)))
+            if self.optimizer_numel > 0:
+                files.append(FilePlan(f"zero_pp_rank_{dp}_mp_rank_{mp}_optim_states", "optimizer",
+                                      self.optimizer_dtype, (self.optimizer_group,)))
+        return RankPlan(rank, tp, pp, dp, mp, tuple(files))
+
+
+def make_plan(workload: Workload, world_size: int) -> Plan:
+    layout = DlioLayout.from_workload(workload, world_size)
+    return Plan(layout, tuple(layout.rank_plan(r) for r in range(world_size)))
+
+
+def file_format(workload: Workload) -> Format:
+    return get_format(workload.checkpoint.format)
+
+
+def check(workload: Workload) -> None:
+    """DLIO's rules (pipeline stages, ZeRO-3 without pipeline, subset mode) are the config's own
+    (``Workload._layout_rules``): they came first and hold for every layout that has them."""
