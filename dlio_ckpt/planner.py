@@ -53,10 +53,11 @@ class FilePlan:
         return self.itemsize * sum(sum(g.numels) for g in self.groups)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Item:
     """One entry of a file of items (torch.distributed.checkpoint's ``.distcp``): a tensor's local shard,
-    written with ``torch.save``, or an object pickled whole (DCP's BYTE_IO: the optimizer's settings)."""
+    written with ``torch.save``, or an object pickled whole (DCP's BYTE_IO: the optimizer's settings).
+    Compared by identity: ranks whose shards are alike share one object, and counting them stays cheap."""
 
     fqn: str
     dtype: str  # "" for an object

@@ -24,9 +24,11 @@ from __future__ import annotations
 
 import heapq
 import pickle
+from collections import Counter
 from dataclasses import dataclass
 from functools import cache
 from hashlib import blake2b
+from math import prod
 from typing import TYPE_CHECKING, ClassVar
 
 from ..errors import ConfigError
@@ -105,22 +107,27 @@ class DcpLayout:
                      for key, value in (*ADAM_GROUP, ("params", names)))
 
     def problems(self, plan: Plan) -> list[str]:
-        """Every sharded tensor's rows covered exactly once over the ranks, every replicated item written once."""
-        problems = []
-        rows: dict[str, int] = {}
-        once: dict[str, int] = {}
+        """Every sharded tensor's rows covered exactly once over the ranks, every replicated item written
+        once. Items are counted by identity (ranks share them), so a plan of 16,384 ranks checks in a second."""
+        files: dict[int, tuple[tuple[Item, ...], int]] = {}  # one entry per distinct tuple of items
         for r in plan.ranks:
             for f in r.files:
-                for i in f.items if isinstance(f, ItemFile) else ():
-                    if i.rows:
-                        rows[i.fqn] = rows.get(i.fqn, 0) + i.shape[0]
-                    else:
-                        once[i.fqn] = once.get(i.fqn, 0) + 1
+                if isinstance(f, ItemFile):
+                    items, n = files.get(id(f.items), (f.items, 0))
+                    files[id(f.items)] = (items, n + 1)
+        count: Counter[Item] = Counter()
+        for items, n in files.values():
+            count.update(dict.fromkeys(items, n) if n > 1 else items)
+        rows: dict[str, int] = {}
+        problems = []
+        for item, n in count.items():
+            if item.rows:
+                rows[item.fqn] = rows.get(item.fqn, 0) + n * item.shape[0]
+            elif n != 1:
+                problems.append(f"{item.fqn} is written {n} times")
         for t in self.tensors():
             if t.sharded and rows.get(t.fqn) != t.shape[0]:
                 problems.append(f"{t.fqn}: {rows.get(t.fqn)} rows written of {t.shape[0]}")
-        if any(n != 1 for n in once.values()):
-            problems.append("a replicated item is written more or less than once")
         return problems
 
 
@@ -179,18 +186,27 @@ def _split(items: list[Item], bins: int) -> list[list[Item]]:
     return buckets
 
 
-@cache
 def item_segments(item: Item) -> tuple[Segment, ...]:
-    """One item as ``torch.save`` writes it (its serialization id: 40 digits, as torch's)."""
-    serial = str(int.from_bytes(blake2b(item.fqn.encode(), digest_size=16).digest())).zfill(40)[:40].encode()
-    if not item.dtype:
-        return tuple(archive(item.pickled, [], serial))
-    return tuple(archive(tensor_pickle(item.dtype, item.shape), [item.nbytes], serial))
+    """One item as ``torch.save`` writes it."""
+    return _archive(item.dtype, item.shape, item.pickled)
+
+
+def item_size(item: Item) -> int:
+    return _archive_size(item.dtype, item.shape, item.pickled)
 
 
 @cache
-def item_size(item: Item) -> int:
-    return sum(len(s) if isinstance(s, bytes) else s for s in item_segments(item))
+def _archive(dtype: str, shape: tuple[int, ...], pickled: bytes) -> tuple[Segment, ...]:
+    """Shared by every item of this dtype and shape (the serialization id: 40 digits, as torch's)."""
+    serial = str(int.from_bytes(blake2b(repr((dtype, shape)).encode(), digest_size=16).digest())).zfill(40)[:40]
+    if not dtype:
+        return tuple(archive(pickled, [], serial.encode()))
+    return tuple(archive(tensor_pickle(dtype, shape), [prod(shape) * DATATYPE_BYTES[dtype]], serial.encode()))
+
+
+@cache
+def _archive_size(dtype: str, shape: tuple[int, ...], pickled: bytes) -> int:
+    return sum(len(s) if isinstance(s, bytes) else s for s in _archive(dtype, shape, pickled))
 
 
 class DistcpFormat:
@@ -220,36 +236,66 @@ def _intervals(tensors: list[Tensor], world: int) -> list[tuple[int, int]]:
     return list(zip(bounds, bounds[1:], strict=False))
 
 
-def _files(rank: int, buckets: list[tuple[Item, ...]]) -> tuple[ItemFile, ...]:
-    return tuple(ItemFile(f"__{rank}_{k}", b, sum(i.nbytes for i in b), sum(item_size(i) for i in b))
-                 for k, b in enumerate(buckets))
+def _with_extras(common: list[tuple[Item, ...]], extras: list[Item], position: dict[str, int],
+                 bins: int) -> list[tuple[Item, ...]] | None:
+    """A rank's files when it also writes replicated items: the ranks' common files plus these, placed as
+    ``_split`` would place them, without walking every item again in Python (None: not that simple)."""
+    objects, tensors = [i for i in extras if not i.dtype], [i for i in extras if i.dtype]
+    if bins == 1:  # objects first, then tensors in plan order: each extra tensor before its plan successor
+        out, last = list(objects), 0
+        for item in sorted(tensors, key=lambda i: position[i.fqn]):
+            out += common[0][last:position[item.fqn]]
+            out.append(item)
+            last = position[item.fqn]
+        return [tuple(out + list(common[0][last:]))]
+    smallest = min((i.nbytes for b in common for i in b), default=0)
+    if any(i.nbytes >= smallest for i in tensors):
+        return None  # the extras would sort among the common tensors
+    buckets = [list(objects[k::bins]) + list(b) for k, b in enumerate(common)]
+    sizes = [sum(i.nbytes for i in b) for b in common]
+    for item in sorted(tensors, key=lambda i: i.nbytes, reverse=True):
+        k = sizes.index(min(sizes))
+        buckets[k].append(item)
+        sizes[k] += item.nbytes
+    return [tuple(b) for b in buckets]
 
 
 def make_plan(workload: Workload, world_size: int) -> Plan:
     lay = DcpLayout.from_workload(workload, world_size)
     tensors, groups = lay.tensors(), lay.group_items()
-    extras: dict[int, set[str]] = {}
+    by_fqn = {g.fqn: g for g in groups} | {t.fqn: Item(t.fqn, t.dtype, ()) for t in tensors if not t.sharded}
+    extras: dict[int, list[Item]] = {}
     for fqn, rank in _replicated_owners(lay, tensors, groups).items():
-        extras.setdefault(rank, set()).add(fqn)
+        extras.setdefault(rank, []).append(by_fqn[fqn])
+    # where a replicated tensor goes among a rank's sharded ones: before its plan successor
+    sharded_fqns = [t.fqn for t in tensors if t.sharded]
+    position, seen = {}, 0
+    for t in tensors:
+        if t.sharded:
+            seen += 1
+        else:
+            position[t.fqn] = seen
     ranks: list[RankPlan] = []
-    classes: list[tuple[list[int], list[tuple[Item, ...]]]] = []  # ranks with the same items, and those items
+    classes: list[tuple[range, list[tuple[Item, ...]]]] = []  # ranks with the same shards, and those files
     for start, end in _intervals(tensors, world_size):
-        sharded = [_shard_item(t, world_size, start) if t.sharded else None for t in tensors]
-        common = [tuple(b) for b in _split([i for i in sharded if i is not None], lay.files_per_rank)]
-        plain = [r for r in range(start, end) if r not in extras]
-        classes.append((plain, common))
+        sharded = [_shard_item(t, world_size, start) for t in tensors if t.sharded]
+        assert [i.fqn for i in sharded] == sharded_fqns
+        common = [tuple(b) for b in _split(sharded, lay.files_per_rank)]
+        classes.append((range(start, end), common))
         sizes = [(sum(i.nbytes for i in b), sum(item_size(i) for i in b)) for b in common]
         for r in range(start, end):
             if r in extras:
                 mine = extras[r]
-                items = [i if i is not None else Item(t.fqn, t.dtype, ())
-                         for t, i in zip(tensors, sharded, strict=True) if i is not None or t.fqn in mine]
-                buckets = [tuple(b) for b in _split(items + [g for g in groups if g.fqn in mine], lay.files_per_rank)]
-                classes.append(([r], buckets))
-                files = _files(r, buckets)
+                buckets = _with_extras(common, mine, position, lay.files_per_rank) or \
+                    [tuple(b) for b in _split([*sharded, *mine], lay.files_per_rank)]
+                if lay.files_per_rank == 1:  # the common file and these: no walk over every item
+                    files = (ItemFile(f"__{r}_0", buckets[0], sizes[0][0] + sum(i.nbytes for i in mine),
+                                      sizes[0][1] + sum(item_size(i) for i in mine)),)
+                else:
+                    files = tuple(ItemFile(f"__{r}_{k}", b, sum(i.nbytes for i in b), sum(item_size(i) for i in b))
+                                  for k, b in enumerate(buckets))
             else:
                 files = tuple(ItemFile(f"__{r}_{k}", b, *sizes[k]) for k, b in enumerate(common))
             ranks.append(RankPlan(r, 0, 0, r, 0, files))
-    metadata = CoordinatorFile(".metadata", metadata_size(tensors, groups, classes, world_size, item_size),
-                               ".metadata.tmp")
-    return Plan(lay, tuple(ranks), (metadata,))
+    size = metadata_size(tensors, groups, classes, extras, world_size, item_size)
+    return Plan(lay, tuple(ranks), (CoordinatorFile(".metadata", size, ".metadata.tmp"),))

@@ -98,16 +98,19 @@ def _tensor_entry(t: Tensor, world: int) -> int:
     return head + 2 * (-(-world // 1000)) + chunks + 2
 
 
-def _planner_entry(fqn: str) -> int:
+def _planner_entry(fqn: str, world: int) -> int:
     """``planner_data[fqn]``: the keys leading to it ('model', name) or ('optim', 'state', name, key) or
-    ('optim', 'param_groups', 0, key); a key used before is a reference (a parameter's name: 1 use in 3)."""
+    ('optim', 'param_groups', 0, key); a key used before is a reference (a parameter's name: 1 use in 3).
+    With one rank the name itself is the object state_dict_metadata pickled (a reference); with more,
+    the coordinator's copy from the gathered plans is pickled anew."""
     parts = fqn.split(".")
+    key = LATE_GET if world == 1 else _str(fqn)
     if parts[0] == "model":
-        return _str(fqn) + LATE_GET + _str(".".join(parts[1:])) + 2
+        return key + LATE_GET + _str(".".join(parts[1:])) + 2
     if parts[1] == "state":
         name = _str(".".join(parts[2:-1]))
-        return _str(fqn) + 1 + 2 * LATE_GET + (name + 2 * LATE_GET) // 3 + LATE_GET + 2
-    return _str(fqn) + 1 + 2 * LATE_GET + 2 + _str(parts[-1]) + 2
+        return key + 1 + 2 * LATE_GET + (name + 2 * LATE_GET) // 3 + LATE_GET + 2
+    return key + 1 + 2 * LATE_GET + 2 + _str(parts[-1]) + 2
 
 
 def _item_cost(item: Item, offset_in_file: int, length: int) -> int:
@@ -121,24 +124,34 @@ def _item_cost(item: Item, offset_in_file: int, length: int) -> int:
     return key + value
 
 
-def metadata_size(tensors: list[Tensor], groups: tuple[Item, ...],
-                  classes: list[tuple[list[int], list[tuple[Item, ...]]]], world: int,
-                  item_size: Callable[[Item], int]) -> int:
-    """``classes``: ranks whose files hold the same items, and those items per file (every rank once)."""
+def _per_rank(buckets: list[tuple[Item, ...]], item_size: Callable[[Item], int]) -> int:
+    total = 0
+    for bucket in buckets:
+        offset = 0
+        for item in bucket:
+            length = item_size(item)
+            total += _item_cost(item, offset, length)
+            offset += length
+    return total
+
+
+def metadata_size(tensors: list[Tensor], groups: tuple[Item, ...], classes: list[tuple[range, list[tuple[Item, ...]]]],
+                  extras: dict[int, list[Item]], world: int, item_size: Callable[[Item], int]) -> int:
+    """``classes``: runs of ranks whose shards are alike, and their files (every rank once); ``extras``: the
+    replicated items a rank writes besides (placed at the end of its file here: their offsets are estimates)."""
     total = FIXED
     total += sum(_tensor_entry(t, world) for t in tensors) + sum(_str(g.fqn) + 8 for g in groups)
-    total += sum(_planner_entry(t.fqn) for t in tensors) + sum(_planner_entry(g.fqn) for g in groups)
+    total += sum(_planner_entry(t.fqn, world) for t in tensors) + sum(_planner_entry(g.fqn, world) for g in groups)
     total += sum(_offsets_cost(t, world) for t in tensors if t.sharded)  # storage_data's MetadataIndex offsets
+    entries = 0
     for ranks, buckets in classes:
-        per_rank = 0
-        for bucket in buckets:
-            offset = 0
-            for item in bucket:
-                length = item_size(item)
-                per_rank += _item_cost(item, offset, length)
-                offset += length
-        total += per_rank * len(ranks)
-        for r in ranks:  # each file's name once, in full
-            total += sum(_str(f"__{r}_{k}.distcp") - LATE_GET for k, bucket in enumerate(buckets) if bucket)
-    entries = sum(len(ranks) * sum(len(b) for b in buckets) for ranks, buckets in classes)
+        total += _per_rank(buckets, item_size) * len(ranks)
+        entries += len(ranks) * sum(len(b) for b in buckets)
+        files = [k for k, b in enumerate(buckets) if b]
+        total += sum(_str(f"__{r}_{k}.distcp") - LATE_GET for r in ranks for k in files)  # each name once in full
+        end = sum(item_size(i) for i in buckets[0]) if buckets else 0
+        for r in ranks:
+            for item in extras.get(r, ()):
+                total += _item_cost(item, end, item_size(item))
+                entries += 1
     return total + 2 * (-(-entries // 1000)) + 9 * (total // 65536)

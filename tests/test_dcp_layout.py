@@ -1,0 +1,163 @@
+"""``checkpoint.layout=dcp`` held to the real thing: the files a real ``dcp.save`` of an FSDP2 job writes
+here (``mode=fsdp``, gloo on CPU) against the emulated plan of the same workload; ``torch.save``'s
+archives against our own; the model's tensors against the module that real mode trains; and the layout
+run end to end under mpiexec on every backend."""
+
+from __future__ import annotations
+
+import io
+import json
+import pickle
+from pathlib import Path
+
+import pytest
+
+from dlio_ckpt.config import compose
+from dlio_ckpt.formats import file_size
+from dlio_ckpt.formats.pt import archive, tensor_pickle
+from dlio_ckpt.model import TransformerShape
+from dlio_ckpt.planner import make_plan
+
+from .conftest import dlio, load
+
+DCP = ["workload=tiny", "++workload.checkpoint.layout=dcp", "++workload.model.parallelism.tensor=1"]
+SHAPE_B = ["++workload.model.num_layers=2", "++workload.model.transformer.hidden_size=192",
+           "++workload.model.transformer.ffn_hidden_size=520", "++workload.model.transformer.num_attention_heads=6",
+           "++workload.model.transformer.num_kv_heads=2", "++workload.model.transformer.vocab_size=997"]
+
+
+def _dtype(name: str) -> list[str]:
+    return [f"++workload.model.model_datatype={name}", f"++workload.model.optimizer_datatype={name}"]
+
+
+# world size, writer threads (files per rank), the model: two shapes, one whose dim 0 does not divide
+ORACLE = [
+    pytest.param(1, 1, _dtype("fp32"), id="1-rank"),
+    pytest.param(2, 1, _dtype("fp32"), id="2-ranks"),
+    pytest.param(2, 2, [*_dtype("bf16"), "++workload.model.transformer.vocab_size=1001"], id="2-ranks-2-files-uneven"),
+    pytest.param(4, 1, [*_dtype("fp32"), "++workload.model.transformer.vocab_size=1001"], id="4-ranks-uneven"),
+    pytest.param(4, 2, [*_dtype("bf16"), *SHAPE_B], id="4-ranks-2-files-shape-b"),
+    pytest.param(1, 2, [*_dtype("fp32"), *SHAPE_B], id="1-rank-2-files-shape-b"),
+]
+
+
+def real_save(tmp_path: Path, world: int, threads: int, extra: list[str]) -> dict[str, int]:
+    """The files of one real dcp.save (mode=fsdp: FSDP2 and Adam after one step) and their sizes."""
+    root = tmp_path / "real"
+    r = dlio(["workload=tiny", "++workload.mode=fsdp", "++workload.model.parallelism.tensor=1", *extra,
+              f"++workload.fsdp.thread_count={threads}", f"++workload.storage.storage_root={root}",
+              "++workload.checkpoint.num_checkpoints_write=1", "++workload.checkpoint.num_checkpoints_read=0",
+              f"hydra.run.dir={tmp_path / 'out'}"], tmp_path, nprocs=world, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    step = root / "checkpoints" / "tiny" / "global_epoch1_step1"
+    return {p.name: p.stat().st_size for p in step.iterdir()}
+
+
+@pytest.mark.real
+@pytest.mark.mpi
+@pytest.mark.parametrize(("world", "threads", "extra"), ORACLE)
+def test_emulated_files_are_those_dcp_save_writes(tmp_path, world, threads, extra):
+    real = real_save(tmp_path, world, threads, extra)
+    workload, _, _ = compose([*DCP, *extra, f"++workload.checkpoint.files_per_rank={threads}"], None)
+    plan = make_plan(workload, world)
+    plan.validate()
+    emulated = {f"{f.stem}.distcp": f.size for r in plan.ranks for f in r.files}
+    emulated |= {c.name: c.size for c in plan.coordinator}
+    assert sorted(emulated) == sorted(real)
+    for name, size in real.items():
+        if name == ".metadata":
+            assert abs(emulated[name] - size) <= 0.10 * size, (emulated[name], size)
+        else:  # torch 2.13.0: equal to the byte (the bound is the issue's)
+            assert abs(emulated[name] - size) <= 0.005 * size, (name, emulated[name], size)
+
+
+def test_torch_save_archives_are_ours_to_the_byte():
+    torch = pytest.importorskip("torch")
+    dtypes = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+    for name, dtype in dtypes.items():
+        for shape in [(), (1,), (128,), (500, 256), (0, 256), (70000, 3), (3, 70000), (2, 3, 4, 5)]:
+            buf = io.BytesIO()
+            torch.save(torch.zeros(shape, dtype=dtype), buf)
+            nbytes = torch.zeros(shape, dtype=dtype).nbytes
+            assert file_size(archive(tensor_pickle(name, shape), [nbytes], b"0" * 40)) == len(buf.getvalue())
+    for value in [1e-4, (0.9, 0.999), False, None, ["layers.0.qkv.weight"] * 30]:
+        buf = io.BytesIO()
+        torch.save(value, buf)
+        assert file_size(archive(pickle.dumps(value, protocol=2), [], b"0" * 40)) == len(buf.getvalue())
+
+
+def test_the_model_is_the_module_mode_fsdp_trains():
+    torch = pytest.importorskip("torch")
+    from dlio_ckpt.real.llama import Llama
+
+    shape = TransformerShape(3, 192, 520, 997, 6, 2)
+    with torch.device("meta"):
+        model = Llama(shape)
+    assert [(n, tuple(p.shape)) for n, p in model.named_parameters()] == list(shape.named_shapes())
+    assert sum(p.numel() for p in model.parameters()) == shape.num_parameters
+
+
+@pytest.mark.parametrize(("extra", "message"), [
+    (["++workload.model.parallelism.tensor=2"],
+     "workload.model.parallelism.tensor=2: must be 1 with checkpoint.layout=dcp"),
+    (["++workload.checkpoint.format=raw"],
+     "workload.checkpoint.format='raw': means nothing with checkpoint.layout=dcp"),
+    (["++workload.checkpoint.layout=dlio", "++workload.checkpoint.files_per_rank=2"],
+     "workload.checkpoint.files_per_rank=2: means nothing with checkpoint.layout=dlio"),
+    (["++workload.mode=fsdp"], "workload.checkpoint.layout='dcp': applies to mode=emulated"),
+    (["++workload.checkpoint.layout=orbax"], "workload.checkpoint.layout"),
+])
+def test_bad_layout_input_exits_2_before_anything_is_written(tmp_path, extra, message):
+    r = dlio([*DCP, *extra, f"++workload.storage.storage_root={tmp_path / 'store'}", "--world-size", "2"], tmp_path)
+    assert r.returncode == 2, r.stderr
+    assert message in r.stderr
+    assert not (tmp_path / "store").exists()
+
+
+def test_plan_names_the_layout_and_its_metadata(tmp_path):
+    r = dlio(["plan", *DCP, "--world-size", "4", "--format", "json"], tmp_path)
+    assert r.returncode == 0, r.stderr
+    view = json.loads(r.stdout)
+    assert view["layout"] == "dcp" and view["format"] == "distcp"
+    assert [f["name"] for f in view["ranks"][3]["files"]] == ["__3_0.distcp"]
+    (meta,) = view["coordinator_files"]
+    assert meta["name"] == ".metadata" and meta["written_as"] == ".metadata.tmp" and meta["bytes"] > 10_000
+
+
+def test_llama3_405b_at_16384_ranks_plans_with_realistic_metadata():
+    workload, _, _ = compose(["workload=llama3_405b", "++workload.checkpoint.layout=dcp",
+                              "++workload.model.parallelism.tensor=1", "++workload.model.parallelism.pipeline=1"], None)
+    plan = make_plan(workload, 16384)
+    plan.validate()
+    per_rank = [r.payload_bytes for r in plan.ranks]
+    assert max(per_rank) < 1.3 * plan.total_payload_bytes / 16384  # about total/world each
+    # every tensor (1,137 of them, 3 states each) has a chunk per rank: gigabytes that every rank reads first
+    assert 4e9 < plan.coordinator[0].size < 8e9
+
+
+@pytest.mark.mpi
+def test_1024_logical_ranks_on_4_processes_save_and_load_verified(tmp_path):
+    r = dlio([*DCP, "--world-size", "1024", "++workload.checkpoint.scale=0.25",
+              f"++workload.storage.storage_root={tmp_path / 'store'}", f"hydra.run.dir={tmp_path / 'out'}"],
+             tmp_path, nprocs=4, timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    summary = load(tmp_path / "out" / "summary.json")
+    assert summary["io"]["layout"] == "dcp" and summary["status"] == "ok"
+    step = tmp_path / "store" / "checkpoints" / "tiny" / "global_epoch1_step1"
+    names = {p.name for p in step.iterdir()}
+    assert names == {f"__{r}_0.distcp" for r in range(1024)} | {".metadata"}  # the .tmp renamed away
+
+
+@pytest.mark.mpi
+def test_dcp_layout_on_every_backend(tmp_path, store):
+    r = dlio([*DCP, *store.overrides(), "--world-size", "8", "++workload.checkpoint.files_per_rank=2",
+              "++workload.checkpoint.scale=0.25", f"hydra.run.dir={tmp_path / 'out'}"],
+             tmp_path, nprocs=2, env=store.env, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    summary = load(tmp_path / "out" / "summary.json")
+    assert summary["status"] == "ok" and summary["io"]["layout"] == "dcp"
+    assert summary["io"]["verified"] is (store.storage_type != "null")
+    if store.storage_type != "null":
+        backend = store.backend()
+        names = {p.rsplit("/", 1)[-1] for p in backend.list_tree(backend.join("checkpoints/tiny/global_epoch1_step2"))}
+        assert names == {f"__{r}_{k}.distcp" for r in range(8) for k in range(2)} | {".metadata"}
