@@ -81,6 +81,15 @@ def config_differences(a: Run, b: Run) -> list[dict[str, Any]] | None:
             for k in keys if a.config.get(k, "(absent)") != b.config.get(k, "(absent)")]
 
 
+def layout_note(a: Run, b: Run) -> str | None:
+    """Two runs of different layouts wrote different files for the same model: their figures compare
+    the storage under two jobs, not two storages under one."""
+    if a.layout == b.layout:
+        return None
+    return (f"layouts differ: A {a.layout}, B {b.layout}: the runs wrote other files (names, sizes per rank, "
+            "metadata) for the same model; the figures compare two jobs' checkpoints")
+
+
 def _fmt(v: float | None) -> str:
     if v is None:
         return "-"
@@ -93,7 +102,8 @@ def render_table(a: Run, b: Run, changes: list[MetricChange], configs: list[dict
         pct = f"{c.change_pct:+.1f}%" if c.change_pct is not None else ""
         rows.append((c.name, _fmt(c.a), _fmt(c.b), pct, c.verdict.upper() if c.verdict == "regression" else c.verdict))
     widths = [max(len(r[i]) for r in rows) for i in range(5)]
-    lines = [f"A: {a.path}", f"B: {b.path}", f"threshold: {threshold:g}% (throughput down or duration up)", ""]
+    lines = [f"A: {a.path}", f"B: {b.path}", f"threshold: {threshold:g}% (throughput down or duration up)",
+             *([note] if (note := layout_note(a, b)) else []), ""]
     for i, r in enumerate(rows):
         lines.append("  ".join(v.ljust(w) if j == 0 else v.rjust(w) for j, (v, w) in enumerate(zip(r, widths,
                                                                                                       strict=True))))
@@ -118,6 +128,7 @@ def render_table(a: Run, b: Run, changes: list[MetricChange], configs: list[dict
 def render_json(a: Run, b: Run, changes: list[MetricChange], configs: list[dict] | None, threshold: float) -> str:
     bad = regressions(changes)
     return json.dumps({"a": a.path, "b": b.path, "threshold_pct": threshold,
+                       "layouts": {"a": a.layout, "b": b.layout, "note": layout_note(a, b)},
                        "metrics": [asdict(c) for c in changes], "config_differences": configs,
                        "regressions": [c.name for c in bad], "result": "regression" if bad else "ok"},
                       indent=2, default=str)

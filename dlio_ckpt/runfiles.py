@@ -40,6 +40,11 @@ class Run:
     def metric(self) -> dict[str, Any]:
         return self.summary.get("metric") or {}
 
+    @property
+    def layout(self) -> str:
+        """Whose files the run wrote: DLIO's layout for DLIO's own runs and ours before layouts existed."""
+        return (self.summary.get("io") or {}).get("layout", "dlio")
+
 
 RESULT_FILES = ("summary.json", "dlio_ckpt.log", ".hydra/config.yaml", ".hydra/overrides.yaml")
 FIGURES = ("throughput.png", "durations.png", "stragglers.png", "timeline.png", "requests.png")  # report's

@@ -161,3 +161,16 @@ def test_dcp_layout_on_every_backend(tmp_path, store):
         backend = store.backend()
         names = {p.rsplit("/", 1)[-1] for p in backend.list_tree(backend.join("checkpoints/tiny/global_epoch1_step2"))}
         assert names == {f"__{r}_{k}.distcp" for r in range(8) for k in range(2)} | {".metadata"}
+
+
+@pytest.mark.mpi
+def test_a_sweep_over_layouts_and_diff_of_its_points(tmp_path):
+    r = dlio(["sweep", *DCP, "++workload.checkpoint.layout=dlio,dcp", "++workload.checkpoint.scale=0.25",
+              f"++workload.storage.storage_root={tmp_path / 'store'}", "++hydra.sweep.dir=sw"], tmp_path, nprocs=2)
+    assert r.returncode == 0, r.stderr[-3000:]
+    points = load(tmp_path / "sw" / "sweep.json")["points"]
+    assert [p["status"] for p in points] == ["ok", "ok"]
+    dirs = [Path(p["run_dir"]) for p in points]
+    assert [load(d / "summary.json")["io"]["layout"] for d in dirs] == ["dlio", "dcp"]
+    d = dlio(["diff", str(dirs[0]), str(dirs[1])], tmp_path)
+    assert "layouts differ: A dlio, B dcp" in d.stdout, d.stdout + d.stderr
