@@ -84,7 +84,8 @@ class Checkpoint(Section):
     # Our own keys (DLIO has no equivalent):
     layout: Literal[LAYOUT_NAMES] = Field(  # type: ignore[valid-type]
         "dlio", description="whose files the emulated job writes: dlio (DLIO's model of a DeepSpeed job, "
-        "MLPerf Storage), dcp (torch.distributed.checkpoint of an FSDP2 job)")
+        "MLPerf Storage), deepspeed (those files under DeepSpeed's names), dcp (torch.distributed.checkpoint of an "
+        "FSDP2 job)")
     files_per_rank: int = Field(1, ge=1, le=64, description="layout=dcp: files each rank writes (DCP's "
                                 "FileSystemWriter thread_count)")
     format: Literal["pt", "raw", "safetensors", "hdf5"] = Field("pt", description="the bytes of each file: "
@@ -272,9 +273,9 @@ class Workload(Section):
             raise ConfigError(f"{key}.parallelism.data", par.data,
                               "is only allowed with checkpoint.mode=subset; in default mode the "
                               "data-parallel size is world size // (tensor*pipeline)")
-        if ck.files_per_rank != 1 and ck.layout == "dlio":
+        if ck.files_per_rank != 1 and ck.layout != "dcp":
             raise ConfigError("workload.checkpoint.files_per_rank", ck.files_per_rank,
-                              "means nothing with checkpoint.layout=dlio: DLIO's files are one per model part; "
+                              f"means nothing with checkpoint.layout={ck.layout}: its files are one per model part; "
                               "set checkpoint.layout=dcp, or leave files_per_rank out")
         if ck.layout != "dlio" and self.mode != "emulated":
             raise ConfigError("workload.checkpoint.layout", ck.layout,

@@ -149,21 +149,6 @@ def test_1024_logical_ranks_on_4_processes_save_and_load_verified(tmp_path):
 
 
 @pytest.mark.mpi
-def test_dcp_layout_on_every_backend(tmp_path, store):
-    r = dlio([*DCP, *store.overrides(), "--world-size", "8", "++workload.checkpoint.files_per_rank=2",
-              "++workload.checkpoint.scale=0.25", f"hydra.run.dir={tmp_path / 'out'}"],
-             tmp_path, nprocs=2, env=store.env, timeout=300)
-    assert r.returncode == 0, r.stderr[-3000:]
-    summary = load(tmp_path / "out" / "summary.json")
-    assert summary["status"] == "ok" and summary["io"]["layout"] == "dcp"
-    assert summary["io"]["verified"] is (store.storage_type != "null")
-    if store.storage_type != "null":
-        backend = store.backend()
-        names = {p.rsplit("/", 1)[-1] for p in backend.list_tree(backend.join("checkpoints/tiny/global_epoch1_step2"))}
-        assert names == {f"__{r}_{k}.distcp" for r in range(8) for k in range(2)} | {".metadata"}
-
-
-@pytest.mark.mpi
 def test_a_sweep_over_layouts_and_diff_of_its_points(tmp_path):
     r = dlio(["sweep", *DCP, "++workload.checkpoint.layout=dlio,dcp", "++workload.checkpoint.scale=0.25",
               f"++workload.storage.storage_root={tmp_path / 'store'}", "++hydra.sweep.dir=sw"], tmp_path, nprocs=2)

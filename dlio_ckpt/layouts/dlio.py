@@ -102,6 +102,19 @@ class DlioLayout:
                 problems.append(f"one replica's model states hold {elements} elements, the model {expected}")
         return problems
 
+    # DLIO's file names (its deepspeed checkpointing's, without DeepSpeed's zero padding and dashes)
+    def layer_stem(self, layer: int, mp: int, tp: int) -> str:
+        return f"layer_{layer}-model_{mp}_model_states"
+
+    def model_stem(self, mp: int) -> str:
+        return f"model_{mp}_model_states"
+
+    def sharded_model_stem(self, dp: int, mp: int) -> str:
+        return f"zero_pp_rank_{dp}_mp_rank_{mp}_model_states"
+
+    def optimizer_stem(self, dp: int, mp: int) -> str:
+        return f"zero_pp_rank_{dp}_mp_rank_{mp}_optim_states"
+
     def rank_plan(self, rank: int) -> RankPlan:
         """Files of ``rank`` in the order it writes them (spec: "Who writes what")."""
         tp, pp, dp, mp = rank % self.tensor, (rank // self.tensor) % self.pipeline, rank // self.mp, rank % self.mp
@@ -111,20 +124,20 @@ class DlioLayout:
             if z in (1, 2) and dp == 0 and self.pipeline > 1:
                 layers = self.shape.stage_layers(pp, self.pipeline)
                 for layer, group in zip(layers, self.stage_groups(pp, nested=False), strict=True):
-                    files.append(FilePlan(f"layer_{layer}-model_{mp}_model_states", "model", md, (group,)))
+                    files.append(FilePlan(self.layer_stem(layer, mp, tp), "model", md, (group,)))
             elif z in (1, 2) and dp == 0:
-                files.append(FilePlan(f"model_{mp}_model_states", "model", md, self.stage_groups(pp, True)))
+                files.append(FilePlan(self.model_stem(mp), "model", md, self.stage_groups(pp, True)))
             elif z in (0, 3):
-                files.append(FilePlan(f"zero_pp_rank_{dp}_mp_rank_{mp}_model_states", "model", md,
+                files.append(FilePlan(self.sharded_model_stem(dp, mp), "model", md,
                                       self.stage_groups(pp, True)))
             if self.optimizer_numel > 0:
-                files.append(FilePlan(f"zero_pp_rank_{dp}_mp_rank_{mp}_optim_states", "optimizer",
+                files.append(FilePlan(self.optimizer_stem(dp, mp), "optimizer",
                                       self.optimizer_dtype, (self.optimizer_group,)))
         return RankPlan(rank, tp, pp, dp, mp, tuple(files))
 
 
-def make_plan(workload: Workload, world_size: int) -> Plan:
-    layout = DlioLayout.from_workload(workload, world_size)
+def make_plan(workload: Workload, world_size: int, kind: type[DlioLayout] = DlioLayout) -> Plan:
+    layout = kind.from_workload(workload, world_size)
     return Plan(layout, tuple(layout.rank_plan(r) for r in range(world_size)))
 
 
