@@ -65,6 +65,9 @@ class Model(Section):
     model_datatype: Datatype = Field("fp16", description="parameters' dtype")
     optimizer_datatype: Datatype = Field("fp32", description="optimizer state's dtype (master weights and "
                                          "Adam's two moments)")
+    master_weights: bool = Field(True, description="layout=dcp: FSDP2's mixed precision keeps the sharded "
+                                 "parameters in optimizer_datatype (torchtitan's default); false: in model_datatype "
+                                 "(pure low-precision training). DLIO's layouts always count fp32 master weights")
     parallelism: Parallelism = Parallelism()
     transformer: Transformer = Transformer()
 
@@ -277,6 +280,10 @@ class Workload(Section):
             raise ConfigError("workload.checkpoint.files_per_rank", ck.files_per_rank,
                               f"means nothing with checkpoint.layout={ck.layout}: its files are one per model part; "
                               "set checkpoint.layout=dcp, or leave files_per_rank out")
+        if not self.model.master_weights and ck.layout != "dcp":
+            raise ConfigError("workload.model.master_weights", False,
+                              f"means nothing with checkpoint.layout={ck.layout}: DLIO's arithmetic always writes "
+                              "master weights in the optimizer files; set checkpoint.layout=dcp, or leave it out")
         if ck.layout != "dlio" and self.mode != "emulated":
             raise ConfigError("workload.checkpoint.layout", ck.layout,
                               f"applies to mode=emulated; in mode={self.mode} the framework writes its own files")

@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections import OrderedDict
 from typing import Any
 
-from .formats import Format, file_size
-from .planner import GIB, ItemFile, Plan
+from .formats import Format, planned_size
+from .planner import GIB, Plan
 
 
 def plan_json(plan: Plan, fmt: Format) -> dict[str, Any]:
@@ -23,7 +23,7 @@ def plan_json(plan: Plan, fmt: Format) -> dict[str, Any]:
         "ranks": [
             {"rank": r.rank, "tp": r.tp, "pp": r.pp, "dp": r.dp, "files": [
                 {"name": f.stem + fmt.extension, "payload_bytes": f.payload_bytes, "tensors": f.num_tensors,
-                 "file_bytes": f.size if isinstance(f, ItemFile) else file_size(fmt.segments(f))}
+                 "file_bytes": planned_size(fmt, f)}
                 for f in r.files]}
             for r in plan.ranks
         ],

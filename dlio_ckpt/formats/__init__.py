@@ -11,7 +11,7 @@ import importlib
 from typing import Protocol
 
 from ..errors import ConfigError
-from ..planner import FilePlan
+from ..planner import FilePlan, ItemFile, PlannedFile
 
 Segment = bytes | int
 
@@ -20,7 +20,7 @@ class Format(Protocol):
     name: str
     extension: str
 
-    def segments(self, file: FilePlan) -> list[Segment]: ...
+    def segments(self, file: PlannedFile) -> list[Segment]: ...
 
 
 class RawFormat:
@@ -57,3 +57,9 @@ def get_format(name: str) -> Format:
 
 def file_size(segments: list[Segment]) -> int:
     return sum(len(s) if isinstance(s, bytes) else s for s in segments)
+
+
+def planned_size(fmt: Format, file: PlannedFile) -> int:
+    """A planned file's bytes on storage: a file of items knows it (its layout sized it once for all the
+    ranks that share it); a state-dict file is formatted to learn it."""
+    return file.size if isinstance(file, ItemFile) else file_size(fmt.segments(file))

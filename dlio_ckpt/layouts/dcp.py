@@ -71,7 +71,7 @@ class DcpLayout:
     name: ClassVar[str] = "dcp"
     shape: TransformerShape
     world_size: int
-    model_dtype: str
+    model_dtype: str  # the saved (sharded) parameters'
     optimizer_dtype: str
     files_per_rank: int
     scale: float = 1.0
@@ -79,8 +79,9 @@ class DcpLayout:
     @classmethod
     def from_workload(cls, workload: Workload, world_size: int) -> DcpLayout:
         m, ck = workload.model, workload.checkpoint
-        return cls(TransformerShape.from_model(m), world_size, m.model_datatype, m.optimizer_datatype,
-                   ck.files_per_rank, ck.scale)
+        params = m.optimizer_datatype if m.master_weights else m.model_datatype  # FSDP2 mixed precision
+        return cls(TransformerShape.from_model(m), world_size, params, m.optimizer_datatype, ck.files_per_rank,
+                   ck.scale)
 
     def describe(self) -> str:
         return (f"FSDP2 over {self.world_size} ranks (every parameter sharded on dim 0), Adam; parameters "
