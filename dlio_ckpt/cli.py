@@ -251,9 +251,9 @@ def _plan(args: argparse.Namespace) -> int:
 
     workload, _, _ = compose(args.overrides, args.config_dir)
     if workload.mode != "emulated":
-        from .real.predict import describe
+        from .modes import prediction
 
-        view = describe(workload, args.world_size or 1)
+        view = prediction(workload, args.world_size or 1)
         print(json.dumps(view) if args.format == "json" else "\n".join(f"{k}: {v}" for k, v in view.items()))
         return 0
     if args.world_size is None:

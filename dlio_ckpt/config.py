@@ -30,6 +30,8 @@ from .backends import REGISTRY as BACKENDS
 from .errors import ConfigError
 from .layouts import NAMES as LAYOUT_NAMES
 from .layouts import load_layout
+from .modes import NAMES as MODE_NAMES
+from .modes import REGISTRY as MODES
 
 Datatype = Literal["fp16", "bf16", "fp32", "fp64", "int8", "uint8"]
 MIB = 1 << 20
@@ -241,7 +243,7 @@ class Workload(Section):
     are accepted so DLIO's own files load, and ignored because only checkpoint I/O is emulated."""
 
     model: Model
-    mode: Literal["emulated", "lightning", "fsdp", "gds"] = Field(
+    mode: Literal[MODE_NAMES] = Field(  # type: ignore[valid-type]
         "emulated", description="emulated: synthetic bytes in DLIO's layout; the others run the framework")
     lightning: LightningSettings = LightningSettings()
     fsdp: FSDPSettings = FSDPSettings()
@@ -284,9 +286,6 @@ class Workload(Section):
             raise ConfigError("workload.model.master_weights", False,
                               f"means nothing with checkpoint.layout={ck.layout}: DLIO's arithmetic always writes "
                               "master weights in the optimizer files; set checkpoint.layout=dcp, or leave it out")
-        if ck.layout != "dlio" and self.mode != "emulated":
-            raise ConfigError("workload.checkpoint.layout", ck.layout,
-                              f"applies to mode=emulated; in mode={self.mode} the framework writes its own files")
         load_layout(ck.layout).check(self)
         return self
 
@@ -328,7 +327,7 @@ class Workload(Section):
         if self.mode == "emulated":
             return self
         st, ck, mode = self.storage, self.checkpoint, self.mode
-        supported = REAL_MODE_STORAGE[mode]
+        supported = MODES[mode].storage or BACKEND_NAMES
         if {"parallel_fs": "local_fs"}.get(st.storage_type, st.storage_type) not in supported:
             raise ConfigError("workload.storage.storage_type", st.storage_type,
                               f"mode={mode} supports storage_type {', '.join(supported)}")
@@ -363,10 +362,9 @@ def tier_key(k: int) -> str:
 
 # Checkpoint keys that shape the emulator's files or its emulated training loop and mean nothing to a
 # framework's own save (real modes have fsdp.async_save and lightning.async_save)
-EMULATOR_ONLY = ("format", "scale", "odirect", "verify", "chunk_size", "recovery_rank_shift", "ranks_per_host", "mode",
-                 "async_save", "staging_gb_per_second", "staging", "training", "mtbf_hours", "read_tier")
-REAL_MODE_STORAGE = {"lightning": ("local_fs", "s3", "gcs"), "fsdp": ("local_fs", "s3", "gcs"),
-                     "gds": ("local_fs", "gds")}
+EMULATOR_ONLY = ("layout", "files_per_rank", "format", "scale", "odirect", "verify", "chunk_size",
+                 "recovery_rank_shift", "ranks_per_host", "mode", "async_save", "staging_gb_per_second", "staging",
+                 "training", "mtbf_hours", "read_tier")
 FSDP_DATATYPES = ("fp16", "bf16", "fp32", "fp64")  # torch dtypes the real model can train in
 
 

@@ -9,20 +9,36 @@ install, and the emulator must start without them; a mode whose packages are mis
 from __future__ import annotations
 
 import importlib
-from typing import Any, Protocol
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol
 
-from .context import RunContext
 from .errors import ConfigError
-from .steps import Writes
 
-_MODES: dict[str, tuple[str, str]] = {
-    # mode: (module, what provides its imports)
-    "emulated": ("dlio_ckpt.runner", ""),
-    "lightning": ("dlio_ckpt.real.lightning_mode", "pip install 'dlio_ckpt[lightning]'"),
-    "fsdp": ("dlio_ckpt.real.fsdp_mode", "pip install 'dlio_ckpt[fsdp]'"),
-    "gds": ("dlio_ckpt.real.gds_mode", "pip install 'dlio_ckpt[gds-cu13]' (CUDA 13) or 'dlio_ckpt[gds-cu12]' "
-            "(CUDA 12) on a machine with a CUDA GPU"),
+if TYPE_CHECKING:
+    from .context import RunContext
+    from .steps import Writes
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One mode: its module (imported on use), what provides its imports, and the storage types its
+    framework can save to (None: every one; the config's rule derives from it)."""
+
+    module: str
+    install: str = ""
+    storage: tuple[str, ...] | None = None
+    predict: str = ""  # a real mode's "what plan says" without torch: a function in real/predict.py
+
+
+REGISTRY: dict[str, Entry] = {  # the only list of modes: the config's choices derive from it
+    "emulated": Entry("dlio_ckpt.runner"),
+    "lightning": Entry("dlio_ckpt.real.lightning_mode", "pip install 'dlio_ckpt[lightning]'",
+                       ("local_fs", "s3", "gcs"), "lightning"),
+    "fsdp": Entry("dlio_ckpt.real.fsdp_mode", "pip install 'dlio_ckpt[fsdp]'", ("local_fs", "s3", "gcs"), "fsdp"),
+    "gds": Entry("dlio_ckpt.real.gds_mode", "pip install 'dlio_ckpt[gds-cu13]' (CUDA 13) or 'dlio_ckpt[gds-cu12]' "
+                 "(CUDA 12) on a machine with a CUDA GPU", ("local_fs", "gds"), "gds"),
 }
+NAMES = tuple(REGISTRY)
 
 
 class Mode(Protocol):
@@ -47,9 +63,17 @@ class Mode(Protocol):
         """The run, ending with its result files (``context.write_results``); the summary on rank 0."""
 
 
+def prediction(workload: Any, world_size: int) -> dict[str, Any]:
+    """What ``plan`` says of a real mode's checkpoint, without importing its framework."""
+    from .real import predict
+
+    return getattr(predict, REGISTRY[workload.mode].predict)(workload, world_size)
+
+
 def load_mode(mode: str) -> Mode:
-    module, hint = _MODES[mode]
+    entry = REGISTRY[mode]
     try:
-        return importlib.import_module(module)  # type: ignore[return-value]
+        return importlib.import_module(entry.module)  # type: ignore[return-value]
     except ImportError as exc:
-        raise ConfigError("workload.mode", mode, f"needs {exc.name}, which is not installed ({hint})") from None
+        raise ConfigError("workload.mode", mode,
+                          f"needs {exc.name}, which is not installed ({entry.install})") from None

@@ -39,7 +39,7 @@ from ..host import hostname
 from ..model import DATATYPE_BYTES, TransformerShape
 from ..steps import Writes
 from .llama import Llama
-from .predict import describe
+from .predict import fsdp as predicted
 
 log = logging.getLogger("dlio_ckpt")
 # FSDP2 and DTensor warn about patterns of our own small model (views, RNG tracker) on every step
@@ -51,7 +51,7 @@ FSYNC = "sync_files=True: DCP fsyncs every shard before its save ends"
 
 
 def needed_bytes(ctx: RunContext) -> int:
-    return ctx.ck.num_checkpoints_write * describe(ctx.workload, ctx.world_size)["payload_bytes"]
+    return ctx.ck.num_checkpoints_write * predicted(ctx.workload, ctx.world_size)["payload_bytes"]
 
 
 def preflight(ctx: RunContext) -> None:
