@@ -244,10 +244,10 @@ def _check(args: argparse.Namespace) -> int:
 
 
 def _plan(args: argparse.Namespace) -> int:
-    from .context import check_tier_options
     from .layouts import file_format
     from .plan_view import plan_json, plan_table
     from .planner import make_plan
+    from .preparation import check_tier_options
 
     workload, _, _ = compose(args.overrides, args.config_dir)
     if workload.mode != "emulated":

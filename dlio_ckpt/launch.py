@@ -20,10 +20,11 @@ from omegaconf import OmegaConf
 from .backends import get_backend
 from .comm import Comm, on_root
 from .config import Workload
-from .context import RunContext, prepare_storage, start_writing, tier_backend
+from .context import RunContext
 from .errors import ConfigError, StorageError
 from .failure import RunState, Watchdog
 from .modes import Mode, load_mode
+from .preparation import prepare_storage, start_writing, tier_backend
 from .runfiles import results_in
 
 log = logging.getLogger("dlio_ckpt")

@@ -23,10 +23,10 @@ from typing import Any
 
 from .backends import Backend
 from .config import tier_key
-from .context import tier_backend
 from .emulation import EmulatedRun
 from .engine import Engine, IOOptions
 from .errors import DlioCkptError, StorageError, VerifyError
+from .preparation import tier_backend
 from .results import OpRecord, ProcessCost
 from .steps import manifest_path, remove_step, step_name
 
