@@ -90,9 +90,10 @@ class Checkpoint(Section):
     layout: Literal[LAYOUT_NAMES] = Field(  # type: ignore[valid-type]
         "dlio", description="whose files the emulated job writes: dlio (DLIO's model of a DeepSpeed job, "
         "MLPerf Storage), deepspeed (those files under DeepSpeed's names), dcp (torch.distributed.checkpoint of an "
-        "FSDP2 job)")
-    files_per_rank: int = Field(1, ge=1, le=64, description="layout=dcp: files each rank writes (DCP's "
-                                "FileSystemWriter thread_count)")
+        "FSDP2 job), megatron (Megatron-core's torch_dist of a GPT job with the distributed optimizer)")
+    files_per_rank: int | None = Field(None, ge=1, le=64, description="layout=dcp or megatron: files each rank "
+                                       "writes (the writer's thread_count); default the framework's: 1 for DCP's "
+                                       "FileSystemWriter, 2 for Megatron's torch_dist")
     format: Literal["pt", "raw", "safetensors", "hdf5"] = Field("pt", description="the bytes of each file: "
                                                                 "torch.save's zip (DLIO's), raw, safetensors, hdf5")
     scale: float = Field(1.0, gt=0, le=1, description="shrink every file by this ratio")
@@ -278,10 +279,10 @@ class Workload(Section):
             raise ConfigError(f"{key}.parallelism.data", par.data,
                               "is only allowed with checkpoint.mode=subset; in default mode the "
                               "data-parallel size is world size // (tensor*pipeline)")
-        if ck.files_per_rank != 1 and ck.layout != "dcp":
+        if ck.files_per_rank is not None and ck.layout not in ("dcp", "megatron"):
             raise ConfigError("workload.checkpoint.files_per_rank", ck.files_per_rank,
                               f"means nothing with checkpoint.layout={ck.layout}: its files are one per model part; "
-                              "set checkpoint.layout=dcp, or leave files_per_rank out")
+                              "set checkpoint.layout=dcp or megatron, or leave files_per_rank out")
         if not self.model.master_weights and ck.layout != "dcp":
             raise ConfigError("workload.model.master_weights", False,
                               f"means nothing with checkpoint.layout={ck.layout}: DLIO's arithmetic always writes "

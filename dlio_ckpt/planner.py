@@ -64,6 +64,7 @@ class Item:
     shape: tuple[int, ...]  # the shard's
     rows: int = 0  # dim-0 rows of a full shard (FSDP's chunk): rank r's starts at row min(r * rows, dim 0)
     pickled: bytes = b""  # an object's pickle
+    offsets: tuple[int, ...] = ()  # where the chunk starts in the whole tensor, for items no two ranks share
 
     @property
     def nbytes(self) -> int:

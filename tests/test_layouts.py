@@ -52,7 +52,7 @@ def test_the_config_choices_are_the_registry():
 
 
 @pytest.mark.mpi
-@pytest.mark.parametrize("layout", ["deepspeed", "dcp"])
+@pytest.mark.parametrize("layout", ["deepspeed", "dcp", "megatron"])
 def test_every_layout_on_every_backend(tmp_path, store, layout):
     """Two processes of 8 ranks, saved and loaded back verified; the step holds the plan's files."""
     extra = [f"++workload.checkpoint.layout={layout}", "++workload.checkpoint.scale=0.25",

@@ -80,7 +80,7 @@ class DcpLayout:
     def from_workload(cls, workload: Workload, world_size: int) -> DcpLayout:
         m, ck = workload.model, workload.checkpoint
         params = m.optimizer_datatype if m.master_weights else m.model_datatype  # FSDP2 mixed precision
-        return cls(TransformerShape.from_model(m), world_size, params, m.optimizer_datatype, ck.files_per_rank,
+        return cls(TransformerShape.from_model(m), world_size, params, m.optimizer_datatype, ck.files_per_rank or 1,
                    ck.scale)
 
     def describe(self) -> str:

@@ -21,6 +21,7 @@ from ..planner import Item
 
 FIXED = 1000  # the header, the class and field names pickled once, storage_meta (path, save id), version
 GET, LATE_GET = 2, 5  # references to objects memoized early (class names) and late (storage_data's field names)
+LOCAL_PLAN_ITEM, LOCAL_PLAN_OBJECT = 130, 100  # a WriteItem in Megatron's all_local_plans, less its offsets
 
 
 @dataclass(frozen=True)
@@ -155,3 +156,42 @@ def metadata_size(tensors: list[Tensor], groups: tuple[Item, ...], classes: list
                 total += _item_cost(item, end, item_size(item))
                 entries += 1
     return total + 2 * (-(-entries // 1000)) + 9 * (total // 65536)
+
+
+@dataclass(frozen=True)
+class Chunked:
+    """A tensor and its chunks (offsets, sizes) as they are listed, for layouts whose chunks do not
+    follow from the world size (Megatron's: per layer and tensor-parallel rank)."""
+
+    fqn: str
+    shape: tuple[int, ...]
+    chunks: tuple[tuple[tuple[int, ...], tuple[int, ...]], ...]
+
+
+def listed_metadata_size(tensors: list[Chunked], objects: list[str],
+                         files: list[tuple[str, list[tuple[Item, tuple[int, ...]]]]],
+                         item_size: Callable[[Item], int]) -> int:
+    """``.metadata`` from every chunk and every item listed (files: name, and its items with their
+    offsets in the whole tensor), as Megatron's planner leaves it: no planner_data, and every rank's
+    local plan kept (``all_local_plans``: per item a WriteItem whose chunk, properties and size refer to
+    objects pickled before, about 130 bytes and its offsets; megatron-core 0.16.1 with torch 2.13.0)."""
+    total = FIXED + 1
+    for t in tensors:
+        n = len(t.chunks)
+        total += (_str(t.fqn) + 8 + GET + 17 + GET + _size_cost(t.shape) + GET + 2
+                  + (1 if n == 1 else 2 * -(-n // 1000)) + 2
+                  + sum(14 + _size_cost(off) + _size_cost(size) for off, size in t.chunks))
+    total += sum(_str(fqn) + 8 for fqn in objects)
+    entries = 0
+    for name, items in files:
+        offset = 0
+        for item, where in items:
+            length = item_size(item)
+            key = (LATE_GET + 2 + LATE_GET + _size_cost(where)) if item.dtype else (LATE_GET + 1)
+            total += 11 + LATE_GET + _str(item.fqn) + key + 2  # MetadataIndex(fqn, index[, offset])
+            total += 11 + 3 * LATE_GET + _int(offset) + LATE_GET + _int(length) + 2  # _StorageInfo
+            total += (LOCAL_PLAN_ITEM + _size_cost(where)) if item.dtype else LOCAL_PLAN_OBJECT
+            offset += length
+            entries += 1
+        total += _str(name) - LATE_GET if items else 0
+    return total + 2 * -(-entries // 1000) + 9 * (total // 65536)

@@ -1,0 +1,208 @@
+"""Megatron-core's ``torch_dist`` layout (Megatron-LM, NeMo): a GPT model's weights and the distributed
+optimizer's state, saved by ``dist_checkpointing.save`` with the fully parallel save strategy.
+
+Derived from megatron-core 0.16.1 (the newest release for Python 3.11; 0.17-0.19 need 3.12) and held to
+its own saves on CPU (gloo) in ``tests/test_megatron_layout.py``:
+
+- Tensors are Megatron's ShardedTensors: a layer's weights are stacked on a leading layer dimension with
+  one chunk per layer (``decoder.layers.self_attention.linear_qkv.weight``, shape (L, q+2kv, h)); tensor
+  parallelism splits qkv, fc1 (its gate and up halves apart: two chunks) and the vocabulary on rows,
+  linear_proj and fc2 on their last dimension; the layer norms (``...layer_norm_weight``, ``final_layernorm``)
+  are replicated over TP and written from TP rank 0 only. Each linear has an ``_extra_state`` object per
+  layer, written by rank 0 of its stage.
+- The distributed optimizer's state in its ``fully_reshardable`` form: ``optimizer.state.{param,exp_avg,
+  exp_avg_sq}.<key>`` in fp32 for every weight, chunked as the weight.
+- The fully parallel save (``FullyParallelSaveStrategyWrapper``, Megatron-LM's default) spreads the chunks
+  each data-parallel group holds over its ranks: largest first, each to the least loaded rank
+  (``exchange_utils.distribute_shards_to_ranks``), so every rank writes about total/world.
+- Each rank splits its items into ``checkpoint.files_per_rank`` files (``thread_count`` 2 by default,
+  ``strategies/torch.py``), objects round-robin and tensors largest first into the emptiest
+  (``filesystem_async._split_by_size_and_type``); a file with nothing to hold is not written. Every item is
+  a ``torch.save`` archive. Rank 0 writes ``.metadata`` (DCP's, without planner data), ``common.pt`` (the
+  non-sharded state: iteration, the optimizer's param groups) and ``metadata.json``.
+Not modelled: the ``iter_{N:07d}`` step folder (steps are ``global_epoch1_step{N}`` in every layout),
+``latest_checkpointed_iteration.txt``, Megatron-LM's vocabulary padding (give the padded ``vocab_size``).
+"""
+
+from __future__ import annotations
+
+import pickle
+from collections import Counter
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, ClassVar
+
+from ..errors import ConfigError
+from ..formats import Format
+from ..model import TransformerShape
+from ..planner import CoordinatorFile, Item, ItemFile, Plan, RankPlan
+from .dcp import DistcpFormat, _split, item_size
+from .dcp_metadata import Chunked, listed_metadata_size
+
+if TYPE_CHECKING:
+    from ..config import Workload
+
+FORMATS = ("pt",)
+FILES_PER_RANK = 2  # megatron-core's TorchDistSaveShardedStrategy thread_count
+# rank 0's small files, as megatron-core 0.16.1 writes them for a GPT model with the distributed optimizer
+COMMON_PT_BYTES = 1895  # torch.save of {iteration, optimizer param_groups, sharding type}
+METADATA_JSON_BYTES = 119  # {"sharded_backend": "torch_dist", ... "common_backend_version": 1}
+EXTRA_STATE = pickle.dumps([None], protocol=2)  # a linear's _extra_state without TransformerEngine
+LINEARS = ("self_attention.linear_proj", "self_attention.linear_qkv", "mlp.linear_fc1", "mlp.linear_fc2")
+Chunk = tuple[tuple[int, ...], tuple[int, ...]]
+
+
+def check(workload: Workload) -> None:
+    m, par, ck = workload.model, workload.model.parallelism, workload.checkpoint
+    t = m.transformer
+    key = "workload.model"
+    if ck.format not in FORMATS:
+        raise ConfigError("workload.checkpoint.format", ck.format, "means nothing with checkpoint.layout=megatron: "
+                          "Megatron writes every item with torch.save (leave checkpoint.format out)")
+    if ck.mode == "subset":
+        raise ConfigError("workload.checkpoint.mode", ck.mode, "subset is MLPerf's mode of DLIO's layout; with "
+                          "checkpoint.layout=megatron every rank writes")
+    if m.num_layers % par.pipeline:
+        raise ConfigError(f"{key}.num_layers", m.num_layers, f"must divide into model.parallelism.pipeline "
+                          f"({par.pipeline}) stages with checkpoint.layout=megatron (Megatron's even split)")
+    for name, value in (("num_attention_heads", t.num_attention_heads), ("num_kv_heads", t.num_kv_heads),
+                        ("ffn_hidden_size", t.ffn_hidden_size), ("vocab_size", t.vocab_size)):
+        if value % par.tensor:
+            raise ConfigError(f"{key}.transformer.{name}", value, f"must be a multiple of model.parallelism.tensor "
+                              f"({par.tensor}) with checkpoint.layout=megatron (for vocab_size: give Megatron-LM's "
+                              "padded size, a multiple of 128 x tensor)")
+
+
+@dataclass(frozen=True)
+class MegatronLayout:
+    name: ClassVar[str] = "megatron"
+    shape: TransformerShape
+    world_size: int
+    tensor: int
+    pipeline: int
+    data: int
+    model_dtype: str
+    files_per_rank: int
+    scale: float = 1.0
+
+    @classmethod
+    def from_workload(cls, workload: Workload, world_size: int) -> MegatronLayout:
+        m, par, ck = workload.model, workload.model.parallelism, workload.checkpoint
+        return cls(TransformerShape.from_model(m), world_size, par.tensor, par.pipeline,
+                   world_size // (par.tensor * par.pipeline), m.model_datatype, ck.files_per_rank or FILES_PER_RANK,
+                   ck.scale)
+
+    def describe(self) -> str:
+        return (f"TP {self.tensor} × PP {self.pipeline} × DP {self.data}, the fully parallel save over DP, the "
+                f"distributed optimizer (fp32 parameters and moments); {self.files_per_rank} files per rank, "
+                ".metadata, common.pt, metadata.json")
+
+    def problems(self, plan: Plan) -> list[str]:
+        """Every chunk of every tensor written exactly once, every object once."""
+        seen = Counter((i.fqn, i.offsets) for r in plan.ranks for f in r.files if isinstance(f, ItemFile)
+                       for i in f.items)
+        problems = [f"{fqn} {off} written {n} times" for (fqn, off), n in seen.items() if n != 1]
+        chunks = {(t.fqn, off) for t in self.tensors() for off, _ in t.chunks}
+        if {k for k in seen if not k[0].split("/")[0].endswith("._extra_state")} != chunks:
+            problems.append("the chunks written are not the tensors' chunks")
+        return problems
+
+    def cols(self, n: int) -> int:
+        """``checkpoint.scale`` shrinks each tensor's last dimension (kept a multiple of TP)."""
+        if self.scale == 1.0:
+            return n
+        return max(self.tensor, int(n * self.scale) // self.tensor * self.tensor)
+
+    def tensors(self) -> list[Chunked]:
+        """Every weight with its chunks over (tensor-parallel rank, layer), then the optimizer's three
+        fp32 copies of each, chunked alike."""
+        s, t, c = self.shape, self.tensor, self.cols
+        h, f, v, q, n = c(s.hidden_size), s.ffn_hidden_size, s.vocab_size, s.hidden_size + 2 * s.kv_dim, s.num_layers
+        rows = [((tp * v // t, 0), (v // t, h)) for tp in range(t)]
+        out = [Chunked("embedding.word_embeddings.weight", (v, h), tuple(rows))]
+        per_layer = {  # name: (global shape, chunks of one layer over TP ranks (without the layer index))
+            "self_attention.linear_proj.weight": ((n, s.hidden_size, h), [((0, tp * h // t), (s.hidden_size, h // t))
+                                                                          for tp in range(t)]),
+            "self_attention.linear_qkv.weight": ((n, q, h), [((tp * q // t, 0), (q // t, h)) for tp in range(t)]),
+            "mlp.linear_fc1.weight": ((n, 2 * f, h), [((half * f + tp * f // t, 0), (f // t, h))
+                                                     for tp in range(t) for half in (0, 1)]),
+            "mlp.linear_fc2.weight": ((n, s.hidden_size, c(f)), [((0, tp * c(f) // t), (s.hidden_size, c(f) // t))
+                                                                for tp in range(t)]),
+            "self_attention.linear_qkv.layer_norm_weight": ((n, h), [((0,), (h,))]),
+            "mlp.linear_fc1.layer_norm_weight": ((n, h), [((0,), (h,))]),
+        }
+        for name, (shape, chunks) in per_layer.items():
+            out.append(Chunked(f"decoder.layers.{name}", shape,
+                               tuple(((layer, *off), (1, *size)) for layer in range(n) for off, size in chunks)))
+        out.append(Chunked("decoder.final_layernorm.weight", (h,), (((0,), (h,)),)))
+        out.append(Chunked("output_layer.weight", (v, h), tuple(rows)))
+        weights = list(out)
+        for state in ("param", "exp_avg", "exp_avg_sq"):
+            out += [Chunked(f"optimizer.state.{state}.{w.fqn}", w.shape, w.chunks) for w in weights]
+        return out
+
+    def owner(self, t: Chunked, chunk: Chunk) -> tuple[int, int] | None:
+        """The (tensor-parallel rank, pipeline stage) whose data-parallel group writes ``chunk``."""
+        fqn = t.fqn.removeprefix("optimizer.state.").split(".", 1)[-1] if t.fqn.startswith("optimizer.") else t.fqn
+        off, size = chunk
+        stage_layers = self.shape.num_layers // self.pipeline
+        if fqn.startswith("decoder.layers."):
+            pp = off[0] // stage_layers
+        elif fqn.startswith("embedding."):
+            pp = 0
+        else:
+            pp = self.pipeline - 1
+        if "layer_norm" in fqn or fqn == "decoder.final_layernorm.weight":
+            return 0, pp  # replicated over TP: the main replica is TP rank 0's
+        if fqn.endswith(("linear_proj.weight", "linear_fc2.weight")):
+            return off[-1] // size[-1], pp
+        dim = 1 if fqn.startswith("decoder.layers.") else 0
+        rows = t.shape[dim] // (2 if fqn.endswith("linear_fc1.weight") else 1)
+        return (off[dim] % rows) // size[dim], pp
+
+
+def _rank(lay: MegatronLayout, tp: int, dp: int, pp: int) -> int:
+    """Megatron's rank order tp-dp-pp (tensor parallel fastest, pipeline slowest)."""
+    return tp + lay.tensor * (dp + lay.data * pp)
+
+
+def make_plan(workload: Workload, world_size: int) -> Plan:
+    lay = MegatronLayout.from_workload(workload, world_size)
+    dtype = {"optimizer": "fp32"}
+    groups: dict[tuple[int, int], list[tuple[Item, tuple[int, ...], int]]] = {}
+    for t in lay.tensors():
+        kind = dtype.get(t.fqn.split(".", 1)[0], lay.model_dtype)
+        for chunk in t.chunks:
+            owner = lay.owner(t, chunk)
+            item = Item(t.fqn, kind, chunk[1], offsets=chunk[0])
+            groups.setdefault(owner, []).append((item, chunk[0], item.nbytes))
+    per_rank: dict[int, list[Item]] = {r: [] for r in range(world_size)}
+    for (tp, pp), shards in groups.items():  # the fully parallel save within each data-parallel group
+        loads = [(0, dp) for dp in range(lay.data)]
+        for item, _, size in sorted(shards, key=lambda s: (-s[2], s[0].fqn, s[1])):
+            load, dp = min(loads)
+            loads[dp] = (load + size, dp)
+            per_rank[_rank(lay, tp, dp, pp)].append(item)
+    stage_layers = lay.shape.num_layers // lay.pipeline
+    for layer in range(lay.shape.num_layers):  # each linear's _extra_state, by rank 0 of the layer's stage
+        for linear in LINEARS:
+            item = Item(f"decoder.layers.{linear}._extra_state/shard_{layer}_{lay.shape.num_layers}", "", (),
+                        pickled=EXTRA_STATE)
+            per_rank[_rank(lay, 0, 0, layer // stage_layers)].append(item)
+    ranks, listed = [], []
+    for r in range(world_size):
+        buckets = [tuple(b) for b in _split(per_rank[r], lay.files_per_rank)]
+        files = tuple(ItemFile(f"__{r}_{k}", b, sum(i.nbytes for i in b), sum(item_size(i) for i in b))
+                      for k, b in enumerate(buckets) if b)
+        tp, rest = r % lay.tensor, r // lay.tensor
+        ranks.append(RankPlan(r, tp, rest // lay.data, rest % lay.data, 0, files))
+        listed += [(f"{f.stem}.distcp", [(i, i.offsets) for i in f.items]) for f in files]
+    objects = [i.fqn for r in ranks for f in r.files for i in f.items if not i.dtype]
+    size = listed_metadata_size(lay.tensors(), objects, listed, item_size)
+    coordinator = (CoordinatorFile(".metadata", size), CoordinatorFile("common.pt", COMMON_PT_BYTES),
+                   CoordinatorFile("metadata.json", METADATA_JSON_BYTES))
+    return Plan(lay, tuple(ranks), coordinator)
+
+
+def file_format(workload: Workload) -> Format:
+    return DistcpFormat()
+

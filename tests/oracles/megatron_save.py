@@ -1,0 +1,116 @@
+"""A real Megatron-core ``torch_dist`` save on CPU (gloo), the oracle of ``checkpoint.layout=megatron``.
+
+    python tests/oracles/megatron_save.py OUT WORLD TP LAYERS HIDDEN FFN HEADS KV_HEADS VOCAB DTYPE THREADS
+
+A GPTModel (local layer spec: RMSNorm, SwiGLU, no biases, untied output layer), one Adam step of the
+distributed optimizer on made-up gradients, then ``dist_checkpointing.save`` of the model's and the
+optimizer's sharded state dicts (``fully_reshardable``) with the fully parallel save over data-parallel
+ranks, as Megatron-LM saves. megatron-core 0.16.1 assumes CUDA in a few places that have nothing to do
+with the layout: those calls are sent to the CPU here (``_on_cpu``) and nothing else is changed.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import socket
+import sys
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+
+def _on_cpu() -> None:
+    """torch.cuda.synchronize and current_device (the savers), factory calls with device='cuda' and
+    Tensor.cuda (the optimizer's buffers) go to the CPU; Tensor.type() answers with CUDA type names,
+    which the distributed optimizer checks for."""
+    torch.cuda.synchronize = lambda *a, **k: None
+    torch.cuda.current_device = lambda: "cpu"
+    torch.cuda.empty_cache = lambda *a, **k: None
+
+    def cpu(kw: dict) -> dict:
+        d = kw.get("device")
+        if isinstance(d, int) or (isinstance(d, str) and d.startswith("cuda")) or \
+                (isinstance(d, torch.device) and d.type == "cuda"):
+            kw["device"] = "cpu"
+        return kw
+    for name in ("tensor", "zeros", "empty", "ones", "full", "zeros_like", "empty_like", "ones_like", "arange"):
+        original = getattr(torch, name)
+        setattr(torch, name, functools.wraps(original)(lambda *a, _f=original, **kw: _f(*a, **cpu(kw))))
+    torch.Tensor.cuda = lambda self, *a, **k: self
+    plain_type = torch.Tensor.type
+
+    def cuda_type(self: torch.Tensor, *a: object, **k: object) -> object:
+        if a or k:
+            return plain_type(self, *a, **k)
+        name = plain_type(self)
+        return name if name.startswith("torch.cuda.") else name.replace("torch.", "torch.cuda.", 1)
+    torch.Tensor.type = cuda_type
+
+
+def worker(rank: int, world: int, port: int, out: str, args: list[str]) -> None:
+    tp, layers, hidden, ffn, heads, kv, vocab, dtype, threads = args
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world),
+                      LOCAL_RANK=str(rank))
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    _on_cpu()
+    import torch.nn.functional as F  # noqa: N812
+    from megatron.core import dist_checkpointing
+    from megatron.core import parallel_state as ps
+    from megatron.core.dist_checkpointing.strategies.fully_parallel import FullyParallelSaveStrategyWrapper
+    from megatron.core.dist_checkpointing.strategies.torch import TorchDistSaveShardedStrategy
+    from megatron.core.distributed import DistributedDataParallel, DistributedDataParallelConfig
+    from megatron.core.models.gpt import GPTModel
+    from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
+    from megatron.core.optimizer import OptimizerConfig, get_megatron_optimizer
+    from megatron.core.transformer.module import Float16Module
+    from megatron.core.transformer.transformer_config import TransformerConfig
+
+    ps.initialize_model_parallel(tensor_model_parallel_size=int(tp), pipeline_model_parallel_size=1)
+    bf16 = dtype == "bf16"
+    params_dtype = torch.bfloat16 if bf16 else torch.float32
+    cfg = TransformerConfig(num_layers=int(layers), hidden_size=int(hidden), ffn_hidden_size=int(ffn),
+                            num_attention_heads=int(heads), num_query_groups=int(kv), gated_linear_unit=True,
+                            activation_func=F.silu, normalization="RMSNorm", add_bias_linear=False,
+                            use_cpu_initialization=True, tensor_model_parallel_size=int(tp),
+                            params_dtype=params_dtype, bf16=bf16, bias_activation_fusion=False,
+                            masked_softmax_fusion=False, persist_layer_norm=False,
+                            gradient_accumulation_fusion=False, bias_dropout_fusion=False, apply_rope_fusion=False)
+    gpt = GPTModel(config=cfg, transformer_layer_spec=get_gpt_layer_local_spec(normalization="RMSNorm"),
+                   vocab_size=int(vocab), max_sequence_length=64, share_embeddings_and_output_weights=False,
+                   position_embedding_type="rope")
+    model = Float16Module(cfg, gpt) if bf16 else gpt
+    ddp = DistributedDataParallel(config=cfg, module=model, ddp_config=DistributedDataParallelConfig(
+        use_distributed_optimizer=True, overlap_grad_reduce=False, grad_reduce_in_fp32=True))
+    opt = get_megatron_optimizer(OptimizerConfig(optimizer="adam", lr=1e-3, use_distributed_optimizer=True,
+                                                 bf16=bf16, params_dtype=params_dtype), [ddp])
+    gen = torch.Generator().manual_seed(rank)
+    for p in ddp.parameters():  # made-up gradients: the optimizer has state to save
+        p.main_grad.copy_(torch.randn(p.shape, generator=gen) * 0.01)
+    ddp.finish_grad_sync()
+    opt.step()
+    model_sd = gpt.sharded_state_dict()  # the unwrapped model, as Megatron-LM saves it
+    state = {"model": model_sd, "iteration": 1,
+             "optimizer": opt.sharded_state_dict(model_sd, is_loading=False,
+                                                 metadata={"distrib_optim_sharding_type": "fully_reshardable"})}
+    writer = TorchDistSaveShardedStrategy("torch_dist", 1, thread_count=int(threads))
+    strategy = FullyParallelSaveStrategyWrapper(writer, ps.get_data_parallel_group(with_context_parallel=True), True)
+    if rank == 0:
+        os.makedirs(out, exist_ok=True)
+    dist.barrier()
+    dist_checkpointing.save(state, out, sharded_strategy=strategy)
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+def main() -> None:
+    out, world, rest = sys.argv[1], int(sys.argv[2]), sys.argv[3:]
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    mp.spawn(worker, args=(world, port, out, rest), nprocs=world, join=True)
+
+
+if __name__ == "__main__":
+    main()
