@@ -70,3 +70,20 @@ def test_every_layout_on_every_backend(tmp_path, store, layout):
         backend = store.backend()
         found = {n.rsplit("/", 1)[-1] for n in backend.list_tree(backend.join("checkpoints/tiny/global_epoch1_step2"))}
         assert found == {f"{f.stem}{ext}" for r in p.ranks for f in r.files} | {c.name for c in p.coordinator}
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("layout", ["dlio", "deepspeed", "dcp", "megatron"])
+def test_1024_logical_ranks_on_4_processes_save_and_load_verified(tmp_path, layout):
+    extra = [f"++workload.checkpoint.layout={layout}", "++workload.checkpoint.scale=0.25",
+             *(["++workload.model.parallelism.tensor=1"] if layout == "dcp" else [])]
+    r = dlio(["workload=tiny", *extra, "--world-size", "1024", f"++workload.storage.storage_root={tmp_path / 'store'}",
+              f"hydra.run.dir={tmp_path / 'out'}"], tmp_path, nprocs=4, timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    summary = load(tmp_path / "out" / "summary.json")
+    assert summary["io"]["layout"] == layout and summary["status"] == "ok"
+    workload, _, _ = compose(["workload=tiny", *extra], None)
+    p, ext = make_plan(workload, 1024), file_format(workload).extension
+    step = tmp_path / "store" / "checkpoints" / "tiny" / "global_epoch1_step1"
+    assert {f.name for f in step.iterdir()} == {f"{f.stem}{ext}" for r in p.ranks for f in r.files} | \
+        {c.name for c in p.coordinator}  # DCP's .metadata.tmp renamed away
