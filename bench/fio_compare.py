@@ -69,7 +69,7 @@ def main() -> None:
     folder.mkdir(parents=True, exist_ok=True)
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     from dlio_ckpt.config import compose
-    from dlio_ckpt.planner import make_plan
+    from dlio_ckpt.layouts import make_plan
 
     per_rank_full = make_plan(compose(["workload=llama_7b_zero3"])[0], a.procs).ranks[0].payload_bytes
     scale = min(1.0, a.gib * GIB / per_rank_full)  # llama_7b_zero3 shrunk to a.gib per rank

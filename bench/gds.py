@@ -123,7 +123,7 @@ def main() -> None:
     if a.device_data_only:
         return
     from dlio_ckpt.config import compose
-    from dlio_ckpt.planner import make_plan
+    from dlio_ckpt.layouts import make_plan
 
     folder = Path(a.dir)
     folder.mkdir(parents=True, exist_ok=True)

@@ -27,8 +27,11 @@ sys.path.insert(0, str(REPO))
 
 from dlio_ckpt.config import compose  # noqa: E402
 from dlio_ckpt.formats import planned_size  # noqa: E402
-from dlio_ckpt.layouts import NAMES, file_format  # noqa: E402
-from dlio_ckpt.planner import make_plan  # noqa: E402
+from dlio_ckpt.layouts import (  # noqa: E402
+    NAMES,
+    file_format,
+    make_plan,  # noqa: E402
+)
 
 MPIEXEC = Path(sys.executable).parent / "mpiexec"
 GIB = 1 << 30

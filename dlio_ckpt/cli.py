@@ -244,9 +244,8 @@ def _check(args: argparse.Namespace) -> int:
 
 
 def _plan(args: argparse.Namespace) -> int:
-    from .layouts import file_format
+    from .layouts import file_format, make_plan
     from .plan_view import plan_json, plan_table
-    from .planner import make_plan
     from .preparation import check_tier_options
 
     workload, _, _ = compose(args.overrides, args.config_dir)

@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from .backends import Backend
 from .comm import Comm, on_root
@@ -196,3 +196,25 @@ REQUESTS_NOTE = ("per kind: count, bytes, latency percentiles of requests seen (
                  "(s3torchconnector's CRT hides its part requests and retries), no latency; 'call: ...': our call "
                  "into the client, not an HTTP request; checkpoints[] hold each checkpoint's requests, "
                  "outside_checkpoints the storage checks, manifests and clean-up")
+
+
+class Mode(Protocol):
+    """What :mod:`dlio_ckpt.launch` needs of a mode to run the sequence every mode shares (checks,
+    storage prepared, the checkpoint folder replaced and recorded, the run, its result files)."""
+
+    FSYNC: str  # what checkpoint.fsync makes this mode do, said plainly (summary.json io.fsync)
+
+    def preflight(self, ctx: RunContext) -> None:
+        """Checks that need no storage (the emulated mode builds its plan here)."""
+
+    def writes(self, ctx: RunContext) -> Writes:
+        """What it may write in the checkpoint folder (the run record)."""
+
+    def needed_bytes(self, ctx: RunContext) -> int:
+        """Bytes of every checkpoint it writes, for the room check (asked on rank 0 only)."""
+
+    def check_reads(self, ctx: RunContext) -> None:
+        """Checks that need the storage checked first (a read-only run's steps)."""
+
+    def run(self, ctx: RunContext) -> dict[str, Any] | None:
+        """The run, ending with its result files (``context.write_results``); the summary on rank 0."""

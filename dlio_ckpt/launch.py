@@ -20,10 +20,10 @@ from omegaconf import OmegaConf
 from .backends import get_backend
 from .comm import Comm, on_root
 from .config import Workload
-from .context import RunContext
+from .context import Mode, RunContext
 from .errors import ConfigError, StorageError
 from .failure import RunState, Watchdog
-from .modes import Mode, load_mode
+from .modes import load_mode
 from .preparation import prepare_storage, start_writing, tier_backend
 from .runfiles import results_in
 
@@ -34,7 +34,7 @@ _SECRETS = ("access_key_id", "secret_access_key", "session_token", "token")
 def start(workload: Workload, comm: Comm, world_size: int, state: RunState,
           watchdog: Watchdog | None) -> tuple[Mode, RunContext]:
     """The mode and its context, checked (``preflight``) before anything is written."""
-    mode = load_mode(workload.mode)
+    mode: Mode = load_mode(workload.mode)  # type: ignore[assignment]
     state.phase = "storage checks"
     tiers = [tier_backend(workload, k, comm.local_rank) for k in range(len(workload.storages))]
     ctx = RunContext(workload, comm, tiers[0], world_size, state, watchdog, tiers=tiers)

@@ -1,5 +1,5 @@
 """The plan of a checkpoint: which files each rank writes and what they hold, and the files one rank
-writes after everyone's data (DCP's ``.metadata``). A layout (:mod:`dlio_ckpt.layouts`) builds it.
+writes after everyone's data (DCP's ``.metadata``). A layout builds it (``layouts.make_plan``).
 
 Why frozen data: like PyTorch DCP's SavePlanner, the plan is computed and checked before any byte
 is written, prints and compares, and needs no MPI or disk to test. Identical structures are shared
@@ -12,12 +12,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import cached_property
 from math import prod
-from typing import TYPE_CHECKING, Literal, Protocol
+from typing import Literal, Protocol
 
 from .model import DATATYPE_BYTES, TransformerShape
-
-if TYPE_CHECKING:
-    from .config import Workload
 
 GIB = 1 << 30
 
@@ -163,11 +160,3 @@ class Plan:
         problems += self.layout.problems(self)
         if problems:
             raise RuntimeError(f"inconsistent plan for world size {self.world_size}: {'; '.join(problems)}")
-
-
-def make_plan(workload: Workload, world_size: int) -> Plan:
-    """The whole job's files in the workload's ``checkpoint.layout``. Validation of the world size is
-    the caller's (config.check_world_size)."""
-    from .layouts import load_layout  # the layouts build on this module's types
-
-    return load_layout(workload.checkpoint.layout).make_plan(workload, world_size)

@@ -19,8 +19,8 @@ from .emulation import EmulatedRun, check_manifest, expected_files, io_options, 
 from .engine import Engine, FileTask, IOOptions, check_capabilities
 from .errors import ConfigError
 from .host import available_memory, hostname
-from .layouts import file_format
-from .planner import RankPlan, make_plan
+from .layouts import file_format, make_plan
+from .planner import RankPlan
 from .progress import progress_display
 from .steps import Writes
 from .tiers import Tiers

@@ -15,8 +15,8 @@ import pytest
 from dlio_ckpt.config import compose
 from dlio_ckpt.formats import file_size
 from dlio_ckpt.formats.pt import archive, tensor_pickle
+from dlio_ckpt.layouts import make_plan
 from dlio_ckpt.model import TransformerShape
-from dlio_ckpt.planner import make_plan
 
 from .conftest import dlio, load
 

@@ -6,8 +6,7 @@ from __future__ import annotations
 import pytest
 
 from dlio_ckpt.config import Checkpoint, compose
-from dlio_ckpt.layouts import REGISTRY, file_format
-from dlio_ckpt.planner import make_plan
+from dlio_ckpt.layouts import REGISTRY, file_format, make_plan
 
 from .conftest import dlio, load
 

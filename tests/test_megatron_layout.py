@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from dlio_ckpt.config import compose
-from dlio_ckpt.planner import make_plan
+from dlio_ckpt.layouts import make_plan
 
 pytestmark = pytest.mark.real
 ORACLE = Path(__file__).resolve().parent / "oracles" / "megatron_save.py"

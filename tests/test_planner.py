@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from dlio_ckpt.config import compose
-from dlio_ckpt.planner import make_plan
+from dlio_ckpt.layouts import make_plan
 
 
 def plan(workload: str, world: int, *overrides: str):

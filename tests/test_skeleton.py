@@ -9,7 +9,7 @@ import shutil
 import pytest
 
 from dlio_ckpt.config import compose
-from dlio_ckpt.planner import make_plan
+from dlio_ckpt.layouts import make_plan
 
 from .conftest import dlio
 from .test_faults import tmpfs

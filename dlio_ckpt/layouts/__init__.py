@@ -12,11 +12,7 @@ from __future__ import annotations
 
 import importlib
 from types import ModuleType
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from ..config import Workload
-    from ..formats import Format
+from typing import Any
 
 REGISTRY: dict[str, str] = {  # name: module, and what it emulates
     "dlio": "dlio_ckpt.layouts.dlio",  # DLIO's model of a DeepSpeed job (MLPerf Storage v2.0), byte for byte
@@ -31,6 +27,13 @@ def load_layout(name: str) -> ModuleType:
     return importlib.import_module(REGISTRY[name])
 
 
-def file_format(workload: Workload) -> Format:
-    """The bytes of the files the workload's layout writes."""
+def file_format(workload: Any) -> Any:
+    """The bytes of the files the workload's layout writes (a ``formats.Format``; this registry imports
+    nothing of the package, so the config can derive its choices from it)."""
     return load_layout(workload.checkpoint.layout).file_format(workload)
+
+
+def make_plan(workload: Any, world_size: int) -> Any:
+    """The whole job's files in the workload's ``checkpoint.layout`` (a ``planner.Plan``). Validation of
+    the world size is the caller's (config.check_world_size)."""
+    return load_layout(workload.checkpoint.layout).make_plan(workload, world_size)
