@@ -37,11 +37,11 @@ from ..formats.pt import archive, tensor_pickle
 from ..model import DATATYPE_BYTES, TransformerShape
 from ..planner import CoordinatorFile, Item, ItemFile, Plan, PlannedFile, RankPlan
 from .dcp_metadata import Tensor, metadata_size
+from .rules import every_rank_writes, torch_save_only
 
 if TYPE_CHECKING:
     from ..config import Workload
 
-FORMATS = ("pt",)  # every item is a torch.save archive: no other format means anything here
 # torch 2.13 Adam's param group, in its order ("params": the parameters' names, last)
 ADAM_GROUP: tuple[tuple[str, object], ...] = (
     ("lr", 0.001), ("betas", (0.9, 0.999)), ("eps", 1e-08), ("weight_decay", 0), ("amsgrad", False),
@@ -51,19 +51,14 @@ ADAM_STATE = ("step", "exp_avg", "exp_avg_sq")
 
 
 def check(workload: Workload) -> None:
-    par, ck = workload.model.parallelism, workload.checkpoint
+    par = workload.model.parallelism
     for key, value in (("tensor", par.tensor), ("pipeline", par.pipeline)):
         if value != 1:
             raise ConfigError(f"workload.model.parallelism.{key}", value,
                               "must be 1 with checkpoint.layout=dcp: it emulates FSDP2 sharding over every "
                               "rank (tensor and pipeline parallelism under DCP are not modelled yet)")
-    if ck.format not in FORMATS:
-        raise ConfigError("workload.checkpoint.format", ck.format,
-                          "means nothing with checkpoint.layout=dcp: DCP writes every item with torch.save "
-                          "(leave checkpoint.format out)")
-    if ck.mode == "subset":
-        raise ConfigError("workload.checkpoint.mode", ck.mode,
-                          "subset is MLPerf's mode of DLIO's layout; with checkpoint.layout=dcp every rank writes")
+    torch_save_only(workload, "dcp", "DCP")
+    every_rank_writes(workload, "dcp")
 
 
 @dataclass(frozen=True)

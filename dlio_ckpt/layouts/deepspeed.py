@@ -20,22 +20,18 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
-from ..errors import ConfigError
 from ..formats import Format, get_format
 from ..planner import Plan
 from . import dlio
+from .rules import torch_save_only
 
 if TYPE_CHECKING:
     from ..config import Workload
 
-FORMATS = ("pt",)  # DeepSpeed saves with torch.save
 
 
 def check(workload: Workload) -> None:
-    if workload.checkpoint.format not in FORMATS:
-        raise ConfigError("workload.checkpoint.format", workload.checkpoint.format,
-                          "means nothing with checkpoint.layout=deepspeed: DeepSpeed writes every file with "
-                          "torch.save (leave checkpoint.format out)")
+    torch_save_only(workload, "deepspeed", "DeepSpeed")
 
 
 @dataclass(frozen=True)

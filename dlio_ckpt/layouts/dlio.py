@@ -16,7 +16,6 @@ from ..planner import FilePlan, Plan, RankPlan, TensorGroup
 if TYPE_CHECKING:
     from ..config import Workload
 
-FORMATS = ("pt", "raw", "safetensors", "hdf5")  # checkpoint.format: the bytes of each file
 
 
 @dataclass(frozen=True)

@@ -37,11 +37,11 @@ from ..model import TransformerShape
 from ..planner import CoordinatorFile, Item, ItemFile, Plan, RankPlan
 from .dcp import DistcpFormat, _split, item_size
 from .dcp_metadata import Chunked, listed_metadata_size
+from .rules import every_rank_writes, torch_save_only
 
 if TYPE_CHECKING:
     from ..config import Workload
 
-FORMATS = ("pt",)
 FILES_PER_RANK = 2  # megatron-core's TorchDistSaveShardedStrategy thread_count
 # rank 0's small files, as megatron-core 0.16.1 writes them for a GPT model with the distributed optimizer
 COMMON_PT_BYTES = 1895  # torch.save of {iteration, optimizer param_groups, sharding type}
@@ -52,15 +52,11 @@ Chunk = tuple[tuple[int, ...], tuple[int, ...]]
 
 
 def check(workload: Workload) -> None:
-    m, par, ck = workload.model, workload.model.parallelism, workload.checkpoint
+    m, par = workload.model, workload.model.parallelism
     t = m.transformer
     key = "workload.model"
-    if ck.format not in FORMATS:
-        raise ConfigError("workload.checkpoint.format", ck.format, "means nothing with checkpoint.layout=megatron: "
-                          "Megatron writes every item with torch.save (leave checkpoint.format out)")
-    if ck.mode == "subset":
-        raise ConfigError("workload.checkpoint.mode", ck.mode, "subset is MLPerf's mode of DLIO's layout; with "
-                          "checkpoint.layout=megatron every rank writes")
+    torch_save_only(workload, "megatron", "Megatron")
+    every_rank_writes(workload, "megatron")
     if m.num_layers % par.pipeline:
         raise ConfigError(f"{key}.num_layers", m.num_layers, f"must divide into model.parallelism.pipeline "
                           f"({par.pipeline}) stages with checkpoint.layout=megatron (Megatron's even split)")
