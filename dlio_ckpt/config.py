@@ -89,7 +89,7 @@ class Checkpoint(Section):
     # Our own keys (DLIO has no equivalent):
     layout: Literal[LAYOUT_NAMES] = Field(  # type: ignore[valid-type]
         "dlio", description="whose files the emulated job writes: dlio (DLIO's model of a DeepSpeed job, "
-        "MLPerf Storage), deepspeed (those files under DeepSpeed's names), dcp (torch.distributed.checkpoint of an "
+        "MLPerf Storage), deepspeed (what DeepSpeed's engine writes), dcp (torch.distributed.checkpoint of an "
         "FSDP2 job), megatron (Megatron-core's torch_dist of a GPT job with the distributed optimizer)")
     files_per_rank: int | None = Field(None, ge=1, le=64, description="layout=dcp or megatron: files each rank "
                                        "writes (the writer's thread_count); default the framework's: 1 for DCP's "

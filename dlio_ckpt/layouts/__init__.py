@@ -16,7 +16,7 @@ from typing import Any
 
 REGISTRY: dict[str, str] = {  # name: module, and what it emulates
     "dlio": "dlio_ckpt.layouts.dlio",  # DLIO's model of a DeepSpeed job (MLPerf Storage v2.0), byte for byte
-    "deepspeed": "dlio_ckpt.layouts.deepspeed",  # the same files named as DeepSpeed names them (from its source)
+    "deepspeed": "dlio_ckpt.layouts.deepspeed",  # what DeepSpeed 0.19.8 writes for ZeRO 1-3, its names
     "dcp": "dlio_ckpt.layouts.dcp",  # torch.distributed.checkpoint of an FSDP2 job (torchtitan, Lightning FSDP)
     "megatron": "dlio_ckpt.layouts.megatron",  # Megatron-core's torch_dist of a GPT job, distributed optimizer
 }

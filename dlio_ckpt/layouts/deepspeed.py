@@ -1,18 +1,24 @@
-"""DeepSpeed's own file names over DLIO's model of a DeepSpeed job: the same files per rank and the same
-bytes as ``layout=dlio``, named as DeepSpeed's engine names them.
+"""DeepSpeed's own files: what its engine's ``save_checkpoint`` writes for ZeRO 1, 2 and 3, named as it
+names them, over the same model arithmetic and parallelism as DLIO's layout.
 
-Derived from DeepSpeed's source, not from a save (DeepSpeed's ZeRO needs an accelerator; none saves
-here): ``deepspeed/runtime/engine.py`` (``_get_ckpt_name``, ``_get_rank_zero_ckpt_name``,
-``_get_zero_ckpt_prefix``) and ``deepspeed/runtime/pipe/module.py`` (``ckpt_layer_path``), microsoft/DeepSpeed
-v0.16-0.19:
+Held to real saves of DeepSpeed 0.19.8 on this machine (CPU accelerator, gloo; ZeRO 1, 2, 3 at 1 and 2
+ranks, bf16 and fp32), recorded in ``tests/test_layouts.py``, and to its source for the names
+(``deepspeed/runtime/engine.py`` ``_get_ckpt_name``, ``_get_rank_zero_ckpt_name``; ``runtime/pipe/module.py``
+``ckpt_layer_path``). What DeepSpeed writes, and where DLIO's arithmetic differs:
 
-- ZeRO 0-2: ``mp_rank_{mp:02d}_model_states.pt``, written by data-parallel rank 0 of each model-parallel rank;
-  ZeRO 3: ``zero_pp_rank_{dp}_mp_rank_{mp:02d}_model_states.pt`` by every rank.
-- Pipeline parallelism: ``layer_{layer:02d}-model_{tp:02d}-model_states.pt`` per layer.
-- Optimizer: ``[bf16_]zero_pp_rank_{dp}_mp_rank_{mp:02d}_optim_states.pt`` (``bf16_`` when the model trains in bf16).
-What DLIO leaves out is left out here too, and said: the ``latest`` file beside the step folder, the engine's
-small ``mp_rank_*`` file of a pipeline job, and DeepSpeed's step folder name ``global_step{N}`` (steps are
-``global_epoch1_step{N}`` in every layout, so a run's record and manifests read the same).
+- ZeRO 1 and 2: data-parallel rank 0 of each model-parallel rank writes ``mp_rank_{mp:02d}_model_states.pt``,
+  the module's weights in the training dtype (with pipeline parallelism
+  ``layer_{i:02d}-model_{tp:02d}-model_states.pt`` per layer, from the source: not saved here).
+- ZeRO 3: every rank writes ``zero_pp_rank_{dp}_mp_rank_{mp:02d}_model_states.pt`` holding an empty placeholder
+  per parameter (about 4 KB): the weights are only in the optimizer files. DLIO's layout writes each rank's
+  shard of the weights there, 2 bytes a parameter DeepSpeed does not write.
+- Every rank writes ``[bf16_]zero_pp_rank_{dp}_mp_rank_{mp:02d}_optim_states.pt``: its equal partition of the
+  model-parallel rank's parameters (padded to divide by the data-parallel size) as fp32 master weights and
+  Adam's two moments, and a one-element ``step``: 12 bytes a parameter (``bf16_`` when training in bf16).
+- ZeRO 0 keeps the optimizer inside the model files: not measured here, refused (use ``layout=dlio``).
+Left out (small, beside the step folder): ``latest`` (12 B), ``zero_to_fp32.py`` (38,580 B) and
+``zero_to_torch.py`` (2,490 B), which every save writes; steps are ``global_epoch1_step{N}`` in every layout
+(DeepSpeed's tag is ``global_step{N}``).
 """
 
 from __future__ import annotations
@@ -20,8 +26,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
+from ..errors import ConfigError
 from ..formats import Format, get_format
-from ..planner import Plan
+from ..planner import FilePlan, Plan, RankPlan, TensorGroup
 from . import dlio
 from .rules import torch_save_only
 
@@ -29,9 +36,29 @@ if TYPE_CHECKING:
     from ..config import Workload
 
 
-
 def check(workload: Workload) -> None:
     torch_save_only(workload, "deepspeed", "DeepSpeed")
+    stage = workload.model.parallelism.zero_stage
+    if stage == 0:
+        raise ConfigError("workload.model.parallelism.zero_stage", stage, "must be 1, 2 or 3 with "
+                          "checkpoint.layout=deepspeed (without ZeRO DeepSpeed keeps the optimizer inside the model "
+                          "files, not measured here; layout=dlio models it)")
+
+
+def model_states(stem: str, dtype: str, numels: tuple[int, ...]) -> FilePlan:
+    """The module's weights (ZeRO 1, 2): one tensor per parameter, in the training dtype."""
+    return FilePlan(stem, "model", dtype, (TensorGroup("module", numels),))
+
+
+def placeholder_states(stem: str, dtype: str, parameters: int) -> FilePlan:
+    """ZeRO 3's model file: an empty tensor per parameter, the weights being in the optimizer's partitions."""
+    return FilePlan(stem, "model", dtype, (TensorGroup("module", (0,) * parameters),))
+
+
+def optimizer_states(stem: str, dtype: str, elements: int, data: int) -> FilePlan:
+    """A data-parallel rank's partition (padded to divide): fp32 master weights, exp_avg, exp_avg_sq, step."""
+    part = -(-elements // data)
+    return FilePlan(stem, "optimizer", dtype, (TensorGroup(None, (part, part, part, 1)),))
 
 
 @dataclass(frozen=True)
@@ -49,6 +76,40 @@ class DeepSpeedLayout(dlio.DlioLayout):
 
     def optimizer_stem(self, dp: int, mp: int) -> str:
         return f"{'bf16_' if self.model_dtype == 'bf16' else ''}zero_pp_rank_{dp}_mp_rank_{mp:02d}_optim_states"
+
+    def problems(self, plan: Plan) -> list[str]:
+        """Every model-parallel rank's parameters in its data-parallel ranks' optimizer partitions."""
+        problems = []
+        for pp in range(self.pipeline):
+            need = self.stage_elements(pp)
+            held = sum(f.groups[0].numels[0] for r in plan.ranks if r.pp == pp and r.tp == 0 for f in r.files
+                       if isinstance(f, FilePlan) and f.kind == "optimizer")
+            if self.scale == 1.0 and held < need:
+                problems.append(f"stage {pp}: optimizer partitions hold {held} of {need} parameters")
+        return problems
+
+    def stage_elements(self, pp: int) -> int:
+        """The parameters of one model-parallel rank of stage ``pp`` (unsharded: ZeRO partitions them)."""
+        return sum(self.scaled(n) for layer in self.shape.stage_layers(pp, self.pipeline)
+                   for n in self.shape.layer_numels(layer, self.tensor, 1))
+
+    def rank_plan(self, rank: int) -> RankPlan:
+        tp, pp, dp, mp = rank % self.tensor, (rank // self.tensor) % self.pipeline, rank // self.mp, rank % self.mp
+        files: list[FilePlan] = []
+        groups = self.stage_groups(pp, nested=True)
+        if self.zero_stage in (1, 2) and dp == 0 and self.pipeline > 1:
+            layers = self.shape.stage_layers(pp, self.pipeline)
+            for layer, group in zip(layers, self.stage_groups(pp, nested=False), strict=True):
+                files.append(model_states(self.layer_stem(layer, mp, tp), self.model_dtype, group.numels))
+        elif self.zero_stage in (1, 2) and dp == 0:
+            numels = tuple(n for g in groups for n in g.numels)
+            files.append(model_states(self.model_stem(mp), self.model_dtype, numels))
+        elif self.zero_stage == 3:
+            files.append(placeholder_states(self.sharded_model_stem(dp, mp), self.model_dtype,
+                                            sum(len(g.numels) for g in groups)))
+        files.append(optimizer_states(self.optimizer_stem(dp, mp), self.optimizer_dtype, self.stage_elements(pp),
+                                      self.data))
+        return RankPlan(rank, tp, pp, dp, mp, tuple(files))
 
 
 def make_plan(workload: Workload, world_size: int) -> Plan:
