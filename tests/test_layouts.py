@@ -77,8 +77,12 @@ def test_deepspeed_files_hold_what_deepspeed_wrote_here(kind, dtype, ranks, real
     assert abs(size - real) <= max(0.005 * real, 4096), (size, real)
 
 
-def test_the_config_choices_are_the_registry():
+def test_the_config_choices_are_the_registries():
+    from dlio_ckpt import modes
+    from dlio_ckpt.config import Workload
+
     assert Checkpoint.model_fields["layout"].annotation.__args__ == tuple(REGISTRY)
+    assert Workload.model_fields["mode"].annotation.__args__ == tuple(modes.REGISTRY)
 
 
 @pytest.mark.mpi
