@@ -9,7 +9,8 @@ setup(
     version="0.1.0",
     description="How fast storage saves and restores large-model checkpoints, without the GPUs",
     python_requires=">=3.11",
-    packages=["dlio_ckpt", "dlio_ckpt.backends", "dlio_ckpt.formats", "dlio_ckpt.real", "dlio_ckpt.configs"],
+    packages=["dlio_ckpt", "dlio_ckpt.backends", "dlio_ckpt.formats", "dlio_ckpt.layouts", "dlio_ckpt.real",
+              "dlio_ckpt.configs"],
     # configs/ lives at the top of the repository (as DLIO's users expect) and is installed inside
     # the package so that `pip install .` finds the workloads.
     package_dir={"dlio_ckpt.configs": "configs"},

@@ -33,3 +33,15 @@ def test_under_ci_only_gpu_cases_may_skip(tmp_path, ci, outcome):
     assert outcome in r.stdout, r.stdout
     if "failed" in outcome:
         assert "skipped under CI, where only GPU cases may skip: mpiexec is not installed" in r.stdout
+
+
+def test_every_package_of_the_tool_is_installed_by_setup_py():
+    """``pip install .`` installs the packages setup.py names: a new subpackage left out works in the
+    editable checkout the tests use and fails for every user (dlio_ckpt.layouts once did)."""
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    named = (root / "setup.py").read_text()
+    for init in (root / "dlio_ckpt").rglob("__init__.py"):
+        package = ".".join(init.parent.relative_to(root).parts)
+        assert f'"{package}"' in named, f"{package} is not in setup.py's packages"
