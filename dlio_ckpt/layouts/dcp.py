@@ -32,11 +32,11 @@ from math import prod
 from typing import TYPE_CHECKING, ClassVar
 
 from ..errors import ConfigError
-from ..formats import Format, Segment
+from ..formats import Format, Segment, file_size
 from ..formats.pt import archive, tensor_pickle
 from ..model import DATATYPE_BYTES, TransformerShape
 from ..planner import CoordinatorFile, Item, ItemFile, Plan, PlannedFile, RankPlan
-from .dcp_metadata import Tensor, metadata_size
+from .dcp_metadata import Tensor, fsdp_chunk, metadata_size
 from .rules import every_rank_writes, torch_save_only
 
 if TYPE_CHECKING:
@@ -127,18 +127,11 @@ class DcpLayout:
         return problems
 
 
-def _rows(dim0: int, world: int, rank: int) -> int:
-    """FSDP2's dim-0 shard of ``rank``: chunks of ceil(dim0 / world) rows, the last ranks short or empty."""
-    chunk = -(-dim0 // world)
-    return max(0, min(chunk, dim0 - rank * chunk))
-
-
-def _chunk(dim0: int, world: int) -> int:
-    return -(-dim0 // world)
-
-
 def _shard_item(t: Tensor, world: int, rank: int) -> Item:
-    return Item(t.fqn, t.dtype, (_rows(t.shape[0], world, rank), *t.shape[1:]), rows=_chunk(t.shape[0], world))
+    """``rank``'s FSDP2 shard of ``t``: its chunk of dim-0 rows, short or empty for the last ranks."""
+    chunk = fsdp_chunk(t.shape[0], world)
+    rows = max(0, min(chunk, t.shape[0] - rank * chunk))
+    return Item(t.fqn, t.dtype, (rows, *t.shape[1:]), rows=chunk)
 
 
 def _replicated_owners(lay: DcpLayout, tensors: list[Tensor], groups: tuple[Item, ...]) -> dict[str, int]:
@@ -202,7 +195,7 @@ def _archive(dtype: str, shape: tuple[int, ...], pickled: bytes) -> tuple[Segmen
 
 @cache
 def _archive_size(dtype: str, shape: tuple[int, ...], pickled: bytes) -> int:
-    return sum(len(s) if isinstance(s, bytes) else s for s in _archive(dtype, shape, pickled))
+    return file_size(list(_archive(dtype, shape, pickled)))
 
 
 class DistcpFormat:
@@ -226,7 +219,7 @@ def _intervals(tensors: list[Tensor], world: int) -> list[tuple[int, int]]:
     cuts = {0, world}
     for t in tensors:
         if t.sharded:
-            last = t.shape[0] // _chunk(t.shape[0], world)
+            last = t.shape[0] // fsdp_chunk(t.shape[0], world)
             cuts |= {min(world, last), min(world, last + 1)}
     bounds = sorted(cuts)
     return list(zip(bounds, bounds[1:], strict=False))
@@ -264,7 +257,6 @@ def make_plan(workload: Workload, world_size: int) -> Plan:
     for fqn, rank in _replicated_owners(lay, tensors, groups).items():
         extras.setdefault(rank, []).append(by_fqn[fqn])
     # where a replicated tensor goes among a rank's sharded ones: before its plan successor
-    sharded_fqns = [t.fqn for t in tensors if t.sharded]
     position, seen = {}, 0
     for t in tensors:
         if t.sharded:
@@ -275,7 +267,6 @@ def make_plan(workload: Workload, world_size: int) -> Plan:
     classes: list[tuple[range, list[tuple[Item, ...]]]] = []  # ranks with the same shards, and those files
     for start, end in _intervals(tensors, world_size):
         sharded = [_shard_item(t, world_size, start) for t in tensors if t.sharded]
-        assert [i.fqn for i in sharded] == sharded_fqns
         common = [tuple(b) for b in _split(sharded, lay.files_per_rank)]
         classes.append((range(start, end), common))
         sizes = [(sum(i.nbytes for i in b), sum(item_size(i) for i in b)) for b in common]

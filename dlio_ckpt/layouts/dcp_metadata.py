@@ -34,6 +34,11 @@ class Tensor:
     sharded: bool
 
 
+def fsdp_chunk(dim0: int, world: int) -> int:
+    """FSDP2's rows per shard on dim 0: ceil(dim0 / world); the last ranks get fewer or none."""
+    return -(-dim0 // world)
+
+
 def _int(n: int) -> int:
     if 0 <= n < 256:
         return 2
@@ -73,14 +78,14 @@ def _ints_over_ranks(values: Callable[[int], int], world: int) -> int:
 def _offsets_cost(t: Tensor, world: int) -> int:
     """All ranks' chunk offsets of a sharded tensor, pickled: (min(r * chunk, dim0), 0, ...)."""
     d0, dims = t.shape[0], len(t.shape)
-    chunk = -(-d0 // world)
+    chunk = fsdp_chunk(d0, world)
     return (_ints_over_ranks(lambda r: min(r * chunk, d0), world)
             + world * (2 * (dims - 1) + _tuple_overhead(dims)))
 
 
 def _sizes_cost(t: Tensor, world: int) -> int:
     d0, dims = t.shape[0], len(t.shape)
-    chunk = -(-d0 // world)
+    chunk = fsdp_chunk(d0, world)
     full, rest = divmod(d0, chunk)
     rows = _int(chunk) * full + (_int(rest) if rest else 0) + _int(0) * (world - full - (1 if rest else 0))
     return rows + world * (sum(_int(d) for d in t.shape[1:]) + _tuple_overhead(dims))

@@ -94,7 +94,7 @@ class DeepSpeedLayout(dlio.DlioLayout):
                    for n in self.shape.layer_numels(layer, self.tensor, 1))
 
     def rank_plan(self, rank: int) -> RankPlan:
-        tp, pp, dp, mp = rank % self.tensor, (rank // self.tensor) % self.pipeline, rank // self.mp, rank % self.mp
+        tp, pp, dp, mp = self.coordinates(rank)
         files: list[FilePlan] = []
         groups = self.stage_groups(pp, nested=True)
         if self.zero_stage in (1, 2) and dp == 0 and self.pipeline > 1:

@@ -114,9 +114,13 @@ class DlioLayout:
     def optimizer_stem(self, dp: int, mp: int) -> str:
         return f"zero_pp_rank_{dp}_mp_rank_{mp}_optim_states"
 
+    def coordinates(self, rank: int) -> tuple[int, int, int, int]:
+        """``rank``'s tensor-, pipeline- and data-parallel ranks, and its model-parallel rank."""
+        return rank % self.tensor, (rank // self.tensor) % self.pipeline, rank // self.mp, rank % self.mp
+
     def rank_plan(self, rank: int) -> RankPlan:
         """Files of ``rank`` in the order it writes them (spec: "Who writes what")."""
-        tp, pp, dp, mp = rank % self.tensor, (rank // self.tensor) % self.pipeline, rank // self.mp, rank % self.mp
+        tp, pp, dp, mp = self.coordinates(rank)
         files: list[FilePlan] = []
         if self.is_writer(rank):
             md, z = self.model_dtype, self.zero_stage
