@@ -1,13 +1,20 @@
 #!/usr/bin/env python3
-"""dlio_ckpt against fio on the same folder, alternating in one run; prints medians and the ratio.
+"""dlio_ckpt against fio's best configuration on the same folder: writes and verified reads.
 
-Why alternating: disks and page caches drift; interleaving the two tools over R rounds and
-comparing medians is fairer than two back-to-back batches. Both write the same bytes per process
-with the same number of processes and the same I/O size. fio's files are one per job; dlio_ckpt
-writes the planned files of the workload (tiny's layout at a chosen scale: two files per rank).
+1. Search: fio's grid on the folder (dlio_ckpt/fio.py: psync, libaio and io_uring at depths up to
+   32, request sizes 1-32 MiB), per mode and direction, a short run each (``--search-gib`` per
+   process). The fastest point is fio's best configuration.
+2. Rounds: dlio_ckpt (one run: a save, then a load with every byte compared) against fio's best
+   write and best read, and against fio's psync at dlio_ckpt's chunk size (what a storage team would
+   not quote, kept for continuity), alternating who goes first. The same bytes per process (fio: one
+   file per job of the size of one rank's checkpoint) and the same number of processes.
 
-    python bench/fio_compare.py --dir /path/on/storage --procs 2 --gib 2 --rounds 3 --mode direct
-    python bench/fio_compare.py ... --mode fsync      # buffered writes, fsync each file
+Why alternating and per-round ratios: a disk drifts (write-back, the host's other tenants), so each
+ratio compares two runs made back to back; medians and quartiles of those ratios are printed, and
+each tool's own medians beside them.
+
+    python bench/fio_compare.py --dir /path/on/storage --procs 2 --gib 2 --rounds 5
+    python bench/fio_compare.py ... --modes direct --depth 4 --chunk 8388608
 """
 
 from __future__ import annotations
@@ -23,36 +30,52 @@ import tempfile
 from pathlib import Path
 
 BIN = Path(sys.executable).parent
-GIB = 1 << 30
+REPO = Path(__file__).resolve().parents[1]
+GIB, MIB = 1 << 30, 1 << 20
+MODES = {"direct": "O_DIRECT", "fsync": "buffered, fsync before the save ends; reads after eviction"}
 
 
-def dlio_run(folder: Path, procs: int, per_proc_scale: float, mode: str, chunk: int, fmt: str) -> tuple[float, int]:
+def dlio_round(folder: Path, procs: int, scale: float, mode: str, chunk: int, depth: int,
+               fmt: str) -> dict[str, float]:
+    """One dlio_ckpt run: a save, then a verified load; GiB/s and CPU s/GiB of each."""
     out = Path(tempfile.mkdtemp(prefix="bench_out_"))
     cmd = [str(BIN / "mpiexec"), "-n", str(procs), sys.executable, "-m", "dlio_ckpt", "workload=llama_7b_zero3",
            f"++workload.checkpoint.checkpoint_folder={folder}/dlio", "++workload.checkpoint.num_checkpoints_write=1",
-           "++workload.checkpoint.num_checkpoints_read=0", "++workload.checkpoint.time_between_checkpoints=0",
-           f"++workload.checkpoint.scale={per_proc_scale}", f"++workload.checkpoint.chunk_size={chunk}",
+           "++workload.checkpoint.num_checkpoints_read=1", "++workload.checkpoint.time_between_checkpoints=0",
+           f"++workload.checkpoint.scale={scale}", f"++workload.checkpoint.chunk_size={chunk}",
            f"++workload.checkpoint.fsync={mode == 'fsync'}", f"++workload.checkpoint.odirect={mode == 'direct'}",
+           f"++workload.storage.storage_options.queue_depth={depth}",
            f"++workload.checkpoint.format={fmt}", f"++hydra.run.dir={out}", "--world-size", str(procs)]
-    subprocess.run(cmd, check=True, capture_output=True)
+    subprocess.run(cmd, check=True, capture_output=True, env={**os.environ, "PYTHONPATH": str(REPO)})
     s = json.loads((out / "summary.json").read_text())
     shutil.rmtree(out)
     shutil.rmtree(folder / "dlio")
-    c = s["checkpoints"]["save"][0]
-    return c["bytes"] / c["duration_seconds"] / GIB, c["bytes"]
+    figures = {}
+    for phase, op in (("save", "write"), ("load", "read")):
+        c = s["checkpoints"][phase][0]
+        figures[op] = c["bytes"] / c["duration_seconds"] / GIB
+        figures[f"{op}_cpu"] = c["cpu"]["seconds_per_GiB"]
+    figures["bytes"] = s["checkpoints"]["save"][0]["bytes"]
+    return figures
 
 
-def fio_run(folder: Path, procs: int, per_proc: int, mode: str, chunk: int) -> float:
-    d = folder / "fio"
-    d.mkdir()
-    cmd = ["fio", "--name=ckpt", f"--directory={d}", "--rw=write", f"--bs={chunk}", f"--size={per_proc}",
-           f"--numjobs={procs}", "--ioengine=psync", "--group_reporting", "--output-format=json",
-           f"--direct={int(mode == 'direct')}", f"--fsync_on_close={int(mode == 'fsync')}",
-           f"--end_fsync={int(mode == 'fsync')}"]
-    res = json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True).stdout)
-    shutil.rmtree(d)
-    job = res["jobs"][0]["write"]
-    return job["io_bytes"] / (job["runtime"] / 1000) / GIB
+def fio_round(folder: Path, procs: int, size: int, mode: str, best: dict, chunk: int) -> dict[str, float]:
+    """fio's best write and read, then psync at dlio_ckpt's chunk size, on files of ``size`` bytes."""
+    from dlio_ckpt import fio
+
+    flags = {"direct": mode == "direct", "fsync": mode == "fsync"}
+    out = {f"fio_{op}": fio.run(folder, procs, size, op, job, **flags) for op, (_, job) in best.items()}
+    psync = fio.FioJob("psync", 1, chunk)
+    out |= {f"psync_{op}": fio.run(folder, procs, size, op, psync, **flags) for op in fio.OPS}
+    fio.remove_files(folder, procs)
+    return out
+
+
+def quartiles(values: list[float]) -> tuple[float, float, float]:
+    if len(values) == 1:
+        return values[0], values[0], values[0]
+    q1, q2, q3 = statistics.quantiles(values, n=4, method="inclusive")
+    return q1, q2, q3
 
 
 def main() -> None:
@@ -60,35 +83,65 @@ def main() -> None:
     ap.add_argument("--dir", required=True, help="folder on the storage under test")
     ap.add_argument("--procs", type=int, default=2)
     ap.add_argument("--gib", type=float, default=2.0, help="GiB written per process per round")
-    ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--mode", choices=["direct", "fsync"], default="direct")
-    ap.add_argument("--chunk", type=int, default=8 << 20)
+    ap.add_argument("--search-gib", type=float, default=0.5, help="GiB per process per search point")
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--modes", default="direct,fsync", help=f"of {', '.join(MODES)}")
+    ap.add_argument("--chunk", type=int, default=8 * MIB, help="dlio_ckpt's checkpoint.chunk_size")
+    ap.add_argument("--depth", type=int, default=None, help="dlio_ckpt's storage_options.queue_depth "
+                    "(default: the tool's)")
     ap.add_argument("--format", choices=["pt", "raw"], default="pt")
     a = ap.parse_args()
     folder = Path(a.dir)
     folder.mkdir(parents=True, exist_ok=True)
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    sys.path.insert(0, str(REPO))
+    from dlio_ckpt import fio
+    from dlio_ckpt.backends.options import LocalFSOptions
     from dlio_ckpt.config import compose
     from dlio_ckpt.layouts import make_plan
 
+    depth = a.depth or LocalFSOptions().queue_depth
     per_rank_full = make_plan(compose(["workload=llama_7b_zero3"])[0], a.procs).ranks[0].payload_bytes
     scale = min(1.0, a.gib * GIB / per_rank_full)  # llama_7b_zero3 shrunk to a.gib per rank
-    per_proc = int(per_rank_full * scale) // 4096 * 4096
-    dlio_s, fio_s = [], []
-    for i in range(a.rounds):
-        if i % 2:  # alternate who goes first: the disk's state after one run must not favour the other
-            f = fio_run(folder, a.procs, per_proc, a.mode, a.chunk)
-            d, nbytes = dlio_run(folder, a.procs, scale, a.mode, a.chunk, a.format)
-        else:
-            d, nbytes = dlio_run(folder, a.procs, scale, a.mode, a.chunk, a.format)
-            f = fio_run(folder, a.procs, per_proc, a.mode, a.chunk)
-        dlio_s.append(d)
-        fio_s.append(f)
-        print(f"round {i + 1}: dlio_ckpt {d:.3f} GiB/s  fio {f:.3f} GiB/s  ({nbytes / GIB:.2f} GiB total)", flush=True)
-    md, mf = statistics.median(dlio_s), statistics.median(fio_s)
-    print(f"format={a.format} mode={a.mode} procs={a.procs} chunk={a.chunk} rounds={a.rounds} "
-          f"host={os.uname().nodename}")
-    print(f"median: dlio_ckpt {md:.3f} GiB/s, fio {mf:.3f} GiB/s, ratio {md / mf:.3f}")
+    plan = make_plan(compose(["workload=llama_7b_zero3", f"++workload.checkpoint.scale={scale}"])[0], a.procs)
+    size = plan.ranks[0].payload_bytes // 4096 * 4096  # fio's file per process: one rank's bytes
+    host = os.uname().nodename
+    for mode in a.modes.split(","):
+        fio_dir = folder / "fio"
+        fio_dir.mkdir(exist_ok=True)
+        best = fio.best(fio_dir, a.procs, int(a.search_gib * GIB) // MIB * MIB, mode == "direct", mode == "fsync",
+                        lambda line, mode=mode: print(f"  search {mode}: {line}", flush=True))
+        for op, (speed, job) in best.items():
+            print(f"fio's best {mode} {op}: {job} ({speed:.3f} GiB/s in the search)")
+        rows: dict[str, list[float]] = {}
+
+        def keep(figures: dict[str, float], rows: dict[str, list[float]] = rows) -> None:
+            for k, v in figures.items():
+                rows.setdefault(k, []).append(v)
+
+        ours = [lambda mode=mode: keep({f"dlio_{k}": v for k, v in dlio_round(
+            folder, a.procs, scale, mode, a.chunk, depth, a.format).items()})]
+        theirs = [lambda mode=mode, best=best, fio_dir=fio_dir: keep(fio_round(
+            fio_dir, a.procs, size, mode, best, a.chunk))]
+        for i in range(a.rounds):
+            for run in (theirs + ours if i % 2 else ours + theirs):  # alternate who goes first: the
+                run()  # disk's state after one run must not favour the other
+            print(f"round {i + 1} {mode}: " + "  ".join(
+                f"{op} dlio_ckpt {rows[f'dlio_{op}'][-1]:.3f} fio-best {rows[f'fio_{op}'][-1]:.3f} "
+                f"psync {rows[f'psync_{op}'][-1]:.3f} GiB/s" for op in ("write", "read")), flush=True)
+        fio_dir.rmdir()
+        print(f"\n{mode} ({MODES[mode]}): {a.procs} processes, {statistics.median(rows['dlio_bytes']) / GIB:.2f} GiB "
+              f"per round, {a.rounds} rounds, dlio_ckpt chunk_size={a.chunk} queue_depth={depth} "
+              f"format={a.format}, host {host}; median [quartiles]")
+        for op in ("write", "read"):
+            ours_ = rows[f"dlio_{op}"]
+            best_ratio = quartiles([d / f for d, f in zip(ours_, rows[f"fio_{op}"], strict=True)])
+            psync_ratio = quartiles([d / f for d, f in zip(ours_, rows[f"psync_{op}"], strict=True)])
+            print(f"  {op:5s}: dlio_ckpt {statistics.median(ours_):.3f} GiB/s "
+                  f"({statistics.median(rows[f'dlio_{op}_cpu']):.2f} CPU s/GiB), "
+                  f"fio best ({best[op][1]}) {statistics.median(rows[f'fio_{op}']):.3f}, "
+                  f"fio psync {statistics.median(rows[f'psync_{op}']):.3f}; ratio to best {best_ratio[1]:.3f} "
+                  f"[{best_ratio[0]:.3f}, {best_ratio[2]:.3f}], to psync {psync_ratio[1]:.3f} "
+                  f"[{psync_ratio[0]:.3f}, {psync_ratio[2]:.3f}]")
 
 
 if __name__ == "__main__":

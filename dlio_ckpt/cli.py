@@ -25,6 +25,7 @@ dlio_ckpt [plan] workload=NAME [++workload.KEY=VALUE ...] [--config-dir DIR] [--
           [--format json|table]   (--format applies to plan)
 dlio_ckpt sweep workload=NAME KEY=v1,v2 KEY2=range(a,b,step) ... [--world-size W1,W2] [--stop-on-failure]
           [--keep-checkpoints]
+dlio_ckpt tune workload=NAME [storage keys] [--max-gib G] [--max-seconds S] [--no-fio] [--world-size W]
 dlio_ckpt diff A B [--threshold PCT] [--format table|json] [--metrics REGEX]
 dlio_ckpt report RUN
 dlio_ckpt check RUN [READ_RUN] [--format table|json]
@@ -37,6 +38,8 @@ COMMANDS = """commands:
   plan         the files each rank writes (--world-size W), and with --write-bandwidth, --read-bandwidth
                and --mtbf-hours what checkpointing costs training; writes nothing
   sweep        a grid of settings (KEY=a,b; --world-size 2,4) run point after point in one job
+  tune         the storage's fastest settings for the workload's files (a bounded sweep), as overrides to
+               paste, beside fio's best configuration on the same folder
   diff A B     compare two runs or sweeps; exit 1 on a regression (a CI gate)
   report RUN   figures and report.html in a run folder
   check RUN    MLPerf Storage v2.0 checkpointing rules, one by one
@@ -83,13 +86,13 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    command = argv.pop(0) if argv and argv[0] in ("plan", "run", "sweep", "keys", *RESULT_COMMANDS) else "run"
+    command = argv.pop(0) if argv and argv[0] in ("plan", "run", "sweep", "tune", "keys", *RESULT_COMMANDS) else "run"
     if command == "keys":
         return _keys(argv)
     if command in RESULT_COMMANDS:
         return _results_command(command, argv)
-    if command == "sweep":
-        return _sweep(argv)
+    if command in ("sweep", "tune"):
+        return _sweep(argv) if command == "sweep" else _tune(argv)
     parser = _parser()
     comm: Comm = SelfComm() if command == "plan" else get_comm()
     try:
@@ -125,6 +128,29 @@ def _sweep(argv: list[str]) -> int:
     except (ConfigError, _ArgError, DlioCkptError) as exc:  # found before any point ran
         if comm.rank == 0:
             print(f"dlio_ckpt sweep: error: {exc}", file=sys.stderr)
+        return getattr(exc, "exit_code", 2)
+
+
+def _tune(argv: list[str]) -> int:
+    """The storage's fastest settings for the workload (dlio_ckpt/tune.py)."""
+    from .tune import run_tune
+
+    p = _Parser(prog="dlio_ckpt tune", usage=USAGE)
+    p.add_argument("overrides", nargs="*", help="workload=NAME and the storage's keys; a key given here is not tried")
+    p.add_argument("--config-dir", "-cd")
+    p.add_argument("--world-size", type=int, help="ranks to emulate (default: the process count)")
+    p.add_argument("--max-gib", type=float, default=1.0, help="GiB one point writes, all processes (the "
+                   "workload is scaled down to it; default 1)")
+    p.add_argument("--max-seconds", type=float, default=600.0, help="no point starts after this (default 600)")
+    p.add_argument("--no-fio", action="store_true", help="skip fio's best configuration")
+    comm = get_comm()
+    try:
+        args = p.parse_intermixed_args(argv)
+        return run_tune(args.overrides, args.config_dir, comm, args.world_size, args.max_gib, args.max_seconds,
+                        not args.no_fio)
+    except (ConfigError, _ArgError, DlioCkptError) as exc:  # found before any point ran
+        if comm.rank == 0:
+            print(f"dlio_ckpt tune: error: {exc}", file=sys.stderr)
         return getattr(exc, "exit_code", 2)
 
 

@@ -1,10 +1,13 @@
 """Runs one process's share of a checkpoint: writes or reads-and-verifies a list of files.
 
 Why it looks like this: memory must stay bounded whatever the checkpoint size, and writes must run
-at storage speed. So the engine streams each file in chunks taken straight from the synthetic pool
-(no copy, no per-write allocation), allocates its two buffers once, and copies only when O_DIRECT
-needs an aligned staging buffer around format metadata. It knows neither model shapes nor storage
-protocols: it gets segments from a format and moves them through a backend.
+at the storage's limit. So the engine cuts each file into chunks at fixed file offsets and takes each
+chunk straight from the synthetic pool (no copy, no per-write allocation: the format's few bytes are
+written over the window for the call and put back). A storage that reads and writes at offsets
+(file systems: ``capabilities.positional``) gets ``queue_depth`` chunks of a file in flight at once,
+as fio's iodepth, from buffers allocated once; a stream (object stores, GDS) gets them in order.
+It knows neither model shapes nor storage protocols: it gets segments from a format and moves them
+through a backend.
 """
 
 from __future__ import annotations
@@ -14,13 +17,14 @@ import mmap
 import queue
 import threading
 import time
+from bisect import bisect_right
+from collections import deque
 from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor, wait
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from contextlib import nullcontext
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
-
-import numpy as np
 
 from .backends import Backend, DeviceMemory, Reader, Writer
 from .errors import ConfigError, StorageError, VerifyError
@@ -28,11 +32,6 @@ from .formats import Segment, file_size
 from .synthetic import BLOCK, SyntheticData, first_difference, first_difference_on_device
 
 log = logging.getLogger("dlio_ckpt")
-
-
-def _address(view: memoryview) -> int:
-    """Memory address of a buffer: O_DIRECT needs aligned memory as well as aligned offsets."""
-    return np.frombuffer(view, dtype=np.uint8).ctypes.data
 
 
 @dataclass(frozen=True)
@@ -44,6 +43,19 @@ class FileTask:
     @property
     def size(self) -> int:
         return file_size(list(self.segments))
+
+    @cached_property
+    def metadata(self) -> tuple[tuple[int, bytes], ...]:
+        """The format's bytes with their file offsets, in order; every other byte is payload."""
+        out, offset = [], 0
+        for seg in self.segments:
+            if isinstance(seg, bytes):
+                if seg:
+                    out.append((offset, seg))
+                offset += len(seg)
+            else:
+                offset += seg
+        return tuple(out)
 
 
 @dataclass(frozen=True)
@@ -67,6 +79,23 @@ def check_capabilities(backend: Backend, options: IOOptions) -> None:
                           "this host's page cache anyway); set it to False")
 
 
+def _spans(window: Any, patches: list[tuple[int, bytes]]) -> Iterator[tuple[int, Any]]:
+    """A chunk's bytes in order as (offset in the chunk, bytes): payload from ``window``, the
+    format's bytes from ``patches``."""
+    at = 0
+    for offset, raw in patches:
+        if offset > at:
+            yield at, window[at:offset]
+        yield offset, memoryview(raw)
+        at = offset + len(raw)
+    if at < len(window):
+        yield at, window[at:]
+
+
+def _wrong(task: FileTask, offset: int) -> VerifyError:
+    return VerifyError(f"{task.path}: wrong data at offset {offset} (4 KiB block {offset // BLOCK})")
+
+
 def _chunks(reader: Reader, buf: Any) -> Iterator[Any]:
     """A file's bytes as the reader delivers them: in its own buffers where it lends them
     (``views``: verified where they landed, no copy), else read into ``buf`` one fill at a time."""
@@ -78,20 +107,36 @@ def _chunks(reader: Reader, buf: Any) -> Iterator[Any]:
         yield buf[:filled]
 
 
-class _Worker:
-    """What one I/O thread owns: its synthetic source (windows are restamped in place, so threads
-    cannot share one) and its chunk buffers, all allocated once. With a backend that moves device
-    buffers (``device``), the source and the read buffer live in GPU memory and reads are compared
-    there: bulk data never crosses PCIe except through the storage path being measured."""
+class _Slot:
+    """What one request in flight owns: a synthetic source (windows are restamped in place, so
+    requests cannot share one) and a chunk buffer to read into, both allocated once. With a backend
+    that moves device buffers (``device``), both live in GPU memory and reads are compared there:
+    bulk data never crosses PCIe except through the storage path being measured."""
 
     def __init__(self, run_key: int, chunk: int, device: DeviceMemory | None) -> None:
+        self.data = SyntheticData(run_key, chunk, device=device.xp if device else None)
+        self._readmap = None if device else mmap.mmap(-1, chunk)  # page-aligned: usable under O_DIRECT
+        self.readbuf: Any = device.xp.empty(chunk, dtype=device.xp.uint8) if device else \
+            memoryview(self._readmap)
+
+    def close(self) -> None:
+        self.data.close()
+        if self._readmap is not None:
+            self.readbuf.release()
+            self._readmap.close()
+        self.readbuf = None
+
+
+class _Worker:
+    """What one file in flight owns: ``depth`` slots, one per request it keeps in flight, and the
+    threads that issue them (none at depth 1: the file's own thread does)."""
+
+    def __init__(self, run_key: int, chunk: int, depth: int, device: DeviceMemory | None) -> None:
         self.device = device
         with self.scope():
-            self.data = SyntheticData(run_key, chunk, device=device.xp if device else None)
-            self._readmap = None if device else mmap.mmap(-1, chunk)
-            self.readbuf: Any = device.xp.empty(chunk, dtype=device.xp.uint8) if device else \
-                memoryview(self._readmap)
-        self.staging = mmap.mmap(-1, chunk)  # page-aligned: usable under O_DIRECT
+            self.slots = [_Slot(run_key, chunk, device) for _ in range(depth)]
+        self.data, self.readbuf = self.slots[0].data, self.slots[0].readbuf  # the sequential path's
+        self.pool = ThreadPoolExecutor(depth, "dlio_ckpt_request") if depth > 1 else None
 
     def scope(self) -> Any:
         """Where this worker's arrays live: its GPU selected for the calling thread, or nothing."""
@@ -102,12 +147,11 @@ class _Worker:
             first_difference(got, want)
 
     def close(self) -> None:
-        self.data.close()
-        self.staging.close()
-        if self._readmap is not None:
-            self.readbuf.release()
-            self._readmap.close()
-        self.readbuf = None
+        if self.pool is not None:
+            self.pool.shutdown(cancel_futures=True)
+        for slot in self.slots:
+            slot.close()
+        self.data = self.readbuf = None
 
 
 class Engine:
@@ -122,13 +166,17 @@ class Engine:
         self.retries = 0  # files re-sent or re-read after a transient error, this process
         self._lock = threading.Lock()
         self._chunk = options.chunk_size
-        # O_DIRECT staging is for host buffers; a device-buffer backend aligns its own transfers
-        self._align = caps.alignment if options.odirect and not caps.device_buffers else 1
+        self._align = caps.alignment if options.odirect else 1  # O_DIRECT reads ask whole blocks
         self._verify = caps.stores_data
         self._threads = backend.options.threads
+        self._positional = caps.positional
+        depth = backend.queue_depth if caps.positional else 1
+        # every buffer this process's I/O holds, allocated here and never again: per request in
+        # flight a synthetic pool of two chunks and a chunk to read into
+        self.buffer_bytes = self._threads * depth * 3 * self._chunk
         self._idle: queue.SimpleQueue[_Worker] = queue.SimpleQueue()
         device = backend.device_memory() if caps.device_buffers else None
-        self._workers = [_Worker(run_key, self._chunk, device) for _ in range(self._threads)]
+        self._workers = [_Worker(run_key, self._chunk, depth, device) for _ in range(self._threads)]
         for w in self._workers:
             self._idle.put(w)
         self._pool = ThreadPoolExecutor(self._threads, "dlio_ckpt_io") if self._threads > 1 else None
@@ -178,26 +226,57 @@ class Engine:
 
     # -- content -------------------------------------------------------------------------------
 
-    def _pieces(self, data: SyntheticData, task: FileTask) -> Iterator[memoryview]:
-        """The file's bytes in order. Payload windows end on chunk boundaries of the *file*, so
-        after any metadata the stream realigns and later chunks need no staging copy."""
-        file_offset = 0
-        stream_offset = 0  # offset in the file's payload stream (each segment starts block-aligned)
-        for seg in task.segments:
-            if isinstance(seg, bytes):
-                yield memoryview(seg)
-                file_offset += len(seg)
-                continue
-            stream_offset = -(-stream_offset // BLOCK) * BLOCK
-            remaining = seg
-            while remaining:
-                room = self._chunk - file_offset % self._chunk
-                n = min(remaining, room if room % BLOCK == 0 else self._chunk)
-                yield data.window(task.key, stream_offset, n)
-                self._progress(task.path, n)
-                remaining -= n
-                stream_offset += n
-                file_offset += n
+    def _chunk_of(self, data: SyntheticData, task: FileTask, k: int) -> tuple[Any, list[tuple[int, bytes]]]:
+        """Chunk ``k`` of the file (its bytes from ``k * chunk_size``): a window of the payload
+        stream, and the format's bytes that take the place of parts of it, as (offset in the chunk,
+        bytes). The stream's offsets are the file's, so a chunk of payload is one window, aligned
+        in memory and in the file: written and read under O_DIRECT with no copy."""
+        start = k * self._chunk
+        end = min(start + self._chunk, task.size)
+        window = data.window(task.key, start, end - start)
+        meta = task.metadata
+        patches = []
+        for i in range(max(bisect_right(meta, start, key=lambda m: m[0]) - 1, 0), len(meta)):
+            offset, raw = meta[i]
+            if offset >= end:
+                break
+            lo, hi = max(offset, start), min(offset + len(raw), end)
+            if lo < hi:
+                patches.append((lo - start, raw[lo - offset:hi - offset]))
+        return window, patches
+
+    def _chunks_of(self, task: FileTask) -> range:
+        return range(-(-task.size // self._chunk))
+
+    def _pieces(self, data: SyntheticData, task: FileTask) -> Iterator[Any]:
+        """The file's bytes in order, as a stream's writer and reader take them."""
+        for k in self._chunks_of(task):
+            window, patches = self._chunk_of(data, task, k)
+            for _, piece in _spans(window, patches):
+                yield piece
+            self._progress(task.path, len(window))
+
+    def _in_flight(self, worker: _Worker, task: FileTask, request: Callable[[_Slot, int], None]) -> None:
+        """``request(slot, k)`` for every chunk ``k`` of the file, ``queue_depth`` at a time in
+        file order (fio's iodepth): chunk k reuses the slot of chunk k - depth, done by then. The
+        first error cancels the rest."""
+        if worker.pool is None:
+            for k in self._chunks_of(task):
+                request(worker.slots[0], k)
+            return
+        depth = len(worker.slots)
+        pending: deque[Future[None]] = deque()
+        try:
+            for k in self._chunks_of(task):
+                if len(pending) == depth:
+                    pending.popleft().result()
+                pending.append(worker.pool.submit(request, worker.slots[k % depth], k))
+            while pending:
+                pending.popleft().result()
+        finally:
+            for f in pending:
+                f.cancel()
+            wait(pending)
 
     # -- write ---------------------------------------------------------------------------------
 
@@ -213,37 +292,30 @@ class Engine:
     def _write_file(self, worker: _Worker, task: FileTask) -> int:
         writer = self.backend.open_write(task.path, self.options.odirect)
         try:
-            if self._align == 1:
+            if self._positional:
+                self._in_flight(worker, task, lambda slot, k: self._write_chunk(writer, slot, task, k))
+            else:
                 for piece in self._pieces(worker.data, task):
                     writer.write(piece)
-            else:
-                self._write_staged(worker, writer, task)
             writer.finish()
         except BaseException:
             writer.abort()
             raise
         return task.size
 
-    def _write_staged(self, worker: _Worker, writer: Writer, task: FileTask) -> None:
-        """O_DIRECT: write aligned runs straight from the pool; copy only what is unaligned."""
-        staged, stage = 0, memoryview(worker.staging)
-        for piece in self._pieces(worker.data, task):
-            while piece:
-                if staged == 0 and len(piece) >= self._align and _address(piece) % self._align == 0:
-                    cut = len(piece) - len(piece) % self._align
-                    writer.write(piece[:cut])
-                    piece = piece[cut:]
-                    continue
-                n = min(len(piece), self._chunk - staged)
-                stage[staged:staged + n] = piece[:n]
-                staged += n
-                piece = piece[n:]
-                if staged == self._chunk:
-                    writer.write(stage)
-                    staged = 0
-        if staged:
-            writer.write(stage[:staged])
-        stage.release()
+    def _write_chunk(self, writer: Writer, slot: _Slot, task: FileTask, k: int) -> None:
+        """One chunk at its offset, from its window with the format's bytes written over it for the
+        call and put back after (a few hundred bytes, against a copy of the whole chunk)."""
+        window, patches = self._chunk_of(slot.data, task, k)
+        saved = [(offset, bytes(window[offset:offset + len(raw)])) for offset, raw in patches]
+        try:
+            for offset, raw in patches:
+                window[offset:offset + len(raw)] = raw
+            writer.write_at(window, k * self._chunk)
+        finally:
+            for offset, raw in saved:
+                window[offset:offset + len(raw)] = raw
+        self._progress(task.path, len(window))
 
     # -- read ----------------------------------------------------------------------------------
 
@@ -253,7 +325,36 @@ class Engine:
             self._each(lambda _, t: self.backend.evict(t.path) or 0, tasks)
         if not self._verify:
             return self._each(self._read_unverified, tasks)
+        if self._positional:
+            return self._each(self._read_positional, tasks)
         return self._each(self._read_file if self.options.verify else self._read_counted, tasks)
+
+    def _read_positional(self, worker: _Worker, task: FileTask) -> int:
+        """Read ``task`` back ``queue_depth`` chunks at a time, each compared where it landed
+        (``checkpoint.verify``); its size is the file system's answer, asked first (no I/O)."""
+        reader = self.backend.open_read(task.path, self.options.odirect)
+        try:
+            if (size := reader.size()) != task.size:
+                raise VerifyError(f"{task.path}: has {size} bytes, planned {task.size}")
+            self._in_flight(worker, task, lambda slot, k: self._read_chunk(reader, slot, task, k))
+        finally:
+            reader.close()
+        return task.size
+
+    def _read_chunk(self, reader: Reader, slot: _Slot, task: FileTask, k: int) -> None:
+        start = k * self._chunk
+        n = min(self._chunk, task.size - start)
+        got = slot.readbuf[:-(-n // self._align) * self._align]  # O_DIRECT: whole blocks, short at the end
+        filled = reader.read_at(got, start)
+        if filled != n:
+            raise VerifyError(f"{task.path}: has {start + filled} bytes, planned {task.size}")
+        if self.options.verify:
+            window, patches = self._chunk_of(slot.data, task, k)
+            for offset, want in _spans(window, patches):
+                bad = first_difference(got[offset:offset + len(want)], want)
+                if bad is not None:
+                    raise _wrong(task, start + offset + bad)
+        self._progress(task.path, n)
 
     def _read_file(self, worker: _Worker, task: FileTask, source: Backend | None = None,
                    sink: Callable[[Any], None] | None = None) -> int:
@@ -278,9 +379,7 @@ class Engine:
                     n = min(len(piece), len(got) - used)
                     bad = worker.first_difference(got[used:used + n], piece[:n])
                     if bad is not None:
-                        off = base + used + bad
-                        raise VerifyError(f"{task.path}: wrong data at offset {off} "
-                                          f"(4 KiB block {off // BLOCK})")
+                        raise _wrong(task, base + used + bad)
                     used += n
                     piece = piece[n:]
             if sink is not None and len(got):
@@ -328,7 +427,7 @@ class Engine:
             chunks.close()
             reader.close()
         if total != task.size:
-            raise VerifyError(f"{task.path}: read {total} bytes, planned {task.size}")
+            raise VerifyError(f"{task.path}: has {total} bytes, planned {task.size}")
         return total
 
     def _read_unverified(self, worker: _Worker, task: FileTask) -> int:

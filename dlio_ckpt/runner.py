@@ -186,5 +186,7 @@ def run(ctx: RunContext) -> dict[str, Any] | None:
     io = {"layout": ck.layout, "format": fmt.name, "odirect": ck.odirect,
           "verified": backend.capabilities.stores_data and ck.verify, "recovery_rank_shift": ck.recovery_rank_shift,
           "scale": ck.scale, "chunk_size": ck.chunk_size,
+          "io_buffer_bytes_per_process": engine.buffer_bytes + (read_engine.buffer_bytes if read_engine is not engine
+                                                                else 0),
           **({"tiers": tiers.describe(), "read_tier": ck.read_tier} if tiers.active else {})}
     return write_results(ctx, records, ctx.plan.total_payload_bytes, io, retries, describe)

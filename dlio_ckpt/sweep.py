@@ -19,6 +19,7 @@ import itertools
 import json
 import os
 import sys
+import time
 import traceback
 from dataclasses import dataclass
 from typing import Any
@@ -122,9 +123,22 @@ def _finished(run_dir: str) -> dict[str, Any] | None:
     return summary if summary.get("status") == "ok" else None
 
 
+@dataclass(frozen=True)
+class Outcome:
+    status: int  # 0 when every point ran, 1 when any failed or was not reached
+    sweep_dir: str
+    rows: list[dict[str, Any]]  # rank 0's: one per point run or skipped (the others': none)
+
+
 def run_sweep(overrides: list[str], world_sizes: str | None, config_dir: str | None, comm: Comm,
-              stop_on_failure: bool = False, keep_checkpoints: bool = False) -> int:
+              stop_on_failure: bool = False, keep_checkpoints: bool = False, deadline: float | None = None) -> int:
     """Exit status: 0 when every point ran, 1 when any failed (2, raised, for bad input)."""
+    return sweep(overrides, world_sizes, config_dir, comm, stop_on_failure, keep_checkpoints, deadline).status
+
+
+def sweep(overrides: list[str], world_sizes: str | None, config_dir: str | None, comm: Comm,
+          stop_on_failure: bool = False, keep_checkpoints: bool = False, deadline: float | None = None) -> Outcome:
+    """The sweep, and what it found. ``deadline`` (rank 0's ``time.time()``): no point starts after it."""
     points = grid(overrides, world_sizes, config_dir)
     checked = validate(points, config_dir, comm.size)
     state = RunState()
@@ -137,6 +151,10 @@ def run_sweep(overrides: list[str], world_sizes: str | None, config_dir: str | N
     rows: list[dict[str, Any]] = []
     failed = False
     for p, (workload, raw) in zip(points, checked, strict=True):
+        if deadline is not None and comm.bcast(time.time() > deadline if comm.rank == 0 else None):
+            _say(comm, sweep_dir, f"stopping before point {p.index}: out of time (--max-seconds)")
+            failed = True
+            break
         run_dir = os.path.join(sweep_dir, str(p.index))
         _say(comm, sweep_dir, f"sweep point {p.index} of {len(points)}: {p.label}")
         done = comm.bcast(_finished(run_dir) if comm.rank == 0 else None)
@@ -165,7 +183,7 @@ def run_sweep(overrides: list[str], world_sizes: str | None, config_dir: str | N
         write_sweep_files(sweep_dir, points, rows, figures=True)
         _say(comm, sweep_dir, f"sweep done: {sum(r['status'] == 'ok' for r in rows)} of {len(points)} points ok; "
              f"results in {sweep_dir}")
-    return 1 if failed else 0
+    return Outcome(1 if failed else 0, sweep_dir, rows)
 
 
 def _run_point(p: Point, workload: Workload, raw: dict, run_dir: str, comm: Comm, state: RunState,

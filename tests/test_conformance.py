@@ -137,11 +137,11 @@ def test_a_corrupted_block_is_caught_and_located(store):
             engine.write_files(tasks)  # whole again: the size cases below differ only in length
             whole = fetch(backend, tasks[1].path)
             backend.put_small(tasks[1].path, whole[:-1])
-            with pytest.raises(VerifyError, match=f"read {tasks[1].size - 1} bytes, planned {tasks[1].size}"):
+            with pytest.raises(VerifyError, match=f"has {tasks[1].size - 1} bytes, planned {tasks[1].size}"):
                 counting.read_files(tasks)
         finally:
             counting.close()
-        # sizes are checked by reading (no stat or HEAD first): a file short or long by one byte
+        # a file short or long by one byte (object stores: found by reading, no HEAD first; files: fstat)
         with pytest.raises(VerifyError, match=f"has {tasks[1].size - 1} bytes, planned {tasks[1].size}"):
             engine.read_files(tasks)
         backend.put_small(tasks[1].path, whole + b"x")

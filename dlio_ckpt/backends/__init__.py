@@ -27,14 +27,26 @@ class Entry:
     install: str = ""  # the pip command that provides it
     local_folder: bool = False  # storage_root is a folder of this host's (compared as an absolute path)
     tier: bool = True  # a drain can read its files back and verify them on the host
+    tuning: tuple[tuple[str, tuple], ...] = ()  # what ``tune`` tries: workload keys and their values
+
+
+MIB = 1 << 20
+_FILE_SYSTEM_TUNING = (("checkpoint.odirect", (False, True)),
+                       ("checkpoint.chunk_size", (1 * MIB, 4 * MIB, 8 * MIB, 32 * MIB)),
+                       ("storage.storage_options.queue_depth", (1, 4, 16)))
 
 
 REGISTRY: dict[str, Entry] = {  # the only list of storage types: the config's choices derive from it
-    "local_fs": Entry("dlio_ckpt.backends.local_fs", "LocalFSBackend", LocalFSOptions, local_folder=True),
+    "local_fs": Entry("dlio_ckpt.backends.local_fs", "LocalFSBackend", LocalFSOptions, local_folder=True,
+                      tuning=_FILE_SYSTEM_TUNING),
     "parallel_fs": Entry("dlio_ckpt.backends.local_fs", "LocalFSBackend", LocalFSOptions,  # DLIO's Lustre/GPFS
-                         local_folder=True),
-    "s3": Entry("dlio_ckpt.backends.s3", "S3Backend", S3Options, "s3torchconnector", "pip install 'dlio_ckpt[s3]'"),
-    "gcs": Entry("dlio_ckpt.backends.gcs", "GCSBackend", GCSOptions, "gcsfs", "pip install 'dlio_ckpt[gcs]'"),
+                         local_folder=True, tuning=_FILE_SYSTEM_TUNING),
+    "s3": Entry("dlio_ckpt.backends.s3", "S3Backend", S3Options, "s3torchconnector", "pip install 'dlio_ckpt[s3]'",
+                tuning=(("storage.storage_options.part_size", (8 * MIB, 16 * MIB, 32 * MIB)),
+                        ("storage.storage_options.threads", (1, 2, 4)))),
+    "gcs": Entry("dlio_ckpt.backends.gcs", "GCSBackend", GCSOptions, "gcsfs", "pip install 'dlio_ckpt[gcs]'",
+                 tuning=(("storage.storage_options.block_size", (8 * MIB, 16 * MIB, 32 * MIB)),
+                         ("storage.storage_options.threads", (1, 2, 4)))),
     "gds": Entry("dlio_ckpt.backends.gds", "GDSBackend", GDSOptions, "kvikio and cupy built for your CUDA",
                  "pip install 'dlio_ckpt[gds-cu13]' for CUDA 13, 'dlio_ckpt[gds-cu12]' for CUDA 12",
                  local_folder=True, tier=False),

@@ -26,6 +26,7 @@ class Capabilities:
     device_buffers: bool = False  # moves data from and to GPU memory (device_memory)
     stores_data: bool = True  # False only for null: reads return nothing to verify
     rename: bool = False  # can move a whole file into place (rename); object stores cannot
+    positional: bool = False  # writers have write_at, readers read_at and size: queue_depth requests per file
 
 
 def probe_name() -> str:
@@ -69,6 +70,9 @@ class DeviceMemory(Protocol):
 
 
 class Writer(Protocol):
+    """Sequential writes; a positional backend's writer (``capabilities.positional``) also takes
+    ``write_at(data, offset)`` from several threads at once."""
+
     def write(self, data: memoryview) -> None: ...
     def finish(self) -> None: ...  # the file is whole (an object is committed); durability is sync's
     def abort(self) -> None: ...
@@ -77,7 +81,8 @@ class Writer(Protocol):
 class Reader(Protocol):
     """Sequential reads. A reader whose client hands over its own buffers (object stores) may also
     offer ``views()``: the file's bytes, in order, in those buffers, so the engine verifies them
-    where they landed instead of copying each into its own buffer first."""
+    where they landed instead of copying each into its own buffer first. A positional backend's
+    reader also offers ``read_at(buf, offset)`` (from several threads at once) and ``size()``."""
 
     def readinto(self, buf: memoryview) -> int: ...
     def close(self) -> None: ...
@@ -162,6 +167,11 @@ class Backend(ABC):
     def free_bytes(self, path: str) -> int | None:
         """Bytes that can still be written under ``path``; None where the storage cannot say."""
         return None
+
+    @property
+    def queue_depth(self) -> int:
+        """Requests of one file in flight at once, where ``capabilities.positional``."""
+        return 1
 
     def url(self, path: str) -> str:
         """What a framework opens: a local path, or ``s3://`` / ``gs://`` URL."""

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import errno
-import fcntl
 import os
 from typing import Any
 
@@ -23,11 +22,15 @@ def _raise(exc: OSError) -> None:
 
 
 class LocalWriter:
-    """Writes a file sequentially. Under O_DIRECT the unaligned tail is written after clearing the
-    flag on the descriptor, so a file of any size can be written without padding it."""
+    """Writes a file at offsets, from several threads at once (``write_at``) or in order
+    (``write``). Under O_DIRECT a length that is not whole blocks (only a file's last chunk) is
+    written through a second descriptor without the flag, so a file of any size is written without
+    padding it and without changing the flags of the descriptor other requests are using."""
 
     def __init__(self, path: str, odirect: bool, alignment: int) -> None:
-        self.path, self._odirect, self._align = path, odirect, alignment
+        self.path, self._align = path, alignment if odirect else 1
+        self._offset = 0  # where write() goes on
+        self._buffered: int | None = None  # O_DIRECT: the descriptor for a last unaligned piece
         flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | (os.O_DIRECT if odirect else 0)
         try:
             self._fd = os.open(path, flags, 0o644)
@@ -35,32 +38,41 @@ class LocalWriter:
             raise _fail("cannot create", path, exc) from None
 
     def write(self, data: memoryview) -> None:
+        self.write_at(data, self._offset)
+        self._offset += len(data)
+
+    def write_at(self, data: memoryview, offset: int) -> None:
         try:
-            if self._odirect and len(data) % self._align:
-                cut = len(data) - len(data) % self._align
-                self._write_all(data[:cut])
-                fcntl.fcntl(self._fd, fcntl.F_SETFL, fcntl.fcntl(self._fd, fcntl.F_GETFL) & ~os.O_DIRECT)
-                self._odirect = False
-                data = data[cut:]
-            self._write_all(data)
+            cut = len(data) - len(data) % self._align
+            _pwrite_all(self._fd, data[:cut], offset)
+            if cut < len(data):
+                if self._buffered is None:
+                    self._buffered = os.open(self.path, os.O_WRONLY)
+                _pwrite_all(self._buffered, data[cut:], offset + cut)
         except OSError as exc:
             raise _fail("write failed on", self.path, exc) from None
 
-    def _write_all(self, data: memoryview) -> None:
-        while data:
-            n = os.write(self._fd, data)
-            data = data[n:]
-
     def finish(self) -> None:
-        os.close(self._fd)
+        self.abort()
 
     def abort(self) -> None:
         os.close(self._fd)
+        if self._buffered is not None:
+            os.close(self._buffered)
+
+
+def _pwrite_all(fd: int, data: memoryview, offset: int) -> None:
+    while data:
+        n = os.pwrite(fd, data, offset)
+        data, offset = data[n:], offset + n
 
 
 class LocalReader:
+    """Reads a file at offsets, from several threads at once (``read_at``) or in order (``readinto``)."""
+
     def __init__(self, path: str, odirect: bool) -> None:
         self.path = path
+        self._offset = 0  # where readinto() goes on
         try:
             self._fd = os.open(path, os.O_RDONLY | (os.O_DIRECT if odirect else 0))
         except OSError as exc:
@@ -68,16 +80,25 @@ class LocalReader:
 
     def readinto(self, buf: memoryview) -> int:
         """Fill ``buf`` unless the file ends first; returns the bytes read (0 at the end)."""
+        n = self.read_at(buf, self._offset)
+        self._offset += n
+        return n
+
+    def read_at(self, buf: memoryview, offset: int) -> int:
+        """Fill ``buf`` from ``offset`` unless the file ends first; the bytes read."""
         total = 0
         try:
             while total < len(buf):
-                n = os.readv(self._fd, [buf[total:]])
+                n = os.preadv(self._fd, [buf[total:]], offset + total)
                 if n == 0:
                     break
                 total += n
         except OSError as exc:
             raise _fail("read failed on", self.path, exc) from None
         return total
+
+    def size(self) -> int:
+        return os.fstat(self._fd).st_size
 
     def close(self) -> None:
         os.close(self._fd)
@@ -86,7 +107,7 @@ class LocalReader:
 class LocalFSBackend(Backend):
     name = "local_fs"
     capabilities = Capabilities(fsync=True, durable_on_close=False, odirect=True, alignment=4096,
-                                evict_cache=True, rename=True)
+                                evict_cache=True, rename=True, positional=True)
 
     options: LocalFSOptions
 
@@ -105,7 +126,12 @@ class LocalFSBackend(Backend):
             raise ConfigError("workload.storage.storage_root", self.root, f"{path} is not a folder")
 
     def describe(self) -> dict[str, Any]:
-        return {"root": os.path.abspath(self.root), "threads": self.options.threads}
+        return {"root": os.path.abspath(self.root), "threads": self.options.threads,
+                **({"queue_depth": self.queue_depth} if self.capabilities.positional else {})}
+
+    @property
+    def queue_depth(self) -> int:
+        return getattr(self.options, "queue_depth", 1)  # GDS's options have none: kvikio splits requests
 
     def join(self, *parts: str) -> str:
         return os.path.join(self.root, *parts)

@@ -1,0 +1,88 @@
+"""fio as the yardstick: its fastest configuration on a folder, for ``tune`` and bench/fio_compare.py.
+
+Why fio's best and not one fixed job: a storage team quotes what its storage does at its best
+setting (an NVMe array wants many requests in flight, a network file system large ones), so a
+checkpoint figure is worth reading only beside the best that fio, the tool they trust, found on the
+same folder with the same bytes and processes. The grid spans the engines a Linux host offers
+(psync: one request in flight per process; libaio and io_uring: up to 32) and request sizes of
+1-32 MiB.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import shutil
+import subprocess
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+GIB, MIB = 1 << 30, 1 << 20
+ENGINES = {"psync": (1,), "libaio": (1, 4, 16, 32), "io_uring": (1, 4, 16, 32)}
+BLOCK_SIZES = (1 * MIB, 4 * MIB, 8 * MIB, 32 * MIB)
+OPS = ("write", "read")  # in this order: the writes lay out the files the reads read
+
+
+@dataclass(frozen=True)
+class FioJob:
+    engine: str
+    iodepth: int
+    bs: int
+
+    def __str__(self) -> str:
+        return f"{self.engine} iodepth={self.iodepth} bs={self.bs // MIB} MiB"
+
+
+def available() -> bool:
+    return shutil.which("fio") is not None
+
+
+def run(folder: str | Path, procs: int, size: int, op: str, job: FioJob, direct: bool, fsync: bool,
+        seconds: int | None = None) -> float:
+    """One fio job group: ``procs`` processes, a file of ``size`` bytes each (or what they move in
+    ``seconds``); aggregate GiB/s.
+    Buffered writes end with an fsync that fio counts in the job's time (``end_fsync``), as a save's
+    time counts its fsyncs; buffered reads start with the files' cached pages dropped (``invalidate``)."""
+    cmd = ["fio", "--name=ckpt", f"--directory={folder}", f"--rw={op}", f"--bs={job.bs}", f"--size={size}",
+           f"--numjobs={procs}", f"--ioengine={job.engine}", f"--iodepth={job.iodepth}", "--group_reporting",
+           "--output-format=json", f"--direct={int(direct)}", "--invalidate=1",
+           f"--end_fsync={int(fsync and op == 'write')}", *([f"--runtime={seconds}"] if seconds else [])]
+    res = json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True).stdout)
+    stats = res["jobs"][0][op]
+    return stats["io_bytes"] / (stats["runtime"] / 1000) / GIB
+
+
+def grid(size: int) -> list[FioJob]:
+    """The configurations tried on files of ``size`` bytes (fio refuses a request larger than the file)."""
+    return [FioJob(engine, depth, bs) for engine, depths in ENGINES.items()
+            for depth, bs in itertools.product(depths, BLOCK_SIZES) if bs <= size]
+
+
+def best(folder: str | Path, procs: int, size: int, direct: bool, fsync: bool, seconds: int | None = None,
+         say: Callable[[str], None] = lambda _line: None) -> dict[str, tuple[float, FioJob]]:
+    """fio's fastest configuration per direction in ``folder`` (created, emptied of fio's files
+    after): op -> (GiB/s, job); each point at most ``seconds``. ``say`` hears every point."""
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    out: dict[str, tuple[float, FioJob]] = {}
+    try:
+        for op in OPS:
+            for job in grid(size):
+                speed = run(folder, procs, size, op, job, direct, fsync, seconds)
+                say(f"fio {op:5s} {job}: {speed:.3f} GiB/s")
+                if speed > out.get(op, (0.0,))[0]:
+                    out[op] = (speed, job)
+    finally:
+        remove_files(folder, procs)
+    return out
+
+
+def remove_files(folder: str | Path, procs: int) -> None:
+    """fio's files of a job named ckpt (ckpt.<job>.0), and nothing else."""
+    for i in range(procs):
+        try:
+            os.remove(Path(folder) / f"ckpt.{i}.0")
+        except FileNotFoundError:
+            pass

@@ -1,0 +1,94 @@
+"""``dlio_ckpt tune`` as a user runs it: a bounded grid on local files (with fio's best beside it) and on
+S3 (SeaweedFS), whose printed settings, run again, give the winner's settings and a figure like its
+own; bad input refused before anything is written."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+
+from .conftest import dlio, load, tmpfs
+
+pytestmark = pytest.mark.mpi
+TINY = ["workload=tiny", "++workload.checkpoint.checkpoint_folder=ck"]
+
+
+def rerun(result: dict, tmp_path, env: dict | None = None) -> dict:
+    """The printed command to reproduce the winner's figure, run as printed (its own run folder)."""
+    cmd = result["reproduce"]
+    assert cmd[:6] == ["mpiexec", "-n", "2", "python", "-m", "dlio_ckpt"]
+    r = dlio([*cmd[6:], "++hydra.run.dir=again"], tmp_path, nprocs=2, env=env, timeout=240)
+    assert r.returncode == 0, r.stderr
+    return load(tmp_path / "again" / "summary.json")
+
+
+def close(a: float, b: float) -> bool:
+    """Two figures of one setting on a shared 2-core machine: within a factor of three."""
+    return 1 / 3 < a / b < 3
+
+
+def test_tune_on_local_files_finds_settings_that_reproduce_their_figure_beside_fios_best(tmp_path):
+    r = dlio(["tune", "workload=llama_7b_zero3", "++workload.checkpoint.checkpoint_folder=ck",
+              "++workload.checkpoint.odirect=True", "++workload.checkpoint.chunk_size=1048576,4194304",
+              "++workload.storage.storage_options.queue_depth=1,4", "++hydra.sweep.dir=tn", "--max-gib", "0.25"],
+             tmp_path, nprocs=2, timeout=400)
+    assert r.returncode == 0, r.stderr
+    result = load(tmp_path / "tn" / "tune.json")
+    assert result["points"] == result["ok"] == 4
+    win = result["winner"]
+    assert set(win["settings"]) == {"checkpoint.chunk_size", "storage.storage_options.queue_depth"}
+    assert "settings to paste:  " + " ".join(result["overrides"]) in r.stdout
+    summary = load(tmp_path / "tn" / str(win["point"]) / "summary.json")
+    assert summary["io"]["odirect"] is True and 0.2 < summary["metric"]["checkpoint_size_GiB"] <= 0.25
+    if shutil.which("fio"):
+        for op, phase in (("write", "save"), ("read", "load")):
+            assert result["fio"][op]["GiB_per_second"] > 0 and result["fio"][op][f"{phase}_ratio"] > 0
+            assert f"fio's best {op} here ({result['fio'][op]['engine']} " in r.stdout
+        assert result["fio"]["odirect"] is True
+    assert not list((tmp_path / "ck").rglob("*.pt")) and not list((tmp_path / "ck").rglob("ckpt.*"))
+    again = rerun(result, tmp_path)
+    assert again["io"]["chunk_size"] == int(win["settings"]["checkpoint.chunk_size"])
+    assert again["io"]["storage"]["queue_depth"] == int(win["settings"]["storage.storage_options.queue_depth"])
+    assert close(again["metric"]["save_checkpoint_io_mean_GiB_per_second"], win["save_GiB_per_second"])
+    assert close(again["metric"]["load_checkpoint_io_mean_GiB_per_second"], win["load_GiB_per_second"])
+
+
+def test_tune_on_s3_tries_part_sizes_and_objects_in_flight(tmp_path, s3_server):
+    env = {**s3_server.env, "AWS_ENDPOINT_URL": s3_server.endpoint}
+    r = dlio(["tune", *TINY, "++workload.storage.storage_type=s3",
+              f"++workload.storage.storage_root={s3_server.bucket}",
+              "++workload.storage.storage_options.part_size=8388608,16777216",
+              "++workload.storage.storage_options.threads=1,2", "++hydra.sweep.dir=tn", "--max-gib", "0.1"],
+             tmp_path, nprocs=2, env=env, timeout=400)
+    assert r.returncode == 0, r.stderr
+    result = load(tmp_path / "tn" / "tune.json")
+    assert result["ok"] == 4 and "fio" not in result  # no fio on an object store
+    win = result["winner"]
+    assert set(win["settings"]) == {"storage.storage_options.part_size", "storage.storage_options.threads"}
+    again = rerun(result, tmp_path, env)
+    assert again["io"]["storage"]["part_size"] == int(win["settings"]["storage.storage_options.part_size"])
+    assert again["io"]["storage"]["threads"] == int(win["settings"]["storage.storage_options.threads"])
+    assert close(again["metric"]["save_checkpoint_io_mean_GiB_per_second"], win["save_GiB_per_second"])
+
+
+@pytest.mark.parametrize("args, key, rule", [
+    (["++workload.storage.storage_type=null"], "workload.storage.storage_type", "tune has no settings to try there"),
+    (["--max-gib", "0"], "--max-gib", "must be more than 0"),
+    (["--max-seconds", "-1"], "--max-seconds", "must be more than 0"),
+    (["++workload.checkpoint.odirect=True", "++workload.checkpoint.chunk_size=1048576",
+      "++workload.storage.storage_options.queue_depth=4"], "tune=", "every setting tune tries is fixed"),
+])
+def test_tune_refuses_bad_input_before_anything_is_written(tmp_path, args, key, rule):
+    r = dlio(["tune", *TINY, "++hydra.sweep.dir=tn", "--world-size", "2", *args], tmp_path)
+    assert r.returncode == 2 and key in r.stderr and rule in r.stderr, r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1
+    assert not (tmp_path / "tn").exists() and not (tmp_path / "ck").exists()
+
+
+def test_tune_refuses_a_grid_the_storage_has_no_room_for(tmp_path):
+    with tmpfs(tmp_path / "small", "size=8m") as small:  # tiny's checkpoint is ~45 MiB
+        r = dlio(["tune", *TINY, f"++workload.storage.storage_root={small}", "++hydra.sweep.dir=tn",
+                  "--world-size", "2"], tmp_path)
+        assert r.returncode == 2 and "--max-gib" in r.stderr and "GiB free: lower --max-gib" in r.stderr, r.stderr
+        assert not any(small.iterdir()) and not (tmp_path / "tn").exists()
