@@ -109,7 +109,7 @@ def main() -> None:
         fio_dir = folder / "fio"
         fio_dir.mkdir(exist_ok=True)
         best = fio.best(fio_dir, a.procs, int(a.search_gib * GIB) // MIB * MIB, mode == "direct", mode == "fsync",
-                        lambda line, mode=mode: print(f"  search {mode}: {line}", flush=True))
+                        say=lambda line, mode=mode: print(f"  search {mode}: {line}", flush=True))
         for op, (speed, job) in best.items():
             print(f"fio's best {mode} {op}: {job} ({speed:.3f} GiB/s in the search)")
         rows: dict[str, list[float]] = {}

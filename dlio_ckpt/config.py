@@ -107,7 +107,7 @@ class Checkpoint(Section):
     progress: bool = Field(True, description="rank 0 shows a bar on a terminal, log lines otherwise")
     progress_interval: float = Field(10.0, gt=0, description="seconds between progress lines when not on a terminal")
     chunk_size: int = Field(8 * MIB, ge=4096, le=64 * MIB, multiple_of=4096, description="bytes per write or "
-                            "read request; each request in flight holds three (storage_options.queue_depth)")
+                            "read request; each request in flight holds two and 1 MiB (storage_options.queue_depth)")
     # Async checkpoints (our keys): time_between_checkpoints is then the training time between them
     async_save: bool = Field(False, description="hold training only to stage each checkpoint, write it in the "
                              "background while the next interval trains; the next checkpoint waits for it")

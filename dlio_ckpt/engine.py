@@ -29,9 +29,10 @@ from typing import Any
 from .backends import Backend, DeviceMemory, Reader, Writer
 from .errors import ConfigError, StorageError, VerifyError
 from .formats import Segment, file_size
-from .synthetic import BLOCK, SyntheticData, first_difference, first_difference_on_device
+from .synthetic import BLOCK, SLACK, SyntheticData, first_difference, first_difference_on_device
 
 log = logging.getLogger("dlio_ckpt")
+_POPULATED = mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | getattr(mmap, "MAP_POPULATE", 0)
 
 
 @dataclass(frozen=True)
@@ -92,6 +93,14 @@ def _spans(window: Any, patches: list[tuple[int, bytes]]) -> Iterator[tuple[int,
         yield at, window[at:]
 
 
+def _finish(writer: Writer) -> None:
+    writer.finish()
+
+
+def _close(reader: Reader) -> None:
+    reader.close()
+
+
 def _wrong(task: FileTask, offset: int) -> VerifyError:
     return VerifyError(f"{task.path}: wrong data at offset {offset} (4 KiB block {offset // BLOCK})")
 
@@ -113,9 +122,11 @@ class _Slot:
     that moves device buffers (``device``), both live in GPU memory and reads are compared there:
     bulk data never crosses PCIe except through the storage path being measured."""
 
-    def __init__(self, run_key: int, chunk: int, device: DeviceMemory | None) -> None:
-        self.data = SyntheticData(run_key, chunk, device=device.xp if device else None)
-        self._readmap = None if device else mmap.mmap(-1, chunk)  # page-aligned: usable under O_DIRECT
+    def __init__(self, run_key: int, chunk: int, device: DeviceMemory | None, like: _Slot | None = None) -> None:
+        self.data = SyntheticData(run_key, chunk, device=device.xp if device else None,
+                                  like=like.data if like else None)
+        # page-aligned (usable under O_DIRECT) and faulted in now, not in the first timed read
+        self._readmap = None if device else mmap.mmap(-1, chunk, flags=_POPULATED)
         self.readbuf: Any = device.xp.empty(chunk, dtype=device.xp.uint8) if device else \
             memoryview(self._readmap)
 
@@ -123,7 +134,10 @@ class _Slot:
         self.data.close()
         if self._readmap is not None:
             self.readbuf.release()
-            self._readmap.close()
+            try:
+                self._readmap.close()
+            except BufferError:  # a slice is still referenced (by a failed read's traceback): GC frees it
+                pass
         self.readbuf = None
 
 
@@ -134,7 +148,8 @@ class _Worker:
     def __init__(self, run_key: int, chunk: int, depth: int, device: DeviceMemory | None) -> None:
         self.device = device
         with self.scope():
-            self.slots = [_Slot(run_key, chunk, device) for _ in range(depth)]
+            self.slots = [_Slot(run_key, chunk, device)]
+            self.slots += [_Slot(run_key, chunk, device, like=self.slots[0]) for _ in range(depth - 1)]
         self.data, self.readbuf = self.slots[0].data, self.slots[0].readbuf  # the sequential path's
         self.pool = ThreadPoolExecutor(depth, "dlio_ckpt_request") if depth > 1 else None
 
@@ -172,8 +187,8 @@ class Engine:
         self._positional = caps.positional
         depth = backend.queue_depth if caps.positional else 1
         # every buffer this process's I/O holds, allocated here and never again: per request in
-        # flight a synthetic pool of two chunks and a chunk to read into
-        self.buffer_bytes = self._threads * depth * 3 * self._chunk
+        # flight a synthetic pool (a chunk and a slack) and a chunk to read into (touched by reads only)
+        self.buffer_bytes = self._threads * depth * (2 * self._chunk + SLACK)
         self._idle: queue.SimpleQueue[_Worker] = queue.SimpleQueue()
         device = backend.device_memory() if caps.device_buffers else None
         self._workers = [_Worker(run_key, self._chunk, depth, device) for _ in range(self._threads)]
@@ -256,27 +271,62 @@ class Engine:
                 yield piece
             self._progress(task.path, len(window))
 
-    def _in_flight(self, worker: _Worker, task: FileTask, request: Callable[[_Slot, int], None]) -> None:
-        """``request(slot, k)`` for every chunk ``k`` of the file, ``queue_depth`` at a time in
-        file order (fio's iodepth): chunk k reuses the slot of chunk k - depth, done by then. The
-        first error cancels the rest."""
-        if worker.pool is None:
-            for k in self._chunks_of(task):
-                request(worker.slots[0], k)
-            return
-        depth = len(worker.slots)
-        pending: deque[Future[None]] = deque()
+    def _pipeline(self, worker: _Worker, tasks: list[FileTask], open_file: Callable[[FileTask], Any],
+                  request: Callable[[Any, _Slot, FileTask, int], None], close_file: Callable[[Any], None],
+                  timed: bool = False) -> int:
+        """``request(handle, slot, task, k)`` for every chunk ``k`` of every file, in file order,
+        ``queue_depth`` in flight (fio's iodepth), across file boundaries as fio's one job keeps its
+        queue full: a file is opened (``open_file``) when its first chunk is due, closed when its
+        last is done, and its time recorded then (``timed``: files not timed by :meth:`_attempt`).
+        Request n reuses the slot of request n - depth, done by then (they finish in order). The
+        first error cancels the rest and closes every open file."""
+        depth, n = len(worker.slots), 0
+        pending: deque[tuple[Future[None] | None, int]] = deque()  # (request, index of its file)
+        handles: dict[int, Any] = {}
+        left = [len(self._chunks_of(t)) for t in tasks]
+        started = [0.0] * len(tasks)
+
+        def done(i: int) -> None:
+            close_file(handles.pop(i))
+            if timed:
+                self.file_times.append((tasks[i].path, started[i], time.time(), tasks[i].size))
+
+        def retire() -> None:
+            future, i = pending.popleft()
+            if future is not None:
+                future.result()
+            left[i] -= 1
+            if left[i] == 0:
+                done(i)
+
         try:
-            for k in self._chunks_of(task):
-                if len(pending) == depth:
-                    pending.popleft().result()
-                pending.append(worker.pool.submit(request, worker.slots[k % depth], k))
+            for i, task in enumerate(tasks):
+                self._progress(task.path, 0)
+                started[i] = time.time()
+                handles[i] = open_file(task)
+                if left[i] == 0:
+                    done(i)
+                for k in self._chunks_of(task):
+                    if len(pending) == depth:
+                        retire()
+                    slot = worker.slots[n % depth]
+                    if worker.pool is None:
+                        request(handles[i], slot, task, k)
+                        pending.append((None, i))
+                    else:
+                        pending.append((worker.pool.submit(request, handles[i], slot, task, k), i))
+                    n += 1
             while pending:
-                pending.popleft().result()
-        finally:
-            for f in pending:
-                f.cancel()
-            wait(pending)
+                retire()
+            return sum(t.size for t in tasks)
+        except BaseException:
+            for future, _ in pending:
+                if future is not None:
+                    future.cancel()
+            wait([f for f, _ in pending if f is not None])
+            for handle in handles.values():
+                getattr(handle, "abort", handle.close)()
+            raise
 
     # -- write ---------------------------------------------------------------------------------
 
@@ -284,19 +334,29 @@ class Engine:
         """Write every file, then fsync each (``checkpoint.fsync``): the rank's end time follows the
         last fsync, and the kernel writes one file back while the next is being written instead of
         the stream stalling after every file. Stores that commit on close need no second pass."""
-        nbytes = self._each(self._write_file, tasks)
+        if self._streamed():
+            nbytes = self._pipeline(self._workers[0], tasks, self._open_write, self._write_chunk, _finish, timed=True)
+        else:
+            nbytes = self._each(self._write_file, tasks)
         if self.options.fsync and not self.backend.capabilities.durable_on_close:
             self._each(lambda _, t: self.backend.sync(t.path) or 0, tasks)
         return nbytes
 
+    def _streamed(self) -> bool:
+        """One stream of requests through all of a process's files (one file at a time, positional,
+        no whole-file retries to interleave): the queue never drains between files."""
+        return self._positional and self._threads == 1 and self.backend.options.retries == 0
+
+    def _open_write(self, task: FileTask) -> Writer:
+        return self.backend.open_write(task.path, self.options.odirect)
+
     def _write_file(self, worker: _Worker, task: FileTask) -> int:
-        writer = self.backend.open_write(task.path, self.options.odirect)
+        if self._positional:
+            return self._pipeline(worker, [task], self._open_write, self._write_chunk, _finish)
+        writer = self._open_write(task)
         try:
-            if self._positional:
-                self._in_flight(worker, task, lambda slot, k: self._write_chunk(writer, slot, task, k))
-            else:
-                for piece in self._pieces(worker.data, task):
-                    writer.write(piece)
+            for piece in self._pieces(worker.data, task):
+                writer.write(piece)
             writer.finish()
         except BaseException:
             writer.abort()
@@ -325,21 +385,20 @@ class Engine:
             self._each(lambda _, t: self.backend.evict(t.path) or 0, tasks)
         if not self._verify:
             return self._each(self._read_unverified, tasks)
+        if self._streamed():
+            return self._pipeline(self._workers[0], tasks, self._open_read, self._read_chunk, _close, timed=True)
         if self._positional:
-            return self._each(self._read_positional, tasks)
+            return self._each(lambda worker, task: self._pipeline(worker, [task], self._open_read, self._read_chunk,
+                                                                  _close), tasks)
         return self._each(self._read_file if self.options.verify else self._read_counted, tasks)
 
-    def _read_positional(self, worker: _Worker, task: FileTask) -> int:
-        """Read ``task`` back ``queue_depth`` chunks at a time, each compared where it landed
-        (``checkpoint.verify``); its size is the file system's answer, asked first (no I/O)."""
+    def _open_read(self, task: FileTask) -> Reader:
+        """A positional reader, the file's size checked first: the file system's answer (no I/O)."""
         reader = self.backend.open_read(task.path, self.options.odirect)
-        try:
-            if (size := reader.size()) != task.size:
-                raise VerifyError(f"{task.path}: has {size} bytes, planned {task.size}")
-            self._in_flight(worker, task, lambda slot, k: self._read_chunk(reader, slot, task, k))
-        finally:
+        if (size := reader.size()) != task.size:
             reader.close()
-        return task.size
+            raise VerifyError(f"{task.path}: has {size} bytes, planned {task.size}")
+        return reader
 
     def _read_chunk(self, reader: Reader, slot: _Slot, task: FileTask, k: int) -> None:
         start = k * self._chunk

@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 BLOCK = 4096
+SLACK = 1 << 20  # pool bytes beyond one window
 STAMP_WORDS = 4
 _WORDS_PER_BLOCK = BLOCK // 8
 _MASK64 = (1 << 64) - 1
@@ -48,20 +49,23 @@ class SyntheticData:
     overlapping blocks: consume (write or compare) it first.
     """
 
-    def __init__(self, run_key: int, max_window: int, pool_bytes: int = 0, device: Any = None) -> None:
+    def __init__(self, run_key: int, max_window: int, device: Any = None, like: SyntheticData | None = None) -> None:
         if max_window % BLOCK:
             raise ValueError("max_window must be a multiple of 4096")
-        # Two chunks: enough distinct window starts (stamps already make every block unique), and
-        # small enough that the source of each write stays warm in the CPU caches.
-        pool_bytes = max(pool_bytes, 2 * max_window)
+        # A window and a slack of 256 distinct starts (stamps already make every block unique): a
+        # process keeps one pool per request in flight, so the pool is what in-flight bytes cost.
+        pool_bytes = max_window + SLACK
         self.run_key = run_key & _MASK64
         self._mm = mmap.mmap(-1, pool_bytes)  # page-aligned: usable for O_DIRECT
         words = np.frombuffer(self._mm, dtype=np.uint64)
-        rng = np.random.default_rng(self.run_key)
-        step = 1 << 20
-        for i in range(0, words.size, step):
-            words[i:i + step] = rng.integers(0, _MASK64, size=min(step, words.size - i),
-                                             dtype=np.uint64, endpoint=True)
+        if like is not None and like.run_key == self.run_key and like._mm is not None and len(like._mm) == pool_bytes:
+            self._mm[:] = like._mm  # the same bytes, a copy being faster than generating them again
+        else:
+            rng = np.random.default_rng(self.run_key)
+            step = 1 << 20
+            for i in range(0, words.size, step):
+                words[i:i + step] = rng.integers(0, _MASK64, size=min(step, words.size - i),
+                                                 dtype=np.uint64, endpoint=True)
         self._max_blocks = max_window // BLOCK
         self._starts = words.size // _WORDS_PER_BLOCK - self._max_blocks + 1
         if device is None:
@@ -74,6 +78,7 @@ class SyntheticData:
             self._arange = device.arange(self._max_blocks, dtype=device.uint64)
             del words
             self._mm.close()
+            self._mm = None
 
     def window(self, key: int, offset: int, nbytes: int) -> Any:
         """Bytes ``[offset, offset + nbytes)`` of the payload stream of file ``key``: a memoryview,
@@ -98,7 +103,8 @@ class SyntheticData:
         """Drop the pool now rather than at garbage collection (windows must no longer be used)."""
         self._blocks = self._view = None
         try:
-            self._mm.close()
+            if self._mm is not None:
+                self._mm.close()
         except BufferError:  # a window is still referenced somewhere; GC frees it later
             pass
 

@@ -21,8 +21,8 @@ RESUMABLE_UNIT = 256 << 10  # GCS resumable uploads send multiples of this
 class LocalFSOptions(Options):
     threads: int = Field(1, ge=1, le=256, description="files written or read at once per process; "
                          "more than 1 helps on parallel file systems and NVMe arrays")
-    queue_depth: int = Field(1, ge=1, le=64, description="chunk_size requests of one file in flight at once "
-                             "(fio's iodepth); memory per process: threads x queue_depth x 3 x chunk_size")
+    queue_depth: int = Field(4, ge=1, le=64, description="chunk_size requests of one file in flight at once "
+                             "(fio's iodepth); memory per process: threads x queue_depth x (2 x chunk_size + 1 MiB)")
 
 class ObjectStoreOptions(Options):
     threads: int = Field(4, ge=1, le=256, description="objects in flight per process")
