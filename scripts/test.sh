@@ -4,4 +4,5 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 .venv/bin/ruff check dlio_ckpt tests bench
-.venv/bin/python -m pytest -q
+# two workers on the two cores: the suite's processes mostly wait on storage, servers and each other
+.venv/bin/python -m pytest -q -n 2
