@@ -68,6 +68,13 @@ class IOOptions:
     chunk_size: int = 8 << 20
 
 
+def io_buffer_bytes(backend: Backend, chunk: int) -> int:
+    """Every buffer a process's I/O holds, allocated when its engine is made and never again: per
+    request in flight a synthetic pool (a chunk and a slack) and a chunk to read into."""
+    depth = backend.queue_depth if backend.capabilities.positional else 1
+    return backend.options.threads * depth * (2 * chunk + SLACK)
+
+
 def check_capabilities(backend: Backend, options: IOOptions) -> None:
     """Settings the storage cannot honour are bad input: refused before anything is written."""
     caps = backend.capabilities
@@ -186,9 +193,7 @@ class Engine:
         self._threads = backend.options.threads
         self._positional = caps.positional
         depth = backend.queue_depth if caps.positional else 1
-        # every buffer this process's I/O holds, allocated here and never again: per request in
-        # flight a synthetic pool (a chunk and a slack) and a chunk to read into (touched by reads only)
-        self.buffer_bytes = self._threads * depth * (2 * self._chunk + SLACK)
+        self.buffer_bytes = io_buffer_bytes(backend, self._chunk)
         self._idle: queue.SimpleQueue[_Worker] = queue.SimpleQueue()
         device = backend.device_memory() if caps.device_buffers else None
         self._workers = [_Worker(run_key, self._chunk, depth, device) for _ in range(self._threads)]

@@ -16,7 +16,7 @@ from typing import Any
 from .background import BackgroundSaves, Staging, train
 from .context import GIB, RunContext, record, say_done, timed, write_results
 from .emulation import EmulatedRun, check_manifest, expected_files, io_options, mine, shard_bytes
-from .engine import Engine, FileTask, IOOptions, check_capabilities
+from .engine import Engine, FileTask, IOOptions, check_capabilities, io_buffer_bytes
 from .errors import ConfigError
 from .host import available_memory, hostname
 from .layouts import file_format, make_plan
@@ -40,6 +40,7 @@ def preflight(ctx: RunContext) -> None:
     for backend in ctx.tiers[1:]:  # drains write without O_DIRECT; the read phase reads as asked
         check_capabilities(backend, IOOptions(fsync=ck.fsync))
     check_capabilities(ctx.tiers[ck.read_tier], io_options(ctx))
+    _check_io_buffers(ctx)
     if ck.async_save and ck.staging == "real":
         _check_staging_memory(ctx)
 
@@ -66,17 +67,31 @@ def check_reads(ctx: RunContext) -> None:
 
 
 def _check_staging_memory(ctx: RunContext) -> None:
-    """``staging=real`` holds every process's shards in host memory for the whole run: refused where
-    a host has not that much available (every process decides alike, from everyone's figures)."""
-    facts = ctx.comm.allgather((hostname(), sum(shard_bytes(ctx)), available_memory()))
+    """``staging=real`` holds every process's shards in host memory for the whole run."""
+    _check_host_memory(ctx, sum(shard_bytes(ctx)), "workload.checkpoint.staging", "real",
+                       "holds each process's shards in host memory",
+                       "use staging=modelled, a smaller checkpoint.scale, or more hosts")
+
+
+def _check_io_buffers(ctx: RunContext) -> None:
+    """The engine's buffers (bytes in flight) are allocated up front for the whole run."""
+    need = io_buffer_bytes(ctx.backend, ctx.ck.chunk_size)
+    _check_host_memory(ctx, need, "workload.storage.storage_options.queue_depth", ctx.backend.queue_depth,
+                       f"holds {need / GIB:.2f} GiB of I/O buffers per process (threads x queue_depth x "
+                       f"(2 x chunk_size + 1 MiB), chunk_size={ctx.ck.chunk_size})",
+                       "lower queue_depth, chunk_size or threads")
+
+
+def _check_host_memory(ctx: RunContext, need: int, key: str, value: object, what: str, advice: str) -> None:
+    """Refused where a host has not ``need`` bytes per process of it available (at most 80%): every
+    process decides alike, from everyone's figures."""
+    facts = ctx.comm.allgather((hostname(), need, available_memory()))
     for host in {h for h, _, _ in facts}:
-        need = sum(n for h, n, _ in facts if h == host)
+        total = sum(n for h, n, _ in facts if h == host)
         free = min(a for h, _, a in facts if h == host)
-        if need > 0.8 * free:
-            raise ConfigError("workload.checkpoint.staging", "real",
-                              f"holds each process's shards in host memory: {need / GIB:.2f} GiB on {host}, "
-                              f"which has {free / GIB:.2f} GiB available (at most 80% may be used): use "
-                              "staging=modelled, a smaller checkpoint.scale, or more hosts")
+        if total > 0.8 * free:
+            raise ConfigError(key, value, f"{what}: {total / GIB:.2f} GiB on {host}, which has {free / GIB:.2f} "
+                              f"GiB available (at most 80% may be used): {advice}")
 
 
 def _read_plans(ctx: RunContext) -> list[RankPlan]:

@@ -94,6 +94,11 @@ RULES = [
      "--mtbf-hours=0.0: must be > 0"),
     (["++workload.mode=gds", "++workload.checkpoint.format=raw"], "workload.checkpoint.format='raw': applies to "
                                                                   "emulated runs only"),
+    (["++workload.storage.storage_options.threads=256", "++workload.storage.storage_options.queue_depth=64",
+      "++workload.checkpoint.chunk_size=67108864", "--world-size", "2"],
+     "workload.storage.storage_options.queue_depth=64: holds 2064.00 GiB of I/O buffers per process"),
+    (["++workload.storage.storage_options.queue_depth=65", "--world-size", "2"],
+     "queue_depth=65: Input should be less than or equal"),
 ]
 
 
