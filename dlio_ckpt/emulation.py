@@ -127,12 +127,17 @@ class EmulatedRun:
         ctx.state.phase = "commit"
         everyone = ctx.comm.gather(seconds)
 
+        def committed() -> None:
+            ctx.state.committed = [*(ctx.state.committed or []), step]
+
         def put() -> None:
             ctx.backend.put_small(manifest_path(ctx.backend, ctx.ck.checkpoint_folder, step),
                                   json.dumps(self.manifest(step)).encode())
+            committed()  # at once: a signal's failed summary (rank 0's) must not lag the manifest on disk
             log.info("save_ckpt%d: %.3f s, %d files", step, max(everyone), len(self.files))  # summary.json's
         ctx.on_root_io(put)
-        ctx.state.committed = [*(ctx.state.committed or []), step]
+        if ctx.comm.rank != 0:
+            committed()
 
 
 def check_manifest(ctx: RunContext, files: dict[str, int], step: int, run_key: int | None) -> int:

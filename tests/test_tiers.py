@@ -6,6 +6,7 @@ mid-drain ends the job naming the tier and the object, and the markers say what 
 from __future__ import annotations
 
 import json
+import re
 import time
 from pathlib import Path
 
@@ -138,8 +139,10 @@ def test_the_network_to_the_s3_tier_cut_mid_drain_ends_the_job_and_the_markers_s
         wait_for(cut.is_cut.is_set, timeout=120)
         code, err, _ = ended(proc, 45)
     assert code != 0
-    assert "drain of step 3 to tier 1" in err and "workload.tiers[0] (s3" in err, err
-    assert f"s3://{s3_server.bucket}/{root}/ck/global_epoch1_step3/" in err, err
+    # the drain that meets the cut first: step 3's, or step 2's on a process still draining it then
+    failed = re.search(r"drain of step (\d) to tier 1", err)
+    assert failed and failed[1] in "23" and "workload.tiers[0] (s3" in err, err
+    assert f"s3://{s3_server.bucket}/{root}/ck/global_epoch1_step{failed[1]}/" in err, err
     summary = no_ok_summary(tmp_path / "out")
     assert summary is not None
     durable = summary["steps_durable_per_tier"]

@@ -1,5 +1,5 @@
 """``dlio_ckpt tune`` as a user runs it: a bounded grid on local files (with fio's best beside it) and on
-S3 (SeaweedFS), whose printed settings, run again, give the winner's settings and a figure like its
+S3 (SeaweedFS), whose printed command, run again, gives the winner's settings and a figure like its
 own; bad input refused before anything is written."""
 
 from __future__ import annotations
@@ -24,8 +24,9 @@ def rerun(result: dict, tmp_path, env: dict | None = None) -> dict:
 
 
 def close(a: float, b: float) -> bool:
-    """Two figures of one setting on a shared 2-core machine: within a factor of three."""
-    return 1 / 3 < a / b < 3
+    """Two figures of one setting, 0.1 GiB each, on a 2-core machine running another test beside
+    them: within a factor of five (a test states no speed; this says the figure is the setting's)."""
+    return 1 / 5 < a / b < 5
 
 
 def test_tune_on_local_files_finds_settings_that_reproduce_their_figure_beside_fios_best(tmp_path):
