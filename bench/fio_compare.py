@@ -11,7 +11,12 @@
 
 Why alternating and per-round ratios: a disk drifts (write-back, the host's other tenants), so each
 ratio compares two runs made back to back; medians and quartiles of those ratios are printed, and
-each tool's own medians beside them.
+each tool's own medians beside them. Why ``--settle`` seconds before every write (each into new
+files): on a VM that hands freed memory back to its host (virtio-balloon free page reporting, as
+here), a buffered write is fast into page cache freed a moment ago and slow (a host fault per page)
+into memory freed seconds ago: fio started 6 s after 4 GiB were freed wrote at 0.40-0.44 GiB/s, at
+once 0.86-1.22. A tool that starts in milliseconds would otherwise be measured against one whose
+start-up (MPI, Python) takes seconds.
 
     python bench/fio_compare.py --dir /path/on/storage --procs 2 --gib 2 --rounds 5
     python bench/fio_compare.py ... --modes direct --depth 4 --chunk 8388608
@@ -27,17 +32,20 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 BIN = Path(sys.executable).parent
 REPO = Path(__file__).resolve().parents[1]
 GIB, MIB = 1 << 30, 1 << 20
+SETTLE = [10.0]  # --settle: seconds before each tool's write (see the docstring)
 MODES = {"direct": "O_DIRECT", "fsync": "buffered, fsync before the save ends; reads after eviction"}
 
 
 def dlio_round(folder: Path, procs: int, scale: float, mode: str, chunk: int, depth: int,
                fmt: str) -> dict[str, float]:
     """One dlio_ckpt run: a save, then a verified load; GiB/s and CPU s/GiB of each."""
+    time.sleep(SETTLE[0])
     out = Path(tempfile.mkdtemp(prefix="bench_out_"))
     cmd = [str(BIN / "mpiexec"), "-n", str(procs), sys.executable, "-m", "dlio_ckpt", "workload=llama_7b_zero3",
            f"++workload.checkpoint.checkpoint_folder={folder}/dlio", "++workload.checkpoint.num_checkpoints_write=1",
@@ -64,10 +72,13 @@ def fio_round(folder: Path, procs: int, size: int, mode: str, best: dict, chunk:
     from dlio_ckpt import fio
 
     flags = {"direct": mode == "direct", "fsync": mode == "fsync"}
-    out = {f"fio_{op}": fio.run(folder, procs, size, op, job, **flags) for op, (_, job) in best.items()}
-    psync = fio.FioJob("psync", 1, chunk)
-    out |= {f"psync_{op}": fio.run(folder, procs, size, op, psync, **flags) for op in fio.OPS}
-    fio.remove_files(folder, procs)
+    out = {}
+    for name, jobs in (("fio", {op: job for op, (_, job) in best.items()}),
+                       ("psync", dict.fromkeys(fio.OPS, fio.FioJob("psync", 1, chunk)))):
+        time.sleep(SETTLE[0])  # each write into new files (an overwrite would find its pages cached)
+        for op in fio.OPS:
+            out[f"{name}_{op}"] = fio.run(folder, procs, size, op, jobs[op], **flags)
+        fio.remove_files(folder, procs)
     return out
 
 
@@ -90,7 +101,9 @@ def main() -> None:
     ap.add_argument("--depth", type=int, default=None, help="dlio_ckpt's storage_options.queue_depth "
                     "(default: the tool's)")
     ap.add_argument("--format", choices=["pt", "raw"], default="pt")
+    ap.add_argument("--settle", type=float, default=10.0, help="seconds before each tool's write")
     a = ap.parse_args()
+    SETTLE[0] = a.settle
     folder = Path(a.dir)
     folder.mkdir(parents=True, exist_ok=True)
     sys.path.insert(0, str(REPO))

@@ -79,11 +79,15 @@ def best(folder: str | Path, procs: int, size: int, direct: bool, fsync: bool, s
         for op in OPS:
             speeds: dict[FioJob, list[float]] = {}
             for job in grid(size):
+                if op == "write":  # into new files: an overwrite finds the pages of the last point cached
+                    remove_files(folder, procs)
                 speeds[job] = [run(folder, procs, size, op, job, direct, fsync, seconds)]
                 say(f"fio {op:5s} {job}: {speeds[job][0]:.3f} GiB/s")
             top = sorted(speeds, key=lambda j: speeds[j][0], reverse=True)[:finalists]
             for _ in range(again):
                 for job in top:
+                    if op == "write":
+                        remove_files(folder, procs)
                     speeds[job].append(run(folder, procs, size, op, job, direct, fsync, seconds))
             for job in top:
                 say(f"fio {op:5s} {job}: finalist, median {statistics.median(speeds[job]):.3f} GiB/s of "
