@@ -5,8 +5,8 @@ in memory. A torch file is a zip of stored (uncompressed) entries: ``data.pkl`` 
 whose tensors point at storages by key), one ``data/<key>`` entry per tensor, and a few small
 records. Every size is known from the plan, so all headers are computed up front and the payload
 flows straight from the synthetic source. Each storage starts 64-byte aligned with torch's own "FB"
-padding field, so the bytes beyond the payload stay near torch.save's (under O_DIRECT the engine
-stages the unaligned parts through its aligned buffer).
+padding field, so the bytes beyond the payload stay near torch.save's (the engine writes them over
+the synthetic window of their chunk for the write, so O_DIRECT needs no staging copy).
 
 CRC-32 fields are written as 0: computing them would cost a pass over every byte, and PyTorch's zip
 reader is built with MINIZ_DISABLE_ZIP_READER_CRC32_CHECKS, so ``torch.load`` does not read them.
