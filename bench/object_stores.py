@@ -26,6 +26,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from contextlib import ExitStack
 from pathlib import Path
 
@@ -112,6 +113,8 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=4, help="objects in flight per process (both tools)")
     ap.add_argument("--format", default="pt")
     ap.add_argument("--no-verify", action="store_true", help="dlio_ckpt reads without comparing bytes")
+    ap.add_argument("--settle", type=float, default=0.0, help="seconds after os.sync() before each tool (this "
+                    "VM hands freed memory back to its host: see bench/fio_compare.py)")
     ap.add_argument("--option", action="append", default=[], help="a dlio_ckpt storage option, k=v (repeatable)")
     ap.add_argument("--load-rounds", type=int, default=0, help="then this many more loads of what the last round "
                     "wrote, alternating the tools (a load sample costs no save: loads swing most here)")
@@ -143,6 +146,7 @@ def main() -> None:
                     # Each tool starts with no dirty pages of earlier rounds: the kernel writes back
                     # 1-2 GB at once here, and that burst landed in whichever load it met.
                     os.sync()
+                    time.sleep(a.settle)  # as bench/fio_compare.py: freed memory settled alike for both tools
                     keep(kind, tool, n, dlio_round(kind, servers[kind], a.procs, scale, a.format, a.threads, tag, only)
                          if tool == "dlio" else bare_round(kind, servers[kind], sizes, a.threads, tag, only), only)
     total = sum(map(sum, sizes))
