@@ -516,18 +516,23 @@ def _rule(meta: Any) -> str:
     return ""
 
 
-def check_override_keys(overrides: list[str]) -> None:
-    """An override whose key is neither the workload's nor Hydra's would be composed into the config
-    and then read by nothing (``++checkpoint.format=raw`` wrote pt): it is an error, naming the key
-    the user most likely meant."""
+def parse_overrides(overrides: list[str]) -> list[Any]:
+    """Hydra's parse of the command line's overrides (its ``Override`` objects); its syntax errors
+    as one line of ours."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
     from hydra.errors import HydraException
 
     try:
-        parsed = OverridesParser.create().parse_overrides(overrides)
+        return OverridesParser.create().parse_overrides(overrides)
     except HydraException as exc:
         raise ConfigError("", None, str(exc).replace("\n", " ")) from None
-    for o in parsed:
+
+
+def check_override_keys(overrides: list[str]) -> None:
+    """An override whose key is neither the workload's nor Hydra's would be composed into the config
+    and then read by nothing (``++checkpoint.format=raw`` wrote pt): it is an error, naming the key
+    the user most likely meant."""
+    for o in parse_overrides(overrides):
         key = o.key_or_group
         if key in ("workload", "hydra") or key.startswith(("workload.", "hydra.", "hydra/")):
             continue

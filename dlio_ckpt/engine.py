@@ -339,25 +339,28 @@ class Engine:
         """Write every file, then fsync each (``checkpoint.fsync``): the rank's end time follows the
         last fsync, and the kernel writes one file back while the next is being written instead of
         the stream stalling after every file. Stores that commit on close need no second pass."""
-        if self._streamed():
-            nbytes = self._pipeline(self._workers[0], tasks, self._open_write, self._write_chunk, _finish, timed=True)
+        if self._positional:
+            nbytes = self._positioned(tasks, self._open_write, self._write_chunk, _finish)
         else:
             nbytes = self._each(self._write_file, tasks)
         if self.options.fsync and not self.backend.capabilities.durable_on_close:
             self._each(lambda _, t: self.backend.sync(t.path) or 0, tasks)
         return nbytes
 
-    def _streamed(self) -> bool:
-        """One stream of requests through all of a process's files (one file at a time, positional,
-        no whole-file retries to interleave): the queue never drains between files."""
-        return self._positional and self._threads == 1 and self.backend.options.retries == 0
+    def _positioned(self, tasks: list[FileTask], open_file: Callable[[FileTask], Any],
+                    request: Callable[[Any, _Slot, FileTask, int], None], close_file: Callable[[Any], None]) -> int:
+        """Positional storage: one stream of requests through all of a process's files where it has
+        one file in flight and no whole-file retries to interleave (the queue never drains between
+        files); else a stream per file, ``threads`` files at a time, each retried whole."""
+        if self._threads == 1 and self.backend.options.retries == 0:
+            return self._pipeline(self._workers[0], tasks, open_file, request, close_file, timed=True)
+        return self._each(lambda worker, task: self._pipeline(worker, [task], open_file, request, close_file), tasks)
 
     def _open_write(self, task: FileTask) -> Writer:
         return self.backend.open_write(task.path, self.options.odirect)
 
     def _write_file(self, worker: _Worker, task: FileTask) -> int:
-        if self._positional:
-            return self._pipeline(worker, [task], self._open_write, self._write_chunk, _finish)
+        """A stream's file: its pieces in order."""
         writer = self._open_write(task)
         try:
             for piece in self._pieces(worker.data, task):
@@ -390,11 +393,8 @@ class Engine:
             self._each(lambda _, t: self.backend.evict(t.path) or 0, tasks)
         if not self._verify:
             return self._each(self._read_unverified, tasks)
-        if self._streamed():
-            return self._pipeline(self._workers[0], tasks, self._open_read, self._read_chunk, _close, timed=True)
         if self._positional:
-            return self._each(lambda worker, task: self._pipeline(worker, [task], self._open_read, self._read_chunk,
-                                                                  _close), tasks)
+            return self._positioned(tasks, self._open_read, self._read_chunk, _close)
         return self._each(self._read_file if self.options.verify else self._read_counted, tasks)
 
     def _open_read(self, task: FileTask) -> Reader:

@@ -26,7 +26,7 @@ from typing import Any
 
 from .backends import Backend
 from .comm import Comm, MPIComm, PointAborted, PointComm, on_root, said_elsewhere
-from .config import Workload, available_workloads, check_world_size, compose
+from .config import Workload, available_workloads, check_world_size, compose, parse_overrides
 from .errors import ConfigError, DlioCkptError
 from .failure import RunState, Watchdog, on_signals, write_failed_summary
 from .host import hostname, reset_peak_rss
@@ -50,16 +50,16 @@ class Point:
         return " ".join(f"{k}={v}" for k, v in self.values.items())
 
 
+def short_key(key: str) -> str:
+    """An override's key as sweeps show it: without ``++``/``~`` and ``workload.``."""
+    return key.lstrip("+~").removeprefix("workload.")
+
+
 def grid(overrides: list[str], world_sizes: str | None, config_dir: str | None) -> list[Point]:
     """Every combination of the swept values, in order (the last key varies fastest)."""
-    from hydra.core.override_parser.overrides_parser import OverridesParser
     from hydra.core.override_parser.types import Glob
-    from hydra.errors import HydraException
 
-    try:
-        parsed = OverridesParser.create().parse_overrides(overrides)
-    except HydraException as exc:
-        raise ConfigError("", None, str(exc).replace("\n", " ")) from None
+    parsed = parse_overrides(overrides)
     axes: list[tuple[str, list[str]]] = []
     fixed: list[str] = []
     for o in parsed:
@@ -87,7 +87,7 @@ def grid(overrides: list[str], world_sizes: str | None, config_dir: str | None) 
     for i, combo in enumerate(itertools.product(*(values for _, values in axes)), start=FIRST_POINT):
         given = dict(zip((k for k, _ in axes), combo, strict=True))
         size = given.pop(WORLD_SIZE, None) or (sizes[0] if sizes else None)
-        shown = {k.lstrip("+~").removeprefix("workload."): v for k, v in given.items()}
+        shown = {short_key(k): v for k, v in given.items()}
         points.append(Point(i, {**shown, **({WORLD_SIZE: size} if len(sizes) > 1 else {})},
                             fixed + [f"{k}={v}" for k, v in given.items()], int(size) if size else None))
     return points

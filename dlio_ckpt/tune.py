@@ -25,19 +25,20 @@ from typing import Any
 from . import fio
 from .backends import REGISTRY, get_backend
 from .comm import Comm
-from .config import check_world_size, compose
+from .config import check_world_size, compose, parse_overrides
 from .errors import ConfigError
 from .layouts import make_plan
-from .sweep import sweep
+from .sweep import short_key, sweep
 
 GIB = 1 << 30
 FIXED = {"checkpoint.num_checkpoints_write": 1, "checkpoint.num_checkpoints_read": 1,
          "checkpoint.time_between_checkpoints": 0}  # one save and one load per point, back to back
+OURS = {*FIXED, "checkpoint.scale"}  # the keys tune sets itself; the user's values of them are dropped
 FIO_SECONDS = 2  # at most, per fio point (72 of them at most)
 
 
 def _key(override: str) -> str:
-    return override.partition("=")[0].lstrip("+~").removeprefix("workload.")
+    return short_key(override.partition("=")[0])
 
 
 def run_tune(overrides: list[str], config_dir: str | None, comm: Comm, world_size: int | None,
@@ -71,7 +72,7 @@ def run_tune(overrides: list[str], config_dir: str | None, comm: Comm, world_siz
     if free is not None and free < point_bytes * 1.05:
         raise ConfigError("--max-gib", max_gib, f"a point writes {point_bytes / GIB:.2f} GiB and the storage under "
                           f"{backend.join(ck.checkpoint_folder)} has {free / GIB:.2f} GiB free: lower --max-gib")
-    kept = [o for o in overrides if _key(o) not in FIXED and _key(o) != "checkpoint.scale"]
+    kept = [o for o in overrides if _key(o) not in OURS]
     ours = [f"++workload.{k}={v}" for k, v in FIXED.items()] + [f"++workload.checkpoint.scale={scale}"]
     grid = [f"++workload.{k}={','.join(str(v) for v in values)}" for k, values in entry.tuning
             if k in axes and k not in given]
@@ -81,7 +82,7 @@ def run_tune(overrides: list[str], config_dir: str | None, comm: Comm, world_siz
         comm.barrier()
         return outcome.status
     try:
-        same = [o for o in single if _key(o) not in FIXED and _key(o) not in axes and _key(o) != "checkpoint.scale"
+        same = [o for o in single if _key(o) not in OURS and _key(o) not in axes
                 and not _key(o).startswith("hydra.sweep.")]
         sizes = ["--world-size", str(world_size)] if world_size else []
         _report(outcome, same + ours + sizes, axes, entry.local_folder and use_fio, backend, ck, comm.size)
@@ -92,14 +93,7 @@ def run_tune(overrides: list[str], config_dir: str | None, comm: Comm, world_siz
 
 def _fixed(overrides: list[str]) -> list[str]:
     """The overrides that set one value (not ``k=a,b`` lists of the user's own)."""
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-    from hydra.errors import HydraException
-
-    try:
-        parsed = OverridesParser.create().parse_overrides(overrides)
-    except HydraException as exc:
-        raise ConfigError("", None, str(exc).replace("\n", " ")) from None
-    return [o.input_line for o in parsed if not o.is_sweep_override()]
+    return [o.input_line for o in parse_overrides(overrides) if not o.is_sweep_override()]
 
 
 def _applies(key: str, backend: Any) -> bool:

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from ..errors import ConfigError
 from .base import Backend, Capabilities, DeviceMemory, Options, Reader, Writer, parse_options
-from .options import GCSOptions, GDSOptions, LocalFSOptions, S3Options
+from .options import MIB, GCSOptions, GDSOptions, LocalFSOptions, S3Options
 
 
 @dataclass(frozen=True)
@@ -30,7 +30,6 @@ class Entry:
     tuning: tuple[tuple[str, tuple], ...] = ()  # what ``tune`` tries: workload keys and their values
 
 
-MIB = 1 << 20
 _FILE_SYSTEM_TUNING = (("checkpoint.odirect", (False, True)),
                        ("checkpoint.chunk_size", (1 * MIB, 4 * MIB, 8 * MIB, 32 * MIB)),
                        ("storage.storage_options.queue_depth", (1, 4, 16)))
