@@ -75,8 +75,8 @@ def execute(mode: Mode, ctx: RunContext, run_dir: str, raw: dict, overrides: lis
     removing an earlier run's results there when ``replace``; then the run, which writes
     ``summary.json`` there. Returns the summary on rank 0."""
     comm = ctx.comm
+    ctx.state.run_dir = ctx.run_dir = run_dir  # first: a signal once the folder exists leaves a failed summary in it
     on_root(comm, lambda: _prepare_run_dir(run_dir, redact(raw), [redact(o) for o in overrides], replace))
-    ctx.state.run_dir = ctx.run_dir = run_dir
     ctx.state.run_id = comm.bcast(secrets.token_hex(8) if comm.rank == 0 else None)
     _setup_logging(run_dir, comm.rank)
     ctx.meta = {"workload": ctx.workload.model.name, "run_id": ctx.state.run_id, "world_size": ctx.world_size,
