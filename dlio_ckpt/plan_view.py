@@ -13,6 +13,7 @@ def plan_json(plan: Plan, fmt: Format) -> dict[str, Any]:
     return {
         "world_size": plan.world_size,
         "num_parameters": plan.num_parameters,
+        **({"mtp_parameters": plan.mtp_parameters} if plan.mtp_parameters else {}),
         "checkpoint_size_GB": plan.checkpoint_size_GB,
         "total_payload_bytes": plan.total_payload_bytes,
         "layout": plan.layout.name,
@@ -48,7 +49,8 @@ def plan_table(plan: Plan, fmt: Format) -> str:
         groups.setdefault(tuple(f.payload_bytes for f in r.files), []).append(r.rank)
     lines = [
         f"layout {plan.layout.name}, world size {plan.world_size}: {plan.layout.describe()}, "
-        f"{plan.num_parameters:,} parameters, format {fmt.name}",
+        f"{plan.num_parameters:,} parameters"
+        f"{f' (and {plan.mtp_parameters:,} in the MTP module)' if plan.mtp_parameters else ''}, format {fmt.name}",
         f"checkpoint: {plan.total_payload_bytes:,} payload bytes = {plan.checkpoint_size_GB:.6f} GiB "
         f"(DLIO's checkpoint_size_GB), {plan.total_payload_bytes / 1e9:.3f} GB",
         "",

@@ -139,6 +139,11 @@ class Plan:
     def num_parameters(self) -> int:
         return self.layout.shape.num_parameters
 
+    @property
+    def mtp_parameters(self) -> int:
+        """DeepSeek's multi-token-prediction module, saved with the model but not in its published count."""
+        return getattr(self.layout.shape, "mtp_parameters", 0)
+
     @cached_property
     def total_payload_bytes(self) -> int:
         return sum(r.payload_bytes for r in self.ranks)

@@ -37,7 +37,7 @@ from ..formats.pt import archive, tensor_pickle
 from ..model import DATATYPE_BYTES, TransformerShape
 from ..planner import CoordinatorFile, Item, ItemFile, Plan, PlannedFile, RankPlan
 from .dcp_metadata import Tensor, fsdp_chunk, metadata_size
-from .rules import every_rank_writes, torch_save_only
+from .rules import dense_only, every_rank_writes, torch_save_only
 
 if TYPE_CHECKING:
     from ..config import Workload
@@ -59,6 +59,7 @@ def check(workload: Workload) -> None:
                               "rank (tensor and pipeline parallelism under DCP are not modelled yet)")
     torch_save_only(workload, "dcp", "DCP")
     every_rank_writes(workload, "dcp")
+    dense_only(workload, "dcp", "FSDP2 with expert parallelism (torchtitan's meshes) is not modelled yet")
 
 
 @dataclass(frozen=True)

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, ClassVar
 from ..errors import ConfigError
 from ..formats import Format, get_format
 from ..planner import FilePlan, Plan, RankPlan, TensorGroup
-from . import dlio
+from . import deepspeed_moe, dlio
 from .rules import torch_save_only
 
 if TYPE_CHECKING:
@@ -38,6 +38,8 @@ if TYPE_CHECKING:
 
 def check(workload: Workload) -> None:
     torch_save_only(workload, "deepspeed", "DeepSpeed")
+    if workload.model.family == "moe":
+        deepspeed_moe.check(workload)
     stage = workload.model.parallelism.zero_stage
     if stage == 0:
         raise ConfigError("workload.model.parallelism.zero_stage", stage, "must be 1, 2 or 3 with "
@@ -113,7 +115,14 @@ class DeepSpeedLayout(dlio.DlioLayout):
 
 
 def make_plan(workload: Workload, world_size: int) -> Plan:
+    if workload.model.family == "moe":
+        return deepspeed_moe.make_plan(workload, world_size)
     return dlio.make_plan(workload, world_size, DeepSpeedLayout)
+
+
+def check_world(workload: Workload, world_size: int) -> None:
+    if workload.model.family == "moe":
+        deepspeed_moe.check_world(workload, world_size)
 
 
 def file_format(workload: Workload) -> Format:

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, ClassVar
 from ..formats import Format, get_format
 from ..model import TransformerShape
 from ..planner import FilePlan, Plan, RankPlan, TensorGroup
+from .rules import dense_only
 
 if TYPE_CHECKING:
     from ..config import Workload
@@ -150,4 +151,6 @@ def file_format(workload: Workload) -> Format:
 
 def check(workload: Workload) -> None:
     """DLIO's rules (pipeline stages, ZeRO-3 without pipeline, subset mode) are the config's own
-    (``Workload._layout_rules``): they came first and hold for every layout that has them."""
+    (``Workload._layout_rules``): they came first and hold for every layout that has them. DLIO has no
+    mixture of experts: its MLPerf layout is a dense Llama's."""
+    dense_only(workload, "dlio", "DLIO's layout (MLPerf Storage) has no mixture of experts")

@@ -37,7 +37,7 @@ from ..model import TransformerShape
 from ..planner import CoordinatorFile, Item, ItemFile, Plan, RankPlan
 from .dcp import DistcpFormat, _split, item_size
 from .dcp_metadata import Chunked, listed_metadata_size
-from .rules import every_rank_writes, torch_save_only
+from .rules import dense_only, every_rank_writes, torch_save_only
 
 if TYPE_CHECKING:
     from ..config import Workload
@@ -57,6 +57,8 @@ def check(workload: Workload) -> None:
     key = "workload.model"
     torch_save_only(workload, "megatron", "Megatron")
     every_rank_writes(workload, "megatron")
+    dense_only(workload, "megatron", "Megatron's expert tensors (experts.experts.linear_fc1/fc2 over EP and expert "
+               "data parallelism) are not modelled yet")
     if m.num_layers % par.pipeline:
         raise ConfigError(f"{key}.num_layers", m.num_layers, f"must divide into model.parallelism.pipeline "
                           f"({par.pipeline}) stages with checkpoint.layout=megatron (Megatron's even split)")

@@ -23,3 +23,11 @@ def every_rank_writes(workload: Workload, layout: str) -> None:
     if workload.checkpoint.mode == "subset":
         raise ConfigError("workload.checkpoint.mode", "subset", "is MLPerf's mode of DLIO's layout; with "
                           f"checkpoint.layout={layout} every rank writes")
+
+
+def dense_only(workload: Workload, layout: str, why: str) -> None:
+    """A layout that does not (yet) write mixtures of experts says so, and which layout does."""
+    if workload.model.family != "dense":
+        raise ConfigError("workload.model.family", workload.model.family, f"is not modelled with "
+                          f"checkpoint.layout={layout}: {why}; checkpoint.layout=deepspeed writes DeepSpeed's MoE "
+                          "files")
