@@ -51,6 +51,12 @@ class Parallelism(Section):
                                             "parallelism (1: optimizer, 2: and gradients, 3: and parameters)")
     expert: int = Field(1, ge=1, description="expert-parallel degree (EP), family=moe: the routed experts are "
                         "split over EP ranks of each data-parallel group; the rest of the model over DP as usual")
+    expert_tensor: int | None = Field(None, ge=1, description="expert tensor parallelism (Megatron's ETP), "
+                                      "family=moe: each expert split over this many ranks; default: tensor")
+    first_stage_layers: int | None = Field(None, ge=1, description="layout=megatron: blocks on the first "
+                                           "pipeline stage (Megatron-LM's --decoder-first-pipeline-num-layers)")
+    last_stage_layers: int | None = Field(None, ge=1, description="layout=megatron: blocks on the last pipeline "
+                                          "stage (--decoder-last-pipeline-num-layers); the rest split evenly")
 
 
 class Transformer(Section):
@@ -378,6 +384,12 @@ class Workload(Section):
                               f"means nothing with checkpoint.layout={ck.layout}: DLIO's arithmetic always writes "
                               "master weights in the optimizer files; set checkpoint.layout=dcp, or leave it out")
         load_layout(ck.layout).check(self)
+        for name in ("first_stage_layers", "last_stage_layers"):
+            value = getattr(par, name)
+            if value is not None and ck.layout != "megatron":
+                raise ConfigError(f"{key}.parallelism.{name}", value, f"means nothing with checkpoint.layout="
+                                  f"{ck.layout}: it is Megatron's uneven pipeline split; set "
+                                  "checkpoint.layout=megatron, or leave it out")
         return self
 
     @property

@@ -63,7 +63,7 @@ class Item:
     pickled: bytes = b""  # an object's pickle
     offsets: tuple[int, ...] = ()  # where the chunk starts in the whole tensor, for items no two ranks share
 
-    @property
+    @cached_property  # asked for every placement of every item of a plan of thousands of ranks
     def nbytes(self) -> int:
         return prod(self.shape) * DATATYPE_BYTES[self.dtype] if self.dtype else 0
 

@@ -1,10 +1,13 @@
 """``checkpoint.layout=megatron`` held to Megatron-core's own ``torch_dist`` saves on CPU
 (``tests/oracles/megatron_save.py``: a GPTModel, the distributed optimizer after one Adam step, the fully
 parallel save): the same file names, every ``.distcp`` file within 0.5% (equal to the byte with
-megatron-core 0.16.1 and torch 2.13.0), ``.metadata`` within 10%, ``common.pt`` and ``metadata.json``."""
+megatron-core 0.16.1 and torch 2.13.0), ``.metadata`` within 10%, ``common.pt`` and ``metadata.json``;
+dense models and mixtures of experts (stacked and per-block keys, expert and expert-tensor parallelism,
+latent attention, shared experts, the router's bias)."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -44,6 +47,10 @@ def test_emulated_files_are_those_megatron_saves(tmp_path, world, tp, layers, hi
                               f"++workload.model.transformer.vocab_size={vocab}",
                               f"++workload.model.model_datatype={dtype}",
                               f"++workload.checkpoint.files_per_rank={files}"], None)
+    assert_same_files(real, workload, world)
+
+
+def assert_same_files(real: dict[str, int], workload, world: int) -> None:
     plan = make_plan(workload, world)
     plan.validate()
     emulated = {f"{f.stem}.distcp": f.size for r in plan.ranks for f in r.files} | \
@@ -55,9 +62,58 @@ def test_emulated_files_are_those_megatron_saves(tmp_path, world, tp, layers, hi
         assert abs(emulated[name] - size) <= bound * size, (name, emulated[name], size)
 
 
+MLA = {"q_lora": 24, "kv_lora": 16, "nope": 16, "rope": 8, "v": 16}
+# world, TP, layers, dtype, files per rank, and the oracle's MoE settings (4 experts of width 32; DeepSeek's
+# MTP module with the last)
+MOE_CASES = [
+    pytest.param(2, 1, 3, "bf16", 1, {"freq": [0, 1, 1], "shared": 32, "ep": 2, "etp": 1, "expert_bias": True,
+                                      "qk_norm": True}, id="first-dense-shared-bias-ep2"),
+    pytest.param(4, 2, 2, "bf16", 2, {"freq": 1, "ep": 2, "etp": 1, "qk_norm": True}, id="stacked-tp2-ep2-over-tp"),
+    pytest.param(4, 2, 2, "fp32", 1, {"freq": [0, 1], "shared": 32, "ep": 2, "etp": 2, "expert_bias": True,
+                                      "qk_norm": True, "mla": MLA, "mtp": 1}, id="mla-etp2-mtp"),
+]
+
+
+@pytest.mark.parametrize(("world", "tp", "layers", "dtype", "files", "moe"), MOE_CASES)
+def test_emulated_moe_files_are_those_megatron_saves(tmp_path, world, tp, layers, dtype, files, moe):
+    pytest.importorskip("megatron.core")
+    out, settings = tmp_path / "real", {"experts": 4, "moe_ffn": 32, **moe}
+    args = [str(a) for a in (out, world, tp, layers, 64, 96, 4, 2, 1000, dtype, files)] + [json.dumps(settings)]
+    r = subprocess.run([sys.executable, str(ORACLE), *args], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    freq = settings["freq"]
+    first_dense = freq.index(1) if isinstance(freq, list) else 0
+    overrides = ["workload=tiny_moe", "++workload.checkpoint.layout=megatron",
+                 f"++workload.model.mtp_layers={moe.get('mtp', 0)}",
+                 f"++workload.model.parallelism.tensor={tp}", f"++workload.model.parallelism.expert={moe['ep']}",
+                 f"++workload.model.parallelism.expert_tensor={moe['etp']}", f"++workload.model.num_layers={layers}",
+                 "++workload.model.transformer.hidden_size=64", "++workload.model.transformer.ffn_hidden_size=96",
+                 "++workload.model.transformer.num_attention_heads=4", "++workload.model.transformer.vocab_size=1000",
+                 f"++workload.model.model_datatype={dtype}", f"++workload.checkpoint.files_per_rank={files}",
+                 "++workload.model.moe.num_experts=4", "++workload.model.moe.expert_ffn_hidden_size=32",
+                 f"++workload.model.moe.num_shared_experts={1 if moe.get('shared') else 0}",
+                 f"++workload.model.moe.first_dense_layers={first_dense}",
+                 f"++workload.model.moe.router_bias={moe.get('expert_bias', False)}"]
+    if "mla" in moe:
+        m = moe["mla"]
+        overrides += ["++workload.model.transformer.num_kv_heads=4",
+                      f"++workload.model.transformer.q_lora_rank={m['q_lora']}",
+                      f"++workload.model.transformer.kv_lora_rank={m['kv_lora']}",
+                      f"++workload.model.transformer.qk_nope_head_dim={m['nope']}",
+                      f"++workload.model.transformer.qk_rope_head_dim={m['rope']}",
+                      f"++workload.model.transformer.v_head_dim={m['v']}"]
+    else:
+        overrides += ["++workload.model.transformer.attention=gqa", "++workload.model.transformer.num_kv_heads=2",
+                      f"++workload.model.transformer.qk_norm={moe['qk_norm']}",
+                      *(f"~workload.model.transformer.{k}" for k in ("q_lora_rank", "kv_lora_rank", "qk_nope_head_dim",
+                                                                     "qk_rope_head_dim", "v_head_dim"))]
+    workload, _, _ = compose(overrides, None)
+    assert_same_files({p.name: p.stat().st_size for p in out.iterdir()}, workload, world)
+
+
 @pytest.mark.parametrize(("extra", "message"), [
     (["++workload.model.parallelism.tensor=3"], "workload.model.transformer.num_attention_heads=8: must be a multiple"),
-    (["++workload.model.parallelism.pipeline=3"], "workload.model.num_layers=4: must divide into"),
+    (["++workload.model.parallelism.pipeline=3"], "workload.model.num_layers=4: must split into 3 pipeline stages"),
     (["++workload.checkpoint.format=hdf5"], "means nothing with checkpoint.layout=megatron"),
 ])
 def test_bad_megatron_input_is_refused_naming_the_rule(extra, message):

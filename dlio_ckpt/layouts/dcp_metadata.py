@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import cache
 
 from ..planner import Item
 
@@ -91,6 +92,7 @@ def _sizes_cost(t: Tensor, world: int) -> int:
     return rows + world * (sum(_int(d) for d in t.shape[1:]) + _tuple_overhead(dims))
 
 
+@cache  # offsets and sizes repeat across chunks and ranks: a plan of thousands of ranks asks millions of times
 def _size_cost(shape: tuple[int, ...]) -> int:
     return sum(_int(d) for d in shape) + _tuple_overhead(len(shape))
 

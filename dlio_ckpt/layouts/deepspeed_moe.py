@@ -42,7 +42,11 @@ def check(workload: Workload) -> None:
     if par.pipeline != 1:
         raise ConfigError("workload.model.parallelism.pipeline", par.pipeline, "must be 1 for an MoE model with "
                           "checkpoint.layout=deepspeed: DeepSpeed's MoE save with its pipeline engine is not modelled "
-                          "(use checkpoint.layout=megatron or dcp for pipelined MoE jobs)")
+                          "(checkpoint.layout=megatron models pipelined MoE jobs)")
+    if par.expert_tensor not in (None, par.tensor):
+        raise ConfigError("workload.model.parallelism.expert_tensor", par.expert_tensor, "must equal "
+                          f"parallelism.tensor ({par.tensor}) with checkpoint.layout=deepspeed: its experts are split "
+                          "over the tensor-parallel ranks like the dense MLP (leave expert_tensor out)")
     problems = MoeShape.from_model(workload.model).tp_problems(par.tensor)
     if problems:
         raise ConfigError("workload.model.parallelism.tensor", par.tensor, "must divide every tensor-parallel "

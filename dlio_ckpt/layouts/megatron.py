@@ -26,27 +26,33 @@ Not modelled: the ``iter_{N:07d}`` step folder (steps are ``global_epoch1_step{N
 
 from __future__ import annotations
 
-import pickle
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
 from ..errors import ConfigError
 from ..formats import Format
 from ..model import TransformerShape
-from ..planner import CoordinatorFile, Item, ItemFile, Plan, RankPlan
-from .dcp import DistcpFormat, _split, item_size
-from .dcp_metadata import Chunked, listed_metadata_size
-from .rules import dense_only, every_rank_writes, torch_save_only
+from ..planner import Item, ItemFile, Plan
+from . import megatron_moe
+from .dcp import DistcpFormat
+from .dcp_metadata import Chunked
+from .megatron_files import (
+    COMMON_PT_BYTES,
+    EXTRA_STATE,
+    FILES_PER_RANK,
+    Shard,
+    check_stages,
+    layer_stages,
+    plan_of,
+    rank_of,
+)
+from .rules import every_rank_writes, torch_save_only
 
 if TYPE_CHECKING:
     from ..config import Workload
 
-FILES_PER_RANK = 2  # megatron-core's TorchDistSaveShardedStrategy thread_count
-# rank 0's small files, as megatron-core 0.16.1 writes them for a GPT model with the distributed optimizer
-COMMON_PT_BYTES = 1895  # torch.save of {iteration, optimizer param_groups, sharding type}
-METADATA_JSON_BYTES = 119  # {"sharded_backend": "torch_dist", ... "common_backend_version": 1}
-EXTRA_STATE = pickle.dumps([None], protocol=2)  # a linear's _extra_state without TransformerEngine
 LINEARS = ("self_attention.linear_proj", "self_attention.linear_qkv", "mlp.linear_fc1", "mlp.linear_fc2")
 Chunk = tuple[tuple[int, ...], tuple[int, ...]]
 
@@ -57,11 +63,10 @@ def check(workload: Workload) -> None:
     key = "workload.model"
     torch_save_only(workload, "megatron", "Megatron")
     every_rank_writes(workload, "megatron")
-    dense_only(workload, "megatron", "Megatron's expert tensors (experts.experts.linear_fc1/fc2 over EP and expert "
-               "data parallelism) are not modelled yet")
-    if m.num_layers % par.pipeline:
-        raise ConfigError(f"{key}.num_layers", m.num_layers, f"must divide into model.parallelism.pipeline "
-                          f"({par.pipeline}) stages with checkpoint.layout=megatron (Megatron's even split)")
+    check_stages(m.num_layers, par.pipeline, par.first_stage_layers, par.last_stage_layers)
+    if m.family == "moe":
+        megatron_moe.check(workload)
+        return
     for name, value in (("num_attention_heads", t.num_attention_heads), ("num_kv_heads", t.num_kv_heads),
                         ("ffn_hidden_size", t.ffn_hidden_size), ("vocab_size", t.vocab_size)):
         if value % par.tensor:
@@ -80,14 +85,16 @@ class MegatronLayout:
     data: int
     model_dtype: str
     files_per_rank: int
+    stages: tuple[int, ...]  # each block's pipeline stage
     scale: float = 1.0
+    common_pt_bytes: ClassVar[int] = COMMON_PT_BYTES
 
     @classmethod
     def from_workload(cls, workload: Workload, world_size: int) -> MegatronLayout:
         m, par, ck = workload.model, workload.model.parallelism, workload.checkpoint
         return cls(TransformerShape.from_model(m), world_size, par.tensor, par.pipeline,
                    world_size // (par.tensor * par.pipeline), m.model_datatype, ck.files_per_rank or FILES_PER_RANK,
-                   ck.scale)
+                   layer_stages(m.num_layers, par.pipeline, par.first_stage_layers, par.last_stage_layers), ck.scale)
 
     def describe(self) -> str:
         return (f"TP {self.tensor} × PP {self.pipeline} × DP {self.data}, the fully parallel save over DP, the "
@@ -138,13 +145,27 @@ class MegatronLayout:
             out += [Chunked(f"optimizer.state.{state}.{w.fqn}", w.shape, w.chunks) for w in weights]
         return out
 
-    def owner(self, t: Chunked, chunk: Chunk) -> tuple[int, int] | None:
+    def shards(self) -> Iterator[Shard]:
+        """Every chunk, in the group of its owner: weights in the model dtype, the optimizer's in fp32."""
+        for t in self.tensors():
+            kind = "fp32" if t.fqn.startswith("optimizer.") else self.model_dtype
+            for chunk in t.chunks:
+                yield Shard(Item(t.fqn, kind, chunk[1], offsets=chunk[0]), self.owner(t, chunk))
+
+    def objects(self) -> Iterator[tuple[Item, int]]:
+        """Each linear's ``_extra_state`` per layer, written by rank 0 of the layer's stage."""
+        n = self.shape.num_layers
+        for layer in range(n):
+            for linear in LINEARS:
+                yield (Item(f"decoder.layers.{linear}._extra_state/shard_{layer}_{n}", "", (), pickled=EXTRA_STATE),
+                       rank_of(self.tensor, self.data, 0, 0, self.stages[layer]))
+
+    def owner(self, t: Chunked, chunk: Chunk) -> tuple[int, int]:
         """The (tensor-parallel rank, pipeline stage) whose data-parallel group writes ``chunk``."""
         fqn = t.fqn.removeprefix("optimizer.state.").split(".", 1)[-1] if t.fqn.startswith("optimizer.") else t.fqn
         off, size = chunk
-        stage_layers = self.shape.num_layers // self.pipeline
         if fqn.startswith("decoder.layers."):
-            pp = off[0] // stage_layers
+            pp = self.stages[off[0]]
         elif fqn.startswith("embedding."):
             pp = 0
         else:
@@ -158,47 +179,15 @@ class MegatronLayout:
         return (off[dim] % rows) // size[dim], pp
 
 
-def _rank(lay: MegatronLayout, tp: int, dp: int, pp: int) -> int:
-    """Megatron's rank order tp-dp-pp (tensor parallel fastest, pipeline slowest)."""
-    return tp + lay.tensor * (dp + lay.data * pp)
-
-
 def make_plan(workload: Workload, world_size: int) -> Plan:
-    lay = MegatronLayout.from_workload(workload, world_size)
-    dtype = {"optimizer": "fp32"}
-    groups: dict[tuple[int, int], list[tuple[Item, tuple[int, ...], int]]] = {}
-    for t in lay.tensors():
-        kind = dtype.get(t.fqn.split(".", 1)[0], lay.model_dtype)
-        for chunk in t.chunks:
-            owner = lay.owner(t, chunk)
-            item = Item(t.fqn, kind, chunk[1], offsets=chunk[0])
-            groups.setdefault(owner, []).append((item, chunk[0], item.nbytes))
-    per_rank: dict[int, list[Item]] = {r: [] for r in range(world_size)}
-    for (tp, pp), shards in groups.items():  # the fully parallel save within each data-parallel group
-        loads = [(0, dp) for dp in range(lay.data)]
-        for item, _, size in sorted(shards, key=lambda s: (-s[2], s[0].fqn, s[1])):
-            load, dp = min(loads)
-            loads[dp] = (load + size, dp)
-            per_rank[_rank(lay, tp, dp, pp)].append(item)
-    stage_layers = lay.shape.num_layers // lay.pipeline
-    for layer in range(lay.shape.num_layers):  # each linear's _extra_state, by rank 0 of the layer's stage
-        for linear in LINEARS:
-            item = Item(f"decoder.layers.{linear}._extra_state/shard_{layer}_{lay.shape.num_layers}", "", (),
-                        pickled=EXTRA_STATE)
-            per_rank[_rank(lay, 0, 0, layer // stage_layers)].append(item)
-    ranks, listed = [], []
-    for r in range(world_size):
-        buckets = [tuple(b) for b in _split(per_rank[r], lay.files_per_rank)]
-        files = tuple(ItemFile(f"__{r}_{k}", b, sum(i.nbytes for i in b), sum(item_size(i) for i in b))
-                      for k, b in enumerate(buckets) if b)
-        tp, rest = r % lay.tensor, r // lay.tensor
-        ranks.append(RankPlan(r, tp, rest // lay.data, rest % lay.data, 0, files))
-        listed += [(f"{f.stem}.distcp", [(i, i.offsets) for i in f.items]) for f in files]
-    objects = [i.fqn for r in ranks for f in r.files for i in f.items if not i.dtype]
-    size = listed_metadata_size(lay.tensors(), objects, listed, item_size)
-    coordinator = (CoordinatorFile(".metadata", size), CoordinatorFile("common.pt", COMMON_PT_BYTES),
-                   CoordinatorFile("metadata.json", METADATA_JSON_BYTES))
-    return Plan(lay, tuple(ranks), coordinator)
+    if workload.model.family == "moe":
+        return plan_of(megatron_moe.MegatronMoeLayout.from_workload(workload, world_size))
+    return plan_of(MegatronLayout.from_workload(workload, world_size))
+
+
+def check_world(workload: Workload, world_size: int) -> None:
+    if workload.model.family == "moe":
+        megatron_moe.check_world(workload, world_size)
 
 
 def file_format(workload: Workload) -> Format:

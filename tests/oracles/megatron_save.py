@@ -1,6 +1,13 @@
 """A real Megatron-core ``torch_dist`` save on CPU (gloo), the oracle of ``checkpoint.layout=megatron``.
 
-    python tests/oracles/megatron_save.py OUT WORLD TP LAYERS HIDDEN FFN HEADS KV_HEADS VOCAB DTYPE THREADS
+    python tests/oracles/megatron_save.py OUT WORLD TP LAYERS HIDDEN FFN HEADS KV_HEADS VOCAB DTYPE THREADS [MOE]
+
+MOE, a JSON object, makes it a mixture of experts (``layout=megatron`` with ``family=moe``): ``experts``,
+``moe_ffn``, ``shared`` (the shared experts' width, 0: none), ``freq`` (Megatron's ``moe_layer_freq``: an int or
+a 0/1 list), ``ep``, ``etp``, ``expert_bias``, ``qk_norm``, and ``mla`` (``q_lora``, ``kv_lora``, ``nope``,
+``rope``, ``v``) for latent attention, ``mtp`` (DeepSeek's multi-token-prediction depth). Megatron's local
+(non-TransformerEngine) specs are what runs on a CPU:
+SequentialMLP experts; MLA's core attention, which has no parameters, is replaced by an empty module.
 
 A GPTModel (local layer spec: RMSNorm, SwiGLU, no biases, untied output layer), one Adam step of the
 distributed optimizer on made-up gradients, then ``dist_checkpointing.save`` of the model's and the
@@ -12,6 +19,7 @@ with the layout: those calls are sent to the CPU here (``_on_cpu``) and nothing 
 from __future__ import annotations
 
 import functools
+import json
 import os
 import socket
 import sys
@@ -49,8 +57,35 @@ def _on_cpu() -> None:
     torch.Tensor.type = cuda_type
 
 
+def _moe_config(moe: dict) -> dict:
+    """TransformerConfig's MoE keys from the oracle's MOE argument."""
+    cfg = {"num_moe_experts": moe["experts"], "moe_ffn_hidden_size": moe["moe_ffn"],
+           "moe_layer_freq": moe.get("freq", 1), "expert_model_parallel_size": moe.get("ep", 1),
+           "expert_tensor_parallel_size": moe.get("etp", 1), "moe_token_dispatcher_type": "allgather",
+           "qk_layernorm": moe.get("qk_norm", False), "mtp_num_layers": moe.get("mtp") or None}
+    if moe.get("shared"):
+        cfg["moe_shared_expert_intermediate_size"] = moe["shared"]
+    if moe.get("expert_bias"):
+        cfg.update(moe_router_enable_expert_bias=True, moe_router_score_function="sigmoid")
+    return cfg
+
+
+def _mla_spec(spec: object) -> None:
+    """MLA on the local spec: its DotProductAttention does not take MLA's head widths (it has no
+    parameters: an empty module stands in), and megatron-core 0.16.1 asks isinstance of TE classes."""
+    import megatron.core.transformer.multi_latent_attention as mla
+
+    class NoCoreAttention(torch.nn.Module):
+        def __init__(self, *a: object, **k: object) -> None:
+            super().__init__()
+    mla.HAVE_TE = False
+    for layer in spec.layer_specs:
+        layer.submodules.self_attention.submodules.core_attention = NoCoreAttention
+
+
 def worker(rank: int, world: int, port: int, out: str, args: list[str]) -> None:
-    tp, layers, hidden, ffn, heads, kv, vocab, dtype, threads = args
+    tp, layers, hidden, ffn, heads, kv, vocab, dtype, threads = args[:9]
+    moe = json.loads(args[9]) if len(args) > 9 else None
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world),
                       LOCAL_RANK=str(rank))
     dist.init_process_group("gloo", rank=rank, world_size=world)
@@ -62,24 +97,44 @@ def worker(rank: int, world: int, port: int, out: str, args: list[str]) -> None:
     from megatron.core.dist_checkpointing.strategies.torch import TorchDistSaveShardedStrategy
     from megatron.core.distributed import DistributedDataParallel, DistributedDataParallelConfig
     from megatron.core.models.gpt import GPTModel
-    from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
+    from megatron.core.models.gpt.gpt_layer_specs import (
+        get_gpt_decoder_block_spec,
+        get_gpt_layer_local_spec,
+        get_gpt_mtp_block_spec,
+    )
     from megatron.core.optimizer import OptimizerConfig, get_megatron_optimizer
     from megatron.core.transformer.module import Float16Module
-    from megatron.core.transformer.transformer_config import TransformerConfig
+    from megatron.core.transformer.transformer_config import MLATransformerConfig, TransformerConfig
 
-    ps.initialize_model_parallel(tensor_model_parallel_size=int(tp), pipeline_model_parallel_size=1)
+    moe_keys = _moe_config(moe) if moe else {}
+    ps.initialize_model_parallel(tensor_model_parallel_size=int(tp), pipeline_model_parallel_size=1,
+                                 expert_model_parallel_size=moe_keys.get("expert_model_parallel_size", 1),
+                                 expert_tensor_parallel_size=moe_keys.get("expert_tensor_parallel_size"))
     bf16 = dtype == "bf16"
     params_dtype = torch.bfloat16 if bf16 else torch.float32
-    cfg = TransformerConfig(num_layers=int(layers), hidden_size=int(hidden), ffn_hidden_size=int(ffn),
-                            num_attention_heads=int(heads), num_query_groups=int(kv), gated_linear_unit=True,
-                            activation_func=F.silu, normalization="RMSNorm", add_bias_linear=False,
-                            use_cpu_initialization=True, tensor_model_parallel_size=int(tp),
-                            params_dtype=params_dtype, bf16=bf16, bias_activation_fusion=False,
-                            masked_softmax_fusion=False, persist_layer_norm=False,
-                            gradient_accumulation_fusion=False, bias_dropout_fusion=False, apply_rope_fusion=False)
-    gpt = GPTModel(config=cfg, transformer_layer_spec=get_gpt_layer_local_spec(normalization="RMSNorm"),
-                   vocab_size=int(vocab), max_sequence_length=64, share_embeddings_and_output_weights=False,
-                   position_embedding_type="rope")
+    common = dict(num_layers=int(layers), hidden_size=int(hidden), ffn_hidden_size=int(ffn),
+                  num_attention_heads=int(heads), gated_linear_unit=True,
+                  activation_func=F.silu, normalization="RMSNorm", add_bias_linear=False,
+                  use_cpu_initialization=True, tensor_model_parallel_size=int(tp),
+                  params_dtype=params_dtype, bf16=bf16, bias_activation_fusion=False,
+                  masked_softmax_fusion=False, persist_layer_norm=False,
+                  gradient_accumulation_fusion=False, bias_dropout_fusion=False, apply_rope_fusion=False, **moe_keys)
+    mla = (moe or {}).get("mla")
+    if mla:
+        cfg = MLATransformerConfig(**common, multi_latent_attention=True, q_lora_rank=mla["q_lora"],
+                                   kv_lora_rank=mla["kv_lora"], qk_head_dim=mla["nope"],
+                                   qk_pos_emb_head_dim=mla["rope"], v_head_dim=mla["v"], rope_type="rope")
+    else:
+        cfg = TransformerConfig(**common, num_query_groups=int(kv))
+    if moe:
+        spec = get_gpt_decoder_block_spec(cfg, use_transformer_engine=False, normalization="RMSNorm")
+        if mla:
+            _mla_spec(spec)
+    else:
+        spec = get_gpt_layer_local_spec(normalization="RMSNorm")
+    mtp = get_gpt_mtp_block_spec(cfg, spec, use_transformer_engine=False) if (moe or {}).get("mtp") else None
+    gpt = GPTModel(config=cfg, transformer_layer_spec=spec, vocab_size=int(vocab), max_sequence_length=64,
+                   share_embeddings_and_output_weights=False, position_embedding_type="rope", mtp_block_spec=mtp)
     model = Float16Module(cfg, gpt) if bf16 else gpt
     ddp = DistributedDataParallel(config=cfg, module=model, ddp_config=DistributedDataParallelConfig(
         use_distributed_optimizer=True, overlap_grad_reduce=False, grad_reduce_in_fp32=True))

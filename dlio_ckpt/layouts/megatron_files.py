@@ -1,0 +1,118 @@
+"""Megatron-core's fully parallel ``torch_dist`` save, whatever the model: which rank of each data-parallel
+group writes which chunk, the files that leaves, and rank 0's three small files. The dense layout
+(:mod:`.megatron`) and the mixture of experts (:mod:`.megatron_moe`) list their chunks; this writes them.
+"""
+
+from __future__ import annotations
+
+import pickle
+from collections.abc import Iterable, Iterator
+from typing import NamedTuple, Protocol, cast
+
+from ..errors import ConfigError
+from ..planner import CoordinatorFile, Item, ItemFile, LayoutFacts, Plan, RankPlan
+from .dcp import _split, item_size
+from .dcp_metadata import Chunked, listed_metadata_size
+
+FILES_PER_RANK = 2  # megatron-core's TorchDistSaveShardedStrategy thread_count
+# rank 0's small files, as megatron-core 0.16.1 writes them for a GPT model with the distributed optimizer
+COMMON_PT_BYTES = 1895  # torch.save of {iteration, optimizer param_groups, sharding type}
+METADATA_JSON_BYTES = 119  # {"sharded_backend": "torch_dist", ... "common_backend_version": 1}
+EXTRA_STATE = pickle.dumps([None], protocol=2)  # a linear's _extra_state without TransformerEngine
+
+
+class Shard(NamedTuple):
+    """One chunk of a tensor to save: the data-parallel group whose fully parallel save writes it (the
+    group of its main replica: tensor-parallel rank and stage), and which of that group's ranks hold it
+    (None: all; an expert's chunk only on the ranks of its expert-parallel rank). A named tuple: a plan of
+    thousands of ranks makes hundreds of thousands."""
+
+    item: Item
+    group: tuple[int, int]
+    holders: tuple[int, ...] | None = None
+
+
+class MegatronPlanning(Protocol):
+    """What :func:`plan_of` needs of a Megatron layout (dense or MoE)."""
+
+    world_size: int
+    tensor: int
+    data: int
+    files_per_rank: int
+    common_pt_bytes: int
+
+    def tensors(self) -> list[Chunked]: ...
+
+    def shards(self) -> Iterator[Shard]: ...
+
+    def objects(self) -> Iterator[tuple[Item, int]]: ...
+
+
+def layer_stages(layers: int, pipeline: int, first: int | None = None, last: int | None = None) -> tuple[int, ...]:
+    """Each block's pipeline stage: ``first`` blocks on the first stage and ``last`` on the last where given
+    (Megatron-LM's ``--decoder-first/last-pipeline-num-layers``), the others evenly over the stages between.
+    The caller has checked that they divide (:func:`check_stages`)."""
+    ends = [first] if first is not None else []
+    inner = pipeline - len(ends) - (last is not None)
+    rest = layers - (first or 0) - (last or 0)
+    ends += [rest // inner] * inner if inner else []
+    ends += [last] if last is not None else []
+    return tuple(stage for stage, count in enumerate(ends) for _ in range(count))
+
+
+def check_stages(layers: int, pipeline: int, first: int | None, last: int | None) -> None:
+    """Every stage holds at least one block and the middle ones the same number, or exit 2 naming the rule."""
+    given = (first is not None) + (last is not None)
+    if given and pipeline == 1:
+        raise ConfigError("workload.model.parallelism.pipeline", 1, "must be >= 2 with first_stage_layers or "
+                          "last_stage_layers (they size the first and last of several stages)")
+    rest, inner = layers - (first or 0) - (last or 0), pipeline - given
+    if rest < 0 or (inner and (rest % inner or rest < inner)) or (not inner and rest):
+        shown = f"first_stage_layers={first} last_stage_layers={last}"
+        raise ConfigError("workload.model.num_layers", layers, f"must split into {pipeline} pipeline stages with "
+                          f"checkpoint.layout=megatron ({shown}): the blocks left must divide evenly over the other "
+                          f"{inner} stages (Megatron's split)")
+
+
+def rank_of(tensor: int, data: int, tp: int, dp: int, pp: int) -> int:
+    """Megatron's rank order tp-dp-pp (tensor parallel fastest, pipeline slowest)."""
+    return tp + tensor * (dp + data * pp)
+
+
+def spread(lay: MegatronPlanning, shards: Iterable[Shard]) -> dict[int, list[Item]]:
+    """The fully parallel save (``exchange_utils.distribute_shards_to_ranks``) in each data-parallel group:
+    shards held by fewest ranks first, then largest first, then by key and offset; each to the least loaded
+    rank holding it (the lowest on ties)."""
+    groups: dict[tuple[int, int], list[Shard]] = {}
+    for shard in shards:
+        groups.setdefault(shard.group, []).append(shard)
+    everyone = tuple(range(lay.data))
+    per_rank: dict[int, list[Item]] = {r: [] for r in range(lay.world_size)}
+    for (tp, pp), members in groups.items():
+        loads = [(0, dp) for dp in range(lay.data)]
+        for shard in sorted(members, key=lambda s: (len(s.holders or everyone), -s.item.nbytes, s.item.fqn,
+                                                    s.item.offsets)):
+            load, dp = min(loads) if shard.holders is None else min(loads[d] for d in shard.holders)
+            loads[dp] = (load + shard.item.nbytes, dp)
+            per_rank[rank_of(lay.tensor, lay.data, tp, dp, pp)].append(shard.item)
+    return per_rank
+
+
+def plan_of(lay: MegatronPlanning) -> Plan:
+    """Every rank's files from the layout's shards and objects, and rank 0's three small files."""
+    per_rank = spread(lay, lay.shards())
+    for item, rank in lay.objects():
+        per_rank[rank].append(item)
+    ranks, listed = [], []
+    for r in range(lay.world_size):
+        buckets = [tuple(b) for b in _split(per_rank[r], lay.files_per_rank)]
+        files = tuple(ItemFile(f"__{r}_{k}", b, sum(i.nbytes for i in b), sum(item_size(i) for i in b))
+                      for k, b in enumerate(buckets) if b)
+        tp, rest = r % lay.tensor, r // lay.tensor
+        ranks.append(RankPlan(r, tp, rest // lay.data, rest % lay.data, 0, files))
+        listed += [(f"{f.stem}.distcp", [(i, i.offsets) for i in f.items]) for f in files]
+    objects = [i.fqn for r in ranks for f in r.files for i in f.items if not i.dtype]
+    size = listed_metadata_size(lay.tensors(), objects, listed, item_size)
+    coordinator = (CoordinatorFile(".metadata", size), CoordinatorFile("common.pt", lay.common_pt_bytes),
+                   CoordinatorFile("metadata.json", METADATA_JSON_BYTES))
+    return Plan(cast(LayoutFacts, lay), tuple(ranks), coordinator)
