@@ -164,7 +164,7 @@ class Model(Section):
                       "transformer.tie_embeddings": t.tie_embeddings or None}
         for name, value in dense_only.items():
             if value is not None:
-                shown = "{...}" if name == "moe" else value
+                shown = value.model_dump(exclude_defaults=True) if isinstance(value, Moe) else value
                 raise ConfigError(f"{key}.{name}", shown, "applies to model.family=moe only (the dense family is "
                                   "DLIO's Llama arithmetic, held to DLIO): set model.family=moe, or leave it out")
         return self

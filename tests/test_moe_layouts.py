@@ -1,0 +1,122 @@
+"""Mixtures of experts in the layouts: DeepSpeed's MoE files (from its source: names, writers, partitions),
+the rules that refuse what a layout cannot write (exit 2 naming key, value and rule), the shipped MoE
+workloads planned at their recipes' scale, and runs end to end, with 2048 logical ranks on 4 processes.
+Megatron's MoE files are held to its own saves in ``tests/test_megatron_layout.py``."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from dlio_ckpt.config import check_world_size, compose
+from dlio_ckpt.errors import ConfigError
+from dlio_ckpt.layouts import make_plan
+from dlio_ckpt.moe import MoeShape
+
+from .conftest import dlio, load
+
+RECIPES = {"deepseek_v3": 2048, "mixtral_8x7b": 64, "qwen3_235b_a22b": 128, "qwen3_30b_a3b": 16,
+           "llama4_maverick": 512}
+
+
+def tiny(*extra: str):
+    return compose(["workload=tiny_moe", *extra], None)[0]
+
+
+def test_deepspeed_writes_one_file_per_expert_and_moe_layer_from_expert_data_parallel_rank_0():
+    """tiny_moe at 4 ranks: EP 2 (experts 0-3 on DP ranks 0 and 2, 4-7 on 1 and 3), 3 MoE blocks and the MTP
+    module's, so 4 x 8 expert files, written by DP ranks 0 and 1 (expert-data-parallel rank 0)."""
+    w = tiny()
+    plan = make_plan(w, 4)
+    plan.validate()
+    names = {r.rank: [f.stem for f in r.files] for r in plan.ranks}
+    assert names[0][0] == "mp_rank_00_model_states"
+    experts = {(r, n) for r, files in names.items() for n in files if "_expert_" in n}
+    assert {r for r, _ in experts} == {0, 1}
+    assert {n for r, n in experts if r == 1} == {f"layer_{L}_expert_{e}_mp_rank_00_model_states"
+                                                 for L in range(4) for e in range(4, 8)}
+    assert all(names[r][-1] == f"bf16_zero_pp_rank_{r}_mp_rank_00_optim_states" for r in range(4))
+    s = MoeShape.from_model(w.model)
+    one_expert = 3 * s.expert_ffn_hidden_size * s.hidden_size
+    assert all(f.payload_bytes == 2 * one_expert for r in plan.ranks for f in r.files if "_expert_" in f.stem)
+    dense = sum(p.numel for p in s.params if not p.experts and p.trainable)
+    experts_local = one_expert * 4 * 4  # 4 experts per EP rank, 4 MoE blocks
+    optimizer = [f for f in plan.ranks[3].files if f.kind == "optimizer"][0]
+    assert optimizer.groups[0].numels == (-(-dense // 4),) * 3 + (1,) + (-(-experts_local // 2),) * 3 + (1,)
+
+
+@pytest.mark.parametrize(("extra", "key", "rule"), [
+    (["++workload.model.parallelism.zero_stage=3"], "workload.model.parallelism.zero_stage=3",
+     "DeepSpeed refuses native MoE under ZeRO 3"),
+    (["++workload.model.parallelism.pipeline=2"], "workload.model.parallelism.pipeline=2",
+     "pipeline engine is not modelled"),
+    (["++workload.model.parallelism.expert_tensor=2"], "workload.model.parallelism.expert_tensor=2",
+     "must equal parallelism.tensor"),
+    (["++workload.model.parallelism.expert=3"], "workload.model.parallelism.expert=3", "must divide moe.num_experts"),
+    (["++workload.checkpoint.layout=dlio"], "workload.model.family='moe'", "has no mixture of experts"),
+    (["++workload.checkpoint.layout=dcp"], "workload.model.family='moe'", "FSDP2 with expert parallelism"),
+    (["~workload.model.transformer.kv_lora_rank"], "workload.model.transformer.kv_lora_rank=None",
+     "is required with transformer.attention=mla"),
+    (["++workload.model.moe.first_dense_layers=4"], "workload.model.moe.first_dense_layers=4", "leaves no MoE layer"),
+    (["++workload.model.moe.experts_per_token=9"], "workload.model.moe.experts_per_token=9", "must be <="),
+    (["++workload.model.family=dense"], "workload.model.moe={'num_experts': 8,", "applies to model.family=moe only"),
+    (["++workload.model.parallelism.first_stage_layers=1"], "workload.model.parallelism.first_stage_layers=1",
+     "means nothing with checkpoint.layout=deepspeed"),
+    (["++workload.mode=fsdp"], "workload.model.family='moe'", "MoE models run emulated"),
+])
+def test_what_a_layout_cannot_write_is_refused_naming_key_value_and_rule(extra, key, rule):
+    with pytest.raises(ConfigError) as info:
+        tiny(*extra)
+    assert key in str(info.value) and rule in str(info.value)
+
+
+def test_a_dense_workload_refuses_the_moe_keys():
+    with pytest.raises(ConfigError, match="transformer.qk_norm=True: applies to model.family=moe only"):
+        compose(["workload=tiny", "++workload.model.transformer.qk_norm=true"], None)
+
+
+@pytest.mark.parametrize(("extra", "world", "rule"), [
+    (["++workload.model.parallelism.tensor=2"], 12, "must divide the data-parallel size 6"),  # DeepSpeed: EP in DP
+    (["++workload.checkpoint.layout=megatron", "++workload.model.parallelism.expert_tensor=4"], 4,
+     "x expert_tensor (4) must divide the 4 ranks of a pipeline stage"),
+])
+def test_expert_parallelism_that_does_not_fold_into_the_job_is_refused(extra, world, rule):
+    w = tiny("++workload.model.parallelism.expert=4", *extra)
+    with pytest.raises(ConfigError, match="parallelism.expert=4") as info:
+        check_world_size(w, world)
+    assert rule in str(info.value)
+
+
+@pytest.mark.parametrize("workload", sorted(RECIPES))
+def test_every_shipped_moe_workload_plans_at_its_recipes_scale(workload):
+    w = compose([f"workload={workload}"], None)[0]
+    check_world_size(w, RECIPES[workload])
+    plan = make_plan(w, RECIPES[workload])
+    plan.validate()
+    assert plan.num_parameters == MoeShape.from_model(w.model).num_parameters
+
+
+@pytest.mark.parametrize("layout", ["deepspeed", "megatron"])
+def test_an_moe_job_saves_and_loads_end_to_end(tmp_path, layout):
+    r = dlio(["workload=tiny_moe", f"++workload.checkpoint.layout={layout}", "++workload.storage.storage_root=data",
+              "++hydra.run.dir=run", "--world-size", "4"], tmp_path, nprocs=2)
+    assert r.returncode == 0, r.stderr
+    summary = load(tmp_path / "run" / "summary.json")
+    assert summary["status"] == "ok" and summary["metric"]["load_checkpoint_io_mean_GiB_per_second"] > 0
+    plan = make_plan(tiny(f"++workload.checkpoint.layout={layout}"), 4)
+    step = tmp_path / "data" / "checkpoints" / "tiny_moe" / "global_epoch1_step1"
+    suffix = ".pt" if layout == "deepspeed" else ".distcp"
+    planned = [f.stem + suffix for r in plan.ranks for f in r.files] + [c.name for c in plan.coordinator]
+    assert sorted(p.name for p in step.iterdir()) == sorted(planned)
+
+
+def test_2048_logical_ranks_of_an_moe_job_run_on_4_processes(tmp_path):
+    r = dlio(["workload=tiny_moe", "++workload.model.parallelism.expert=8",
+              "++workload.checkpoint.num_checkpoints_write=1", "++workload.checkpoint.num_checkpoints_read=1",
+              "++workload.storage.storage_root=data", "++hydra.run.dir=run", "--world-size", "2048"], tmp_path,
+             nprocs=4, timeout=300)
+    assert r.returncode == 0, r.stderr
+    step = tmp_path / "data" / "checkpoints" / "tiny_moe" / "global_epoch1_step1"
+    assert len(list(step.iterdir())) == 2048 + 1 + 8 * 4  # optimizer files, the dense model, 4 layers x 8 experts
+    assert json.loads((tmp_path / "run" / "summary.json").read_text())["status"] == "ok"
