@@ -25,7 +25,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from dlio_ckpt.config import compose  # noqa: E402
+from dlio_ckpt.config import check_world_size, compose  # noqa: E402
+from dlio_ckpt.errors import ConfigError  # noqa: E402
 from dlio_ckpt.formats import planned_size  # noqa: E402
 from dlio_ckpt.layouts import (  # noqa: E402
     NAMES,
@@ -38,9 +39,18 @@ GIB = 1 << 30
 
 
 def overrides(workload: str, layout: str) -> list[str]:
+    """The workload in ``layout``; dcp emulates FSDP2 alone (tensor=1, pipeline=1), and DeepSpeed's MoE
+    files are modelled without pipeline parallelism (pipeline=1 there, Megatron's stage split and expert
+    tensor parallelism dropped: DeepSpeed splits experts over the tensor-parallel ranks)."""
     out = [f"workload={workload}", f"++workload.checkpoint.layout={layout}"]
-    return out + (["++workload.model.parallelism.tensor=1", "++workload.model.parallelism.pipeline=1"]
-                  if layout == "dcp" else [])
+    if layout == "dcp":
+        out += ["++workload.model.parallelism.tensor=1", "++workload.model.parallelism.pipeline=1"]
+    raw = compose([f"workload={workload}", "++workload.checkpoint.layout=megatron"], None)[0].model
+    if layout in ("dcp", "deepspeed") and raw.family == "moe":
+        out += ["++workload.model.parallelism.pipeline=1", "++workload.model.parallelism.first_stage_layers=null",
+                "++workload.model.parallelism.last_stage_layers=null",
+                "++workload.model.parallelism.expert_tensor=null"]
+    return out
 
 
 def table(workload: str, ranks: int) -> None:
@@ -48,7 +58,12 @@ def table(workload: str, ranks: int) -> None:
     print("layout     parallelism                                   files/rank  writing  largest GiB  "
           "smallest GiB  total GiB  first read on load")
     for layout in NAMES:
-        w, _, _ = compose(overrides(workload, layout), None)
+        try:
+            w, _, _ = compose(overrides(workload, layout), None)
+            check_world_size(w, ranks)
+        except ConfigError as exc:
+            print(f"{layout:<10} refused: {exc}")
+            continue
         plan, fmt = make_plan(w, ranks), file_format(w)
         per_rank = [sum(planned_size(fmt, f) for f in r.files) for r in plan.ranks]
         counts = sorted({len(r.files) for r in plan.ranks})
@@ -81,11 +96,13 @@ def main() -> None:
     p.add_argument("--ranks", type=int, default=64)
     p.add_argument("--procs", type=int, default=2)
     p.add_argument("--scale", type=float, default=0.002)
-    p.add_argument("--rounds", type=int, default=5)
+    p.add_argument("--rounds", type=int, default=5, help="0: the table only")
     p.add_argument("--root", default=None, help="a folder on the storage to measure (default: a temporary one)")
     args = p.parse_args()
     print(f"{platform.node()}, {platform.machine()}, python {platform.python_version()}")
     table(args.workload, args.ranks)
+    if args.rounds == 0:
+        return
     root = Path(tempfile.mkdtemp(dir=args.root))
     seen: dict[str, list[tuple[float, float, float]]] = {n: [] for n in NAMES}
     try:
