@@ -39,13 +39,16 @@ GIB = 1 << 30
 
 
 def overrides(workload: str, layout: str) -> list[str]:
-    """The workload in ``layout``; dcp emulates FSDP2 alone (tensor=1, pipeline=1), and DeepSpeed's MoE
-    files are modelled without pipeline parallelism (pipeline=1 there, Megatron's stage split and expert
-    tensor parallelism dropped: DeepSpeed splits experts over the tensor-parallel ranks)."""
+    """The workload in ``layout``; dcp emulates FSDP2 alone (tensor=1, pipeline=1; for an MoE, torchtitan's
+    expert parallelism, without an MTP module), and DeepSpeed's MoE files are modelled without pipeline
+    parallelism (pipeline=1 there, Megatron's stage split and expert tensor parallelism dropped: DeepSpeed
+    splits experts over the tensor-parallel ranks)."""
     out = [f"workload={workload}", f"++workload.checkpoint.layout={layout}"]
     if layout == "dcp":
         out += ["++workload.model.parallelism.tensor=1", "++workload.model.parallelism.pipeline=1"]
     raw = compose([f"workload={workload}", "++workload.checkpoint.layout=megatron"], None)[0].model
+    if layout == "dcp" and raw.family == "moe":
+        out += ["++workload.model.mtp_layers=0"]  # torchtitan has no MTP module
     if layout in ("dcp", "deepspeed") and raw.family == "moe":
         out += ["++workload.model.parallelism.pipeline=1", "++workload.model.parallelism.first_stage_layers=null",
                 "++workload.model.parallelism.last_stage_layers=null",

@@ -62,10 +62,17 @@ class Item:
     rows: int = 0  # dim-0 rows of a full shard (FSDP's chunk): rank r's starts at row min(r * rows, dim 0)
     pickled: bytes = b""  # an object's pickle
     offsets: tuple[int, ...] = ()  # where the chunk starts in the whole tensor, for items no two ranks share
+    whole: tuple[int, ...] = ()  # the whole tensor's shape, where it differs from the shard's (DCP's planners)
 
     @cached_property  # asked for every placement of every item of a plan of thousands of ranks
     def nbytes(self) -> int:
         return prod(self.shape) * DATATYPE_BYTES[self.dtype] if self.dtype else 0
+
+    @cached_property
+    def whole_nbytes(self) -> int:
+        """The whole tensor's bytes: what DCP's deduplication and FileSystemWriter's split into files weigh
+        an item by (``WriteItem.tensor_storage_size`` and ``_item_size`` read the global size)."""
+        return prod(self.whole) * DATATYPE_BYTES[self.dtype] if self.whole and self.dtype else self.nbytes
 
 
 @dataclass(frozen=True)

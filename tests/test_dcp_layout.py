@@ -147,3 +147,64 @@ def test_a_sweep_over_layouts_and_diff_of_its_points(tmp_path):
     assert [load(d / "summary.json")["io"]["layout"] for d in dirs] == ["dlio", "dcp"]
     d = dlio(["diff", str(dirs[0]), str(dirs[1])], tmp_path)
     assert "layouts differ: A dlio, B dcp" in d.stdout, d.stdout + d.stderr
+
+
+MOE_ORACLE = Path(__file__).resolve().parent / "oracles" / "dcp_moe_save.py"
+MLA = {"q_lora": 24, "kv_lora": 16, "nope": 16, "rope": 8, "v": 16}
+GQA = {"kv_heads": 2, "head_dim": 32, "qk_norm": True}
+# world, and the oracle's model: torchtitan's modules and placements (tests/oracles/dcp_moe_save.py)
+MOE_CASES = [
+    pytest.param(4, {"layers": 3, "dense": 1, "experts": 4, "shared": 1, "bias": True, "ep": 2, "threads": 1,
+                     "mla": MLA}, id="mla-ep2-whole-experts-per-rank"),
+    pytest.param(4, {"layers": 2, "dense": 0, "experts": 2, "shared": 0, "bias": False, "ep": 2, "threads": 2, **GQA},
+                 id="gqa-ep2-expert-rows-split-2-files-empty-router-shards"),
+    pytest.param(3, {"layers": 3, "dense": 1, "experts": 4, "shared": 1, "bias": True, "ep": 1, "threads": 1,
+                     "vocab": 1001, **GQA, "head_dim": 16, "qk_norm": False}, id="no-ep-uneven-empty-expert-shard"),
+]
+
+
+def moe_overrides(c: dict) -> list[str]:
+    """tiny_moe in DCP's layout, shaped as the oracle's model."""
+    keys = {"parallelism.expert": c["ep"], "num_layers": c["layers"], "transformer.hidden_size": c["dim"],
+            "transformer.ffn_hidden_size": c["inter"], "transformer.num_attention_heads": c["heads"],
+            "transformer.vocab_size": c["vocab"], "model_datatype": "fp32", "mtp_layers": 0,
+            "moe.num_experts": c["experts"], "moe.expert_ffn_hidden_size": c["moe_inter"],
+            "moe.num_shared_experts": c["shared"], "moe.first_dense_layers": c["dense"], "moe.router_bias": c["bias"],
+            "moe.experts_per_token": 1}
+    mla = ("q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")
+    if "mla" in c:
+        keys |= {"transformer.num_kv_heads": c["heads"]}
+        keys |= {f"transformer.{k}": c["mla"][m] for k, m in zip(mla, ("q_lora", "kv_lora", "nope", "rope", "v"),
+                                                                   strict=True)}
+        gone = []
+    else:
+        keys |= {"transformer.attention": "gqa", "transformer.num_kv_heads": c["kv_heads"],
+                 "transformer.head_dim": c["head_dim"], "transformer.qk_norm": c["qk_norm"]}
+        gone = [f"~workload.model.transformer.{k}" for k in mla]
+    model = [f"++workload.model.{k}={v}" for k, v in keys.items()]
+    files = f"++workload.checkpoint.files_per_rank={c['threads']}"
+    return ["workload=tiny_moe", "++workload.checkpoint.layout=dcp", files, *model, *gone]
+
+
+@pytest.mark.real
+@pytest.mark.parametrize(("world", "model"), MOE_CASES)
+def test_emulated_moe_files_are_those_dcp_save_writes_for_torchtitans_placements(tmp_path, world, model):
+    """Every ``.distcp`` equal to the byte (expert chunks, DCP's deduplication of the experts' bias and of the
+    empty shards past a tensor's last rows, the split into files by whole-tensor size), ``.metadata`` within 5%."""
+    import subprocess
+    import sys
+
+    c = {"dim": 64, "inter": 96, "vocab": 1000, "heads": 4, "moe_inter": 32, **model}
+    out = tmp_path / "real"
+    r = subprocess.run([sys.executable, str(MOE_ORACLE), str(out), str(world), json.dumps(c)], capture_output=True,
+                       text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    real = {p.name: p.stat().st_size for p in out.iterdir()}
+    plan = make_plan(compose(moe_overrides(c), None)[0], world)
+    plan.validate()
+    emulated = {f"{f.stem}.distcp": f.size for r in plan.ranks for f in r.files}
+    emulated[".metadata"] = plan.coordinator[0].size
+    assert sorted(emulated) == sorted(real)
+    for name, size in real.items():
+        print(f"{name}: emulated {emulated[name]} real {size} ({(emulated[name] - size) / size:+.2%})")
+        assert emulated[name] == size if name != ".metadata" else abs(emulated[name] - size) <= 0.05 * size

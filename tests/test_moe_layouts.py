@@ -1,7 +1,8 @@
 """Mixtures of experts in the layouts: DeepSpeed's MoE files (from its source: names, writers, partitions),
 the rules that refuse what a layout cannot write (exit 2 naming key, value and rule), the shipped MoE
 workloads planned at their recipes' scale, and runs end to end, with 2048 logical ranks on 4 processes.
-Megatron's MoE files are held to its own saves in ``tests/test_megatron_layout.py``."""
+Megatron's MoE files are held to its own saves in ``tests/test_megatron_layout.py``, DCP's to ``dcp.save``
+of torchtitan's placements in ``tests/test_dcp_layout.py``."""
 
 from __future__ import annotations
 
@@ -55,7 +56,7 @@ def test_deepspeed_writes_one_file_per_expert_and_moe_layer_from_expert_data_par
      "must equal parallelism.tensor"),
     (["++workload.model.parallelism.expert=3"], "workload.model.parallelism.expert=3", "must divide moe.num_experts"),
     (["++workload.checkpoint.layout=dlio"], "workload.model.family='moe'", "has no mixture of experts"),
-    (["++workload.checkpoint.layout=dcp"], "workload.model.family='moe'", "FSDP2 with expert parallelism"),
+    (["++workload.checkpoint.layout=dcp"], "workload.model.mtp_layers=1", "torchtitan's DeepSeek-V3 has no"),
     (["~workload.model.transformer.kv_lora_rank"], "workload.model.transformer.kv_lora_rank=None",
      "is required with transformer.attention=mla"),
     (["++workload.model.moe.first_dense_layers=4"], "workload.model.moe.first_dense_layers=4", "leaves no MoE layer"),
@@ -76,14 +77,20 @@ def test_a_dense_workload_refuses_the_moe_keys():
         compose(["workload=tiny", "++workload.model.transformer.qk_norm=true"], None)
 
 
-@pytest.mark.parametrize(("extra", "world", "rule"), [
-    (["++workload.model.parallelism.tensor=2"], 12, "must divide the data-parallel size 6"),  # DeepSpeed: EP in DP
+@pytest.mark.parametrize(("extra", "world", "key", "rule"), [
+    (["++workload.model.parallelism.tensor=2"], 12, "parallelism.expert=4",
+     "must divide the data-parallel size 6"),  # DeepSpeed: EP within each data-parallel group
     (["++workload.checkpoint.layout=megatron", "++workload.model.parallelism.expert_tensor=4"], 4,
-     "x expert_tensor (4) must divide the 4 ranks of a pipeline stage"),
+     "parallelism.expert=4", "x expert_tensor (4) must divide the 4 ranks of a pipeline stage"),
+    (["++workload.checkpoint.layout=dcp", "++workload.model.mtp_layers=0", "++workload.model.moe.num_experts=12"], 8,
+     "moe.num_experts=12", "FSDP2 gives each rank whole experts"),  # torchtitan's Shard(0): alike on every rank
+    (["++workload.checkpoint.layout=dcp", "++workload.model.mtp_layers=0",
+      "++workload.model.moe.expert_ffn_hidden_size=100"], 32, "moe.expert_ffn_hidden_size=100",
+     "must divide by world / expert = 8"),  # torchtitan's Shard(1): each expert's rows over the other ranks
 ])
-def test_expert_parallelism_that_does_not_fold_into_the_job_is_refused(extra, world, rule):
+def test_expert_parallelism_that_does_not_fold_into_the_job_is_refused(extra, world, key, rule):
     w = tiny("++workload.model.parallelism.expert=4", *extra)
-    with pytest.raises(ConfigError, match="parallelism.expert=4") as info:
+    with pytest.raises(ConfigError, match=key.replace(".", r"\.")) as info:
         check_world_size(w, world)
     assert rule in str(info.value)
 
@@ -97,14 +104,15 @@ def test_every_shipped_moe_workload_plans_at_its_recipes_scale(workload):
     assert plan.num_parameters == MoeShape.from_model(w.model).num_parameters
 
 
-@pytest.mark.parametrize("layout", ["deepspeed", "megatron"])
+@pytest.mark.parametrize("layout", ["deepspeed", "megatron", "dcp"])
 def test_an_moe_job_saves_and_loads_end_to_end(tmp_path, layout):
+    extra = ["++workload.model.mtp_layers=0"] if layout == "dcp" else []  # torchtitan has no MTP module
     r = dlio(["workload=tiny_moe", f"++workload.checkpoint.layout={layout}", "++workload.storage.storage_root=data",
-              "++hydra.run.dir=run", "--world-size", "4"], tmp_path, nprocs=2)
+              "++hydra.run.dir=run", "--world-size", "4", *extra], tmp_path, nprocs=2)
     assert r.returncode == 0, r.stderr
     summary = load(tmp_path / "run" / "summary.json")
     assert summary["status"] == "ok" and summary["metric"]["load_checkpoint_io_mean_GiB_per_second"] > 0
-    plan = make_plan(tiny(f"++workload.checkpoint.layout={layout}"), 4)
+    plan = make_plan(tiny(f"++workload.checkpoint.layout={layout}", *extra), 4)
     step = tmp_path / "data" / "checkpoints" / "tiny_moe" / "global_epoch1_step1"
     suffix = ".pt" if layout == "deepspeed" else ".distcp"
     planned = [f.stem + suffix for r in plan.ranks for f in r.files] + [c.name for c in plan.coordinator]

@@ -11,9 +11,13 @@ real ``dcp.save`` writes here (``tests/test_dcp_layout.py``):
 - The planner keeps one copy of what every rank holds: each goes to the rank that has planned the fewest
   bytes so far, in the order of rank 0's plan (model, then per parameter step, exp_avg, exp_avg_sq, then
   the param group), ties to the lowest rank: with 2+ ranks they land on ranks 1, 2, ...
+- The ranks past a tensor's last rows all hold one empty chunk (the same index): deduplication keeps it once,
+  on the holder with the fewest bytes planned when its walk over the plans (in rank order) meets it. Both
+  deduplication and the writer weigh an item by its whole tensor's size (``tensor_storage_size``, ``_item_size``).
 - Rank r writes ``__{r}_{k}.distcp`` for k < ``checkpoint.files_per_rank`` (the writer's ``thread_count``):
-  objects dealt round-robin, tensors largest first into the emptiest file; each file holds its objects,
-  then its tensors, each item a whole ``torch.save`` archive. A file with no items is still written (empty).
+  objects dealt round-robin, tensors by whole-tensor size, largest first, into the emptiest file; each file
+  holds its objects, then its tensors, each item a whole ``torch.save`` archive. A file with no items is
+  still written (empty).
 - The coordinator, rank 0, writes ``.metadata`` (a pickle of every tensor's chunks and every item's
   place) as ``.metadata.tmp`` after everyone's data, and renames it.
 Tensors are written in plan order, as on a machine without CUDA; with one writer per rank and a GPU, DCP
@@ -35,9 +39,11 @@ from ..errors import ConfigError
 from ..formats import Format, Segment, file_size
 from ..formats.pt import archive, tensor_pickle
 from ..model import DATATYPE_BYTES, TransformerShape
+from ..moe import MoeShape
 from ..planner import CoordinatorFile, Item, ItemFile, Plan, PlannedFile, RankPlan
-from .dcp_metadata import Tensor, fsdp_chunk, metadata_size
-from .rules import dense_only, every_rank_writes, torch_save_only
+from . import dcp_moe
+from .dcp_metadata import Tensor, chunks_listed, fsdp_chunk, metadata_size
+from .rules import every_rank_writes, torch_save_only
 
 if TYPE_CHECKING:
     from ..config import Workload
@@ -52,6 +58,8 @@ ADAM_STATE = ("step", "exp_avg", "exp_avg_sq")
 
 def check(workload: Workload) -> None:
     par = workload.model.parallelism
+    if workload.model.family == "moe":
+        dcp_moe.check(workload)
     for key, value in (("tensor", par.tensor), ("pipeline", par.pipeline)):
         if value != 1:
             raise ConfigError(f"workload.model.parallelism.{key}", value,
@@ -59,52 +67,87 @@ def check(workload: Workload) -> None:
                               "rank (tensor and pipeline parallelism under DCP are not modelled yet)")
     torch_save_only(workload, "dcp", "DCP")
     every_rank_writes(workload, "dcp")
-    dense_only(workload, "dcp", "FSDP2 with expert parallelism (torchtitan's meshes) is not modelled yet")
+
+
+def check_world(workload: Workload, world_size: int) -> None:
+    if workload.model.family == "moe":
+        dcp_moe.check_world(workload, world_size)
 
 
 @dataclass(frozen=True)
 class DcpLayout:
     name: ClassVar[str] = "dcp"
-    shape: TransformerShape
+    shape: TransformerShape | MoeShape
     world_size: int
     model_dtype: str  # the saved (sharded) parameters'
     optimizer_dtype: str
     files_per_rank: int
     scale: float = 1.0
+    expert: int = 1  # MoE: the routed experts' EP degree (torchtitan's meshes)
 
     @classmethod
     def from_workload(cls, workload: Workload, world_size: int) -> DcpLayout:
         m, ck = workload.model, workload.checkpoint
         params = m.optimizer_datatype if m.master_weights else m.model_datatype  # FSDP2 mixed precision
-        return cls(TransformerShape.from_model(m), world_size, params, m.optimizer_datatype, ck.files_per_rank or 1,
-                   ck.scale)
+        shape = MoeShape.from_model(m) if m.family == "moe" else TransformerShape.from_model(m)
+        return cls(shape, world_size, params, m.optimizer_datatype, ck.files_per_rank or 1, ck.scale,
+                   m.parallelism.expert)
+
+    def params(self) -> list[tuple[str, tuple[int, ...], str]]:
+        """The model's state dict: (name, shape, kind), kind "param", "experts" or "buffer" (no optimizer
+        state); ``checkpoint.scale`` shrinks dim 0, an expert tensor's last dimension (its experts stay whole)."""
+        if isinstance(self.shape, MoeShape):
+            listed = dcp_moe.torchtitan_params(self.shape)
+        else:
+            listed = [(name, shape, "param") for name, shape in self.shape.named_shapes()]
+        if self.scale == 1.0:
+            return listed
+        return [(name, (*shape[:-1], max(1, int(shape[-1] * self.scale))) if kind == "experts"
+                 else (max(1, int(shape[0] * self.scale)), *shape[1:]), kind) for name, shape, kind in listed]
+
+    def placed(self, shape: tuple[int, ...], kind: str) -> tuple[bool, tuple[int, int] | None]:
+        """Sharded or replicated, and for routed experts whether FSDP2 splits their rows (torchtitan's Shard(1),
+        when the ranks per EP group outnumber an EP rank's experts)."""
+        if kind == "buffer":
+            return False, None
+        rest = self.world_size // self.expert
+        if kind == "experts" and self.expert > 1 and rest * self.expert > shape[0]:
+            return True, (self.expert, rest)
+        return True, None
 
     def describe(self) -> str:
+        if isinstance(self.shape, MoeShape) and self.expert > 1:
+            rest = self.world_size // self.expert
+            dim = 1 if rest * self.expert > self.shape.num_experts else 0
+            return (f"FSDP2 over {self.world_size} ranks, routed experts over EP {self.expert} then FSDP2 on dim "
+                    f"{dim} over {rest} (torchtitan), Adam; parameters {self.model_dtype}, moments "
+                    f"{self.optimizer_dtype}; {self.files_per_rank} file(s) per rank and .metadata")
         return (f"FSDP2 over {self.world_size} ranks (every parameter sharded on dim 0), Adam; parameters "
                 f"{self.model_dtype}, moments {self.optimizer_dtype}; {self.files_per_rank} file(s) per rank "
                 "and .metadata")
 
     def tensors(self) -> list[Tensor]:
-        """Every tensor saved, in rank 0's plan order, with its global shape (``checkpoint.scale`` shrinks
-        dim 0); sharded tensors first appear with the model, steps are replicated 0-d tensors."""
-        def scaled(shape: tuple[int, ...]) -> tuple[int, ...]:
-            return shape if self.scale == 1.0 else (max(1, int(shape[0] * self.scale)), *shape[1:])
-        params = [(name, scaled(shape)) for name, shape in self.shape.named_shapes()]
-        out = [Tensor(f"model.{name}", shape, self.model_dtype, True) for name, shape in params]
-        for name, shape in params:
-            out += [Tensor(f"optim.state.{name}.step", (), "fp32", False),
-                    Tensor(f"optim.state.{name}.exp_avg", shape, self.optimizer_dtype, True),
-                    Tensor(f"optim.state.{name}.exp_avg_sq", shape, self.optimizer_dtype, True)]
+        """Every tensor saved, in rank 0's plan order, with its global shape; sharded tensors first appear
+        with the model, steps are replicated 0-d tensors, a buffer (the experts' bias) replicated fp32."""
+        params = self.params()
+        out = [Tensor(f"model.{name}", shape, self.model_dtype if kind != "buffer" else "fp32",
+                      *self.placed(shape, kind)) for name, shape, kind in params]
+        for name, shape, kind in params:
+            if kind != "buffer":
+                sharded, split = self.placed(shape, kind)
+                out += [Tensor(f"optim.state.{name}.step", (), "fp32", False),
+                        Tensor(f"optim.state.{name}.exp_avg", shape, self.optimizer_dtype, sharded, split),
+                        Tensor(f"optim.state.{name}.exp_avg_sq", shape, self.optimizer_dtype, sharded, split)]
         return out
 
     def group_items(self) -> tuple[Item, ...]:
         """The param group's settings, each an object pickled whole (``optim.param_groups.0.<key>``)."""
-        names = [f"{name}" for name, _ in self.shape.named_shapes()]
+        names = [name for name, _, kind in self.params() if kind != "buffer"]
         return tuple(Item(f"optim.param_groups.0.{key}", "", (), pickled=pickle.dumps(value, protocol=2))
                      for key, value in (*ADAM_GROUP, ("params", names)))
 
     def problems(self, plan: Plan) -> list[str]:
-        """Every sharded tensor's rows covered exactly once over the ranks, every replicated item written
+        """Every sharded tensor's elements covered exactly once over the ranks, every replicated item written
         once. Items are counted by identity (ranks share them), so a plan of 16,384 ranks checks in a second."""
         files: dict[int, tuple[tuple[Item, ...], int]] = {}  # one entry per distinct tuple of items
         for r in plan.ranks:
@@ -119,28 +162,30 @@ class DcpLayout:
         problems = []
         for item, n in count.items():
             if item.rows:
-                rows[item.fqn] = rows.get(item.fqn, 0) + n * item.shape[0]
+                rows[item.fqn] = rows.get(item.fqn, 0) + n * prod(item.shape)
             elif n != 1:
                 problems.append(f"{item.fqn} is written {n} times")
         for t in self.tensors():
-            if t.sharded and rows.get(t.fqn) != t.shape[0]:
-                problems.append(f"{t.fqn}: {rows.get(t.fqn)} rows written of {t.shape[0]}")
+            if t.sharded and rows.get(t.fqn) != prod(t.shape):
+                problems.append(f"{t.fqn}: {rows.get(t.fqn)} elements written of {prod(t.shape)}")
         return problems
 
 
 def _shard_item(t: Tensor, world: int, rank: int) -> Item:
-    """``rank``'s FSDP2 shard of ``t``: its chunk of dim-0 rows, short or empty for the last ranks."""
-    chunk = fsdp_chunk(t.shape[0], world)
-    rows = max(0, min(chunk, t.shape[0] - rank * chunk))
-    return Item(t.fqn, t.dtype, (rows, *t.shape[1:]), rows=chunk)
+    """``rank``'s FSDP2 shard of ``t``: its chunk of dim-0 rows, short or empty for the last ranks (``rows``,
+    a full chunk's, marks it sharded), or its EP rank's experts with a slice of their rows."""
+    shape = t.chunk(world, rank)
+    return Item(t.fqn, t.dtype, shape, rows=shape[0] if t.split else fsdp_chunk(t.shape[0], world), whole=t.shape)
 
 
-def _replicated_owners(lay: DcpLayout, tensors: list[Tensor], groups: tuple[Item, ...]) -> dict[str, int]:
+def _replicated_owners(lay: DcpLayout, tensors: list[Tensor],
+                       groups: tuple[Item, ...]) -> tuple[dict[str, int], dict[int, int]]:
     """Who writes each replicated item: DCP's dedup_save_plans, walked in rank 0's plan order (the only
-    plan holding every replicated item), each to the plan with the fewest bytes so far (objects count 1)."""
+    plan holding every replicated item), each to the plan with the fewest bytes so far (objects count 1).
+    Also returns what the other ranks have planned by then (the replicated items given to them)."""
     w = lay.world_size
     if w == 1:
-        return {t.fqn: 0 for t in tensors if not t.sharded} | {g.fqn: 0 for g in groups}
+        return {t.fqn: 0 for t in tensors if not t.sharded} | {g.fqn: 0 for g in groups}, {}
     others = [(0, r) for r in range(1, w)]  # a heap: (planned bytes, rank)
     rank0, owners = 0, {}
 
@@ -153,26 +198,58 @@ def _replicated_owners(lay: DcpLayout, tensors: list[Tensor], groups: tuple[Item
             owners[fqn] = rank
     for t in tensors:
         if t.sharded:
-            rank0 += _shard_item(t, w, 0).nbytes or 1
+            rank0 += _shard_item(t, w, 0).whole_nbytes or 1
         else:
-            place(t.fqn, DATATYPE_BYTES[t.dtype])
+            place(t.fqn, prod(t.shape) * DATATYPE_BYTES[t.dtype])
     for g in groups:
         place(g.fqn, 1)
+    return owners, {rank: planned for planned, rank in others if planned}
+
+
+def _empty_owners(lay: DcpLayout, tensors: list[Tensor], planned: dict[int, int]) -> dict[str, int]:
+    """Who writes each tensor's empty shard. The ranks past a tensor's last rows all hold the same empty
+    chunk (one index), and dedup_save_plans keeps one copy: continuing its walk over the plans in rank
+    order, it first meets the chunk in the plan of the first empty rank, which has planned its own items
+    before it by then, while the later holders have planned only the copies given to them so far; the
+    fewest win, the lowest rank on ties. ``planned``: the replicated items' bytes per rank."""
+    w, owners = lay.world_size, {}
+    empties: dict[int, list[int]] = {}  # first empty rank: positions (in plan order) of its empty tensors
+    sharded = [t for t in tensors if t.sharded]
+    for k, t in enumerate(sharded):
+        first = chunks_listed(t, w) - 1
+        if t.split is None and first < w and not _shard_item(t, w, first).shape[0]:
+            empties.setdefault(first, []).append(k)
+    heap = [(planned.get(r, 0), r) for r in range(1, w)]
+    heapq.heapify(heap)
+    assigned = dict(planned)
+    for first in sorted(empties):
+        own = [_shard_item(t, w, first).whole_nbytes for t in sharded]
+        for k in empties[first]:
+            mine = assigned.get(first, 0) + sum(own[:k])
+            while heap and (heap[0][1] <= first or heap[0][0] != assigned.get(heap[0][1], 0)):
+                heapq.heappop(heap)  # ranks already walked, or stale entries
+            owner = heap[0][1] if heap and heap[0][0] < mine else first
+            size = _shard_item(sharded[k], w, first).whole_nbytes or 1  # weighed by its whole tensor
+            if owner != first:
+                heapq.heapreplace(heap, (assigned.get(owner, 0) + size, owner))
+            assigned[owner] = assigned.get(owner, 0) + size
+            owners[sharded[k].fqn] = owner
     return owners
 
 
 def _split(items: list[Item], bins: int) -> list[list[Item]]:
-    """FileSystemWriter's ``_split_by_size_and_type``: objects round-robin, tensors largest first (stable)
-    into the file with the fewest bytes (the first on ties); each file writes its objects, then its tensors."""
+    """FileSystemWriter's ``_split_by_size_and_type``: objects round-robin, tensors largest first (stable) into
+    the file with the fewest bytes (the first on ties), sizes being whole tensors' (an item's ``whole``;
+    Megatron's items have none and weigh their own); each file writes its objects, then its tensors."""
     if bins == 1:
         return [[i for i in items if not i.dtype] + [i for i in items if i.dtype]]
     objects = [i for i in items if not i.dtype]
     buckets: list[list[Item]] = [objects[k::bins] for k in range(bins)]
     sizes = [0] * bins
-    for item in sorted((i for i in items if i.dtype), key=lambda i: i.nbytes, reverse=True):
+    for item in sorted((i for i in items if i.dtype), key=lambda i: i.whole_nbytes, reverse=True):
         k = sizes.index(min(sizes))
         buckets[k].append(item)
-        sizes[k] += item.nbytes
+        sizes[k] += item.whole_nbytes
     return buckets
 
 
@@ -219,7 +296,7 @@ def _intervals(tensors: list[Tensor], world: int) -> list[tuple[int, int]]:
     then its empty ones, change only where some tensor's dim 0 runs out."""
     cuts = {0, world}
     for t in tensors:
-        if t.sharded:
+        if t.sharded and t.split is None:  # experts split on dim 1 are alike on every rank
             last = t.shape[0] // fsdp_chunk(t.shape[0], world)
             cuts |= {min(world, last), min(world, last + 1)}
     bounds = sorted(cuts)
@@ -238,36 +315,40 @@ def _with_extras(common: list[tuple[Item, ...]], extras: list[Item], position: d
             out.append(item)
             last = position[item.fqn]
         return [tuple(out + list(common[0][last:]))]
-    smallest = min((i.nbytes for b in common for i in b), default=0)
-    if any(i.nbytes >= smallest for i in tensors):
+    smallest = min((i.whole_nbytes for b in common for i in b), default=0)
+    if any(i.whole_nbytes >= smallest for i in tensors):
         return None  # the extras would sort among the common tensors
     buckets = [list(objects[k::bins]) + list(b) for k, b in enumerate(common)]
-    sizes = [sum(i.nbytes for i in b) for b in common]
-    for item in sorted(tensors, key=lambda i: i.nbytes, reverse=True):
+    sizes = [sum(i.whole_nbytes for i in b) for b in common]
+    for item in sorted(tensors, key=lambda i: i.whole_nbytes, reverse=True):
         k = sizes.index(min(sizes))
         buckets[k].append(item)
-        sizes[k] += item.nbytes
+        sizes[k] += item.whole_nbytes
     return [tuple(b) for b in buckets]
 
 
 def make_plan(workload: Workload, world_size: int) -> Plan:
     lay = DcpLayout.from_workload(workload, world_size)
     tensors, groups = lay.tensors(), lay.group_items()
-    by_fqn = {g.fqn: g for g in groups} | {t.fqn: Item(t.fqn, t.dtype, ()) for t in tensors if not t.sharded}
+    by_fqn = {g.fqn: g for g in groups} | {t.fqn: Item(t.fqn, t.dtype, t.shape) for t in tensors if not t.sharded}
     extras: dict[int, list[Item]] = {}
-    for fqn, rank in _replicated_owners(lay, tensors, groups).items():
+    owners, planned = _replicated_owners(lay, tensors, groups)
+    for fqn, rank in owners.items():
         extras.setdefault(rank, []).append(by_fqn[fqn])
-    # where a replicated tensor goes among a rank's sharded ones: before its plan successor
-    position, seen = {}, 0
+    empty = _empty_owners(lay, tensors, planned)  # each empty shard written once
     for t in tensors:
-        if t.sharded:
-            seen += 1
-        else:
-            position[t.fqn] = seen
+        if t.fqn in empty:
+            extras.setdefault(empty[t.fqn], []).append(_shard_item(t, world_size, world_size - 1))
+    # where a replicated tensor goes among a rank's sharded ones: before its plan successor
+    position, seen = {}, 0  # (an empty shard, written by one rank: where its tensor is among the others)
+    for t in tensors:
+        position[t.fqn] = seen
+        seen += t.sharded
     ranks: list[RankPlan] = []
     classes: list[tuple[range, list[tuple[Item, ...]]]] = []  # ranks with the same shards, and those files
     for start, end in _intervals(tensors, world_size):
-        sharded = [_shard_item(t, world_size, start) for t in tensors if t.sharded]
+        sharded = [i for i in (_shard_item(t, world_size, start) for t in tensors if t.sharded)
+                   if i.shape[0] or i.fqn not in empty]
         common = [tuple(b) for b in _split(sharded, lay.files_per_rank)]
         classes.append((range(start, end), common))
         sizes = [(sum(i.nbytes for i in b), sum(item_size(i) for i in b)) for b in common]

@@ -33,11 +33,29 @@ class Tensor:
     shape: tuple[int, ...]
     dtype: str
     sharded: bool
+    split: tuple[int, int] | None = None  # routed experts on dim 0 over (EP, then FSDP2 on dim 1 over the rest)
+
+    def chunk(self, world: int, rank: int) -> tuple[int, ...]:
+        """``rank``'s shard: FSDP2's dim-0 chunk (short or empty for the last ranks), or an EP rank's experts
+        with their rows split over the other ranks (every rank alike)."""
+        if self.split is not None:
+            ep, rest = self.split
+            return (self.shape[0] // ep, self.shape[1] // rest, *self.shape[2:])
+        chunk = fsdp_chunk(self.shape[0], world)
+        return (max(0, min(chunk, self.shape[0] - rank * chunk)), *self.shape[1:])
 
 
 def fsdp_chunk(dim0: int, world: int) -> int:
     """FSDP2's rows per shard on dim 0: ceil(dim0 / world); the last ranks get fewer or none."""
     return -(-dim0 // world)
+
+
+def chunks_listed(t: Tensor, world: int) -> int:
+    """The chunks DCP lists for a sharded tensor: one per rank, but the ranks past its last rows all hold
+    the same empty chunk (one index), which deduplication keeps once."""
+    if t.split is not None:
+        return world
+    return min(world, -(-t.shape[0] // fsdp_chunk(t.shape[0], world)) + 1) if t.shape[0] else 1
 
 
 def _int(n: int) -> int:
@@ -77,19 +95,27 @@ def _ints_over_ranks(values: Callable[[int], int], world: int) -> int:
 
 
 def _offsets_cost(t: Tensor, world: int) -> int:
-    """All ranks' chunk offsets of a sharded tensor, pickled: (min(r * chunk, dim0), 0, ...)."""
+    """All ranks' chunk offsets of a sharded tensor, pickled: (min(r * chunk, dim0), 0, ...); for experts
+    split on dim 1, (EP rank's first expert, its row slice, 0, ...)."""
     d0, dims = t.shape[0], len(t.shape)
-    chunk = fsdp_chunk(d0, world)
-    return (_ints_over_ranks(lambda r: min(r * chunk, d0), world)
-            + world * (2 * (dims - 1) + _tuple_overhead(dims)))
+    if t.split is not None:
+        ep, rest = t.split
+        experts, rows = d0 // ep, t.shape[1] // rest
+        return (rest * sum(_int(j * experts) for j in range(ep)) + ep * sum(_int(i * rows) for i in range(rest))
+                + world * (2 * (dims - 2) + _tuple_overhead(dims)))
+    chunk, listed = fsdp_chunk(d0, world), chunks_listed(t, world)
+    return (_ints_over_ranks(lambda r: min(r * chunk, d0), listed)
+            + listed * (2 * (dims - 1) + _tuple_overhead(dims)))
 
 
 def _sizes_cost(t: Tensor, world: int) -> int:
+    if t.split is not None:
+        return world * _size_cost(t.chunk(world, 0))
     d0, dims = t.shape[0], len(t.shape)
-    chunk = fsdp_chunk(d0, world)
+    chunk, listed = fsdp_chunk(d0, world), chunks_listed(t, world)
     full, rest = divmod(d0, chunk)
-    rows = _int(chunk) * full + (_int(rest) if rest else 0) + _int(0) * (world - full - (1 if rest else 0))
-    return rows + world * (sum(_int(d) for d in t.shape[1:]) + _tuple_overhead(dims))
+    rows = _int(chunk) * full + (_int(rest) if rest else 0) + _int(0) * (listed - full - (1 if rest else 0))
+    return rows + listed * (sum(_int(d) for d in t.shape[1:]) + _tuple_overhead(dims))
 
 
 @cache  # offsets and sizes repeat across chunks and ranks: a plan of thousands of ranks asks millions of times
@@ -100,10 +126,11 @@ def _size_cost(shape: tuple[int, ...]) -> int:
 def _tensor_entry(t: Tensor, world: int) -> int:
     """``state_dict_metadata[fqn]``: TensorStorageMetadata(properties, size, chunks)."""
     head = _str(t.fqn) + 8 + GET + 17 + GET + _size_cost(t.shape) + GET + 2
-    if not t.sharded:  # one chunk: offsets () and sizes ()
-        return head + 1 + 14 + 2 * _size_cost(()) + 2
-    chunks = world * 14 + _offsets_cost(t, world) + _sizes_cost(t, world)
-    return head + 2 * (-(-world // 1000)) + chunks + 2
+    if not t.sharded:  # one chunk: offsets (0, ...) and the whole size
+        return head + 1 + 14 + _size_cost((0,) * len(t.shape)) + _size_cost(t.shape) + 2
+    listed = chunks_listed(t, world)
+    chunks = listed * 14 + _offsets_cost(t, world) + _sizes_cost(t, world)
+    return head + 2 * (-(-listed // 1000)) + chunks + 2
 
 
 def _planner_entry(fqn: str, world: int) -> int:
@@ -127,8 +154,8 @@ def _item_cost(item: Item, offset_in_file: int, length: int) -> int:
     key = (11 + LATE_GET + _str(item.fqn) + LATE_GET + 1 + 2) if not item.dtype else \
         (11 + LATE_GET + _str(item.fqn) + LATE_GET + 2 + LATE_GET + 2)
     value = 11 + LATE_GET + LATE_GET + _int(offset_in_file) + LATE_GET + _int(length) + 2
-    if item.dtype and not item.rows:  # a replicated 0-d tensor: offsets ()
-        key += _size_cost(())
+    if item.dtype and not item.rows:  # a replicated tensor (Adam's 0-d steps, a buffer): offsets (0, ...)
+        key += _size_cost((0,) * len(item.shape))
     return key + value
 
 

@@ -29,5 +29,5 @@ def dense_only(workload: Workload, layout: str, why: str) -> None:
     """A layout that does not (yet) write mixtures of experts says so, and which layout does."""
     if workload.model.family != "dense":
         raise ConfigError("workload.model.family", workload.model.family, f"is not modelled with "
-                          f"checkpoint.layout={layout}: {why}; checkpoint.layout=deepspeed writes DeepSpeed's MoE "
-                          "files")
+                          f"checkpoint.layout={layout}: {why}; checkpoint.layout=megatron, dcp or deepspeed writes "
+                          "one as that framework does")
