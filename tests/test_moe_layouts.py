@@ -47,6 +47,32 @@ def test_deepspeed_writes_one_file_per_expert_and_moe_layer_from_expert_data_par
     assert optimizer.groups[0].numels == (-(-dense // 4),) * 3 + (1,) + (-(-experts_local // 2),) * 3 + (1,)
 
 
+# What DeepSpeed 0.19.8 wrote on this machine for tiny_moe on 4 ranks (CPU accelerator, gloo, torch 2.13.0; its
+# MoE layer per MoE block, AdamW, one step, save_checkpoint: tests/oracles/deepspeed_moe_save.py, run by hand):
+# the files are the same 37 (names checked), and these sizes (every expert file alike, 32 of them)
+DEEPSPEED_0_19_8_MOE = [  # overrides, the dense model file, an expert file, the optimizer files of ranks 0-3
+    pytest.param([], 4985554, 198957, (16879557, 16879749, 16880325, 16880133), id="ep2-zero1-bf16"),
+    pytest.param(["++workload.model.parallelism.expert=4", "++workload.model.parallelism.zero_stage=2",
+                  "++workload.model.model_datatype=fp32"], 9940946, 395565, (16879295, 16879423, 16880063, 16879807),
+                 id="ep4-zero2-fp32"),
+]
+
+
+@pytest.mark.parametrize(("extra", "model", "expert", "optimizer"), DEEPSPEED_0_19_8_MOE)
+def test_deepspeed_moe_files_hold_what_deepspeed_wrote_here(extra, model, expert, optimizer):
+    """DeepSpeed's own keys (ds_config, param_shapes, the experts' key names, ...) are the bytes we do not
+    write: within 0.3% here."""
+    from dlio_ckpt.formats import get_format, planned_size
+
+    plan = make_plan(tiny(*extra), 4)
+    sizes = {f.stem: planned_size(get_format("pt"), f) for r in plan.ranks for f in r.files}
+    real = {"mp_rank_00_model_states": model} | {n: expert for n in sizes if "_expert_" in n} | {
+        n: optimizer[int(n.split("_")[-6])] for n in sizes if n.endswith("optim_states")}
+    assert sorted(sizes) == sorted(real) and sum("_expert_" in n for n in sizes) == 32
+    for name, size in real.items():
+        assert abs(sizes[name] - size) <= 0.003 * size, (name, sizes[name], size)
+
+
 @pytest.mark.parametrize(("extra", "key", "rule"), [
     (["++workload.model.parallelism.zero_stage=3"], "workload.model.parallelism.zero_stage=3",
      "DeepSpeed refuses native MoE under ZeRO 3"),
