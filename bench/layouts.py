@@ -53,6 +53,8 @@ def overrides(workload: str, layout: str) -> list[str]:
         out += ["++workload.model.parallelism.pipeline=1", "++workload.model.parallelism.first_stage_layers=null",
                 "++workload.model.parallelism.last_stage_layers=null",
                 "++workload.model.parallelism.expert_tensor=null"]
+    if layout in ("dlio", "deepspeed") and raw.moments_datatype is not None:
+        out += ["++workload.model.moments_datatype=null"]  # their optimizer files hold one dtype
     return out
 
 

@@ -127,6 +127,9 @@ class Model(Section):
     model_datatype: Datatype = Field("fp16", description="parameters' dtype")
     optimizer_datatype: Datatype = Field("fp32", description="optimizer state's dtype (master weights and "
                                          "Adam's two moments)")
+    moments_datatype: Datatype | None = Field(None, description="Adam's two moments' dtype where it is not "
+                                              "optimizer_datatype (DeepSeek-V3: bf16 moments beside fp32 master "
+                                              "weights); layout=dcp and megatron")
     master_weights: bool = Field(True, description="layout=dcp: FSDP2's mixed precision keeps the sharded "
                                  "parameters in optimizer_datatype (torchtitan's default); false: in model_datatype "
                                  "(pure low-precision training). DLIO's layouts always count fp32 master weights")
@@ -384,6 +387,10 @@ class Workload(Section):
                               f"means nothing with checkpoint.layout={ck.layout}: DLIO's arithmetic always writes "
                               "master weights in the optimizer files; set checkpoint.layout=dcp, or leave it out")
         load_layout(ck.layout).check(self)
+        if self.model.moments_datatype is not None and ck.layout not in ("dcp", "megatron"):
+            raise ConfigError("workload.model.moments_datatype", self.model.moments_datatype, f"means nothing with "
+                              f"checkpoint.layout={ck.layout}: its optimizer files keep every state in "
+                              "optimizer_datatype; set checkpoint.layout=dcp or megatron, or leave it out")
         for name in ("first_stage_layers", "last_stage_layers"):
             value = getattr(par, name)
             if value is not None and ck.layout != "megatron":

@@ -154,3 +154,23 @@ def test_2048_logical_ranks_of_an_moe_job_run_on_4_processes(tmp_path):
     step = tmp_path / "data" / "checkpoints" / "tiny_moe" / "global_epoch1_step1"
     assert len(list(step.iterdir())) == 2048 + 1 + 8 * 4  # optimizer files, the dense model, 4 layers x 8 experts
     assert json.loads((tmp_path / "run" / "summary.json").read_text())["status"] == "ok"
+
+
+@pytest.mark.parametrize("layout", ["dcp", "megatron"])
+def test_bf16_moments_beside_fp32_master_weights_as_deepseek_v3_trains(layout):
+    """DeepSeek-V3's report: AdamW's moments in bf16, master weights in fp32 (``model.moments_datatype``)."""
+    extra = ["++workload.model.mtp_layers=0"] if layout == "dcp" else []
+    both = [make_plan(tiny(f"++workload.checkpoint.layout={layout}", *extra, *m), 4)
+            for m in ([], ["++workload.model.moments_datatype=bf16"])]
+    items = [{(i.fqn, i.offsets, i.shape): i.dtype for r in p.ranks for f in r.files for i in f.items if i.dtype}
+             for p in both]
+    moments = [k for k in items[0] if ".exp_avg" in k[0]]
+    masters = [k for k in items[0] if "state.param." in k[0] or (layout == "dcp" and k[0].startswith("model."))]
+    assert moments and masters
+    assert {items[1][k] for k in moments} == {"bf16"} and {items[0][k] for k in moments} == {"fp32"}
+    assert {items[1][k] for k in masters} == {items[0][k] for k in masters}
+
+
+def test_moments_datatype_is_refused_where_the_optimizer_files_hold_one_dtype():
+    with pytest.raises(ConfigError, match="moments_datatype='bf16': means nothing with checkpoint.layout=deepspeed"):
+        tiny("++workload.model.moments_datatype=bf16")

@@ -84,6 +84,7 @@ class DcpLayout:
     files_per_rank: int
     scale: float = 1.0
     expert: int = 1  # MoE: the routed experts' EP degree (torchtitan's meshes)
+    moments_dtype: str = ""  # Adam's exp_avg and exp_avg_sq (default: optimizer_dtype)
 
     @classmethod
     def from_workload(cls, workload: Workload, world_size: int) -> DcpLayout:
@@ -91,7 +92,11 @@ class DcpLayout:
         params = m.optimizer_datatype if m.master_weights else m.model_datatype  # FSDP2 mixed precision
         shape = MoeShape.from_model(m) if m.family == "moe" else TransformerShape.from_model(m)
         return cls(shape, world_size, params, m.optimizer_datatype, ck.files_per_rank or 1, ck.scale,
-                   m.parallelism.expert)
+                   m.parallelism.expert, m.moments_datatype or m.optimizer_datatype)
+
+    @property
+    def moments(self) -> str:
+        return self.moments_dtype or self.optimizer_dtype
 
     def params(self) -> list[tuple[str, tuple[int, ...], str]]:
         """The model's state dict: (name, shape, kind), kind "param", "experts" or "buffer" (no optimizer
@@ -121,10 +126,9 @@ class DcpLayout:
             dim = 1 if rest * self.expert > self.shape.num_experts else 0
             return (f"FSDP2 over {self.world_size} ranks, routed experts over EP {self.expert} then FSDP2 on dim "
                     f"{dim} over {rest} (torchtitan), Adam; parameters {self.model_dtype}, moments "
-                    f"{self.optimizer_dtype}; {self.files_per_rank} file(s) per rank and .metadata")
+                    f"{self.moments}; {self.files_per_rank} file(s) per rank and .metadata")
         return (f"FSDP2 over {self.world_size} ranks (every parameter sharded on dim 0), Adam; parameters "
-                f"{self.model_dtype}, moments {self.optimizer_dtype}; {self.files_per_rank} file(s) per rank "
-                "and .metadata")
+                f"{self.model_dtype}, moments {self.moments}; {self.files_per_rank} file(s) per rank and .metadata")
 
     def tensors(self) -> list[Tensor]:
         """Every tensor saved, in rank 0's plan order, with its global shape; sharded tensors first appear
@@ -136,8 +140,8 @@ class DcpLayout:
             if kind != "buffer":
                 sharded, split = self.placed(shape, kind)
                 out += [Tensor(f"optim.state.{name}.step", (), "fp32", False),
-                        Tensor(f"optim.state.{name}.exp_avg", shape, self.optimizer_dtype, sharded, split),
-                        Tensor(f"optim.state.{name}.exp_avg_sq", shape, self.optimizer_dtype, sharded, split)]
+                        Tensor(f"optim.state.{name}.exp_avg", shape, self.moments, sharded, split),
+                        Tensor(f"optim.state.{name}.exp_avg_sq", shape, self.moments, sharded, split)]
         return out
 
     def group_items(self) -> tuple[Item, ...]:

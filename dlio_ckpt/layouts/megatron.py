@@ -87,6 +87,7 @@ class MegatronLayout:
     files_per_rank: int
     stages: tuple[int, ...]  # each block's pipeline stage
     scale: float = 1.0
+    moments_dtype: str = "fp32"  # the distributed optimizer's exp_avg and exp_avg_sq (its precision-aware option)
     common_pt_bytes: ClassVar[int] = COMMON_PT_BYTES
 
     @classmethod
@@ -94,7 +95,8 @@ class MegatronLayout:
         m, par, ck = workload.model, workload.model.parallelism, workload.checkpoint
         return cls(TransformerShape.from_model(m), world_size, par.tensor, par.pipeline,
                    world_size // (par.tensor * par.pipeline), m.model_datatype, ck.files_per_rank or FILES_PER_RANK,
-                   layer_stages(m.num_layers, par.pipeline, par.first_stage_layers, par.last_stage_layers), ck.scale)
+                   layer_stages(m.num_layers, par.pipeline, par.first_stage_layers, par.last_stage_layers), ck.scale,
+                   m.moments_datatype or "fp32")
 
     def describe(self) -> str:
         return (f"TP {self.tensor} × PP {self.pipeline} × DP {self.data}, the fully parallel save over DP, the "
@@ -148,7 +150,8 @@ class MegatronLayout:
     def shards(self) -> Iterator[Shard]:
         """Every chunk, in the group of its owner: weights in the model dtype, the optimizer's in fp32."""
         for t in self.tensors():
-            kind = "fp32" if t.fqn.startswith("optimizer.") else self.model_dtype
+            kind = (self.moments_dtype if t.fqn.startswith(("optimizer.state.exp_avg.", "optimizer.state.exp_avg_sq."))
+                    else "fp32" if t.fqn.startswith("optimizer.") else self.model_dtype)
             for chunk in t.chunks:
                 yield Shard(Item(t.fqn, kind, chunk[1], offsets=chunk[0]), self.owner(t, chunk))
 

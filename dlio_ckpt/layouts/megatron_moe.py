@@ -95,13 +95,15 @@ class MegatronMoeLayout:
     files_per_rank: int
     stages: tuple[int, ...]  # each block's pipeline stage
     scale: float = 1.0
+    moments_dtype: str = "fp32"  # the distributed optimizer's exp_avg and exp_avg_sq (its precision-aware option)
 
     @classmethod
     def from_workload(cls, workload: Workload, world_size: int) -> MegatronMoeLayout:
         m, par, ck = workload.model, workload.model.parallelism, workload.checkpoint
         return cls(MoeShape.from_model(m), world_size, par.tensor, par.pipeline, par.expert,
                    par.expert_tensor or par.tensor, m.model_datatype, ck.files_per_rank or FILES_PER_RANK,
-                   layer_stages(m.num_layers, par.pipeline, par.first_stage_layers, par.last_stage_layers), ck.scale)
+                   layer_stages(m.num_layers, par.pipeline, par.first_stage_layers, par.last_stage_layers), ck.scale,
+                   m.moments_datatype or "fp32")
 
     @cached_property
     def data(self) -> int:
@@ -303,7 +305,8 @@ class MegatronMoeLayout:
                 if cut != "bias":
                     key = self._optimizer_key(state, t, cut)
                     for (off, size), where, holders in placed:
-                        yield Shard(Item(key, "fp32", size, offsets=off), where, holders)
+                        dtype = "fp32" if state == "param" else self.moments_dtype
+                        yield Shard(Item(key, dtype, size, offsets=off), where, holders)
 
     def objects(self) -> Iterator[tuple[Item, int]]:
         """Each linear's ``_extra_state``: the dense ones from rank 0 of the block's stage, an expert's from its
