@@ -35,5 +35,9 @@ def file_format(workload: Any) -> Any:
 
 def make_plan(workload: Any, world_size: int) -> Any:
     """The whole job's files in the workload's ``checkpoint.layout`` (a ``planner.Plan``). Validation of
-    the world size is the caller's (config.check_world_size)."""
-    return load_layout(workload.checkpoint.layout).make_plan(workload, world_size)
+    the world size is the caller's (config.check_world_size). Built with the collector paused
+    (``planner.collector_paused``)."""
+    from ..planner import collector_paused  # this registry imports nothing of the package at import time
+
+    with collector_paused():
+        return load_layout(workload.checkpoint.layout).make_plan(workload, world_size)
