@@ -89,6 +89,10 @@ class Transformer(Section):
             for name, value in mla.items():
                 if value is None:
                     raise ConfigError(f"{key}.{name}", None, "is required with transformer.attention=mla")
+            for name, value in (("head_dim", self.head_dim), ("qk_norm", self.qk_norm or None)):
+                if value is not None:
+                    raise ConfigError(f"{key}.{name}", value, "applies to transformer.attention=gqa only (latent "
+                                      "attention's heads are qk_nope_head_dim + qk_rope_head_dim and v_head_dim)")
         else:
             for name, value in (*mla.items(), ("q_lora_rank", self.q_lora_rank)):
                 if value is not None:
@@ -162,6 +166,7 @@ class Model(Section):
             return self
         dense_only = {"moe": self.moe, "mtp_layers": self.mtp_layers or None,
                       "parallelism.expert": self.parallelism.expert if self.parallelism.expert > 1 else None,
+                      "parallelism.expert_tensor": self.parallelism.expert_tensor,
                       "transformer.attention": t.attention if t.attention != "gqa" else None,
                       "transformer.head_dim": t.head_dim, "transformer.qk_norm": t.qk_norm or None,
                       "transformer.tie_embeddings": t.tie_embeddings or None}

@@ -91,6 +91,14 @@ def test_deepspeed_moe_files_hold_what_deepspeed_wrote_here(extra, model, expert
     (["++workload.model.parallelism.first_stage_layers=1"], "workload.model.parallelism.first_stage_layers=1",
      "means nothing with checkpoint.layout=deepspeed"),
     (["++workload.mode=fsdp"], "workload.model.family='moe'", "MoE models run emulated"),
+    (["++workload.checkpoint.mode=subset", "++workload.model.parallelism.data=8"], "workload.checkpoint.mode='subset'",
+     "with checkpoint.layout=deepspeed every rank writes"),
+    (["++workload.model.transformer.qk_norm=true"], "workload.model.transformer.qk_norm=True",
+     "applies to transformer.attention=gqa only"),
+    (["++workload.checkpoint.layout=megatron", "++workload.model.transformer.tie_embeddings=true"],
+     "workload.model.transformer.tie_embeddings=True", "is not modelled with checkpoint.layout=megatron"),
+    (["++workload.checkpoint.layout=megatron", "++workload.model.parallelism.expert_tensor=3"],
+     "workload.model.moe.expert_ffn_hidden_size=128", "multiple of model.parallelism.expert_tensor (3)"),
 ])
 def test_what_a_layout_cannot_write_is_refused_naming_key_value_and_rule(extra, key, rule):
     with pytest.raises(ConfigError) as info:
@@ -98,9 +106,13 @@ def test_what_a_layout_cannot_write_is_refused_naming_key_value_and_rule(extra, 
     assert key in str(info.value) and rule in str(info.value)
 
 
-def test_a_dense_workload_refuses_the_moe_keys():
-    with pytest.raises(ConfigError, match="transformer.qk_norm=True: applies to model.family=moe only"):
-        compose(["workload=tiny", "++workload.model.transformer.qk_norm=true"], None)
+@pytest.mark.parametrize(("extra", "message"), [
+    (["++workload.model.transformer.qk_norm=true"], "transformer.qk_norm=True: applies to model.family=moe only"),
+    (["++workload.model.parallelism.expert_tensor=2"], "parallelism.expert_tensor=2: applies to model.family=moe"),
+])
+def test_a_dense_workload_refuses_the_moe_keys(extra, message):
+    with pytest.raises(ConfigError, match=message):
+        compose(["workload=tiny", *extra], None)
 
 
 @pytest.mark.parametrize(("extra", "world", "key", "rule"), [

@@ -30,7 +30,7 @@ from ..errors import ConfigError
 from ..formats import Format, get_format
 from ..planner import FilePlan, Plan, RankPlan, TensorGroup
 from . import deepspeed_moe, dlio
-from .rules import torch_save_only
+from .rules import every_rank_writes, torch_save_only
 
 if TYPE_CHECKING:
     from ..config import Workload
@@ -38,6 +38,7 @@ if TYPE_CHECKING:
 
 def check(workload: Workload) -> None:
     torch_save_only(workload, "deepspeed", "DeepSpeed")
+    every_rank_writes(workload, "deepspeed")  # subset mode is DLIO's: DeepSpeed's partitions are the job's
     if workload.model.family == "moe":
         deepspeed_moe.check(workload)
     stage = workload.model.parallelism.zero_stage

@@ -36,10 +36,11 @@ if TYPE_CHECKING:
 
 def check(workload: Workload) -> None:
     par = workload.model.parallelism
-    if par.zero_stage == 3:
-        raise ConfigError("workload.model.parallelism.zero_stage", 3, "must be 1 or 2 for an MoE model with "
-                          "checkpoint.layout=deepspeed: DeepSpeed refuses native MoE under ZeRO 3 (its AutoEP path is "
-                          "not modelled)")
+    if par.zero_stage in (0, 3):
+        raise ConfigError("workload.model.parallelism.zero_stage", par.zero_stage, "must be 1 or 2 for an MoE model "
+                          "with checkpoint.layout=deepspeed: DeepSpeed refuses native MoE under ZeRO 3 (its AutoEP "
+                          "path is not modelled), and without ZeRO keeps the optimizer in the model files (not "
+                          "measured)")
     if par.pipeline != 1:
         raise ConfigError("workload.model.parallelism.pipeline", par.pipeline, "must be 1 for an MoE model with "
                           "checkpoint.layout=deepspeed: DeepSpeed's MoE save with its pipeline engine is not modelled "

@@ -11,7 +11,7 @@ its own saves on CPU (gloo) in ``tests/test_megatron_layout.py``:
   are replicated over TP and written from TP rank 0 only. Each linear has an ``_extra_state`` object per
   layer, written by rank 0 of its stage.
 - The distributed optimizer's state in its ``fully_reshardable`` form: ``optimizer.state.{param,exp_avg,
-  exp_avg_sq}.<key>`` in fp32 for every weight, chunked as the weight.
+  exp_avg_sq}.<key>`` for every weight, chunked as the weight: fp32, the moments in ``moments_datatype`` if set.
 - The fully parallel save (``FullyParallelSaveStrategyWrapper``, Megatron-LM's default) spreads the chunks
   each data-parallel group holds over its ranks: largest first, each to the least loaded rank
   (``exchange_utils.distribute_shards_to_ranks``), so every rank writes about total/world.
@@ -100,8 +100,8 @@ class MegatronLayout:
 
     def describe(self) -> str:
         return (f"TP {self.tensor} × PP {self.pipeline} × DP {self.data}, the fully parallel save over DP, the "
-                f"distributed optimizer (fp32 parameters and moments); {self.files_per_rank} files per rank, "
-                ".metadata, common.pt, metadata.json")
+                f"distributed optimizer (fp32 parameters, {self.moments_dtype} moments); {self.files_per_rank} files "
+                "per rank, .metadata, common.pt, metadata.json")
 
     def problems(self, plan: Plan) -> list[str]:
         """Every chunk of every tensor written exactly once, every object once."""
@@ -148,7 +148,8 @@ class MegatronLayout:
         return out
 
     def shards(self) -> Iterator[Shard]:
-        """Every chunk, in the group of its owner: weights in the model dtype, the optimizer's in fp32."""
+        """Every chunk, in the group of its owner: weights in the model dtype, the optimizer's parameters in
+        fp32 and its moments in ``moments_dtype``."""
         for t in self.tensors():
             kind = (self.moments_dtype if t.fqn.startswith(("optimizer.state.exp_avg.", "optimizer.state.exp_avg_sq."))
                     else "fp32" if t.fqn.startswith("optimizer.") else self.model_dtype)

@@ -15,7 +15,8 @@ specs, SequentialMLP experts, the distributed optimizer, the fully parallel save
 - The router's weight is replicated (written from tensor-parallel rank 0's group), DeepSeek's expert bias too
   (fp32, a buffer: no optimizer state). The distributed optimizer keeps two chained optimizers, so its
   state is ``chained_0.optimizer.state.{param,exp_avg,exp_avg_sq}.<key>`` for the dense parameters and
-  ``chained_1...`` for the experts, fp32, chunked as the weights.
+  ``chained_1...`` for the experts, chunked as the weights: fp32 parameters, moments in ``moments_datatype``
+  (fp32 unless set).
 - Latent attention on the local spec: ``linear_q_down_proj``, ``linear_q_up_proj``, ``linear_kv_down_proj``,
   ``linear_kv_up_proj`` (all split on rows over tensor parallelism; TransformerEngine's spec keeps the down
   projections whole on every rank), ``q_layernorm``, ``kv_layernorm``, ``input_layernorm``, ``pre_mlp_layernorm``.
@@ -48,26 +49,36 @@ Placed = tuple[Chunk, tuple[int, int], tuple[int, ...] | None]  # a chunk, its g
 
 
 def check(workload: Workload) -> None:
-    """Megatron's rules for an MoE model: every split dimension divides, the MTP module is not modelled."""
+    """Megatron's rules for an MoE model: every dimension it splits divides by what splits it; a tied head
+    is not modelled."""
     m, par = workload.model, workload.model.parallelism
     s = MoeShape.from_model(m)
     etp = par.expert_tensor or par.tensor
-    rules = [("transformer.num_attention_heads", s.num_attention_heads, par.tensor, "tensor"),
-             ("transformer.vocab_size", s.vocab_size, par.tensor, "tensor"),
-             ("transformer.ffn_hidden_size", s.ffn_hidden_size, par.tensor, "tensor"),
-             ("moe.expert_ffn_hidden_size", s.expert_ffn_hidden_size, etp, "expert_tensor"),
-             ("moe.expert_ffn_hidden_size x num_shared_experts", s.expert_ffn_hidden_size * s.num_shared_experts,
-              par.tensor, "tensor")]
+    if s.tie_embeddings:
+        raise ConfigError("workload.model.transformer.tie_embeddings", True, "is not modelled with "
+                          "checkpoint.layout=megatron (its shared output layer has not been held to a real save): "
+                          "leave it out, or use checkpoint.layout=dcp or deepspeed")
+    t = m.transformer
+    # (key, its value, the width it gives, what splits it): a width is what must divide
+    rules = [("transformer.num_attention_heads", t.num_attention_heads, s.num_attention_heads, "tensor"),
+             ("transformer.vocab_size", t.vocab_size, s.vocab_size, "tensor"),
+             ("moe.expert_ffn_hidden_size", s.expert_ffn_hidden_size, s.expert_ffn_hidden_size, "expert_tensor"),
+             ("moe.num_shared_experts", s.num_shared_experts, s.expert_ffn_hidden_size * s.num_shared_experts,
+              "tensor")]
+    if not all(s.is_moe_layer(i) for i in range(s.num_layers)):  # dense blocks split their MLP too
+        rules.append(("transformer.ffn_hidden_size", t.ffn_hidden_size, s.ffn_hidden_size, "tensor"))
+    if s.mtp_layers:  # the MTP module's projection is split on its rows, the hidden size
+        rules.append(("transformer.hidden_size", t.hidden_size, s.hidden_size, "tensor"))
     if s.attention == "gqa":
-        rules.append(("transformer.num_kv_heads", s.num_kv_heads, par.tensor, "tensor"))
+        rules.append(("transformer.num_kv_heads", t.num_kv_heads, s.num_kv_heads, "tensor"))
     else:
-        rules += [("transformer.q_lora_rank", s.q_lora_rank, par.tensor, "tensor"),
-                  ("transformer.kv_lora_rank + qk_rope_head_dim", s.kv_lora_rank + s.qk_rope_head_dim, par.tensor,
-                   "tensor")]
-    for name, value, divisor, by in rules:
-        if value % divisor:
-            raise ConfigError(f"workload.model.{name}", value, f"must be a multiple of model.parallelism.{by} "
-                              f"({divisor}) with checkpoint.layout=megatron: it is split over those ranks")
+        rules += [("transformer.q_lora_rank", t.q_lora_rank, s.q_lora_rank, "tensor"),
+                  ("transformer.kv_lora_rank", t.kv_lora_rank, s.kv_lora_rank + s.qk_rope_head_dim, "tensor")]
+    for name, value, width, by in rules:
+        divisor = etp if by == "expert_tensor" else par.tensor
+        if width % divisor:
+            raise ConfigError(f"workload.model.{name}", value, f"gives a split width of {width}, which must be a "
+                              f"multiple of model.parallelism.{by} ({divisor}) with checkpoint.layout=megatron")
 
 
 def check_world(workload: Workload, world_size: int) -> None:
@@ -122,8 +133,8 @@ class MegatronMoeLayout:
         return (f"TP {self.tensor} × PP {self.pipeline} × DP {self.data}; experts over EP {self.expert} × expert TP "
                 f"{self.expert_tensor} ({self.local_experts} per rank, expert DP "
                 f"{self.tensor * self.data // (self.expert * self.expert_tensor)}); the fully parallel save, the "
-                f"distributed optimizer (fp32); {self.files_per_rank} files per rank, .metadata, common.pt, "
-                "metadata.json")
+                f"distributed optimizer (fp32 parameters, {self.moments_dtype} moments); {self.files_per_rank} files "
+                "per rank, .metadata, common.pt, metadata.json")
 
     def last(self, n: int, divisor: int = 1) -> int:
         """``checkpoint.scale`` shrinks a tensor's last dimension, kept a multiple of what splits it."""
