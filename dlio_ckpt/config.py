@@ -32,6 +32,7 @@ from .layouts import NAMES as LAYOUT_NAMES
 from .layouts import load_layout
 from .modes import NAMES as MODE_NAMES
 from .modes import REGISTRY as MODES
+from .moe import is_moe_block
 
 Datatype = Literal["fp16", "bf16", "fp32", "fp64", "int8", "uint8"]
 MIB = 1 << 20
@@ -157,10 +158,10 @@ class Model(Section):
             if t.attention == "gqa" and t.num_attention_heads % t.num_kv_heads:
                 raise ConfigError(f"{key}.transformer.num_kv_heads", t.num_kv_heads, "must divide num_attention_heads "
                                   f"({t.num_attention_heads}): each key/value head serves a group of query heads")
-            if not any(i >= e.first_dense_layers and (i + 1) % e.layer_step == 0 for i in range(self.num_layers)):
+            if not any(is_moe_block(i, e.first_dense_layers, e.layer_step) for i in range(self.num_layers)):
                 raise ConfigError(f"{key}.moe.first_dense_layers", e.first_dense_layers, f"leaves no MoE layer among "
                                   f"{self.num_layers} (layer_step {e.layer_step}): use family=dense")
-            if self.parallelism.expert > e.num_experts or e.num_experts % self.parallelism.expert:
+            if e.num_experts % self.parallelism.expert:
                 raise ConfigError(f"{key}.parallelism.expert", self.parallelism.expert, "must divide moe.num_experts "
                                   f"({e.num_experts}): each expert-parallel rank holds the same number of experts")
             return self

@@ -22,6 +22,12 @@ if TYPE_CHECKING:
     from .config import Model
 
 
+def is_moe_block(layer: int, first_dense: int, step: int) -> bool:
+    """Whether block ``layer`` (0-based) is MoE: DeepSeek's first dense blocks, Llama 4's interleaving (every
+    ``step``-th block). The config's rules ask it before a shape exists."""
+    return layer >= first_dense and (layer + 1) % step == 0
+
+
 @dataclass(frozen=True)
 class Param:
     """One tensor of the state dict. ``experts``: dim 0 counts routed experts (expert parallelism shards
@@ -77,8 +83,7 @@ class MoeShape:
                    e.expert_ffn_hidden_size, e.first_dense_layers, e.layer_step, e.router_bias, m.mtp_layers)
 
     def is_moe_layer(self, layer: int) -> bool:
-        """DeepSeek's first dense layers, Llama 4's interleaving (every ``layer_step``-th block)."""
-        return layer >= self.first_dense_layers and (layer + 1) % self.layer_step == 0
+        return is_moe_block(layer, self.first_dense_layers, self.layer_step)
 
     def attention_params(self, prefix: str) -> list[Param]:
         h, n = self.hidden_size, self.num_attention_heads

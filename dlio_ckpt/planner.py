@@ -22,6 +22,11 @@ from .model import DATATYPE_BYTES, TransformerShape
 GIB = 1 << 30
 
 
+def scaled(numel: int, scale: float) -> int:
+    """``checkpoint.scale``: shrink a tensor, keeping at least one element of a non-empty one."""
+    return numel if scale == 1.0 or numel == 0 else max(1, int(numel * scale))
+
+
 @contextmanager
 def collector_paused() -> Iterator[None]:
     """Python's garbage collector waits while a plan is built or checked: a plan of thousands of ranks is a

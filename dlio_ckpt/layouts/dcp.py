@@ -32,6 +32,7 @@ from collections import Counter
 from dataclasses import dataclass
 from functools import cache
 from hashlib import blake2b
+from itertools import accumulate
 from math import prod
 from typing import TYPE_CHECKING, ClassVar
 
@@ -42,7 +43,7 @@ from ..model import DATATYPE_BYTES, TransformerShape
 from ..moe import MoeShape
 from ..planner import CoordinatorFile, Item, ItemFile, Plan, PlannedFile, RankPlan
 from . import dcp_moe
-from .dcp_metadata import Tensor, chunks_listed, fsdp_chunk, metadata_size
+from .dcp_metadata import Tensor, fsdp_chunk, metadata_size
 from .rules import every_rank_writes, torch_save_only
 
 if TYPE_CHECKING:
@@ -220,20 +221,21 @@ def _empty_owners(lay: DcpLayout, tensors: list[Tensor], planned: dict[int, int]
     empties: dict[int, list[int]] = {}  # first empty rank: positions (in plan order) of its empty tensors
     sharded = [t for t in tensors if t.sharded]
     for k, t in enumerate(sharded):
-        first = chunks_listed(t, w) - 1
-        if t.split is None and first < w and not _shard_item(t, w, first).shape[0]:
+        first = -(-t.shape[0] // fsdp_chunk(t.shape[0], w)) if t.shape[0] else 0  # the ranks with rows
+        if t.split is None and first < w:
             empties.setdefault(first, []).append(k)
+    # a rank's items weigh their whole tensors, the same on every rank: what precedes position k
+    before = list(accumulate((prod(t.shape) * DATATYPE_BYTES[t.dtype] or 1 for t in sharded), initial=0))
     heap = [(planned.get(r, 0), r) for r in range(1, w)]
     heapq.heapify(heap)
     assigned = dict(planned)
     for first in sorted(empties):
-        own = [_shard_item(t, w, first).whole_nbytes for t in sharded]
         for k in empties[first]:
-            mine = assigned.get(first, 0) + sum(own[:k])
+            mine = assigned.get(first, 0) + before[k]
             while heap and (heap[0][1] <= first or heap[0][0] != assigned.get(heap[0][1], 0)):
                 heapq.heappop(heap)  # ranks already walked, or stale entries
             owner = heap[0][1] if heap and heap[0][0] < mine else first
-            size = _shard_item(sharded[k], w, first).whole_nbytes or 1  # weighed by its whole tensor
+            size = before[k + 1] - before[k]
             if owner != first:
                 heapq.heapreplace(heap, (assigned.get(owner, 0) + size, owner))
             assigned[owner] = assigned.get(owner, 0) + size

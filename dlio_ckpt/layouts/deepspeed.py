@@ -28,8 +28,9 @@ from typing import TYPE_CHECKING, ClassVar
 
 from ..errors import ConfigError
 from ..formats import Format, get_format
-from ..planner import FilePlan, Plan, RankPlan, TensorGroup
+from ..planner import FilePlan, Plan, RankPlan
 from . import deepspeed_moe, dlio
+from .deepspeed_files import model_states, model_stem, optimizer_states, optimizer_stem, placeholder_states
 from .rules import every_rank_writes, torch_save_only
 
 if TYPE_CHECKING:
@@ -48,22 +49,6 @@ def check(workload: Workload) -> None:
                           "files, not measured here; layout=dlio models it)")
 
 
-def model_states(stem: str, dtype: str, numels: tuple[int, ...]) -> FilePlan:
-    """The module's weights (ZeRO 1, 2): one tensor per parameter, in the training dtype."""
-    return FilePlan(stem, "model", dtype, (TensorGroup("module", numels),))
-
-
-def placeholder_states(stem: str, dtype: str, parameters: int) -> FilePlan:
-    """ZeRO 3's model file: an empty tensor per parameter, the weights being in the optimizer's partitions."""
-    return FilePlan(stem, "model", dtype, (TensorGroup("module", (0,) * parameters),))
-
-
-def optimizer_states(stem: str, dtype: str, elements: int, data: int) -> FilePlan:
-    """A data-parallel rank's partition (padded to divide): fp32 master weights, exp_avg, exp_avg_sq, step."""
-    part = -(-elements // data)
-    return FilePlan(stem, "optimizer", dtype, (TensorGroup(None, (part, part, part, 1)),))
-
-
 @dataclass(frozen=True)
 class DeepSpeedLayout(dlio.DlioLayout):
     name: ClassVar[str] = "deepspeed"
@@ -72,13 +57,13 @@ class DeepSpeedLayout(dlio.DlioLayout):
         return f"layer_{layer:02d}-model_{tp:02d}-model_states"
 
     def model_stem(self, mp: int) -> str:
-        return f"mp_rank_{mp:02d}_model_states"
+        return model_stem(mp)
 
     def sharded_model_stem(self, dp: int, mp: int) -> str:
         return f"zero_pp_rank_{dp}_mp_rank_{mp:02d}_model_states"
 
     def optimizer_stem(self, dp: int, mp: int) -> str:
-        return f"{'bf16_' if self.model_dtype == 'bf16' else ''}zero_pp_rank_{dp}_mp_rank_{mp:02d}_optim_states"
+        return optimizer_stem(dp, mp, self.model_dtype)
 
     def problems(self, plan: Plan) -> list[str]:
         """Every model-parallel rank's parameters in its data-parallel ranks' optimizer partitions."""

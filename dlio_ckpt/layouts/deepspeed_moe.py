@@ -28,7 +28,8 @@ from typing import TYPE_CHECKING, ClassVar
 
 from ..errors import ConfigError
 from ..moe import MoeShape, Param
-from ..planner import FilePlan, Plan, RankPlan, TensorGroup
+from ..planner import FilePlan, Plan, RankPlan, TensorGroup, scaled
+from .deepspeed_files import expert_stem, model_states, model_stem, optimizer_states, optimizer_stem
 
 if TYPE_CHECKING:
     from ..config import Workload
@@ -96,7 +97,7 @@ class DeepSpeedMoeLayout:
                 f"{self.shape.num_experts} expert files per TP rank")
 
     def scaled(self, numel: int) -> int:
-        return numel if self.scale == 1.0 or numel == 0 else max(1, int(numel * self.scale))
+        return scaled(numel, self.scale)
 
     @cached_property
     def moe_blocks(self) -> tuple[tuple[Param, ...], ...]:
@@ -124,24 +125,20 @@ class DeepSpeedMoeLayout:
                      for p in self.moe_blocks[0])
 
     def optimizer_file(self, dp: int, tp: int) -> FilePlan:
-        dense = -(-self.dense_trainable // self.data)
-        experts = -(-sum(self.expert_numels) * self.local_experts * len(self.moe_blocks) // (self.data // self.expert))
-        prefix = "bf16_" if self.model_dtype == "bf16" else ""
-        return FilePlan(f"{prefix}zero_pp_rank_{dp}_mp_rank_{tp:02d}_optim_states", "optimizer", self.optimizer_dtype,
-                        (TensorGroup(None, (dense, dense, dense, 1, experts, experts, experts, 1)),))
+        experts = sum(self.expert_numels) * self.local_experts * len(self.moe_blocks)
+        return optimizer_states(optimizer_stem(dp, tp, self.model_dtype), self.optimizer_dtype, self.dense_trainable,
+                                self.data, (experts, self.data // self.expert))
 
     def rank_plan(self, rank: int) -> RankPlan:
         tp, dp = rank % self.tensor, rank // self.tensor
         files = []
         if dp == 0:
-            files.append(FilePlan(f"mp_rank_{tp:02d}_model_states", "model", self.model_dtype,
-                                  (TensorGroup("module", self.dense_numels),)))
+            files.append(model_states(model_stem(tp), self.model_dtype, self.dense_numels))
         if dp < self.expert:  # expert-data-parallel rank 0 of EP rank dp
             for layer in range(len(self.moe_blocks)):
                 for j in range(self.local_experts):
-                    files.append(FilePlan(f"layer_{layer}_expert_{dp * self.local_experts + j}_mp_rank_{tp:02d}"
-                                          "_model_states", "model", self.model_dtype,
-                                          (TensorGroup(None, self.expert_numels),)))
+                    files.append(FilePlan(expert_stem(layer, dp * self.local_experts + j, tp), "model",
+                                          self.model_dtype, (TensorGroup(None, self.expert_numels),)))
         files.append(self.optimizer_file(dp, tp))
         return RankPlan(rank, tp, 0, dp, tp, tuple(files))
 

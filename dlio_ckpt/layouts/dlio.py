@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, ClassVar
 
 from ..formats import Format, get_format
 from ..model import TransformerShape
-from ..planner import FilePlan, Plan, RankPlan, TensorGroup
+from ..planner import FilePlan, Plan, RankPlan, TensorGroup, scaled
 from .rules import dense_only
 
 if TYPE_CHECKING:
@@ -58,10 +58,7 @@ class DlioLayout:
         return p // (self.data * self.mp) if self.zero_stage >= 1 else p // self.mp
 
     def scaled(self, numel: int) -> int:
-        """``checkpoint.scale``: shrink a tensor, keeping at least one element of a non-empty one."""
-        if self.scale == 1.0 or numel == 0:
-            return numel
-        return max(1, int(numel * self.scale))
+        return scaled(numel, self.scale)
 
     def is_writer(self, rank: int) -> bool:
         return self.zero_stage >= 1 or rank < self.mp

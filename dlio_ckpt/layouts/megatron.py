@@ -42,11 +42,13 @@ from .megatron_files import (
     COMMON_PT_BYTES,
     EXTRA_STATE,
     FILES_PER_RANK,
+    Chunk,
     Shard,
     check_stages,
     layer_stages,
     plan_of,
     rank_of,
+    tp_cuts,
 )
 from .rules import every_rank_writes, torch_save_only
 
@@ -54,7 +56,6 @@ if TYPE_CHECKING:
     from ..config import Workload
 
 LINEARS = ("self_attention.linear_proj", "self_attention.linear_qkv", "mlp.linear_fc1", "mlp.linear_fc2")
-Chunk = tuple[tuple[int, ...], tuple[int, ...]]
 
 
 def check(workload: Workload) -> None:
@@ -124,24 +125,22 @@ class MegatronLayout:
         fp32 copies of each, chunked alike."""
         s, t, c = self.shape, self.tensor, self.cols
         h, f, v, q, n = c(s.hidden_size), s.ffn_hidden_size, s.vocab_size, s.hidden_size + 2 * s.kv_dim, s.num_layers
-        rows = [((tp * v // t, 0), (v // t, h)) for tp in range(t)]
-        out = [Chunked("embedding.word_embeddings.weight", (v, h), tuple(rows))]
-        per_layer = {  # name: (global shape, chunks of one layer over TP ranks (without the layer index))
-            "self_attention.linear_proj.weight": ((n, s.hidden_size, h), [((0, tp * h // t), (s.hidden_size, h // t))
-                                                                          for tp in range(t)]),
-            "self_attention.linear_qkv.weight": ((n, q, h), [((tp * q // t, 0), (q // t, h)) for tp in range(t)]),
-            "mlp.linear_fc1.weight": ((n, 2 * f, h), [((half * f + tp * f // t, 0), (f // t, h))
-                                                     for tp in range(t) for half in (0, 1)]),
-            "mlp.linear_fc2.weight": ((n, s.hidden_size, c(f)), [((0, tp * c(f) // t), (s.hidden_size, c(f) // t))
-                                                                for tp in range(t)]),
-            "self_attention.linear_qkv.layer_norm_weight": ((n, h), [((0,), (h,))]),
-            "mlp.linear_fc1.layer_norm_weight": ((n, h), [((0,), (h,))]),
+        rows = tuple(chunk for chunk, _ in tp_cuts((v, h), "rows", t))
+        out = [Chunked("embedding.word_embeddings.weight", (v, h), rows)]
+        per_layer = {  # name: (one layer's shape, its cut over TP ranks)
+            "self_attention.linear_proj.weight": ((s.hidden_size, h), "cols"),
+            "self_attention.linear_qkv.weight": ((q, h), "rows"),
+            "mlp.linear_fc1.weight": ((2 * f, h), "halves"),
+            "mlp.linear_fc2.weight": ((s.hidden_size, c(f)), "cols"),
+            "self_attention.linear_qkv.layer_norm_weight": ((h,), "whole"),
+            "mlp.linear_fc1.layer_norm_weight": ((h,), "whole"),
         }
-        for name, (shape, chunks) in per_layer.items():
-            out.append(Chunked(f"decoder.layers.{name}", shape,
+        for name, (shape, cut) in per_layer.items():
+            chunks = [chunk for chunk, _ in tp_cuts(shape, cut, t)]
+            out.append(Chunked(f"decoder.layers.{name}", (n, *shape),
                                tuple(((layer, *off), (1, *size)) for layer in range(n) for off, size in chunks)))
         out.append(Chunked("decoder.final_layernorm.weight", (h,), (((0,), (h,)),)))
-        out.append(Chunked("output_layer.weight", (v, h), tuple(rows)))
+        out.append(Chunked("output_layer.weight", (v, h), rows))
         weights = list(out)
         for state in ("param", "exp_avg", "exp_avg_sq"):
             out += [Chunked(f"optimizer.state.{state}.{w.fqn}", w.shape, w.chunks) for w in weights]

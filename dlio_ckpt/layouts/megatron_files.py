@@ -17,6 +17,7 @@ from .dcp_metadata import Chunked, listed_metadata_size
 FILES_PER_RANK = 2  # megatron-core's TorchDistSaveShardedStrategy thread_count
 # rank 0's small files, as megatron-core 0.16.1 writes them for a GPT model with the distributed optimizer
 COMMON_PT_BYTES = 1895  # torch.save of {iteration, optimizer param_groups, sharding type}
+Chunk = tuple[tuple[int, ...], tuple[int, ...]]  # offsets and sizes in the whole tensor
 METADATA_JSON_BYTES = 119  # {"sharded_backend": "torch_dist", ... "common_backend_version": 1}
 EXTRA_STATE = pickle.dumps([None], protocol=2)  # a linear's _extra_state without TransformerEngine
 
@@ -72,6 +73,25 @@ def check_stages(layers: int, pipeline: int, first: int | None, last: int | None
         raise ConfigError("workload.model.num_layers", layers, f"must split into {pipeline} pipeline stages with "
                           f"checkpoint.layout=megatron ({shown}): the blocks left must divide evenly over the other "
                           f"{inner} stages (Megatron's split)")
+
+
+def tp_cuts(shape: tuple[int, ...], cut: str, tensor: int) -> list[tuple[Chunk, int]]:
+    """A 2-D (or 1-D) tensor's chunks over tensor parallelism, each with its tensor-parallel rank: ``whole``
+    (replicated: rank 0's is the main replica), ``rows`` (column-parallel: output rows), ``cols``
+    (row-parallel: input columns), ``halves`` (a SwiGLU fc1: its gate and up halves split apart)."""
+    if cut == "whole":
+        return [(((0,) * len(shape), shape), 0)]
+    if cut == "rows":
+        r = shape[0] // tensor
+        return [(((tp * r, 0), (r, shape[1])), tp) for tp in range(tensor)]
+    if cut == "cols":
+        c = shape[1] // tensor
+        return [(((0, tp * c), (shape[0], c)), tp) for tp in range(tensor)]
+    if cut == "halves":
+        f = shape[0] // 2
+        return [(((half * f + tp * f // tensor, 0), (f // tensor, shape[1])), tp)
+                for tp in range(tensor) for half in (0, 1)]
+    raise ValueError(f"no tensor-parallel cut {cut!r}")
 
 
 def rank_of(tensor: int, data: int, tp: int, dp: int, pp: int) -> int:

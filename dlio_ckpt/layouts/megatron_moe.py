@@ -38,13 +38,12 @@ from ..errors import ConfigError
 from ..moe import MoeShape
 from ..planner import Item, ItemFile, Plan
 from .dcp_metadata import Chunked
-from .megatron_files import EXTRA_STATE, FILES_PER_RANK, Shard, layer_stages, rank_of
+from .megatron_files import EXTRA_STATE, FILES_PER_RANK, Chunk, Shard, layer_stages, rank_of, tp_cuts
 
 if TYPE_CHECKING:
     from ..config import Workload
 
 COMMON_PT_BYTES = 2087  # common.pt with two chained optimizers' param groups (megatron-core 0.16.1)
-Chunk = tuple[tuple[int, ...], tuple[int, ...]]
 Placed = tuple[Chunk, tuple[int, int], tuple[int, ...] | None]  # a chunk, its group (tp, pp), its holders
 
 
@@ -211,18 +210,9 @@ class MegatronMoeLayout:
     def cuts(self, shape: tuple[int, ...], cut: str) -> list[tuple[Chunk, int, int | None]]:
         """A block tensor's chunks, each with the tensor-parallel rank of its group (dense) or its
         (expert-tensor rank, expert) (experts: returned as etp and the expert's index)."""
-        t, et = self.tensor, self.expert_tensor
-        if cut in ("whole", "bias"):
-            return [(((0,) * len(shape), shape), 0, None)]
-        if cut == "rows":
-            r = shape[0] // t
-            return [(((tp * r, 0), (r, shape[1])), tp, None) for tp in range(t)]
-        if cut == "cols":
-            c = shape[1] // t
-            return [(((0, tp * c), (shape[0], c)), tp, None) for tp in range(t)]
-        if cut == "halves":
-            f = shape[0] // 2
-            return [(((half * f + tp * f // t, 0), (f // t, shape[1])), tp, None) for tp in range(t) for half in (0, 1)]
+        et = self.expert_tensor
+        if not cut.startswith("experts"):
+            return [(chunk, tp, None) for chunk, tp in tp_cuts(shape, "whole" if cut == "bias" else cut, self.tensor)]
         e, rows, cols = shape
         if cut == "experts_fc1":
             f = rows // 2

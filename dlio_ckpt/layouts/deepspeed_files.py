@@ -1,0 +1,41 @@
+"""DeepSpeed's file names and what its files hold, for dense models (:mod:`.deepspeed`) and mixtures of
+experts (:mod:`.deepspeed_moe`) alike: DeepSpeed 0.19.8's ``runtime/engine.py`` (``_get_ckpt_name``,
+``_get_zero_ckpt_name``, ``_get_expert_ckpt_name``). Only ``mp`` is zero-padded; ``bf16_`` prefixes the
+optimizer files of a bf16 run whatever the ZeRO stage."""
+
+from __future__ import annotations
+
+from ..planner import FilePlan, TensorGroup
+
+
+def model_stem(mp: int) -> str:
+    return f"mp_rank_{mp:02d}_model_states"
+
+
+def optimizer_stem(dp: int, mp: int, model_dtype: str) -> str:
+    return f"{'bf16_' if model_dtype == 'bf16' else ''}zero_pp_rank_{dp}_mp_rank_{mp:02d}_optim_states"
+
+
+def expert_stem(layer: int, expert: int, mp: int) -> str:
+    """One expert of one MoE layer: ``layer`` counts MoE layers only, ``expert`` is the global id."""
+    return f"layer_{layer}_expert_{expert}_mp_rank_{mp:02d}_model_states"
+
+
+def model_states(stem: str, dtype: str, numels: tuple[int, ...]) -> FilePlan:
+    """The module's weights (ZeRO 1, 2): one tensor per parameter, in the training dtype."""
+    return FilePlan(stem, "model", dtype, (TensorGroup("module", numels),))
+
+
+def placeholder_states(stem: str, dtype: str, parameters: int) -> FilePlan:
+    """ZeRO 3's model file: an empty tensor per parameter, the weights being in the optimizer's partitions."""
+    return FilePlan(stem, "model", dtype, (TensorGroup("module", (0,) * parameters),))
+
+
+def optimizer_states(stem: str, dtype: str, elements: int, data: int,
+                     experts: tuple[int, int] | None = None) -> FilePlan:
+    """A data-parallel rank's partition (padded to divide): fp32 master weights, exp_avg, exp_avg_sq, step;
+    ``experts`` (an MoE model): the EP rank's expert parameters and the expert-data-parallel size they are
+    partitioned over, a second param group alike."""
+    groups = [(elements, data), *([experts] if experts else [])]
+    return FilePlan(stem, "optimizer", dtype,
+                    (TensorGroup(None, tuple(n for e, d in groups for n in (-(-e // d),) * 3 + (1,))),))
