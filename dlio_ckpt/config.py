@@ -32,7 +32,6 @@ from .layouts import NAMES as LAYOUT_NAMES
 from .layouts import load_layout
 from .modes import NAMES as MODE_NAMES
 from .modes import REGISTRY as MODES
-from .moe import is_moe_block
 
 Datatype = Literal["fp16", "bf16", "fp32", "fp64", "int8", "uint8"]
 MIB = 1 << 20
@@ -99,6 +98,12 @@ class Transformer(Section):
                 if value is not None:
                     raise ConfigError(f"{key}.{name}", value, "applies to transformer.attention=mla only")
         return self
+
+
+def is_moe_block(layer: int, first_dense: int, step: int) -> bool:
+    """Whether block ``layer`` (0-based) is MoE: DeepSeek's first dense blocks, Llama 4's interleaving (every
+    ``step``-th block). The rules below ask it before a shape exists; ``moe.MoeShape`` asks it too."""
+    return layer >= first_dense and (layer + 1) % step == 0
 
 
 class Moe(Section):

@@ -18,14 +18,10 @@ from functools import cached_property
 from math import prod
 from typing import TYPE_CHECKING
 
+from .config import is_moe_block
+
 if TYPE_CHECKING:
     from .config import Model
-
-
-def is_moe_block(layer: int, first_dense: int, step: int) -> bool:
-    """Whether block ``layer`` (0-based) is MoE: DeepSeek's first dense blocks, Llama 4's interleaving (every
-    ``step``-th block). The config's rules ask it before a shape exists."""
-    return layer >= first_dense and (layer + 1) % step == 0
 
 
 @dataclass(frozen=True)

@@ -9,14 +9,12 @@ every rank whose shards have the same shapes), so plans of many thousand ranks a
 
 from __future__ import annotations
 
-import gc
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import cached_property
 from math import prod
 from typing import Literal, Protocol
 
+from .collector import collector_paused
 from .model import DATATYPE_BYTES, TransformerShape
 
 GIB = 1 << 30
@@ -25,20 +23,6 @@ GIB = 1 << 30
 def scaled(numel: int, scale: float) -> int:
     """``checkpoint.scale``: shrink a tensor, keeping at least one element of a non-empty one."""
     return numel if scale == 1.0 or numel == 0 else max(1, int(numel * scale))
-
-
-@contextmanager
-def collector_paused() -> Iterator[None]:
-    """Python's garbage collector waits while a plan is built or checked: a plan of thousands of ranks is a
-    million small objects that all live as long as the plan, and the collector's passes over them took a
-    third of deepseek_v3's plan at 2048 ranks (they free nothing)."""
-    collecting = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if collecting:
-            gc.enable()
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,8 @@ import importlib
 from types import ModuleType
 from typing import Any
 
+from ..collector import collector_paused
+
 REGISTRY: dict[str, str] = {  # name: module, and what it emulates
     "dlio": "dlio_ckpt.layouts.dlio",  # DLIO's model of a DeepSpeed job (MLPerf Storage v2.0), byte for byte
     "deepspeed": "dlio_ckpt.layouts.deepspeed",  # what DeepSpeed 0.19.8 writes for ZeRO 1-3, its names
@@ -35,9 +37,6 @@ def file_format(workload: Any) -> Any:
 
 def make_plan(workload: Any, world_size: int) -> Any:
     """The whole job's files in the workload's ``checkpoint.layout`` (a ``planner.Plan``). Validation of
-    the world size is the caller's (config.check_world_size). Built with the collector paused
-    (``planner.collector_paused``)."""
-    from ..planner import collector_paused  # this registry imports nothing of the package at import time
-
+    the world size is the caller's (config.check_world_size). Built with the collector paused."""
     with collector_paused():
         return load_layout(workload.checkpoint.layout).make_plan(workload, world_size)
