@@ -31,7 +31,7 @@ def load_layout(name: str) -> ModuleType:
 
 def file_format(workload: Any) -> Any:
     """The bytes of the files the workload's layout writes (a ``formats.Format``; this registry imports
-    nothing of the package, so the config can derive its choices from it)."""
+    nothing of the package but the leaf ``collector``, so the config can derive its choices from it)."""
     return load_layout(workload.checkpoint.layout).file_format(workload)
 
 
