@@ -19,6 +19,8 @@ import logging
 import queue
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from .backends import Backend
@@ -31,6 +33,11 @@ from .results import OpRecord, ProcessCost
 from .steps import manifest_path, remove_step, step_name
 
 log = logging.getLogger("dlio_ckpt")
+
+
+def on_tier(what: str, exc: DlioCkptError) -> DlioCkptError:
+    """A storage failure named by the tier work it ended (a verification failure stays one)."""
+    return (VerifyError if isinstance(exc, VerifyError) else StorageError)(f"{what}: {exc}")
 
 
 class Drain:
@@ -105,8 +112,7 @@ class Drain:
     def _fail(self, step: int, k: int, exc: BaseException) -> None:
         error = exc  # a bug keeps its traceback
         if isinstance(exc, DlioCkptError):
-            error = (VerifyError if isinstance(exc, VerifyError) else StorageError)(
-                f"drain of step {step} to tier {k}, {self._where[k]}: {exc}")
+            error = on_tier(f"drain of step {step} to tier {k}, {self._where[k]}", exc)
         with self._changed:
             self.error = error
             self._changed.notify_all()
@@ -174,8 +180,9 @@ class Tiers:
                 continue  # not marked above yet: marked at a later settle
             body = json.dumps({**self.run.manifest(step), "tier": k}).encode()
             target = self.ctx.tiers[k]
-            self.ctx.on_root_io(lambda t=target, s=step, b=body: t.put_small(
-                manifest_path(t, self.ctx.ck.checkpoint_folder, s), b))
+            with self._on_tier(f"marker of step {step}", k):
+                self.ctx.on_root_io(lambda t=target, s=step, b=body: t.put_small(
+                    manifest_path(t, self.ctx.ck.checkpoint_folder, s), b))
             self.marked[k].append(step)
             self._settled.add((step, k))
             self.records.append(self.drain.done[(step, k)])
@@ -199,9 +206,19 @@ class Tiers:
         if gone:
             self.ctx.on_root_io(lambda: self._remove(gone))
 
+    @contextmanager
+    def _on_tier(self, what: str, k: int) -> Iterator[None]:
+        """A storage failure of the main thread's work on tier ``k`` names the tier, as a drain's does
+        (a marker can meet a cut network before the drain does)."""
+        try:
+            yield
+        except DlioCkptError as exc:
+            raise on_tier(f"{what} on tier {k}, {self.where[k]}", exc) from exc
+
     def _remove(self, gone: list[tuple[int, int]]) -> None:
         for k, step in gone:
-            remove_step(self.ctx.tiers[k], self.ctx.ck.checkpoint_folder, step, self.ctx.writes)
+            with self._on_tier(f"removing step {step}", k):
+                remove_step(self.ctx.tiers[k], self.ctx.ck.checkpoint_folder, step, self.ctx.writes)
             log.info("step %d removed from tier %d (keep_last=%d)", step, k, self.keep[k])
 
     def close(self) -> None:
