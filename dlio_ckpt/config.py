@@ -260,6 +260,18 @@ class Checkpoint(Section):
         return self
 
 
+class Restore(Section):
+    """How the read phase loads (our keys): a restore is rarely the save played backwards. A job restarts on
+    fewer or other GPUs, evaluation loads the weights alone; the layout decides what its framework reads
+    then (``layouts.restore_plan``), and refuses what its framework cannot do."""
+
+    world_size: int | None = Field(None, ge=1, description="ranks the load runs with (default: the save's); "
+                                   "layout=dcp reshards as dcp.load does, every rank reading the stored chunks "
+                                   "its own shard overlaps")
+    model_only: bool = Field(False, description="load the model's weights alone, no optimizer state (evaluation, "
+                             "fine-tuning starts, inference servers)")
+
+
 class Workflow(Section):
     generate_data: Literal[False] = False
     train: Literal[False] = False
@@ -365,6 +377,7 @@ class Workload(Section):
     storage: Storage = Storage()
     tiers: list[Storage] = Field(default_factory=list, description="our key: storages each committed step is "
                                  "copied down to in the background, in order, after storage")
+    restore: Restore = Restore()
     dataset: dict[str, Any] | None = None
     reader: dict[str, Any] | None = None
     train: dict[str, Any] | None = None
@@ -464,6 +477,9 @@ class Workload(Section):
             raise ConfigError("workload.tiers" if self.tiers else "workload.storage.keep_last" if st.keep_last
                               else "workload.checkpoint.read_tier", self.tiers or st.keep_last or ck.read_tier,
                               f"tiers apply to emulated runs only: in mode={mode} the framework saves to one storage")
+        if self.restore != Restore():
+            raise ConfigError("workload.restore", self.restore.model_dump(exclude_defaults=True),
+                              f"applies to emulated runs only: mode={mode} loads what it saved, as it saved it")
         if st.storage_options.get("spread_prefixes"):
             raise ConfigError("workload.storage.storage_options.spread_prefixes", st.storage_options["spread_prefixes"],
                               "applies to emulated runs only: in real modes the framework names the objects")
@@ -516,6 +532,10 @@ def check_world_size(workload: Workload, world_size: int, processes: int | None 
         return
     if processes is not None and world_size % processes:
         raise ConfigError("--world-size", world_size, f"must be a multiple of the number of processes ({processes})")
+    load = workload.restore.world_size
+    if processes is not None and load is not None and load % processes:
+        raise ConfigError("workload.restore.world_size", load, f"must be a multiple of the number of processes "
+                          f"({processes}): each process emulates an equal share of the loading ranks")
     if workload.checkpoint.mode == "default" and world_size % mp:
         hint = f"; or run {mp} ranks in this one process with --world-size {mp}" if processes == 1 else ""
         raise ConfigError(

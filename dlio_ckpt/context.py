@@ -23,6 +23,7 @@ from .config import Checkpoint, Workload
 from .failure import RunState, Watchdog, watching
 from .planner import Plan
 from .requests import Request, summarize
+from .restore import Restore
 from .results import OpRecord, ProcessCost, finish_run
 from .steps import Found, Writes, step_name
 
@@ -43,6 +44,7 @@ class RunContext:
     state: RunState = field(default_factory=RunState)
     watchdog: Watchdog | None = None
     plan: Plan | None = None
+    restore: Restore | None = None  # what the read phase reads (the emulated mode's preflight)
     outside_requests: list[Request] = field(default_factory=list)  # not during a timed operation
     run_dir: str = ""
     meta: dict[str, Any] = field(default_factory=dict)
@@ -116,18 +118,20 @@ def timed(ctx: RunContext, phase: str, step: int, what: str = "") -> Iterator[Cl
 def record(ctx: RunContext, phase: str, index: int, clock: Clock, nbytes: int, files: int, *,
            step: int | None = None, seconds: float | None = None,
            file_times: tuple[tuple[str, float, float, int], ...] = (), held: float | None = None,
-           stalled: float = 0.0, backend: Backend | None = None, ended: ProcessCost | None = None) -> OpRecord:
+           stalled: float = 0.0, backend: Backend | None = None, ended: ProcessCost | None = None,
+           metadata_seconds: float | None = None) -> OpRecord:
     """This process's part of one operation. ``seconds`` replaces the clock's where the operation
     ends after its block (an async save, finished in the background); ``held``: how long it held
     training (async), ``stalled`` of which waiting for the previous background write (or a drain);
     ``backend``: the tier it used, if not the first (whose requests it made); ``ended``: this process's
-    cost when the operation ended, where the record is made later (else now)."""
+    cost when the operation ended, where the record is made later (else now); ``metadata_seconds``: a load's
+    time reading the metadata every rank reads first (DCP's ``.metadata``)."""
     seconds = clock.seconds if seconds is None else seconds
     requests = tuple(ctx.take_requests(backend or ctx.backend))
     cost = (ended or ProcessCost.now()).since(clock.cost)
     return OpRecord(phase, index, index if step is None else step, ctx.comm.rank, clock.start,
                     clock.start + seconds, seconds, nbytes, files, file_times, clock.waited, requests, held, stalled,
-                    cost)
+                    cost, metadata_seconds)
 
 
 def say_done(ctx: RunContext, name: str, seconds: float, detail: str = "") -> None:

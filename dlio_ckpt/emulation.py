@@ -20,6 +20,7 @@ from .engine import Engine, FileTask, IOOptions
 from .errors import ConfigError
 from .formats import Format
 from .planner import RankPlan
+from .restore import RankReads
 from .steps import manifest_path, step_name
 from .synthetic import file_key
 
@@ -101,10 +102,26 @@ class EmulatedRun:
         ctx.comm.barrier()
         return nbytes
 
-    def metadata_reads(self, step: int, backend: Backend) -> list[FileTask]:
-        """What each of this process's ranks reads first on load: the coordinator's files (DCP's
-        ``.metadata``, read by every rank before its data)."""
-        return coordinator_tasks(self.ctx, step, backend) * len(mine(self.ctx))
+    def metadata_reads(self, step: int, backend: Backend, readers: int) -> list[FileTask]:
+        """What each of this process's ``readers`` (loading ranks) reads first: the coordinator's files
+        (DCP's ``.metadata``, read by every rank before its data)."""
+        return coordinator_tasks(self.ctx, step, backend) * readers
+
+    def restore_reads(self, step: int, backend: Backend, reads: list[RankReads],
+                      ) -> tuple[list[FileTask], list[tuple[FileTask, tuple[tuple[int, int], ...]]]]:
+        """The files ``reads`` (this process's loading ranks) read at ``step``: those read whole, and
+        those read in byte ranges (a resharded or partial load), in the order the ranks read them."""
+        whole, ranged, of = [], [], {}  # of: a writer's files, made once
+        for r in reads:
+            for f in r.files:
+                if f.rank not in of:
+                    of[f.rank] = tasks(self.ctx, self.fmt, step, [self.ctx.plan.ranks[f.rank]], backend)
+                task = of[f.rank][f.index]
+                if f.ranges:
+                    ranged.append((task, f.ranges))
+                else:
+                    whole.append(task)
+        return whole, ranged
 
     def manifest(self, step: int) -> dict[str, Any]:
         ctx, ck = self.ctx, self.ctx.ck

@@ -29,6 +29,7 @@ from typing import Any
 from .backends import Backend, DeviceMemory, Reader, Writer
 from .errors import ConfigError, StorageError, VerifyError
 from .formats import Segment, file_size
+from .restore import merged
 from .synthetic import BLOCK, SLACK, SyntheticData, first_difference, first_difference_on_device
 
 log = logging.getLogger("dlio_ckpt")
@@ -455,6 +456,59 @@ class Engine:
             chunks.close()
             reader.close()
         return task.size
+
+    def read_ranges(self, reads: list[tuple[FileTask, tuple[tuple[int, int], ...]]]) -> int:
+        """Read byte ranges of files, every byte compared with what was written there: a restore that
+        needs slices of other ranks' files (:mod:`dlio_ckpt.restore`). Each file is opened once and its
+        ranges read in the order given, adjacent ones as one, each in requests of at most ``chunk_size``
+        (on object stores a ranged GET each), one in flight per file: DCP's ``FileSystemReader`` reads a
+        rank's items one after another from one stream. Under O_DIRECT a range is widened to whole
+        blocks, and the bytes read count them. Returns the bytes read."""
+        caps = self.backend.capabilities
+        if self.options.evict_before_read and not self.options.odirect and caps.evict_cache:
+            self._each(lambda _, t: self.backend.evict(t.path) or 0, [t for t, _ in reads])
+        ranges = {id(task): merged(list(r)) for task, r in reads}
+        return self._each(lambda worker, task: self._read_ranges(worker, task, ranges[id(task)]),
+                          [t for t, _ in reads])
+
+    def _read_ranges(self, worker: _Worker, task: FileTask, ranges: tuple[tuple[int, int], ...]) -> int:
+        reader = self.backend.open_ranged(task.path, self.options.odirect)
+        total, align = 0, self._align
+        try:
+            for offset, length in ranges:
+                end = offset + length
+                if end > task.size:
+                    raise VerifyError(f"{task.path}: a read of [{offset}, {end}) passes its planned {task.size} bytes")
+                pos, stop = offset - offset % align, -(-end // align) * align
+                while pos < stop:
+                    n = min(self._chunk, stop - pos)
+                    got = worker.readbuf[:n]
+                    filled = reader.read_at(got, pos)
+                    if filled < min(n, task.size - pos):
+                        raise VerifyError(f"{task.path}: has {pos + filled} bytes, planned {task.size}")
+                    if self._verify and self.options.verify:
+                        self._check_span(worker, task, got, pos, max(offset, pos), min(end, pos + filled))
+                    total += filled
+                    pos += n
+                    self._progress(task.path, filled)
+        finally:
+            reader.close()
+        return total
+
+    def _check_span(self, worker: _Worker, task: FileTask, got: Any, base: int, lo: int, hi: int) -> None:
+        """Compare ``got`` (the file's bytes from ``base``) over file offsets [lo, hi) with what was
+        written there, one chunk of the file's grid at a time (a window starts on its grid); on the
+        device where the worker's buffers live there."""
+        for k in range(lo // self._chunk, -(-hi // self._chunk)):
+            window, patches = self._chunk_of(worker.data, task, k)
+            start = k * self._chunk
+            for offset, want in _spans(window, patches):
+                a, b = max(lo, start + offset), min(hi, start + offset + len(want))
+                if a >= b:
+                    continue
+                bad = worker.first_difference(got[a - base:b - base], want[a - start - offset:b - start - offset])
+                if bad is not None:
+                    raise _wrong(task, a + bad)
 
     # -- drain -----------------------------------------------------------------------------------
 

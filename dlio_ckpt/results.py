@@ -71,6 +71,7 @@ class OpRecord:
     held: float | None = None  # async saves: seconds training was held (staging + waiting)
     stalled: float = 0.0  # async saves: of which waiting for the previous checkpoint's background write
     cost: ProcessCost = ProcessCost()  # this process (all threads, drains included) from start to end
+    metadata_seconds: float | None = None  # loads: reading the metadata every rank reads before its data
 
 
 def iso(t: float) -> str:
@@ -127,6 +128,11 @@ def checkpoint_figures(records: list[OpRecord], phase: str) -> list[dict[str, An
         requests = [q for r in group for q in r.requests]
         if requests:
             out[-1]["requests"] = summarize(requests, duration)
+        metadata = [r.metadata_seconds for r in group if r.metadata_seconds is not None]
+        if metadata:  # a load: the metadata every rank read first, and how uneven the processes were
+            out[-1]["metadata_read_seconds_max"] = max(metadata)
+            out[-1]["metadata_read_seconds_mean"] = statistics.fmean(metadata)
+            out[-1]["duration_imbalance"] = duration / statistics.fmean(r.duration for r in group) if duration else 1.0
         if group[0].held is None and any(r.stalled for r in group):  # a sync save that waited for a drain
             out[-1]["drain_wait_seconds_max"] = max(r.stalled for r in group)
         if group[0].held is not None:

@@ -10,18 +10,20 @@ from __future__ import annotations
 
 import logging
 import secrets
+import time
 from collections import Counter
 from typing import Any
 
 from .background import BackgroundSaves, Staging, train
 from .context import GIB, RunContext, record, say_done, timed, write_results
-from .emulation import EmulatedRun, check_manifest, expected_files, io_options, mine, shard_bytes
+from .emulation import EmulatedRun, check_manifest, expected_files, io_options, shard_bytes
 from .engine import Engine, FileTask, IOOptions, check_capabilities, io_buffer_bytes
 from .errors import ConfigError
+from .formats import Format, planned_size
 from .host import available_memory, hostname
 from .layouts import file_format, make_plan
-from .planner import RankPlan
 from .progress import progress_display
+from .restore import RankReads, figures, restore_plan
 from .steps import Writes
 from .tiers import Tiers
 
@@ -32,9 +34,11 @@ FSYNC = "every file fsynced before the process's end time"
 
 
 def preflight(ctx: RunContext) -> None:
-    """The plan (built and validated once), and what the storages must be able to do for it."""
+    """The plan (built and validated once), what the read phase reads of it, and what the storages
+    must be able to do for both."""
     ctx.plan = make_plan(ctx.workload, ctx.world_size)
     ctx.plan.validate()
+    ctx.restore = restore_plan(ctx.workload, ctx.plan)
     check_capabilities(ctx.backend, io_options(ctx))
     ck = ctx.ck
     for backend in ctx.tiers[1:]:  # drains write without O_DIRECT; the read phase reads as asked
@@ -94,18 +98,28 @@ def _check_host_memory(ctx: RunContext, need: int, key: str, value: object, what
                               f"GiB available (at most 80% may be used): {advice}")
 
 
-def _read_plans(ctx: RunContext) -> list[RankPlan]:
-    """Whose files each of my ranks reads: its own, or with recovery_rank_shift those of the rank
-    one host further on, so reads cannot come from this host's page cache."""
-    ck, w = ctx.ck, ctx.world_size
+def _read_plans(ctx: RunContext) -> list[RankReads]:
+    """What each of my loading ranks reads (a contiguous share of the restore's ranks): its own, or
+    with recovery_rank_shift those of the rank one host further on, so reads cannot come from this
+    host's page cache."""
+    ck, ranks = ctx.ck, ctx.restore.ranks
+    w, per = len(ranks), len(ranks) // ctx.comm.size
+    share = range(ctx.comm.rank * per, (ctx.comm.rank + 1) * per)
     if not ck.recovery_rank_shift:
-        return mine(ctx)
+        return [ranks[q] for q in share]
     hosts = ctx.comm.allgather(hostname())
-    per_host = ck.ranks_per_host or Counter(hosts)[hostname()] * (w // ctx.comm.size)
+    per_host = ck.ranks_per_host or Counter(hosts)[hostname()] * per
     if per_host % w == 0 and ctx.comm.rank == 0:
         log.warning("recovery_rank_shift: a shift of %d ranks (one host's) is the whole world of %d: every rank "
                     "reads its own files; set checkpoint.ranks_per_host to emulate several hosts", per_host, w)
-    return [ctx.plan.ranks[(p.rank + per_host) % w] for p in mine(ctx)]
+    return [ranks[(q + per_host) % w] for q in share]
+
+
+def _restore_figures(ctx: RunContext, fmt: Format) -> dict[str, Any]:
+    """summary.json's ``io.restore``: the read phase's plan, what each rank needs and reads."""
+    plan = ctx.plan
+    return figures(ctx.restore, lambda rank, k: planned_size(fmt, plan.ranks[rank].files[k]),
+                   sum(c.size for c in plan.coordinator), ctx.ck.chunk_size)
 
 
 def run(ctx: RunContext) -> dict[str, Any] | None:
@@ -129,22 +143,19 @@ def run(ctx: RunContext) -> dict[str, Any] | None:
         log.info("storage_type=%s moves bytes by %s: %s", ctx.backend.name, storage["transport"], storage["why"])
     records, retries = [], {"save": 0, "load": 0}
 
-    def one(phase: str, index: int, todo: list[FileTask], stalled: float = 0.0, engine: Engine = engine) -> None:
-        """One synchronous save (with the coordinator's files after everyone's data) or load;
-        ``stalled``: seconds it waited first for a drain (keep_last)."""
+    def save(index: int, todo: list[FileTask], stalled: float = 0.0) -> None:
+        """One synchronous save (with the coordinator's files after everyone's data); ``stalled``:
+        seconds it waited first for a drain (keep_last)."""
         before = engine.retries
-        shown.start(f"{phase}_ckpt{index}", sum(t.size for t in todo))
+        shown.start(f"save_ckpt{index}", sum(t.size for t in todo))
         try:
-            with timed(ctx, phase, index) as clock:
-                if phase == "save":
-                    nbytes = engine.write_files(todo) + run.finish_save(engine, index)
-                else:
-                    nbytes = engine.read_files(todo)
+            with timed(ctx, "save", index) as clock:
+                nbytes = engine.write_files(todo) + run.finish_save(engine, index)
         finally:
             shown.stop()
-        records.append(record(ctx, phase, index, clock, nbytes, len(todo), file_times=engine.take_file_times(),
+        records.append(record(ctx, "save", index, clock, nbytes, len(todo), file_times=engine.take_file_times(),
                               stalled=stalled, backend=engine.backend))
-        retries[phase] += engine.retries - before
+        retries["save"] += engine.retries - before
 
     run = EmulatedRun(ctx, fmt, run_key, files)
     tiers = Tiers(run)
@@ -159,7 +170,7 @@ def run(ctx: RunContext) -> dict[str, Any] | None:
         if background is None:
             stalled = tiers.make_room(i)
             run.prepare(i)
-            one("save", i, run.tasks(i, coordinator=False), stalled)
+            save(i, run.tasks(i, coordinator=False), stalled)
             tiers.written(i)
             run.commit(i, records[-1].duration)
             tiers.committed(i)
@@ -178,7 +189,21 @@ def run(ctx: RunContext) -> dict[str, Any] | None:
     for i in range(1, ck.num_checkpoints_read + 1):
         state.phase, state.step = "load", i
         ctx.on_root_io(lambda i=i: check_manifest(ctx, files, i, run_key))
-        one("load", i, run.metadata_reads(i, reader) + run.tasks(i, reader, read_plans), engine=read_engine)
+        whole, ranged = run.restore_reads(i, reader, read_plans)
+        metadata = run.metadata_reads(i, reader, len(read_plans))
+        before = read_engine.retries
+        shown.start(f"load_ckpt{i}", sum(t.size for t in metadata + whole) + sum(n for _, r in ranged for _, n in r))
+        try:
+            with timed(ctx, "load", i) as clock:
+                nbytes = read_engine.read_files(metadata)
+                metadata_seconds = time.perf_counter() - clock.t0
+                nbytes += read_engine.read_files(whole) + read_engine.read_ranges(ranged)
+        finally:
+            shown.stop()
+        records.append(record(ctx, "load", i, clock, nbytes, len(metadata) + len(whole) + len(ranged),
+                              file_times=read_engine.take_file_times(), backend=reader,
+                              metadata_seconds=metadata_seconds if metadata else None))
+        retries["load"] += read_engine.retries - before
         say_done(ctx, f"load_ckpt{i}", records[-1].duration, "verified" if ck.verify else "read")
     engine.close()
     if read_engine is not engine:
@@ -203,5 +228,6 @@ def run(ctx: RunContext) -> dict[str, Any] | None:
           "scale": ck.scale, "chunk_size": ck.chunk_size,
           "io_buffer_bytes_per_process": engine.buffer_bytes + (read_engine.buffer_bytes if read_engine is not engine
                                                                 else 0),
-          **({"tiers": tiers.describe(), "read_tier": ck.read_tier} if tiers.active else {})}
+          **({"tiers": tiers.describe(), "read_tier": ck.read_tier} if tiers.active else {}),
+          **({"restore": _restore_figures(ctx, fmt)} if ck.num_checkpoints_read else {})}
     return write_results(ctx, records, ctx.plan.total_payload_bytes, io, retries, describe)

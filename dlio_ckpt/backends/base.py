@@ -88,6 +88,13 @@ class Reader(Protocol):
     def close(self) -> None: ...
 
 
+class RangedReader(Protocol):
+    """Byte ranges of one file, each read where asked (a ranged GET each on object stores)."""
+
+    def read_at(self, buf: Any, offset: int) -> int: ...  # fill buf from offset unless the file ends first
+    def close(self) -> None: ...
+
+
 class Backend(ABC):
     """Every storage backend: the core each one implements (abstract here), and optional operations
     whose defaults suit a store that lacks them (fsspec's AbstractFileSystem shape)."""
@@ -172,6 +179,13 @@ class Backend(ABC):
     def queue_depth(self) -> int:
         """Requests of one file in flight at once, where ``capabilities.positional``."""
         return 1
+
+    def open_ranged(self, path: str, odirect: bool) -> RangedReader:
+        """A reader of byte ranges of ``path``, for restores that need slices of files: a positional
+        backend's own reader; object stores make a ranged GET per read."""
+        if self.capabilities.positional:
+            return self.open_read(path, odirect)  # type: ignore[return-value]
+        raise NotImplementedError(f"storage_type={self.name} cannot read byte ranges")
 
     def url(self, path: str) -> str:
         """What a framework opens: a local path, or ``s3://`` / ``gs://`` URL."""

@@ -118,6 +118,16 @@ class GDSReader:
         except Exception as exc:
             raise StorageError(f"read failed on {self.path}: {exc}") from None
 
+    def read_at(self, buf: Any, offset: int) -> int:
+        """Fill the device array ``buf`` from ``offset`` unless the file ends first (a restore's ranges)."""
+        want = min(buf.size, self._size - offset)
+        if want <= 0:
+            return 0
+        try:
+            return self._fh.pread(buf[:want], want, offset).get()
+        except Exception as exc:
+            raise StorageError(f"read failed on {self.path}: {exc}") from None
+
     def _get(self, device_buf: Any, want: int) -> int:
         if want <= 0:
             return 0
@@ -185,4 +195,7 @@ class GDSBackend(LocalFSBackend):
         return GDSWriter(path, self._buffer())
 
     def open_read(self, path: str, odirect: bool) -> GDSReader:
+        return GDSReader(path, self._buffer())
+
+    def open_ranged(self, path: str, odirect: bool) -> GDSReader:
         return GDSReader(path, self._buffer())

@@ -26,6 +26,9 @@ class NullReader:
     def readinto(self, buf: memoryview) -> int:
         return len(buf)
 
+    def read_at(self, buf: memoryview, offset: int) -> int:
+        return len(buf)
+
     def close(self) -> None:
         pass
 
@@ -52,6 +55,9 @@ class NullBackend(Backend):
         return NullWriter()
 
     def open_read(self, path: str, odirect: bool) -> NullReader:
+        return NullReader()
+
+    def open_ranged(self, path: str, odirect: bool) -> NullReader:
         return NullReader()
 
     def size(self, path: str) -> int | None:

@@ -165,6 +165,27 @@ class S3Reader:
         self._ahead.clear()
 
 
+class S3Ranged:
+    """Byte ranges of one object: a ranged GET per read, its parts copied into the caller's buffer."""
+
+    def __init__(self, backend: S3Backend, path: str) -> None:
+        self._b, self._url, self._key = backend, backend.url(path), backend.key(path)
+
+    def read_at(self, buf: memoryview, offset: int) -> int:
+        total = 0
+        try:
+            for part in self._b.client.get_object(self._b.bucket, self._key, offset, offset + len(buf)):
+                n = min(len(part), len(buf) - total)
+                buf[total:total + n] = memoryview(part)[:n]
+                total += n
+        except S3Exception as exc:
+            raise failure("read failed on", self._url, exc) from None
+        return total
+
+    def close(self) -> None:
+        pass
+
+
 class S3Backend(ObjectStore):
     name = "s3"
     scheme = "s3"
@@ -229,6 +250,9 @@ class S3Backend(ObjectStore):
 
     def open_read(self, path: str, odirect: bool) -> S3Reader:
         return S3Reader(self, path)
+
+    def open_ranged(self, path: str, odirect: bool) -> S3Ranged:
+        return S3Ranged(self, path)
 
     def size(self, path: str) -> int | None:
         try:

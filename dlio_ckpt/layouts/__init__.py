@@ -40,3 +40,4 @@ def make_plan(workload: Any, world_size: int) -> Any:
     the world size is the caller's (config.check_world_size). Built with the collector paused."""
     with collector_paused():
         return load_layout(workload.checkpoint.layout).make_plan(workload, world_size)
+

@@ -42,7 +42,8 @@ from ..formats.pt import archive, tensor_pickle
 from ..model import DATATYPE_BYTES, TransformerShape
 from ..moe import MoeShape
 from ..planner import CoordinatorFile, Item, ItemFile, Plan, PlannedFile, RankPlan
-from . import dcp_moe
+from ..restore import Restore
+from . import dcp_moe, dcp_restore
 from .dcp_metadata import Tensor, fsdp_chunk, metadata_size
 from .rules import every_rank_writes, torch_save_only
 
@@ -374,3 +375,13 @@ def make_plan(workload: Workload, world_size: int) -> Plan:
             ranks.append(RankPlan(r, 0, 0, r, 0, files))
     size = metadata_size(tensors, groups, classes, extras, world_size, item_size)
     return Plan(lay, tuple(ranks), (CoordinatorFile(".metadata", size, ".metadata.tmp"),))
+
+
+def restore(workload: Workload, plan: Plan, world_size: int, model_only: bool) -> Restore:
+    """What ``dcp.load`` reads on each rank at ``world_size`` (the save's or another): :mod:`.dcp_restore`."""
+    if world_size != plan.world_size and workload.model.family == "moe" and workload.model.parallelism.expert > 1:
+        raise ConfigError("workload.restore.world_size", world_size, f"must be the save's ({plan.world_size}) for a "
+                          "mixture of experts with model.parallelism.expert > 1: torchtitan places routed experts on "
+                          "a 2-D mesh whose shape changes with the world size, and that resharding is not modelled yet")
+    lay: DcpLayout = plan.layout  # type: ignore[assignment]
+    return dcp_restore.reads(plan, lay.tensors(), list(lay.group_items()), world_size, model_only, item_size)

@@ -36,6 +36,12 @@ from .rules import every_rank_writes, torch_save_only
 if TYPE_CHECKING:
     from ..config import Workload
 
+READS = "each rank its own files, whole (as DLIO reads them; DeepSpeed's load_checkpoint is not modelled)"
+NO_RESTORE = ("DeepSpeed loads ZeRO partitions only at the parallelism they were saved with (another "
+              "needs the universal-checkpoint conversion, ds_to_universal.py, not emulated), and its "
+              "weights-only load is not modelled yet; checkpoint.layout=dcp does both")
+
+
 
 def check(workload: Workload) -> None:
     torch_save_only(workload, "deepspeed", "DeepSpeed")

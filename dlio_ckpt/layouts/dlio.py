@@ -17,6 +17,11 @@ from .rules import dense_only
 if TYPE_CHECKING:
     from ..config import Workload
 
+READS = "DLIO's read phase: each rank its own files, whole"
+NO_RESTORE = ("DLIO's read phase reads each rank's own files whole at the save's world size; "
+              "checkpoint.layout=dcp loads at another world size, or the model alone, as dcp.load does")
+
+
 
 
 @dataclass(frozen=True)

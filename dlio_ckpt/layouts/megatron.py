@@ -57,6 +57,11 @@ if TYPE_CHECKING:
 
 LINEARS = ("self_attention.linear_proj", "self_attention.linear_qkv", "mlp.linear_fc1", "mlp.linear_fc2")
 
+READS = "each rank its own files, whole (Megatron's dist_checkpointing load is not modelled yet)"
+NO_RESTORE = ("Megatron's dist_checkpointing reshards at load, but that load is not modelled yet; "
+              "checkpoint.layout=dcp loads at another world size, or the model alone, as dcp.load does")
+
+
 
 def check(workload: Workload) -> None:
     m, par = workload.model, workload.model.parallelism

@@ -1,0 +1,144 @@
+"""What each rank of a restore reads: whole files, or byte ranges of other ranks' files when the load
+runs at another world size than the save (resharding) or wants the model alone.
+
+Why a plan of its own: a real restore is not the save played backwards. A DCP load reads ``.metadata``
+on every rank, then, for every tensor it needs, the stored chunks that overlap its own shard, wherever
+they lie (ByteCheckpoint, NSDI 2025: the read pattern decides the restore's time). The layout decides
+what its framework reads (:func:`dlio_ckpt.layouts.restore_plan`); this module holds the shape of the
+answer and what a reader needs to know of it, and no framework's rules.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from .errors import ConfigError
+from .layouts import load_layout
+from .planner import FilePlan, ItemFile, Plan
+
+
+@dataclass(frozen=True)
+class FileReads:
+    """One file a rank reads: the ``index``-th file of writer ``rank``, whole (``ranges`` empty) or
+    the byte ranges (offset, length) it needs, in the order the framework reads them."""
+
+    rank: int
+    index: int
+    ranges: tuple[tuple[int, int], ...] = ()
+
+
+@dataclass(frozen=True)
+class RankReads:
+    """One reading rank's restore: its files in order, and the bytes of state it needs from them
+    (tensor elements; what it reads beyond is the read amplification)."""
+
+    rank: int
+    files: tuple[FileReads, ...]
+    needed: int
+
+
+@dataclass(frozen=True)
+class Restore:
+    """The whole load: every reading rank's reads, the world it runs at, what it loads, and which
+    framework's reader it follows (said in summary.json)."""
+
+    world_size: int
+    saved_world_size: int
+    model_only: bool
+    ranks: tuple[RankReads, ...]
+    follows: str
+
+    @property
+    def ranged(self) -> bool:
+        """Whether any rank reads byte ranges rather than whole files."""
+        return any(f.ranges for r in self.ranks for f in r.files)
+
+
+def merged(ranges: list[tuple[int, int]]) -> tuple[tuple[int, int], ...]:
+    """Ranges read one after another, adjacent ones joined: a sequential reader's stream reads them as one."""
+    out: list[tuple[int, int]] = []
+    for offset, length in ranges:
+        if out and out[-1][0] + out[-1][1] == offset:
+            out[-1] = (out[-1][0], out[-1][1] + length)
+        else:
+            out.append((offset, length))
+    return tuple(out)
+
+
+def model_file(f: FilePlan | ItemFile) -> bool:
+    """A file of the model's weights (DLIO's and DeepSpeed's ``kind``)."""
+    return isinstance(f, FilePlan) and f.kind == "model"
+
+
+def whole_files(plan: Plan, model_only: bool, follows: str) -> Restore:
+    """Each rank reads its own files whole (the model's alone with ``model_only``), at the save's world
+    size: DLIO's read phase, and DeepSpeed's ``load_checkpoint`` (each rank its own partitions)."""
+    ranks = tuple(RankReads(r.rank, tuple(FileReads(r.rank, k) for k, f in enumerate(r.files)
+                                          if not model_only or model_file(f)),
+                            sum(f.payload_bytes for f in r.files if not model_only or model_file(f)))
+                  for r in plan.ranks)
+    return Restore(plan.world_size, plan.world_size, model_only, ranks, follows)
+
+
+def _spread(values: list[int]) -> dict[str, float]:
+    """min, median, mean, max of a non-empty list (of ranks' or reads' figures)."""
+    ordered = sorted(values)
+    return {"min": ordered[0], "median": ordered[len(ordered) // 2], "mean": sum(ordered) / len(ordered),
+            "max": ordered[-1]}
+
+
+def figures(restore: Restore, file_size: Callable[[int, int], int], metadata_bytes: int, chunk: int,
+            ) -> dict[str, Any]:
+    """summary.json's ``io.restore``: what the load needs and reads, per rank and in all, from its plan.
+    ``file_size(rank, index)``: a saved file's bytes; ``metadata_bytes``: what every rank reads first.
+    A read is what a rank asks for in one go: a whole file, or a run of adjacent ranges; a ranged read goes
+    to storage as requests of at most ``chunk`` bytes (on object stores a ranged GET each)."""
+    reads: list[list[int]] = []
+    requests: list[int] = []
+    for r in restore.ranks:
+        sizes, ranged = [metadata_bytes] if metadata_bytes else [], 0
+        for f in r.files:
+            runs = [n for _, n in merged(list(f.ranges))]
+            sizes += runs or [file_size(f.rank, f.index)]
+            ranged += sum(-(-n // chunk) for n in runs)
+        reads.append(sizes)
+        requests.append(ranged)
+    needed = [r.needed for r in restore.ranks]
+    read = [sum(s) for s in reads]
+    every = [n for sizes in reads for n in sizes]
+    histogram: dict[str, int] = {}
+    for n in every:  # by power of two: "<=4096" holds reads of 2049..4096 bytes
+        bound = 1 << max(n - 1, 0).bit_length()
+        histogram[f"<={bound}"] = histogram.get(f"<={bound}", 0) + 1
+    return {"world_size": restore.world_size, "saved_world_size": restore.saved_world_size,
+            "model_only": restore.model_only, "resharded": restore.world_size != restore.saved_world_size,
+            "follows": restore.follows, "bytes_needed": sum(needed), "bytes_read": sum(read),
+            "read_amplification": sum(read) / sum(needed) if sum(needed) else None,
+            "metadata_bytes_per_rank": metadata_bytes,
+            "bytes_read_per_rank": _spread(read), "bytes_needed_per_rank": _spread(needed),
+            "reads_per_rank": _spread([len(s) for s in reads]),
+            "ranged_requests_per_rank": _spread(requests), "files_per_rank": _spread([len(r.files) for r in
+                                                                                         restore.ranks]),
+            "read_bytes": {**_spread(every), "histogram": dict(sorted(histogram.items(),
+                                                                        key=lambda kv: int(kv[0][2:])))},
+            "imbalance": max(read) / (sum(read) / len(read)) if sum(read) else 1.0,
+            "heaviest_rank": read.index(max(read))}
+
+
+def restore_plan(workload: Any, plan: Plan) -> Restore:
+    """What each rank of the read phase reads: the layout's own ``restore`` where its framework reshards or
+    loads the model alone (DCP); elsewhere each rank's own files whole, at the save's world size, and a load
+    asked otherwise is refused with the layout's reason (its ``NO_RESTORE``), exit 2."""
+    module, asked = load_layout(workload.checkpoint.layout), workload.restore
+    world = asked.world_size or plan.world_size
+    if hasattr(module, "restore"):
+        return module.restore(workload, plan, world, asked.model_only)
+    if world != plan.world_size:
+        raise ConfigError("workload.restore.world_size", world, f"must be the save's ({plan.world_size}) with "
+                          f"checkpoint.layout={workload.checkpoint.layout}: {module.NO_RESTORE}")
+    if asked.model_only:
+        raise ConfigError("workload.restore.model_only", True, f"is not modelled with checkpoint.layout="
+                          f"{workload.checkpoint.layout}: {module.NO_RESTORE}")
+    return whole_files(plan, False, module.READS)

@@ -1,0 +1,123 @@
+"""Restores as they really happen (``workload.restore``): a DCP checkpoint saved at one world size and loaded at
+another, or the model alone, held to what a real ``dcp.load`` reads on each rank (``tests/oracles/
+dcp_load_reads.py``, an instrumented ``FileSystemReader``); the emulated load reads and verifies those ranges,
+on local files and S3, and reports what it needed and read; what a layout's framework cannot do is refused."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from dataclasses import asdict
+from pathlib import Path
+
+import pytest
+
+from dlio_ckpt.config import compose
+from dlio_ckpt.layouts import make_plan
+from dlio_ckpt.model import TransformerShape
+from dlio_ckpt.restore import restore_plan
+
+from .conftest import REPO, dlio, load
+from .test_dcp_layout import DCP, _dtype, real_save
+
+ORACLE = Path(__file__).resolve().parent / "oracles" / "dcp_load_reads.py"
+SHAPE = [*_dtype("fp32"), "++workload.model.transformer.vocab_size=1001"]  # dim 0 uneven over 3 and 4 ranks
+
+
+def real_reads(step: Path, loads: list[tuple[int, bool]], tmp_path: Path,
+               ) -> dict[tuple[int, bool], dict[int, list[tuple[str, int, int]]]]:
+    """What dcp.load reads on each rank, per load (world size, model alone), from the oracle."""
+    workload, _, _ = compose(["workload=tiny", "++workload.model.parallelism.tensor=1", *SHAPE], None)
+    out = tmp_path / "reads.json"
+    r = subprocess.run([sys.executable, str(ORACLE), str(step), str(out),
+                        json.dumps(asdict(TransformerShape.from_model(workload.model))), workload.model.model_datatype,
+                        *(f"{w}:{int(m)}" for w, m in loads)],
+                       capture_output=True, text=True, timeout=300, cwd=REPO,
+                       env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"})
+    assert r.returncode == 0, r.stderr[-3000:]
+    found = json.loads(out.read_text())
+    return {(w, m): {int(k): [tuple(x) for x in v] for k, v in found[f"{w}:{int(m)}"].items()} for w, m in loads}
+
+
+def emulated_reads(saved: int, world: int, model_only: bool) -> dict[int, list[tuple[str, int, int]]]:
+    workload, _, _ = compose([*DCP, *SHAPE, f"++workload.restore.world_size={world}",
+                              f"++workload.restore.model_only={model_only}"], None)
+    plan = make_plan(workload, saved)
+    restore = restore_plan(workload, plan)
+    (meta,) = plan.coordinator
+    return {r.rank: [(meta.name, 0, meta.size)] + [(f"{plan.ranks[f.rank].files[f.index].stem}.distcp", o, n)
+                                                    for f in r.files for o, n in f.ranges] for r in restore.ranks}
+
+
+@pytest.mark.real
+@pytest.mark.mpi
+def test_the_emulated_restore_reads_what_dcp_load_reads(tmp_path):
+    """Every rank's reads, in order: .metadata first, then each stored item's (file, offset, length) as DCP's
+    FileSystemReader slices it; saved at 3 ranks (rows uneven), loaded resharded to 2 and to 4, at the same world
+    size (replicated items read from the ranks that stored them), and the model alone."""
+    saved, loads = 3, [(2, False), (4, False), (3, False), (2, True)]
+    real_save(tmp_path, saved, 1, SHAPE)
+    step = tmp_path / "real" / "checkpoints" / "tiny" / "global_epoch1_step1"
+    every = real_reads(step, loads, tmp_path)
+    for world, model_only in loads:
+        real, ours = every[(world, model_only)], emulated_reads(saved, world, model_only)
+        assert sorted(real) == sorted(ours) == list(range(world))
+        for rank in range(world):
+            (name, _, size), *items = real[rank]
+            assert name == ".metadata" and abs(ours[rank][0][2] - size) <= 0.10 * size  # .metadata's size: ~
+            assert ours[rank][1:] == items, (world, model_only, rank)
+
+
+def test_a_checkpoint_saved_at_4_loads_verified_at_2_and_says_what_it_read(tmp_path):
+    """Emulated end to end: the restore's figures in summary.json; then a byte changed in a range another rank's
+    load reads is found, named by file and offset (every byte of every range is compared)."""
+    args = [*DCP, "--world-size", "4", "++workload.checkpoint.num_checkpoints_read=1", "++hydra.run.dir=run",
+            "++workload.storage.storage_root=data", "++workload.checkpoint.checkpoint_folder=ck",
+            "++workload.restore.world_size=2", "++workload.checkpoint.num_checkpoints_write=1"]
+    r = dlio(args, tmp_path, nprocs=2)
+    assert r.returncode == 0, r.stderr
+    summary = load(tmp_path / "run" / "summary.json")
+    restore, (loaded,) = summary["io"]["restore"], summary["checkpoints"]["load"]
+    assert restore["world_size"] == 2 and restore["saved_world_size"] == 4 and restore["resharded"]
+    assert restore["bytes_read"] == loaded["bytes"] > restore["bytes_needed"] > 0
+    assert 1.0 < restore["read_amplification"] < 1.1 and restore["reads_per_rank"]["max"] > 4
+    assert sum(restore["read_bytes"]["histogram"].values()) == 2 * restore["reads_per_rank"]["mean"]
+    assert loaded["metadata_read_seconds_max"] > 0 and loaded["duration_imbalance"] >= 1.0
+    # rank 1 (of 2) reads the rows that ranks 2 and 3 saved: change one byte in the middle of __3_0
+    shard = tmp_path / "data" / "ck" / "global_epoch1_step1" / "__3_0.distcp"
+    raw = bytearray(shard.read_bytes())
+    raw[len(raw) // 2] ^= 0xFF
+    shard.write_bytes(bytes(raw))
+    r = dlio([*args, "++workload.checkpoint.num_checkpoints_write=0", "++hydra.run.dir=again"], tmp_path, nprocs=2)
+    assert r.returncode == 1 and f"__3_0.distcp: wrong data at offset {len(raw) // 2} " in r.stderr, r.stderr
+
+
+def test_a_resharded_load_from_s3_makes_a_ranged_get_per_read(tmp_path, s3_server):
+    """On an object store each read is a ranged GET, counted with the load's requests."""
+    args = [*DCP, "--world-size", "2", "++workload.checkpoint.num_checkpoints_read=1", "++hydra.run.dir=run",
+            "++workload.storage.storage_type=s3", f"++workload.storage.storage_root={s3_server.bucket}/restore",
+            f"++workload.storage.storage_options.endpoint_url={s3_server.endpoint}",
+            "++workload.restore.world_size=1", "++workload.checkpoint.num_checkpoints_write=1"]
+    r = dlio(args, tmp_path, env=s3_server.env)
+    assert r.returncode == 0, r.stderr
+    summary = load(tmp_path / "run" / "summary.json")
+    restore, (loaded,) = summary["io"]["restore"], summary["checkpoints"]["load"]
+    gets = loaded["requests"]["GetObject (ranged)"]  # .metadata's whole GET, then a ranged one per request
+    assert gets["count"] == 1 + restore["ranged_requests_per_rank"]["max"] > 2, (gets, restore)
+    assert restore["bytes_read"] == loaded["bytes"]
+
+
+@pytest.mark.parametrize(("extra", "message"), [
+    (["++workload.checkpoint.layout=deepspeed", "++workload.restore.world_size=2"],
+     "workload.restore.world_size=2: must be the save's (4) with checkpoint.layout=deepspeed: DeepSpeed loads"),
+    (["++workload.checkpoint.layout=megatron", "++workload.restore.model_only=True"],
+     "workload.restore.model_only=True: is not modelled with checkpoint.layout=megatron"),
+    ([*DCP[1:], "++workload.restore.world_size=3"],
+     "workload.restore.world_size=3: must be a multiple of the number of processes (2)"),
+])
+def test_a_load_its_framework_cannot_do_is_refused_before_anything_is_written(tmp_path, extra, message):
+    r = dlio(["workload=tiny", *extra, "--world-size", "4", "++workload.checkpoint.num_checkpoints_read=1",
+              f"++workload.storage.storage_root={tmp_path / 'store'}"], tmp_path, nprocs=2)
+    assert r.returncode == 2 and message in r.stderr, r.stderr
+    assert not (tmp_path / "store").exists()
