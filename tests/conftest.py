@@ -36,6 +36,14 @@ def pytest_runtest_makereport(item, call):
             "Skipped: ")
         report.outcome = "failed"
         report.longrepr = f"skipped under CI, where only GPU cases may skip: {reason}"
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The slowest tests first: the frameworks' real saves and loads (marked ``real``) and tune's grids. With two
+    workers stealing work, the suite then ends on short tests on both, not on one long test running alone."""
+    items.sort(key=lambda item: 0 if item.get_closest_marker("real") or item.path.name == "test_tune.py" else 1)
+
+
 BIN = Path(sys.executable).parent
 MPIEXEC = BIN / "mpiexec"  # the venv's MPICH; a Debian mpiexec on PATH belongs to another MPI
 
