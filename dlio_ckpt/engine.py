@@ -42,8 +42,9 @@ class FileTask:
     segments: tuple[Segment, ...]
     key: int  # synthetic-data identity of the file (who wrote it, which step)
 
-    @property
+    @cached_property
     def size(self) -> int:
+        """The file's bytes (summed once: a restore asks it at every read of a file of many segments)."""
         return file_size(list(self.segments))
 
     @cached_property
@@ -247,17 +248,19 @@ class Engine:
 
     # -- content -------------------------------------------------------------------------------
 
-    def _chunk_of(self, data: SyntheticData, task: FileTask, k: int) -> tuple[Any, list[tuple[int, bytes]]]:
+    def _chunk_of(self, data: SyntheticData, task: FileTask, k: int, lo: int = 0, hi: int | None = None,
+                  ) -> tuple[Any, list[tuple[int, bytes]]]:
         """Chunk ``k`` of the file (its bytes from ``k * chunk_size``): a window of the payload
         stream, and the format's bytes that take the place of parts of it, as (offset in the chunk,
         bytes). The stream's offsets are the file's, so a chunk of payload is one window, aligned
-        in memory and in the file: written and read under O_DIRECT with no copy."""
+        in memory and in the file: written and read under O_DIRECT with no copy. A caller that
+        looks only at the chunk's bytes [lo, hi) (a restore's range) gets those stamped and no more."""
         start = k * self._chunk
-        end = min(start + self._chunk, task.size)
-        window = data.window(task.key, start, end - start)
+        end = min(start + self._chunk, task.size, start + hi if hi is not None else task.size)
+        window = data.window(task.key, start, end - start, lo - lo % BLOCK)
         meta = task.metadata
         patches = []
-        for i in range(max(bisect_right(meta, start, key=lambda m: m[0]) - 1, 0), len(meta)):
+        for i in range(max(bisect_right(meta, start + lo, key=lambda m: m[0]) - 1, 0), len(meta)):
             offset, raw = meta[i]
             if offset >= end:
                 break
@@ -466,7 +469,8 @@ class Engine:
         blocks, and the bytes read count them. Returns the bytes read."""
         caps = self.backend.capabilities
         if self.options.evict_before_read and not self.options.odirect and caps.evict_cache:
-            self._each(lambda _, t: self.backend.evict(t.path) or 0, [t for t, _ in reads])
+            files = list({t.path: t for t, _ in reads}.values())  # a file many ranks read, evicted once
+            self._each(lambda _, t: self.backend.evict(t.path) or 0, files)
         ranges = {id(task): merged(list(r)) for task, r in reads}
         return self._each(lambda worker, task: self._read_ranges(worker, task, ranges[id(task)]),
                           [t for t, _ in reads])
@@ -500,8 +504,8 @@ class Engine:
         written there, one chunk of the file's grid at a time (a window starts on its grid); on the
         device where the worker's buffers live there."""
         for k in range(lo // self._chunk, -(-hi // self._chunk)):
-            window, patches = self._chunk_of(worker.data, task, k)
             start = k * self._chunk
+            window, patches = self._chunk_of(worker.data, task, k, max(lo - start, 0), hi - start)
             for offset, want in _spans(window, patches):
                 a, b = max(lo, start + offset), min(hi, start + offset + len(want))
                 if a >= b:

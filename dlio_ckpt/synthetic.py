@@ -80,19 +80,20 @@ class SyntheticData:
             self._mm.close()
             self._mm = None
 
-    def window(self, key: int, offset: int, nbytes: int) -> Any:
+    def window(self, key: int, offset: int, nbytes: int, skip: int = 0) -> Any:
         """Bytes ``[offset, offset + nbytes)`` of the payload stream of file ``key``: a memoryview,
-        or a device array when made with ``device``.
+        or a device array when made with ``device``. ``skip``: bytes at its start the caller will not
+        look at, left unstamped (a restore comparing a few KiB of a chunk stamps only those blocks).
 
-        ``offset`` must be block-aligned; ``nbytes`` at most the ``max_window`` given at creation.
+        ``offset`` and ``skip`` must be block-aligned; ``nbytes`` at most the ``max_window`` given at creation.
         """
-        if offset % BLOCK or nbytes > self._max_blocks * BLOCK or nbytes < 0:
-            raise ValueError(f"bad window offset={offset} nbytes={nbytes}")
-        first = offset // BLOCK
+        if offset % BLOCK or skip % BLOCK or nbytes > self._max_blocks * BLOCK or nbytes < 0:
+            raise ValueError(f"bad window offset={offset} nbytes={nbytes} skip={skip}")
+        first, skipped = offset // BLOCK, skip // BLOCK
         nblocks = -(-nbytes // BLOCK)
         start = _splitmix64(self.run_key ^ _splitmix64(key ^ (first * 0x9E3779B97F4A7C15 & _MASK64))) % self._starts
-        rows = self._blocks[start:start + nblocks]
-        index = self._arange[:nblocks] + np.uint64(first)
+        rows = self._blocks[start + skipped:start + nblocks]
+        index = self._arange[:nblocks - skipped] + np.uint64(first + skipped)
         rows[:, 0] = np.uint64(self.run_key)  # numpy scalars: a device array module takes them as they are
         rows[:, 1] = np.uint64(key)
         rows[:, 2] = index

@@ -1,6 +1,11 @@
 """A real Megatron-core ``torch_dist`` save on CPU (gloo), the oracle of ``checkpoint.layout=megatron``.
 
     python tests/oracles/megatron_save.py OUT WORLD TP LAYERS HIDDEN FFN HEADS KV_HEADS VOCAB DTYPE THREADS [MOE]
+    python tests/oracles/megatron_save.py load OUT_JSON WORLD STEP MODEL_ONLY TP LAYERS ... (the same model)
+
+The second form loads a saved step as Megatron-LM loads by default (``dist_checkpointing.load``, no fully
+parallel load) at its own TP and world size, the model alone when MODEL_ONLY is 1, and writes what DCP's
+``FileSystemReader`` read on each rank: ``.metadata``, then (file, offset, length) per item, in order.
 
 MOE, a JSON object, makes it a mixture of experts (``layout=megatron`` with ``family=moe``): ``experts``,
 ``moe_ffn``, ``shared`` (the shared experts' width, 0: none), ``freq`` (Megatron's ``moe_layer_freq``: an int or
@@ -83,7 +88,8 @@ def _mla_spec(spec: object) -> None:
         layer.submodules.self_attention.submodules.core_attention = NoCoreAttention
 
 
-def worker(rank: int, world: int, port: int, out: str, args: list[str]) -> None:
+def build(rank: int, world: int, port: int, args: list[str]) -> tuple:
+    """The process group, the model and its distributed optimizer after one step, as the save has them."""
     tp, layers, hidden, ffn, heads, kv, vocab, dtype, threads = args[:9]
     moe = json.loads(args[9]) if len(args) > 9 else None
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world),
@@ -91,10 +97,7 @@ def worker(rank: int, world: int, port: int, out: str, args: list[str]) -> None:
     dist.init_process_group("gloo", rank=rank, world_size=world)
     _on_cpu()
     import torch.nn.functional as F  # noqa: N812
-    from megatron.core import dist_checkpointing
     from megatron.core import parallel_state as ps
-    from megatron.core.dist_checkpointing.strategies.fully_parallel import FullyParallelSaveStrategyWrapper
-    from megatron.core.dist_checkpointing.strategies.torch import TorchDistSaveShardedStrategy
     from megatron.core.distributed import DistributedDataParallel, DistributedDataParallelConfig
     from megatron.core.models.gpt import GPTModel
     from megatron.core.models.gpt.gpt_layer_specs import (
@@ -145,6 +148,16 @@ def worker(rank: int, world: int, port: int, out: str, args: list[str]) -> None:
         p.main_grad.copy_(torch.randn(p.shape, generator=gen) * 0.01)
     ddp.finish_grad_sync()
     opt.step()
+    return gpt, opt, ps
+
+
+def worker(rank: int, world: int, port: int, out: str, args: list[str]) -> None:
+    from megatron.core import dist_checkpointing
+    from megatron.core.dist_checkpointing.strategies.fully_parallel import FullyParallelSaveStrategyWrapper
+    from megatron.core.dist_checkpointing.strategies.torch import TorchDistSaveShardedStrategy
+
+    gpt, opt, ps = build(rank, world, port, args)
+    threads = args[8]
     model_sd = gpt.sharded_state_dict()  # the unwrapped model, as Megatron-LM saves it
     state = {"model": model_sd, "iteration": 1,
              "optimizer": opt.sharded_state_dict(model_sd, is_loading=False,
@@ -159,12 +172,49 @@ def worker(rank: int, world: int, port: int, out: str, args: list[str]) -> None:
     dist.destroy_process_group()
 
 
+def load_worker(rank: int, world: int, port: int, out: str, args: list[str]) -> None:
+    """Megatron-LM's default load of what ``worker`` saved (TorchDistLoadShardedStrategy, no fully parallel
+    load), at this run's tensor parallelism, recording every slice DCP's FileSystemReader reads."""
+    from torch.distributed.checkpoint import FileSystemReader
+
+    step, model_only, rest = args[0], args[1] == "1", args[2:]
+    reads: list[tuple[str, int, int]] = []
+    read_metadata, slice_file = FileSystemReader.read_metadata, FileSystemReader._slice_file
+
+    def recorded_metadata(self, *a, **k):  # noqa: ANN001, ANN002, ANN003, ANN202
+        reads.append((".metadata", 0, os.path.getsize(os.path.join(str(self.path), ".metadata"))))
+        return read_metadata(self, *a, **k)
+
+    def recorded_slice(self, file, sinfo):  # noqa: ANN001, ANN202
+        reads.append((os.path.basename(file.name), sinfo.offset, sinfo.length))
+        return slice_file(self, file, sinfo)
+    FileSystemReader.read_metadata, FileSystemReader._slice_file = recorded_metadata, recorded_slice
+    from megatron.core import dist_checkpointing
+
+    gpt, opt, _ = build(rank, world, port, rest)
+    model_sd = gpt.sharded_state_dict()
+    state = {"model": model_sd}
+    if not model_only:
+        state["optimizer"] = opt.sharded_state_dict(model_sd, is_loading=True,
+                                                    metadata={"distrib_optim_sharding_type": "fully_reshardable"})
+    dist_checkpointing.load(state, step)
+    gathered = [None] * world
+    dist.all_gather_object(gathered, reads)
+    if rank == 0:
+        with open(out, "w") as f:
+            json.dump({str(r): x for r, x in enumerate(gathered)}, f)
+    dist.destroy_process_group()
+
+
 def main() -> None:
-    out, world, rest = sys.argv[1], int(sys.argv[2]), sys.argv[3:]
+    """``OUT WORLD ...`` saves; ``load OUT_JSON WORLD STEP MODEL_ONLY ...`` loads STEP and records its reads."""
+    load = sys.argv[1] == "load"
+    argv = sys.argv[2:] if load else sys.argv[1:]
+    out, world, rest = argv[0], int(argv[1]), argv[2:]
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    mp.spawn(worker, args=(world, port, out, rest), nprocs=world, join=True)
+    mp.spawn(load_worker if load else worker, args=(world, port, out, rest), nprocs=world, join=True)
 
 
 if __name__ == "__main__":
