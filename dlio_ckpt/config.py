@@ -266,8 +266,10 @@ class Restore(Section):
     then (``layouts.restore_plan``), and refuses what its framework cannot do."""
 
     world_size: int | None = Field(None, ge=1, description="ranks the load runs with (default: the save's); "
-                                   "layout=dcp reshards as dcp.load does, every rank reading the stored chunks "
-                                   "its own shard overlaps")
+                                   "layout=dcp and megatron reshard as dcp.load and dist_checkpointing.load do, "
+                                   "every rank reading the stored chunks its own shards overlap")
+    tensor: int | None = Field(None, ge=1, description="layout=megatron: the load's tensor parallelism (default: "
+                               "the save's); the stages stay the save's, data parallelism is the rest of world_size")
     model_only: bool = Field(False, description="load the model's weights alone, no optimizer state (evaluation, "
                              "fine-tuning starts, inference servers)")
 

@@ -501,11 +501,25 @@ class Engine:
 
     def _check_span(self, worker: _Worker, task: FileTask, got: Any, base: int, lo: int, hi: int) -> None:
         """Compare ``got`` (the file's bytes from ``base``) over file offsets [lo, hi) with what was
-        written there, one chunk of the file's grid at a time (a window starts on its grid); on the
-        device where the worker's buffers live there."""
+        written there, one chunk of the file's grid at a time (a window starts on its grid). On the
+        host, the format's bytes are written over the window for one compare and put back (a restore
+        reads many small items, each mostly archive headers); on a device, span by span."""
         for k in range(lo // self._chunk, -(-hi // self._chunk)):
             start = k * self._chunk
             window, patches = self._chunk_of(worker.data, task, k, max(lo - start, 0), hi - start)
+            if worker.device is None:
+                saved = [(offset, bytes(window[offset:offset + len(raw)])) for offset, raw in patches]
+                try:
+                    for offset, raw in patches:
+                        window[offset:offset + len(raw)] = raw
+                    a, b = max(lo, start), min(hi, start + len(window))
+                    bad = first_difference(got[a - base:b - base], window[a - start:b - start])
+                finally:
+                    for offset, raw in saved:
+                        window[offset:offset + len(raw)] = raw
+                if bad is not None:
+                    raise _wrong(task, a + bad)
+                continue
             for offset, want in _spans(window, patches):
                 a, b = max(lo, start + offset), min(hi, start + offset + len(want))
                 if a >= b:

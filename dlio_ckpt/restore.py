@@ -131,8 +131,11 @@ def restore_plan(workload: Any, plan: Plan) -> Restore:
     """What each rank of the read phase reads: the layout's own ``restore`` where its framework reshards or
     loads the model alone (DCP); elsewhere each rank's own files whole, at the save's world size, and a load
     asked otherwise is refused with the layout's reason (its ``NO_RESTORE``), exit 2."""
-    module, asked = load_layout(workload.checkpoint.layout), workload.restore
+    module, asked, layout = load_layout(workload.checkpoint.layout), workload.restore, workload.checkpoint.layout
     world = asked.world_size or plan.world_size
+    if asked.tensor is not None and asked.tensor != workload.model.parallelism.tensor and layout != "megatron":
+        raise ConfigError("workload.restore.tensor", asked.tensor, f"means nothing with checkpoint.layout={layout}: "
+                          "only Megatron's load changes tensor parallelism here (DCP's FSDP2 has none); leave it out")
     if hasattr(module, "restore"):
         return module.restore(workload, plan, world, asked.model_only)
     if world != plan.world_size:

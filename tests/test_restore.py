@@ -69,10 +69,56 @@ def test_the_emulated_restore_reads_what_dcp_load_reads(tmp_path):
             assert ours[rank][1:] == items, (world, model_only, rank)
 
 
-def test_a_checkpoint_saved_at_4_loads_verified_at_2_and_says_what_it_read(tmp_path):
-    """Emulated end to end: the restore's figures in summary.json; then a byte changed in a range another rank's
-    load reads is found, named by file and offset (every byte of every range is compared)."""
-    args = [*DCP, "--world-size", "4", "++workload.checkpoint.num_checkpoints_read=1", "++hydra.run.dir=run",
+MEGATRON_ORACLE = Path(__file__).resolve().parent / "oracles" / "megatron_save.py"
+MEGATRON = ["workload=tiny", "++workload.checkpoint.layout=megatron", "++workload.model.parallelism.tensor=2",
+            "++workload.model.num_layers=3", "++workload.model.transformer.hidden_size=192",
+            "++workload.model.transformer.ffn_hidden_size=520", "++workload.model.transformer.num_attention_heads=6",
+            "++workload.model.transformer.num_kv_heads=2", "++workload.model.transformer.vocab_size=998",
+            "++workload.model.model_datatype=fp32", "++workload.checkpoint.files_per_rank=1"]
+
+
+@pytest.mark.real
+def test_the_emulated_megatron_restore_reads_what_dist_checkpointing_load_reads(tmp_path):
+    """A real megatron-core save (TP 2 x DP 2, 3 layers, the distributed optimizer) holds our plan's items in
+    our order, to the byte; then Megatron's default load at TP 1 on 2 ranks (model and optimizer) and at
+    TP 2 on 2 ranks (the model alone; data parallelism 2 -> 1) reads, on every rank, the (file, offset, length)
+    our restore plan reads, in the same order."""
+    pytest.importorskip("megatron.core")
+    from .test_megatron_layout import assert_same_files, assert_same_items
+
+    step, out = tmp_path / "real", tmp_path / "reads.json"
+    model = ["2", "3", "192", "520", "6", "2", "998", "fp32", "1"]
+    r = subprocess.run([sys.executable, str(MEGATRON_ORACLE), str(step), "4", *model],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    workload, _, _ = compose(MEGATRON, None)
+    assert_same_files({p.name: p.stat().st_size for p in step.iterdir()}, workload, 4)
+    plan = make_plan(workload, 4)
+    assert_same_items(step, plan)
+    loads = [(1, 2, False), (2, 2, True)]
+    r = subprocess.run([sys.executable, str(MEGATRON_ORACLE), "load", str(out), str(step),
+                        ",".join(f"{tp}:{w}:{int(m)}" for tp, w, m in loads), *model],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    found = json.loads(out.read_text())
+    for tp, world, model_only in loads:
+        w, _, _ = compose([*MEGATRON, f"++workload.restore.world_size={world}", f"++workload.restore.tensor={tp}",
+                           f"++workload.restore.model_only={model_only}"], None)
+        restore = restore_plan(w, plan)
+        real = found[f"{tp}:{world}:{int(model_only)}"]
+        for rr in restore.ranks:
+            (name, _, _), *items = real[str(rr.rank)]
+            mine = [[f"{plan.ranks[f.rank].files[f.index].stem}.distcp", o, n] for f in rr.files for o, n in f.ranges]
+            assert name == ".metadata" and mine == items, (tp, world, model_only, rr.rank)
+
+
+@pytest.mark.parametrize("layout", [pytest.param(DCP, id="dcp"), pytest.param(
+    ["workload=tiny", "++workload.checkpoint.layout=megatron", "++workload.restore.tensor=1"], id="megatron-tp2-to-1")])
+def test_a_checkpoint_saved_at_4_loads_verified_at_2_and_says_what_it_read(tmp_path, layout):
+    """Emulated end to end: the restore's figures in summary.json; then a byte changed in the middle of rank 3's
+    file, which the loading ranks read in ranges, is found, named by file and offset (every byte of every range
+    is compared)."""
+    args = [*layout, "--world-size", "4", "++workload.checkpoint.num_checkpoints_read=1", "++hydra.run.dir=run",
             "++workload.storage.storage_root=data", "++workload.checkpoint.checkpoint_folder=ck",
             "++workload.restore.world_size=2", "++workload.checkpoint.num_checkpoints_write=1"]
     r = dlio(args, tmp_path, nprocs=2)
@@ -84,7 +130,6 @@ def test_a_checkpoint_saved_at_4_loads_verified_at_2_and_says_what_it_read(tmp_p
     assert 1.0 < restore["read_amplification"] < 1.1 and restore["reads_per_rank"]["max"] > 4
     assert sum(restore["read_bytes"]["histogram"].values()) == 2 * restore["reads_per_rank"]["mean"]
     assert loaded["metadata_read_seconds_max"] > 0 and loaded["duration_imbalance"] >= 1.0
-    # rank 1 (of 2) reads the rows that ranks 2 and 3 saved: change one byte in the middle of __3_0
     shard = tmp_path / "data" / "ck" / "global_epoch1_step1" / "__3_0.distcp"
     raw = bytearray(shard.read_bytes())
     raw[len(raw) // 2] ^= 0xFF
@@ -111,8 +156,11 @@ def test_a_resharded_load_from_s3_makes_a_ranged_get_per_read(tmp_path, s3_serve
 @pytest.mark.parametrize(("extra", "message"), [
     (["++workload.checkpoint.layout=deepspeed", "++workload.restore.world_size=2"],
      "workload.restore.world_size=2: must be the save's (4) with checkpoint.layout=deepspeed: DeepSpeed loads"),
-    (["++workload.checkpoint.layout=megatron", "++workload.restore.model_only=True"],
-     "workload.restore.model_only=True: is not modelled with checkpoint.layout=megatron"),
+    (["++workload.checkpoint.layout=deepspeed", "++workload.restore.model_only=True"],
+     "workload.restore.model_only=True: is not modelled with checkpoint.layout=deepspeed"),
+    (["++workload.checkpoint.layout=megatron", "++workload.restore.tensor=3"],
+     "workload.restore.tensor=3: must divide model.transformer.num_attention_heads (8)"),
+    ([*DCP[1:], "++workload.restore.tensor=2"], "workload.restore.tensor=2: means nothing with checkpoint.layout=dcp"),
     ([*DCP[1:], "++workload.restore.world_size=3"],
      "workload.restore.world_size=3: must be a multiple of the number of processes (2)"),
 ])

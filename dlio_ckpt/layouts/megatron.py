@@ -29,14 +29,16 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
+from functools import cache
 from typing import TYPE_CHECKING, ClassVar
 
 from ..errors import ConfigError
 from ..formats import Format
 from ..model import TransformerShape
 from ..planner import Item, ItemFile, Plan
-from . import megatron_moe
-from .dcp import DistcpFormat
+from ..restore import Restore, whole_files
+from . import megatron_moe, megatron_restore
+from .dcp import DistcpFormat, item_size
 from .dcp_metadata import Chunked
 from .megatron_files import (
     COMMON_PT_BYTES,
@@ -56,10 +58,12 @@ if TYPE_CHECKING:
     from ..config import Workload
 
 LINEARS = ("self_attention.linear_proj", "self_attention.linear_qkv", "mlp.linear_fc1", "mlp.linear_fc2")
+# a block's parameters in registration order (its state dict's, less the linears' _extra_state)
+BLOCK_PARAMETERS = ("self_attention.linear_qkv.layer_norm_weight", "self_attention.linear_proj.weight",
+                    "self_attention.linear_qkv.weight", "mlp.linear_fc1.layer_norm_weight", "mlp.linear_fc1.weight",
+                    "mlp.linear_fc2.weight")
 
-READS = "each rank its own files, whole (Megatron's dist_checkpointing load is not modelled yet)"
-NO_RESTORE = ("Megatron's dist_checkpointing reshards at load, but that load is not modelled yet; "
-              "checkpoint.layout=dcp loads at another world size, or the model alone, as dcp.load does")
+READS = "each rank its own files, whole (a mixture of experts' load is not modelled yet)"
 
 
 
@@ -155,10 +159,16 @@ class MegatronLayout:
         """Every chunk, in the group of its owner: weights in the model dtype, the optimizer's parameters in
         fp32 and its moments in ``moments_dtype``."""
         for t in self.tensors():
-            kind = (self.moments_dtype if t.fqn.startswith(("optimizer.state.exp_avg.", "optimizer.state.exp_avg_sq."))
-                    else "fp32" if t.fqn.startswith("optimizer.") else self.model_dtype)
+            kind = self.dtype_of(t.fqn)
             for chunk in t.chunks:
                 yield Shard(Item(t.fqn, kind, chunk[1], offsets=chunk[0]), self.owner(t, chunk))
+
+    def dtype_of(self, fqn: str) -> str:
+        """A tensor's stored dtype: weights in the model dtype, the optimizer's parameters in fp32 and its
+        moments in ``moments_dtype``."""
+        if fqn.startswith(("optimizer.state.exp_avg.", "optimizer.state.exp_avg_sq.")):
+            return self.moments_dtype
+        return "fp32" if fqn.startswith("optimizer.") else self.model_dtype
 
     def objects(self) -> Iterator[tuple[Item, int]]:
         """Each linear's ``_extra_state`` per layer, written by rank 0 of the layer's stage."""
@@ -167,6 +177,43 @@ class MegatronLayout:
             for linear in LINEARS:
                 yield (Item(f"decoder.layers.{linear}._extra_state/shard_{layer}_{n}", "", (), pickled=EXTRA_STATE),
                        rank_of(self.tensor, self.data, 0, 0, self.stages[layer]))
+
+    @cache  # noqa: B019 - one per (TP rank, stage), asked by every rank of a plan and of a restore
+    def traversal(self, tp: int, pp: int) -> dict[tuple[str, tuple[int, ...]], int]:
+        """What a rank of tensor-parallel rank ``tp`` and stage ``pp`` holds, in the order of its sharded state
+        dict (megatron-core 0.16.1, worked out from its source and held to a real save's files): the model
+        (the embedding; per block of the stage its attention's norm, linear_proj, linear_qkv, the MLP's norm,
+        linear_fc1's gate and up halves, linear_fc2, each linear's ``_extra_state`` after its weight; the final
+        norm, the output layer), then the distributed optimizer's ``fully_reshardable`` state: the model's
+        parameters in reverse (its buffers' order, ``param_and_grad_buffer``'s ``params[::-1]``), each as
+        param, exp_avg, exp_avg_sq. Entries (fqn, offsets) in order, each with its position; an object's
+        offsets are ()."""
+        n, mine = self.shape.num_layers, {}  # (fqn, layer or None): this rank's chunks of it, in listed order
+        for t in self.tensors():
+            if not t.fqn.startswith("optimizer."):
+                stacked = t.fqn.startswith("decoder.layers.")
+                for chunk in t.chunks:
+                    tp_owner, stage = self.owner(t, chunk)
+                    if stage == pp and (tp_owner == tp or _replicated(t.fqn)):
+                        mine.setdefault((t.fqn, chunk[0][0] if stacked else None), []).append(chunk[0])
+
+        def held(fqn: str, layer: int | None = None, prefix: str = "") -> list[tuple[str, tuple[int, ...]]]:
+            return [(prefix + fqn, off) for off in mine.get((fqn, layer), [])]
+        blocks = [layer for layer in range(n) if self.stages[layer] == pp]
+        params: list[tuple[str, int | None]] = [("embedding.word_embeddings.weight", None)] if pp == 0 else []
+        params += [(f"decoder.layers.{name}", layer) for layer in blocks for name in BLOCK_PARAMETERS]
+        params += [(name, None) for name in ("decoder.final_layernorm.weight", "output_layer.weight")
+                   if pp == self.pipeline - 1]
+        out = []
+        for fqn, layer in params:
+            out += held(fqn, layer)
+            linear = fqn.removeprefix("decoder.layers.").removesuffix(".weight")
+            if linear in LINEARS:
+                out.append((f"decoder.layers.{linear}._extra_state/shard_{layer}_{n}", ()))
+        for fqn, layer in reversed(params):
+            for state in ("param", "exp_avg", "exp_avg_sq"):
+                out += held(fqn, layer, f"optimizer.state.{state}.")
+        return {entry: k for k, entry in enumerate(out)}
 
     def owner(self, t: Chunked, chunk: Chunk) -> tuple[int, int]:
         """The (tensor-parallel rank, pipeline stage) whose data-parallel group writes ``chunk``."""
@@ -178,13 +225,33 @@ class MegatronLayout:
             pp = 0
         else:
             pp = self.pipeline - 1
-        if "layer_norm" in fqn or fqn == "decoder.final_layernorm.weight":
+        if _replicated(fqn):
             return 0, pp  # replicated over TP: the main replica is TP rank 0's
         if fqn.endswith(("linear_proj.weight", "linear_fc2.weight")):
             return off[-1] // size[-1], pp
         dim = 1 if fqn.startswith("decoder.layers.") else 0
         rows = t.shape[dim] // (2 if fqn.endswith("linear_fc1.weight") else 1)
         return (off[dim] % rows) // size[dim], pp
+
+
+def _replicated(fqn: str) -> bool:
+    """The norms: every tensor-parallel rank holds them whole."""
+    return "layer_norm" in fqn or fqn.endswith("final_layernorm.weight")
+
+
+def restore(workload: Workload, plan: Plan, world_size: int, model_only: bool) -> Restore:
+    """What ``dist_checkpointing.load`` reads on each rank (:mod:`.megatron_restore`): a dense model at the
+    save's parallelism or at ``restore.tensor`` and ``world_size``, the model alone or with the optimizer."""
+    asked = workload.restore
+    if workload.model.family == "moe":
+        if world_size != plan.world_size or model_only or asked.tensor not in (None, workload.model.parallelism.tensor):
+            raise ConfigError("workload.restore", asked.model_dump(exclude_defaults=True), "is not modelled for a "
+                              "mixture of experts with checkpoint.layout=megatron yet (its experts' load is not held "
+                              "to a real one); leave workload.restore out")
+        return whole_files(plan, False, READS)
+    lay: MegatronLayout = plan.layout  # type: ignore[assignment]
+    return megatron_restore.reads(plan, megatron_restore.load_layout(workload, lay, world_size), model_only,
+                                  item_size)
 
 
 def make_plan(workload: Workload, world_size: int) -> Plan:

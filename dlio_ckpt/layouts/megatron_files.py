@@ -118,6 +118,21 @@ def spread(lay: MegatronPlanning, shards: Iterable[Shard]) -> dict[int, list[Ite
     return per_rank
 
 
+def in_plan_order(lay: MegatronPlanning, items: list[Item], tp: int, pp: int) -> list[Item]:
+    """A rank's items in the order of its save plan, where the layout knows its state dict's order
+    (``traversal``): each tensor where its first chunk on this rank comes, its chunks there in state-dict
+    order (megatron-core merges a key's shards at their first appearance: ``_replace_state_dict_keys_with_
+    sharded_keys``). Elsewhere (MoE) the order the fully parallel save dealt them, which files' sizes ignore."""
+    traversal = getattr(lay, "traversal", None)
+    if traversal is None:
+        return items
+    position = traversal(tp, pp)
+    first: dict[str, int] = {}
+    for item in items:
+        first[item.fqn] = min(first.get(item.fqn, len(position)), position[(item.fqn, item.offsets)])
+    return sorted(items, key=lambda i: (first[i.fqn], position[(i.fqn, i.offsets)]))
+
+
 def plan_of(lay: MegatronPlanning) -> Plan:
     """Every rank's files from the layout's shards and objects, and rank 0's three small files."""
     per_rank = spread(lay, lay.shards())
@@ -125,10 +140,11 @@ def plan_of(lay: MegatronPlanning) -> Plan:
         per_rank[rank].append(item)
     ranks, listed = [], []
     for r in range(lay.world_size):
-        buckets = [tuple(b) for b in _split(per_rank[r], lay.files_per_rank)]
+        tp, rest = r % lay.tensor, r // lay.tensor
+        items = in_plan_order(lay, per_rank[r], tp, rest // lay.data)
+        buckets = [tuple(b) for b in _split(items, lay.files_per_rank)]
         files = tuple(ItemFile(f"__{r}_{k}", b, sum(i.nbytes for i in b), sum(item_size(i) for i in b))
                       for k, b in enumerate(buckets) if b)
-        tp, rest = r % lay.tensor, r // lay.tensor
         ranks.append(RankPlan(r, tp, rest // lay.data, rest % lay.data, 0, files))
         listed += [(f"{f.stem}.distcp", [(i, i.offsets) for i in f.items]) for f in files]
     objects = [i.fqn for r in ranks for f in r.files for i in f.items if not i.dtype]

@@ -1,10 +1,10 @@
 """A real Megatron-core ``torch_dist`` save on CPU (gloo), the oracle of ``checkpoint.layout=megatron``.
 
     python tests/oracles/megatron_save.py OUT WORLD TP LAYERS HIDDEN FFN HEADS KV_HEADS VOCAB DTYPE THREADS [MOE]
-    python tests/oracles/megatron_save.py load OUT_JSON WORLD STEP MODEL_ONLY TP LAYERS ... (the same model)
+    python tests/oracles/megatron_save.py load OUT_JSON STEP TP:WORLD:MODEL_ONLY[,...] TP LAYERS ... (the model)
 
 The second form loads a saved step as Megatron-LM loads by default (``dist_checkpointing.load``, no fully
-parallel load) at its own TP and world size, the model alone when MODEL_ONLY is 1, and writes what DCP's
+parallel load) at each TP and world size given, the model alone when MODEL_ONLY is 1, and writes what DCP's
 ``FileSystemReader`` read on each rank: ``.metadata``, then (file, offset, length) per item, in order.
 
 MOE, a JSON object, makes it a mixture of experts (``layout=megatron`` with ``family=moe``): ``experts``,
@@ -206,15 +206,32 @@ def load_worker(rank: int, world: int, port: int, out: str, args: list[str]) -> 
     dist.destroy_process_group()
 
 
-def main() -> None:
-    """``OUT WORLD ...`` saves; ``load OUT_JSON WORLD STEP MODEL_ONLY ...`` loads STEP and records its reads."""
-    load = sys.argv[1] == "load"
-    argv = sys.argv[2:] if load else sys.argv[1:]
-    out, world, rest = argv[0], int(argv[1]), argv[2:]
+def _port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    mp.spawn(load_worker if load else worker, args=(world, port, out, rest), nprocs=world, join=True)
+        return s.getsockname()[1]
+
+
+def main() -> None:
+    """``OUT WORLD MODEL...`` saves; ``load OUT_JSON STEP TP:WORLD:MODEL_ONLY,... MODEL...`` loads STEP once per
+    load given (the model's TP replaced by the load's), its processes forked from this one (megatron imported
+    once), and writes ``{"TP:WORLD:MODEL_ONLY": {rank: reads}}``."""
+    if sys.argv[1] != "load":
+        out, world, rest = sys.argv[1], int(sys.argv[2]), sys.argv[3:]
+        mp.spawn(worker, args=(world, _port(), out, rest), nprocs=world, join=True)
+        return
+    out, step, loads, model = sys.argv[2], sys.argv[3], sys.argv[4].split(","), sys.argv[5:]
+    import megatron.core.dist_checkpointing  # noqa: F401 - imported once, before the forks
+    found = {}
+    for load in loads:
+        tp, world, model_only = load.split(":")
+        part = f"{out}.{tp}-{world}-{model_only}"
+        mp.start_processes(load_worker, args=(int(world), _port(), part, [step, model_only, tp, *model[1:]]),
+                           nprocs=int(world), join=True, start_method="fork")
+        with open(part) as f:
+            found[load] = json.load(f)
+    with open(out, "w") as f:
+        json.dump(found, f)
 
 
 if __name__ == "__main__":
