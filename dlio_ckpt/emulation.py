@@ -148,9 +148,11 @@ class EmulatedRun:
             ctx.state.committed = [*(ctx.state.committed or []), step]
 
         def put() -> None:
-            ctx.backend.put_small(manifest_path(ctx.backend, ctx.ck.checkpoint_folder, step),
-                                  json.dumps(self.manifest(step)).encode())
+            path = manifest_path(ctx.backend, ctx.ck.checkpoint_folder, step)
+            ctx.state.landing = (step, lambda: ctx.backend.get_small(path) is not None)
+            ctx.backend.put_small(path, json.dumps(self.manifest(step)).encode())
             committed()  # at once: a signal's failed summary (rank 0's) must not lag the manifest on disk
+            ctx.state.landing = None  # (and between the two, the summary looks whether it landed)
             log.info("save_ckpt%d: %.3f s, %d files", step, max(everyone), len(self.files))  # summary.json's
         ctx.on_root_io(put)
         if ctx.comm.rank != 0:

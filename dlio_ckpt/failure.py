@@ -15,6 +15,7 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any
@@ -35,6 +36,9 @@ class RunState:
     step: int | None = None
     file: str | None = None  # the file in progress when a stall is detected
     committed: list[int] | None = None  # emulated runs: steps whose manifest is written (every process knows)
+    # rank 0 while it writes a step's manifest: the step, and whether the manifest is on storage yet (a
+    # signal that ends the run between the manifest landing and ``committed`` growing must still count it)
+    landing: tuple[int, Callable[[], bool]] | None = None
     durable: dict[int, list[int]] = field(default_factory=dict)  # tiered runs: tier -> steps marked there
 
     def where(self) -> str:
@@ -54,6 +58,13 @@ def write_failed_summary(state: RunState, rank: int, reason: str) -> None:
     }
     if state.committed is not None:
         body["steps_committed"] = state.committed
+        if state.landing is not None and state.landing[0] not in state.committed:
+            step, landed = state.landing
+            try:
+                if landed():
+                    body["steps_committed"] = sorted([*state.committed, step])
+            except Exception:  # noqa: BLE001 - the storage may be what failed: then the step is not counted
+                pass
     if state.durable:  # every process keeps this account
         body["steps_durable_per_tier"] = {str(k): steps for k, steps in state.durable.items()}
     try:

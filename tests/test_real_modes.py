@@ -219,10 +219,11 @@ def test_fsdp_bad_input_exits_2_before_anything_is_written(tmp_path, extra, mess
 
 
 def test_lightning_refuses_an_earlier_runs_checkpoints_unless_overwrite(tmp_path):
-    assert dlio(LIGHT, tmp_path, timeout=300).returncode == 0
-    r = dlio(LIGHT, tmp_path)
+    once = [*LIGHT, "++workload.checkpoint.num_checkpoints_write=1", "++workload.checkpoint.num_checkpoints_read=0"]
+    assert dlio(once, tmp_path, timeout=300).returncode == 0
+    r = dlio(once, tmp_path)
     assert r.returncode == 2 and "already holds checkpoints of an earlier run" in r.stderr
-    r = dlio(LIGHT + ["++workload.checkpoint.overwrite=True"], tmp_path, timeout=300)
+    r = dlio(once + ["++workload.checkpoint.overwrite=True"], tmp_path, timeout=300)
     assert r.returncode == 0, r.stderr
 
 

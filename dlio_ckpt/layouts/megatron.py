@@ -15,6 +15,10 @@ its own saves on CPU (gloo) in ``tests/test_megatron_layout.py``:
 - The fully parallel save (``FullyParallelSaveStrategyWrapper``, Megatron-LM's default) spreads the chunks
   each data-parallel group holds over its ranks: largest first, each to the least loaded rank
   (``exchange_utils.distribute_shards_to_ranks``), so every rank writes about total/world.
+- Each rank's items come in the order of its sharded state dict (``MegatronLayout.traversal``: the model, then
+  the optimizer's state in reverse parameter order, a tensor's chunks merged where its first one comes), as
+  megatron-core's save plan lists them; held item for item to real saves' ``.metadata`` (a load reads by
+  these offsets: :mod:`.megatron_restore`).
 - Each rank splits its items into ``checkpoint.files_per_rank`` files (``thread_count`` 2 by default,
   ``strategies/torch.py``), objects round-robin and tensors largest first into the emptiest
   (``filesystem_async._split_by_size_and_type``); a file with nothing to hold is not written. Every item is

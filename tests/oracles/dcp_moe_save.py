@@ -163,7 +163,8 @@ def main() -> None:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    mp.spawn(worker, args=(world, port, out, config), nprocs=world, join=True)
+    # forked, not spawned: torch is imported once, not once per rank
+    mp.start_processes(worker, args=(world, port, out, config), nprocs=world, join=True, start_method="fork")
 
 
 if __name__ == "__main__":

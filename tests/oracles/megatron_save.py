@@ -214,14 +214,14 @@ def _port() -> int:
 
 def main() -> None:
     """``OUT WORLD MODEL...`` saves; ``load OUT_JSON STEP TP:WORLD:MODEL_ONLY,... MODEL...`` loads STEP once per
-    load given (the model's TP replaced by the load's), its processes forked from this one (megatron imported
-    once), and writes ``{"TP:WORLD:MODEL_ONLY": {rank: reads}}``."""
+    load given (the model's TP replaced by the load's) and writes ``{"TP:WORLD:MODEL_ONLY": {rank: reads}}``.
+    The ranks are forked from this process: megatron-core is imported once, not once per rank."""
+    import megatron.core.dist_checkpointing  # noqa: F401 - imported once, before the ranks are forked
     if sys.argv[1] != "load":
         out, world, rest = sys.argv[1], int(sys.argv[2]), sys.argv[3:]
-        mp.spawn(worker, args=(world, _port(), out, rest), nprocs=world, join=True)
+        mp.start_processes(worker, args=(world, _port(), out, rest), nprocs=world, join=True, start_method="fork")
         return
     out, step, loads, model = sys.argv[2], sys.argv[3], sys.argv[4].split(","), sys.argv[5:]
-    import megatron.core.dist_checkpointing  # noqa: F401 - imported once, before the forks
     found = {}
     for load in loads:
         tp, world, model_only = load.split(":")
