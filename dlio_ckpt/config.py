@@ -535,6 +535,8 @@ def check_world_size(workload: Workload, world_size: int, processes: int | None 
     if processes is not None and world_size % processes:
         raise ConfigError("--world-size", world_size, f"must be a multiple of the number of processes ({processes})")
     load = workload.restore.world_size
+    if load is not None and load > MAX_WORLD_SIZE:
+        raise ConfigError("workload.restore.world_size", load, f"must be <= {MAX_WORLD_SIZE} (2**18), as --world-size")
     if processes is not None and load is not None and load % processes:
         raise ConfigError("workload.restore.world_size", load, f"must be a multiple of the number of processes "
                           f"({processes}): each process emulates an equal share of the loading ranks")

@@ -24,12 +24,11 @@ from concurrent.futures import Future, ThreadPoolExecutor, wait
 from contextlib import nullcontext
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Any
+from typing import Any, NamedTuple
 
 from .backends import Backend, DeviceMemory, Reader, Writer
 from .errors import ConfigError, StorageError, VerifyError
 from .formats import Segment, file_size
-from .restore import merged
 from .synthetic import BLOCK, SLACK, SyntheticData, first_difference, first_difference_on_device
 
 log = logging.getLogger("dlio_ckpt")
@@ -59,6 +58,14 @@ class FileTask:
             else:
                 offset += seg
         return tuple(out)
+
+
+class _RangedRead(NamedTuple):
+    """One loading rank's reads of one file: the file, and the spans (start, end) asked of storage."""
+
+    path: str
+    task: FileTask
+    spans: tuple[tuple[int, int], ...]
 
 
 @dataclass(frozen=True)
@@ -471,19 +478,33 @@ class Engine:
         if self.options.evict_before_read and not self.options.odirect and caps.evict_cache:
             files = list({t.path: t for t, _ in reads}.values())  # a file many ranks read, evicted once
             self._each(lambda _, t: self.backend.evict(t.path) or 0, files)
-        ranges = {id(task): merged(list(r)) for task, r in reads}
-        return self._each(lambda worker, task: self._read_ranges(worker, task, ranges[id(task)]),
-                          [t for t, _ in reads])
+        # one entry per (rank, file) read: several loading ranks of this process may read one file
+        jobs = [_RangedRead(task.path, task, self._spans_of(task, ranges)) for task, ranges in reads]
+        return self._each(lambda worker, job: self._read_ranges(worker, job.task, job.spans), jobs)  # type: ignore
 
-    def _read_ranges(self, worker: _Worker, task: FileTask, ranges: tuple[tuple[int, int], ...]) -> int:
+    def _spans_of(self, task: FileTask, ranges: tuple[tuple[int, int], ...]) -> tuple[tuple[int, int], ...]:
+        """What is asked of storage for ``ranges`` (offset, length): each widened to whole blocks under
+        O_DIRECT, then those that overlap or touch joined, as (start, end)."""
+        spans: list[tuple[int, int]] = []
+        for offset, length in ranges:
+            end = offset + length
+            if end > task.size:
+                raise VerifyError(f"{task.path}: a read of [{offset}, {end}) passes its planned {task.size} bytes")
+            lo, hi = offset - offset % self._align, -(-end // self._align) * self._align
+            if spans and spans[-1][1] >= lo and lo >= spans[-1][0]:
+                spans[-1] = (spans[-1][0], max(spans[-1][1], hi))
+            else:
+                spans.append((lo, hi))
+        return tuple(spans)
+
+    def _read_ranges(self, worker: _Worker, task: FileTask, spans: tuple[tuple[int, int], ...]) -> int:
+        """Every byte of ``spans`` read and compared (bytes a widened span holds beyond the ranges asked
+        are the file's too: compared alike); the bytes read."""
         reader = self.backend.open_ranged(task.path, self.options.odirect)
-        total, align = 0, self._align
+        total = 0
         try:
-            for offset, length in ranges:
-                end = offset + length
-                if end > task.size:
-                    raise VerifyError(f"{task.path}: a read of [{offset}, {end}) passes its planned {task.size} bytes")
-                pos, stop = offset - offset % align, -(-end // align) * align
+            for pos, stop in spans:
+                end = min(stop, task.size)
                 while pos < stop:
                     n = min(self._chunk, stop - pos)
                     got = worker.readbuf[:n]
@@ -491,7 +512,7 @@ class Engine:
                     if filled < min(n, task.size - pos):
                         raise VerifyError(f"{task.path}: has {pos + filled} bytes, planned {task.size}")
                     if self._verify and self.options.verify:
-                        self._check_span(worker, task, got, pos, max(offset, pos), min(end, pos + filled))
+                        self._check_span(worker, task, got, pos, pos, min(end, pos + filled))
                     total += filled
                     pos += n
                     self._progress(task.path, filled)

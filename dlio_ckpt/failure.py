@@ -45,6 +45,22 @@ class RunState:
         return self.phase if self.step is None else f"{self.phase} of step {self.step}"
 
 
+def _landed(look: Callable[[], bool], seconds: float = 2.0) -> bool:
+    """Whether a manifest being written is on storage: asked from a thread of its own, for at most
+    ``seconds`` (the storage may be what hangs, and the watchdog that asks must still end the job)."""
+    answer: list[bool] = []
+
+    def ask() -> None:
+        try:
+            answer.append(bool(look()))
+        except Exception:  # noqa: BLE001 - the storage may be what failed: then the step is not counted
+            answer.append(False)
+    asking = threading.Thread(target=ask, daemon=True, name="dlio_ckpt_landing")
+    asking.start()
+    asking.join(seconds)
+    return bool(answer and answer[0])
+
+
 def write_failed_summary(state: RunState, rank: int, reason: str) -> None:
     """``summary.json`` with ``"status": "failed"``, atomically, if this host sees the run folder
     (rank 0 creates it; on other hosts it may not exist and then nothing is written)."""
@@ -58,13 +74,8 @@ def write_failed_summary(state: RunState, rank: int, reason: str) -> None:
     }
     if state.committed is not None:
         body["steps_committed"] = state.committed
-        if state.landing is not None and state.landing[0] not in state.committed:
-            step, landed = state.landing
-            try:
-                if landed():
-                    body["steps_committed"] = sorted([*state.committed, step])
-            except Exception:  # noqa: BLE001 - the storage may be what failed: then the step is not counted
-                pass
+        if state.landing is not None and state.landing[0] not in state.committed and _landed(state.landing[1]):
+            body["steps_committed"] = sorted([*state.committed, state.landing[0]])
     if state.durable:  # every process keeps this account
         body["steps_durable_per_tier"] = {str(k): steps for k, steps in state.durable.items()}
     try:

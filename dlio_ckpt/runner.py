@@ -108,7 +108,9 @@ def _read_plans(ctx: RunContext) -> list[RankReads]:
     if not ck.recovery_rank_shift:
         return [ranks[q] for q in share]
     hosts = ctx.comm.allgather(hostname())
-    per_host = ck.ranks_per_host or Counter(hosts)[hostname()] * per
+    # a host's loading ranks: given for the save's world (ranks_per_host), scaled to the load's
+    per_host = (max(1, ck.ranks_per_host * w // ctx.world_size) if ck.ranks_per_host
+                else Counter(hosts)[hostname()] * per)
     if per_host % w == 0 and ctx.comm.rank == 0:
         log.warning("recovery_rank_shift: a shift of %d ranks (one host's) is the whole world of %d: every rank "
                     "reads its own files; set checkpoint.ranks_per_host to emulate several hosts", per_host, w)

@@ -169,3 +169,26 @@ def test_a_load_its_framework_cannot_do_is_refused_before_anything_is_written(tm
               f"++workload.storage.storage_root={tmp_path / 'store'}"], tmp_path, nprocs=2)
     assert r.returncode == 2 and message in r.stderr, r.stderr
     assert not (tmp_path / "store").exists()
+
+
+def test_one_process_loading_for_two_ranks_reads_both_ranks_ranges(tmp_path):
+    """A process emulating several loading ranks reads each rank's ranges of a file they share, not the last's."""
+    r = dlio([*DCP, "--world-size", "4", "++workload.checkpoint.num_checkpoints_read=1", "++hydra.run.dir=run",
+              "++workload.storage.storage_root=data", "++workload.restore.world_size=2",
+              "++workload.checkpoint.num_checkpoints_write=1"], tmp_path)
+    assert r.returncode == 0, r.stderr
+    summary = load(tmp_path / "run" / "summary.json")
+    assert summary["checkpoints"]["load"][0]["bytes"] == summary["io"]["restore"]["bytes_read"]
+
+
+def test_a_scaled_megatron_save_loads_at_another_tensor_parallelism_with_the_shapes_it_saved():
+    """checkpoint.scale rounds widths to the save's TP: a load at TP 1 asks for the tensors as saved."""
+    from dlio_ckpt.layouts.megatron_restore import load_layout
+
+    w, _, _ = compose(["workload=tiny", "++workload.checkpoint.layout=megatron", "++workload.checkpoint.scale=0.3",
+                       "++workload.restore.tensor=1", "++workload.restore.world_size=2"], None)
+    plan = make_plan(w, 4)
+    loaded = load_layout(w, plan.layout, 2)
+    assert {t.fqn: t.shape for t in loaded.tensors()} == {t.fqn: t.shape for t in plan.layout.tensors()}
+    restore = restore_plan(w, plan)
+    assert all(r.needed <= sum(n for f in r.files for _, n in f.ranges) < 1.05 * r.needed for r in restore.ranks)

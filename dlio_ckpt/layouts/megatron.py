@@ -102,6 +102,7 @@ class MegatronLayout:
     stages: tuple[int, ...]  # each block's pipeline stage
     scale: float = 1.0
     moments_dtype: str = "fp32"  # the distributed optimizer's exp_avg and exp_avg_sq (its precision-aware option)
+    widths_tensor: int | None = None  # a load's: the save's TP, which scaled widths were rounded to
     common_pt_bytes: ClassVar[int] = COMMON_PT_BYTES
 
     @classmethod
@@ -128,10 +129,12 @@ class MegatronLayout:
         return problems
 
     def cols(self, n: int) -> int:
-        """``checkpoint.scale`` shrinks each tensor's last dimension (kept a multiple of TP)."""
+        """``checkpoint.scale`` shrinks each tensor's last dimension (kept a multiple of the save's TP: a load
+        at another TP reads the widths saved)."""
         if self.scale == 1.0:
             return n
-        return max(self.tensor, int(n * self.scale) // self.tensor * self.tensor)
+        tp = self.widths_tensor or self.tensor
+        return max(tp, int(n * self.scale) // tp * tp)
 
     def tensors(self) -> list[Chunked]:
         """Every weight with its chunks over (tensor-parallel rank, layer), then the optimizer's three

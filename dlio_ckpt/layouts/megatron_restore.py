@@ -47,6 +47,10 @@ class Sharded(Protocol):
     tensor: int
     pipeline: int
     data: int
+    scale: float
+    widths_tensor: int | None
+
+    def cols(self, n: int) -> int: ...
 
     def tensors(self) -> list[Chunked]: ...
     def traversal(self, tp: int, pp: int) -> dict[tuple[str, tuple[int, ...]], int]: ...
@@ -132,7 +136,14 @@ def load_layout(workload: Workload, saved: Any, world: int) -> Sharded:
         if value % tensor:
             raise ConfigError("workload.restore.tensor", tensor, f"must divide model.transformer.{name} ({value}) "
                               "with checkpoint.layout=megatron")
+    load = replace(saved, world_size=world, tensor=tensor, data=world // (tensor * saved.pipeline),
+                   widths_tensor=saved.widths_tensor or saved.tensor)
+    for name in ("hidden_size", "ffn_hidden_size"):
+        width = load.cols(getattr(t, name))
+        if width % tensor:
+            raise ConfigError("workload.restore.tensor", tensor, f"must divide model.transformer.{name} as "
+                              f"checkpoint.scale={saved.scale} saved it ({width}) with checkpoint.layout=megatron")
     if world % (tensor * saved.pipeline):
         raise ConfigError("workload.restore.world_size", world, f"must be a multiple of tensor x pipeline "
                           f"({tensor} x {saved.pipeline}) with checkpoint.layout=megatron")
-    return replace(saved, world_size=world, tensor=tensor, data=world // (tensor * saved.pipeline))
+    return load
