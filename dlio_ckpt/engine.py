@@ -21,7 +21,7 @@ from bisect import bisect_right
 from collections import deque
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor, wait
-from contextlib import nullcontext
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Any, NamedTuple
@@ -29,6 +29,7 @@ from typing import Any, NamedTuple
 from .backends import Backend, DeviceMemory, Reader, Writer
 from .errors import ConfigError, StorageError, VerifyError
 from .formats import Segment, file_size
+from .restore import spans
 from .synthetic import BLOCK, SLACK, SyntheticData, first_difference, first_difference_on_device
 
 log = logging.getLogger("dlio_ckpt")
@@ -107,6 +108,20 @@ def _spans(window: Any, patches: list[tuple[int, bytes]]) -> Iterator[tuple[int,
         at = offset + len(raw)
     if at < len(window):
         yield at, window[at:]
+
+
+@contextmanager
+def _formatted(window: Any, patches: list[tuple[int, bytes]]) -> Iterator[None]:
+    """The format's bytes written over a pool window for one call (a write, a compare) and put back after:
+    a few hundred bytes moved, against a copy of the whole chunk; the pool stays as generated."""
+    saved = [(offset, bytes(window[offset:offset + len(raw)])) for offset, raw in patches]
+    try:
+        for offset, raw in patches:
+            window[offset:offset + len(raw)] = raw
+        yield
+    finally:
+        for offset, raw in saved:
+            window[offset:offset + len(raw)] = raw
 
 
 def _finish(writer: Writer) -> None:
@@ -386,14 +401,8 @@ class Engine:
         """One chunk at its offset, from its window with the format's bytes written over it for the
         call and put back after (a few hundred bytes, against a copy of the whole chunk)."""
         window, patches = self._chunk_of(slot.data, task, k)
-        saved = [(offset, bytes(window[offset:offset + len(raw)])) for offset, raw in patches]
-        try:
-            for offset, raw in patches:
-                window[offset:offset + len(raw)] = raw
+        with _formatted(window, patches):
             writer.write_at(window, k * self._chunk)
-        finally:
-            for offset, raw in saved:
-                window[offset:offset + len(raw)] = raw
         self._progress(task.path, len(window))
 
     # -- read ----------------------------------------------------------------------------------
@@ -483,19 +492,13 @@ class Engine:
         return self._each(lambda worker, job: self._read_ranges(worker, job.task, job.spans), jobs)  # type: ignore
 
     def _spans_of(self, task: FileTask, ranges: tuple[tuple[int, int], ...]) -> tuple[tuple[int, int], ...]:
-        """What is asked of storage for ``ranges`` (offset, length): each widened to whole blocks under
-        O_DIRECT, then those that overlap or touch joined, as (start, end)."""
-        spans: list[tuple[int, int]] = []
+        """What is asked of storage for ``ranges`` (:func:`~dlio_ckpt.restore.spans`, blocks under O_DIRECT),
+        each within the file's planned size."""
         for offset, length in ranges:
-            end = offset + length
-            if end > task.size:
-                raise VerifyError(f"{task.path}: a read of [{offset}, {end}) passes its planned {task.size} bytes")
-            lo, hi = offset - offset % self._align, -(-end // self._align) * self._align
-            if spans and spans[-1][1] >= lo and lo >= spans[-1][0]:
-                spans[-1] = (spans[-1][0], max(spans[-1][1], hi))
-            else:
-                spans.append((lo, hi))
-        return tuple(spans)
+            if offset + length > task.size:
+                raise VerifyError(f"{task.path}: a read of [{offset}, {offset + length}) passes its planned "
+                                  f"{task.size} bytes")
+        return spans(ranges, self._align)
 
     def _read_ranges(self, worker: _Worker, task: FileTask, spans: tuple[tuple[int, int], ...]) -> int:
         """Every byte of ``spans`` read and compared (bytes a widened span holds beyond the ranges asked
@@ -529,15 +532,9 @@ class Engine:
             start = k * self._chunk
             window, patches = self._chunk_of(worker.data, task, k, max(lo - start, 0), hi - start)
             if worker.device is None:
-                saved = [(offset, bytes(window[offset:offset + len(raw)])) for offset, raw in patches]
-                try:
-                    for offset, raw in patches:
-                        window[offset:offset + len(raw)] = raw
-                    a, b = max(lo, start), min(hi, start + len(window))
+                a, b = max(lo, start), min(hi, start + len(window))
+                with _formatted(window, patches):
                     bad = first_difference(got[a - base:b - base], window[a - start:b - start])
-                finally:
-                    for offset, raw in saved:
-                        window[offset:offset + len(raw)] = raw
                 if bad is not None:
                     raise _wrong(task, a + bad)
                 continue

@@ -4,8 +4,8 @@ runs at another world size than the save (resharding) or wants the model alone.
 Why a plan of its own: a real restore is not the save played backwards. A DCP load reads ``.metadata``
 on every rank, then, for every tensor it needs, the stored chunks that overlap its own shard, wherever
 they lie (ByteCheckpoint, NSDI 2025: the read pattern decides the restore's time). The layout decides
-what its framework reads (:func:`dlio_ckpt.layouts.restore_plan`); this module holds the shape of the
-answer and what a reader needs to know of it, and no framework's rules.
+what its framework reads (its ``restore``, asked by :func:`restore_plan`); this module holds the shape of
+the answer and what a reader needs to know of it, and no framework's rules.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from typing import Any
 
 from .errors import ConfigError
 from .layouts import load_layout
-from .planner import FilePlan, ItemFile, Plan
+from .planner import Plan
 
 
 @dataclass(frozen=True)
@@ -50,36 +50,37 @@ class Restore:
     ranks: tuple[RankReads, ...]
     follows: str
 
-    @property
-    def ranged(self) -> bool:
-        """Whether any rank reads byte ranges rather than whole files."""
-        return any(f.ranges for r in self.ranks for f in r.files)
 
 
-def merged(ranges: list[tuple[int, int]]) -> tuple[tuple[int, int], ...]:
-    """Ranges read one after another, adjacent ones joined: a sequential reader's stream reads them as one."""
+def by_file(rank: int, reads: list[tuple[int, int, int, int]], needed: int) -> RankReads:
+    """A rank's reads, (writer rank, file, offset, length) in the order its framework issues them, grouped
+    as DCP's ``FileSystemReader.read_data`` reads them: file by file in the order each first appears,
+    each file's reads in their order (DCP's and Megatron's loads alike)."""
+    files: dict[tuple[int, int], list[tuple[int, int]]] = {}
+    for writer, k, offset, length in reads:
+        files.setdefault((writer, k), []).append((offset, length))
+    return RankReads(rank, tuple(FileReads(w, k, tuple(r)) for (w, k), r in files.items()), needed)
+
+
+def spans(ranges: tuple[tuple[int, int], ...], align: int = 1) -> tuple[tuple[int, int], ...]:
+    """What a sequential reader asks of storage for ``ranges`` (offset, length), read one after another:
+    each widened to whole ``align`` blocks (O_DIRECT), then those that overlap or touch joined into one
+    read, as (start, end)."""
     out: list[tuple[int, int]] = []
     for offset, length in ranges:
-        if out and out[-1][0] + out[-1][1] == offset:
-            out[-1] = (out[-1][0], out[-1][1] + length)
+        lo, hi = offset - offset % align, -(-(offset + length) // align) * align
+        if out and out[-1][0] <= lo <= out[-1][1]:
+            out[-1] = (out[-1][0], max(out[-1][1], hi))
         else:
-            out.append((offset, length))
+            out.append((lo, hi))
     return tuple(out)
 
 
-def model_file(f: FilePlan | ItemFile) -> bool:
-    """A file of the model's weights (DLIO's and DeepSpeed's ``kind``)."""
-    return isinstance(f, FilePlan) and f.kind == "model"
-
-
-def whole_files(plan: Plan, model_only: bool, follows: str) -> Restore:
-    """Each rank reads its own files whole (the model's alone with ``model_only``), at the save's world
-    size: DLIO's read phase, and DeepSpeed's ``load_checkpoint`` (each rank its own partitions)."""
-    ranks = tuple(RankReads(r.rank, tuple(FileReads(r.rank, k) for k, f in enumerate(r.files)
-                                          if not model_only or model_file(f)),
-                            sum(f.payload_bytes for f in r.files if not model_only or model_file(f)))
+def whole_files(plan: Plan, follows: str) -> Restore:
+    """Each rank reads its own files whole at the save's world size: DLIO's read phase."""
+    ranks = tuple(RankReads(r.rank, tuple(FileReads(r.rank, k) for k in range(len(r.files))), r.payload_bytes)
                   for r in plan.ranks)
-    return Restore(plan.world_size, plan.world_size, model_only, ranks, follows)
+    return Restore(plan.world_size, plan.world_size, False, ranks, follows)
 
 
 def _spread(values: list[int]) -> dict[str, float]:
@@ -100,7 +101,7 @@ def figures(restore: Restore, file_size: Callable[[int, int], int], metadata_byt
     for r in restore.ranks:
         sizes, ranged = [metadata_bytes] if metadata_bytes else [], 0
         for f in r.files:
-            runs = [n for _, n in merged(list(f.ranges))]
+            runs = [end - start for start, end in spans(f.ranges)]
             sizes += runs or [file_size(f.rank, f.index)]
             ranged += sum(-(-n // chunk) for n in runs)
         reads.append(sizes)
@@ -144,4 +145,4 @@ def restore_plan(workload: Any, plan: Plan) -> Restore:
     if asked.model_only:
         raise ConfigError("workload.restore.model_only", True, f"is not modelled with checkpoint.layout="
                           f"{workload.checkpoint.layout}: {module.NO_RESTORE}")
-    return whole_files(plan, False, module.READS)
+    return whole_files(plan, module.READS)

@@ -103,19 +103,15 @@ class GCSReader:
         size = backend.size(path)  # one metadata request, as gcsfs's own open makes: ranges need the end
         if size is None:
             raise StorageError(f"cannot open {self.url}: no such object")
-        self._size = size
+        self._size, self._ranges = size, GCSRanged(backend, path)
 
     def readinto(self, buf: memoryview) -> int:
         n = min(len(buf), self._size - self._pos)
         if n <= 0:
             return 0
-        try:
-            data = self._b.call(self._b.fs._cat_file, self.url, start=self._pos, end=self._pos + n)
-        except Exception as exc:
-            raise _failure("read failed on", self.url, exc, self._b) from None
-        buf[:len(data)] = data
-        self._pos += len(data)
-        return len(data)
+        n = self._ranges.read_at(buf[:n], self._pos)
+        self._pos += n
+        return n
 
     def views(self) -> Iterator[memoryview]:
         """The object's bytes as gcsfs returns them (no copy), ``read_ahead`` ranges requested beyond

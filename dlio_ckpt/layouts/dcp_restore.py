@@ -20,7 +20,7 @@ from math import prod
 
 from ..model import DATATYPE_BYTES
 from ..planner import Item, ItemFile, Plan
-from ..restore import FileReads, RankReads, Restore
+from ..restore import Restore, by_file
 from .dcp_metadata import Tensor, fsdp_chunk
 
 FOLLOWS = ("torch.distributed.checkpoint's FileSystemReader (torch 2.13.0): .metadata, then each stored item a "
@@ -88,10 +88,6 @@ def reads(plan: Plan, tensors: list[Tensor], objects: list[Item], w2: int, model
             else:
                 wanted.append((places.owner[t.fqn], t.fqn, prod(t.shape) * DATATYPE_BYTES[t.dtype]))
         wanted += [(places.owner[g.fqn], g.fqn, len(g.pickled)) for g in objects]
-        files: dict[tuple[int, int], list[tuple[int, int]]] = {}  # in the order each file first appears
-        for rank, fqn, _ in wanted:
-            k, offset, length = places.of(rank, fqn)
-            files.setdefault((rank, k), []).append((offset, length))
-        ranks.append(RankReads(q, tuple(FileReads(rank, k, tuple(r)) for (rank, k), r in files.items()),
-                               sum(n for _, _, n in wanted)))
+        ranks.append(by_file(q, [(rank, *places.of(rank, fqn)) for rank, fqn, _ in wanted],
+                             sum(n for _, _, n in wanted)))
     return Restore(w2, w1, model_only, tuple(ranks), FOLLOWS)

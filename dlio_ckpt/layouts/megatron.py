@@ -52,6 +52,7 @@ from .megatron_files import (
     Shard,
     check_stages,
     layer_stages,
+    not_split_by,
     plan_of,
     rank_of,
     tp_cuts,
@@ -81,12 +82,11 @@ def check(workload: Workload) -> None:
     if m.family == "moe":
         megatron_moe.check(workload)
         return
-    for name, value in (("num_attention_heads", t.num_attention_heads), ("num_kv_heads", t.num_kv_heads),
-                        ("ffn_hidden_size", t.ffn_hidden_size), ("vocab_size", t.vocab_size)):
-        if value % par.tensor:
-            raise ConfigError(f"{key}.transformer.{name}", value, f"must be a multiple of model.parallelism.tensor "
-                              f"({par.tensor}) with checkpoint.layout=megatron (for vocab_size: give Megatron-LM's "
-                              "padded size, a multiple of 128 x tensor)")
+    if (broken := not_split_by(t, par.tensor)) is not None:
+        name, value = broken
+        raise ConfigError(f"{key}.transformer.{name}", value, f"must be a multiple of model.parallelism.tensor "
+                          f"({par.tensor}) with checkpoint.layout=megatron (for vocab_size: give Megatron-LM's "
+                          "padded size, a multiple of 128 x tensor)")
 
 
 @dataclass(frozen=True)
@@ -255,7 +255,7 @@ def restore(workload: Workload, plan: Plan, world_size: int, model_only: bool) -
             raise ConfigError("workload.restore", asked.model_dump(exclude_defaults=True), "is not modelled for a "
                               "mixture of experts with checkpoint.layout=megatron yet (its experts' load is not held "
                               "to a real one); leave workload.restore out")
-        return whole_files(plan, False, READS)
+        return whole_files(plan, READS)
     lay: MegatronLayout = plan.layout  # type: ignore[assignment]
     return megatron_restore.reads(plan, megatron_restore.load_layout(workload, lay, world_size), model_only,
                                   item_size)

@@ -75,6 +75,15 @@ def check_stages(layers: int, pipeline: int, first: int | None, last: int | None
                           f"{inner} stages (Megatron's split)")
 
 
+def not_split_by(transformer: object, tensor: int) -> tuple[str, int] | None:
+    """The first width tensor parallelism ``tensor`` cannot split (heads, KV heads, FFN, vocabulary): its key
+    under ``model.transformer`` and value, or None. Megatron's rule for a save and for a load alike."""
+    for name in ("num_attention_heads", "num_kv_heads", "ffn_hidden_size", "vocab_size"):
+        if getattr(transformer, name) % tensor:
+            return name, getattr(transformer, name)
+    return None
+
+
 def tp_cuts(shape: tuple[int, ...], cut: str, tensor: int) -> list[tuple[Chunk, int]]:
     """A 2-D (or 1-D) tensor's chunks over tensor parallelism, each with its tensor-parallel rank: ``whole``
     (replicated: rank 0's is the main replica), ``rows`` (column-parallel: output rows), ``cols``

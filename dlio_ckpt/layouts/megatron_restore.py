@@ -27,7 +27,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 from ..errors import ConfigError
 from ..model import DATATYPE_BYTES
 from ..planner import Item, ItemFile, Plan
-from ..restore import FileReads, RankReads, Restore
+from ..restore import Restore, by_file
+from .megatron_files import not_split_by
 
 if TYPE_CHECKING:
     from ..config import Workload
@@ -118,10 +119,7 @@ def reads(plan: Plan, load: Sharded, model_only: bool, size_of: Callable[[Item],
                 for c, (rank, _), (k, at, n) in sorted(hits, key=lambda h: (h[0][0][sweep] + h[0][1][sweep], h[1])):
                     wanted.append((rank, k, at, n))
                     needed += _overlap(c, local) * DATATYPE_BYTES[load.dtype_of(fqn)]
-        files: dict[tuple[int, int], list[tuple[int, int]]] = {}
-        for rank, k, at, n in wanted:
-            files.setdefault((rank, k), []).append((at, n))
-        ranks.append(RankReads(q, tuple(FileReads(rank, k, tuple(r)) for (rank, k), r in files.items()), needed))
+        ranks.append(by_file(q, wanted, needed))
         alike[(tp, rest // load.data)] = ranks[-1]
     return Restore(load.world_size, saved.world_size, model_only, tuple(ranks), FOLLOWS)
 
@@ -131,11 +129,9 @@ def load_layout(workload: Workload, saved: Any, world: int) -> Sharded:
     save's stages; its rules checked as the save's are (exit 2 naming the restore's keys)."""
     t = workload.model.transformer
     tensor = workload.restore.tensor or saved.tensor
-    for name, value in (("num_attention_heads", t.num_attention_heads), ("num_kv_heads", t.num_kv_heads),
-                        ("ffn_hidden_size", t.ffn_hidden_size), ("vocab_size", t.vocab_size)):
-        if value % tensor:
-            raise ConfigError("workload.restore.tensor", tensor, f"must divide model.transformer.{name} ({value}) "
-                              "with checkpoint.layout=megatron")
+    if (broken := not_split_by(t, tensor)) is not None:
+        raise ConfigError("workload.restore.tensor", tensor, f"must divide model.transformer.{broken[0]} "
+                          f"({broken[1]}) with checkpoint.layout=megatron")
     load = replace(saved, world_size=world, tensor=tensor, data=world // (tensor * saved.pipeline),
                    widths_tensor=saved.widths_tensor or saved.tensor)
     for name in ("hidden_size", "ffn_hidden_size"):
