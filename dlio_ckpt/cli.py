@@ -28,7 +28,7 @@ dlio_ckpt sweep workload=NAME KEY=v1,v2 KEY2=range(a,b,step) ... [--world-size W
 dlio_ckpt tune workload=NAME [storage keys] [--max-gib G] [--max-seconds S] [--no-fio] [--world-size W]
 dlio_ckpt diff A B [--threshold PCT] [--format table|json] [--metrics REGEX]
 dlio_ckpt report RUN
-dlio_ckpt check RUN [READ_RUN] [--format table|json]
+dlio_ckpt check RUN [READ_RUN] [--edition 2.0|3.0|4.0] [--division closed|open] [--format table|json]
 dlio_ckpt keys [SECTION]
 dlio_ckpt --help | --version"""
 RESULT_COMMANDS = ("diff", "report", "check")
@@ -42,7 +42,8 @@ COMMANDS = """commands:
                paste, beside fio's best configuration on the same folder
   diff A B     compare two runs or sweeps; exit 1 on a regression (a CI gate)
   report RUN   figures and report.html in a run folder
-  check RUN    MLPerf Storage v2.0 checkpointing rules, one by one
+  check RUN    MLPerf Storage's checkpointing rules, one by one (--edition: 2.0, 3.0, or 4.0, the draft;
+               default the newest)
   keys         every workload key with its type, default and meaning (keys checkpoint: one section)
 
 workloads (workload=NAME; --config-dir DIR adds DIR/workload/NAME.yaml):
@@ -197,7 +198,13 @@ def _results_command(command: str, argv: list[str]) -> int:
     elif command == "report":
         p.add_argument("run", help="a dlio_ckpt run folder")
     else:
+        from .mlperf import DIVISIONS, EDITIONS
+
         p.add_argument("runs", nargs="+", metavar="RUN", help="a run folder; or a write-only run then a read-only run")
+        p.add_argument("--edition", choices=EDITIONS, default=EDITIONS[-1], help="the rules' edition (default: "
+                       f"{EDITIONS[-1]}, the newest)")
+        p.add_argument("--division", choices=DIVISIONS, default="closed", help="3.0 and later: CLOSED (the "
+                       "model's process count) or OPEN (a multiple of TP x PP)")
         p.add_argument("--format", choices=["table", "json"], default="table")
     try:
         args = p.parse_args(argv)
@@ -259,14 +266,16 @@ def _check(args: argparse.Namespace) -> int:
     if len(args.runs) > 2:
         raise ConfigError("RUN", args.runs, "give one run, or a write-only run and then a read-only run")
     runs = [load_run(r) for r in args.runs]
-    rules = check_runs(runs)
+    rules = check_runs(runs, args.edition, args.division)
+    failed = any(r.failed for r in rules)
     if args.format == "json":
-        print(json.dumps({"runs": args.runs, "result": "PASS" if all(r.ok for r in rules) else "FAIL",
+        print(json.dumps({"runs": args.runs, "edition": args.edition, "division": args.division,
+                          "result": "FAIL" if failed else "PASS",
                           "rules": [{"name": r.name, "verdict": r.verdict, "expected": r.expected, "actual": r.actual}
                                     for r in rules]}, indent=2))
     else:
-        print(render(rules, args.runs))
-    return 0 if all(r.ok for r in rules) else 1
+        print(render(rules, args.runs, args.edition))
+    return 1 if failed else 0
 
 
 def _plan(args: argparse.Namespace) -> int:

@@ -30,6 +30,7 @@ from .backends import REGISTRY as BACKENDS
 from .errors import ConfigError
 from .layouts import NAMES as LAYOUT_NAMES
 from .layouts import load_layout
+from .mlperf import ACCELERATOR_MEMORY_GB
 from .modes import NAMES as MODE_NAMES
 from .modes import REGISTRY as MODES
 
@@ -380,6 +381,9 @@ class Workload(Section):
     tiers: list[Storage] = Field(default_factory=list, description="our key: storages each committed step is "
                                  "copied down to in the background, in order, after storage")
     restore: Restore = Restore()
+    accelerator_type: Literal[tuple(ACCELERATOR_MEMORY_GB)] | None = Field(  # type: ignore[valid-type]
+        None, description="MLPerf Storage 3.0: the accelerator each process stands for (its memory times the "
+        "processes must hold the checkpoint, rule 4.3.4); recorded in summary.json for check")
     dataset: dict[str, Any] | None = None
     reader: dict[str, Any] | None = None
     train: dict[str, Any] | None = None
@@ -485,6 +489,9 @@ class Workload(Section):
         if st.storage_options.get("spread_prefixes"):
             raise ConfigError("workload.storage.storage_options.spread_prefixes", st.storage_options["spread_prefixes"],
                               "applies to emulated runs only: in real modes the framework names the objects")
+        if st.storage_options.get("library", "s3torchconnector") != "s3torchconnector":
+            raise ConfigError("workload.storage.storage_options.library", st.storage_options["library"],
+                              f"applies to emulated runs only: mode={mode} writes through its framework's own client")
         if ck.num_checkpoints_write == 0:
             raise ConfigError("workload.checkpoint.num_checkpoints_write", 0,
                               f"must be >= 1 in mode={mode} (it reads back what this run saved)")

@@ -17,7 +17,8 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
-from .backends import get_backend
+from . import provenance
+from .backends import REGISTRY, get_backend
 from .comm import Comm, on_root
 from .config import Workload
 from .context import Mode, RunContext
@@ -25,6 +26,7 @@ from .errors import ConfigError, StorageError
 from .failure import RunState, Watchdog
 from .modes import load_mode
 from .preparation import prepare_storage, start_writing, tier_backend
+from .results import dumps, write_result
 from .runfiles import results_in
 
 log = logging.getLogger("dlio_ckpt")
@@ -79,13 +81,18 @@ def execute(mode: Mode, ctx: RunContext, run_dir: str, raw: dict, overrides: lis
     on_root(comm, lambda: _prepare_run_dir(run_dir, redact(raw), [redact(o) for o in overrides], replace))
     ctx.state.run_id = comm.bcast(secrets.token_hex(8) if comm.rank == 0 else None)
     _setup_logging(run_dir, comm.rank)
+    local = REGISTRY[ctx.backend.name].local_folder
     ctx.meta = {"workload": ctx.workload.model.name, "run_id": ctx.state.run_id, "world_size": ctx.world_size,
-                "run_dir": run_dir, "command": " ".join(["dlio_ckpt", *(redact(a) for a in command)])}
+                "run_dir": run_dir, "command": " ".join(["dlio_ckpt", *(redact(a) for a in command)]),
+                **provenance.run_facts(ctx.workload.accelerator_type,
+                                       ctx.backend.join(ctx.ck.checkpoint_folder) if local else None, run_dir)}
     ctx.started = time.time()
     if ctx.ck.num_checkpoints_write > 0:
         start_writing(ctx, lambda: mode.needed_bytes(ctx))
     result = mode.run(ctx)
     if result is not None:
+        library = provenance.storage_library({"storage_type": ctx.backend.name, **ctx.backend.describe()})
+        write_result(os.path.join(run_dir, "provenance.json"), dumps(provenance.record(redact(raw), library)))
         m = result["metric"]
         log.info("done: checkpoint %.3f GiB; save %.3f GiB/s mean; load %s; results in %s",
                  m["checkpoint_size_GiB"], m.get("save_checkpoint_io_mean_GiB_per_second", 0.0),

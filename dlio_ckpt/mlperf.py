@@ -1,35 +1,60 @@
-"""``dlio_ckpt check RUN [RUN2]``: does a run meet MLPerf Storage v2.0's checkpointing rules?
+"""``dlio_ckpt check RUN [RUN2] [--edition 2.0|3.0|4.0]``: does a run meet MLPerf Storage's
+checkpointing rules, edition by edition?
 
-Each rule gives its expected and actual value and PASS or FAIL, so a person sees what to change.
-The rules (MLPerf Storage v2.0 checkpointing, as the benchmark's rules and DLIO's workloads set them):
-- the model is one of llama3_8b, llama3_70b, llama3_405b, llama3_1t (the workload's shape, not its name);
-- the process count is 8, 64, 512, 1024 for them, one MPI process per simulated accelerator; in
-  subset mode, 8 processes emulating the first 8 ranks of that full job (data*TP*PP = the full count);
-- 10 checkpoints written, then 10 read (in one run, or a write-only run followed by a read-only run:
-  pass both folders);
-- fsync on for every write, and it took effect;
-- the data written per host is more than 3x the host's memory, or the page cache was cleared between
-  write and read (our eviction, O_DIRECT, or an object store without client cache);
-- full-size files (``checkpoint.scale`` = 1);
-- a checkpoint's duration is the maximum over processes, and its throughput the checkpoint size over
-  that duration (the minimum over processes), recomputed here from every process's own file.
+Each rule gives its expected and actual value and PASS, FAIL, or WARN where the edition reports it
+as a warning, so a person sees what to change. The editions (mlcommons/storage ``Rules.md`` at
+0366ccf, the checkers under ``mlpstorage_py/submission_checker/checks/checkpointing_checks.py`` and
+``mlpstorage_py/rules/``):
+
+- 2.0 (the v2.0 round): one of the four models (by shape, not name), 8, 64, 512 or 1024 processes (or 8
+  in subset mode, emulating the first 8 ranks of the full job), 10 writes then 10 reads (one run or
+  two), fsync on and in effect, data per host over 3x its memory or the cache cleared before reads,
+  full-size files, each checkpoint's duration its slowest process's.
+- 3.0 (the v3.0 round): as 2.0, but subset mode only for the 8B with exactly 8 processes (§4.3.5);
+  CLOSED exactly 8/64/512/1024 processes, each host more than 4 (§4.6.1-2), OPEN any positive
+  multiple of TP x PP (§4.6.4); the checkpoint the size of Table 2, which is GiB/TiB although labelled
+  GB/TB; accelerator memory x processes must hold the checkpoint (§4.3.4: the round checked it against
+  an 80 GB H100 as a warning); two invocations must start the read within 30 s of the write's end
+  (§4.7.1, a warning in the round); the checkpoint and results folders on different file systems
+  (§4.4.2, a warning in the round); a ``provenance.json`` whose ``core_config`` hash is the run's.
+- 4.0 (the draft at 0366ccf): 3.0 with its warnings made failures: the accelerator is declared and in
+  Table 3 (b200 180 GB and mi355 288 GB; h100 and a100 are what-if only), and results compare only
+  within one accelerator type; a gap over 30 s, or folders on one file system, fail.
+Where a rule needs a fact a run folder lacks (DLIO's own runs record no accelerator, no invocation
+times, no file systems), it says "not recorded" and fails or warns as the edition says.
 """
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from .runfiles import Run, number, operations
 
 GIB = 1 << 30
+EDITIONS = ("2.0", "3.0", "4.0")  # the newest is check's default
+DIVISIONS = ("closed", "open")
+# Table 3 of Rules.md at 0366ccf: each simulated accelerator's memory, in "GB" compared with the
+# checkpoint's size in GiB with no conversion, as mlpstorage compares them
+ACCELERATOR_MEMORY_GB = {"b200": 180, "mi355": 288, "h100": 80, "a100": 80}
+WHAT_IF_ONLY = ("h100", "a100")
+ROUND_3_BASELINE = "h100"  # the v3.0 round's checker assumed an 80 GB H100 for every run
+MAX_GAP_SECONDS = 30.0  # §4.7.1: the read invocation starts within this of the write invocation's end
+MIN_PER_HOST = 4  # §4.6.2: CLOSED runs put more than this many accelerators on each host
 
 
 @dataclass(frozen=True)
 class MLPerfModel:
     name: str
     processes: int
+    size_gib: int  # Table 2's checkpoint size, labelled GB/TB but binary units (Rules.md's note)
     shape: dict[str, Any]  # flattened workload keys that identify it
+
+    @property
+    def tp_pp(self) -> int:
+        return self.shape["model.parallelism.tensor"] * self.shape["model.parallelism.pipeline"]
 
 
 _SHAPE = ("model.num_layers", "model.transformer.hidden_size", "model.transformer.ffn_hidden_size",
@@ -38,16 +63,17 @@ _SHAPE = ("model.num_layers", "model.transformer.hidden_size", "model.transforme
           "model.model_datatype", "model.optimizer_datatype")
 
 
-def _model(name: str, processes: int, *values: Any) -> MLPerfModel:
-    return MLPerfModel(name, processes, dict(zip(_SHAPE, values, strict=True)))
+def _model(name: str, processes: int, size_gib: int, *values: Any) -> MLPerfModel:
+    return MLPerfModel(name, processes, size_gib, dict(zip(_SHAPE, values, strict=True)))
 
 
 MODELS = (
-    _model("llama3_8b", 8, 32, 4096, 14336, 128256, 32, 8, 1, 1, 3, "fp16", "fp32"),
-    _model("llama3_70b", 64, 80, 8192, 28672, 128256, 128, 8, 8, 1, 3, "fp16", "fp32"),
-    _model("llama3_405b", 512, 126, 16384, 53248, 128256, 128, 8, 8, 32, 1, "fp16", "fp32"),
-    _model("llama3_1t", 1024, 128, 25872, 98304, 128256, 192, 32, 8, 64, 1, "fp16", "fp32"),
+    _model("llama3_8b", 8, 105, 32, 4096, 14336, 128256, 32, 8, 1, 1, 3, "fp16", "fp32"),
+    _model("llama3_70b", 64, 912, 80, 8192, 28672, 128256, 128, 8, 8, 1, 3, "fp16", "fp32"),
+    _model("llama3_405b", 512, 5290, 126, 16384, 53248, 128256, 128, 8, 8, 32, 1, "fp16", "fp32"),
+    _model("llama3_1t", 1024, 18000, 128, 25872, 98304, 128256, 192, 32, 8, 64, 1, "fp16", "fp32"),
 )
+SIZE_TOLERANCE = 0.01  # Table 2 rounds (912 GiB for 70B's 911.x); the 1T's 18 TiB is rounded up more
 REQUIRED_CHECKPOINTS = 10
 MEMORY_MULTIPLE = 3
 
@@ -58,10 +84,21 @@ class Rule:
     expected: str
     actual: str
     ok: bool
+    warn: bool = False  # not met, and the edition reports it as a warning
 
     @property
     def verdict(self) -> str:
-        return "PASS" if self.ok else "FAIL"
+        return "PASS" if self.ok else "WARN" if self.warn else "FAIL"
+
+    @property
+    def failed(self) -> bool:
+        return not self.ok and not self.warn
+
+
+def _soft(rule: Rule, warn: bool) -> Rule:
+    """The rule as an edition that reports it as a warning sees it (a rule may warn in any edition)."""
+    rule.warn = rule.warn or warn
+    return rule
 
 
 def _defaults(config: dict[str, Any]) -> dict[str, Any]:
@@ -71,13 +108,24 @@ def _defaults(config: dict[str, Any]) -> dict[str, Any]:
             "checkpoint.scale": 1.0, "checkpoint.fsync": False, "mode": "emulated", **config}
 
 
-def check_runs(runs: list[Run]) -> list[Rule]:
-    """The rules over one run, or a write-only run followed by a read-only one."""
+def check_runs(runs: list[Run], edition: str = EDITIONS[-1], division: str = "closed") -> list[Rule]:
+    """The rules of ``edition`` over one run, or a write-only run followed by a read-only one."""
     first = runs[0]
     config = _defaults(first.config or {})
     model = _matching(config)
-    return [_model_rule(first, config, model), _process_rule(first, config, model), _mode_rule(config),
-            _count_rule(runs), _fsync_rule(runs), _scale_rule(runs), _cache_rule(runs), _timing_rule(runs)]
+    if edition == "2.0":
+        return [_model_rule(first, config, model), _process_rule(first, config, model), _mode_rule(config),
+                _count_rule(runs), _fsync_rule(runs), _scale_rule(runs), _cache_rule(runs), _timing_rule(runs)]
+    round3 = edition == "3.0"
+    rules = [_model_rule(first, config, model), _subset_rule(first, config, model),
+             _division_rule(first, config, model, division)]
+    if division == "closed":
+        rules.append(_per_host_rule(first))
+    return rules + [
+        _mode_rule(config), _size_rule(runs, model), _soft(_accelerator_rule(runs, model, round3), round3),
+        _count_rule(runs), _soft(_gap_rule(runs), round3), _fsync_rule(runs),
+        _soft(_cache_rule(runs), True),  # the checkers report §4.3.1 as a warning; §4.7.1 covers the flush
+        _soft(_folders_rule(runs), round3), _soft(_provenance_rule(runs), round3), _timing_rule(runs)]
 
 
 def _differences(config: dict[str, Any], model: MLPerfModel) -> dict[str, Any]:
@@ -222,12 +270,200 @@ def _timing_rule(runs: list[Run]) -> Rule:
                  "throughput the size over that (the minimum), as recomputed here", actual, not worst and checked > 0)
 
 
-def render(rules: list[Rule], paths: list[str]) -> str:
+def _processes(run: Run) -> int | None:
+    return run.summary.get("num_processes", run.summary.get("num_accelerators"))
+
+
+def _subset_rule(run: Run, config: dict[str, Any], model: MLPerfModel | None) -> Rule:
+    expected = "subset mode only for llama3_8b with exactly 8 processes (§4.3.5)"
+    if config.get("checkpoint.mode") != "subset":
+        return Rule("subset", expected, "not a subset run (checkpoint.mode=default)", True)
+    procs, name = _processes(run), model.name if model else "an unrecognized model"
+    return Rule("subset", expected, f"subset run of {name} on {procs} processes",
+                model is not None and model.name == "llama3_8b" and procs == 8)
+
+
+def _division_rule(run: Run, config: dict[str, Any], model: MLPerfModel | None, division: str) -> Rule:
+    procs, ranks = _processes(run), run.summary.get("num_accelerators")
+    if model is None:
+        return Rule("process count", "the model's count (CLOSED) or a multiple of its TP x PP (OPEN)",
+                    f"{procs} (model not recognized)", False)
+    one_each = f"{procs} processes for {ranks} simulated accelerators"
+    multiple = isinstance(procs, int) and procs > 0 and procs % model.tp_pp == 0
+    if division == "closed":
+        hint = f"; a multiple of TP x PP = {model.tp_pp}: qualifies for OPEN" if multiple and procs != model.processes \
+            else ""
+        return Rule("process count", f"CLOSED: exactly {model.processes} processes for {model.name}, one per "
+                    "simulated accelerator (§4.6.1)", one_each + hint, procs == ranks == model.processes)
+    return Rule("process count", f"OPEN: a positive multiple of TP x PP = {model.tp_pp} for {model.name}, one "
+                "per simulated accelerator (§4.6.4)", one_each, multiple and procs == ranks)
+
+
+def _per_host_rule(run: Run) -> Rule:
+    ranks, hosts = run.summary.get("num_accelerators") or 0, run.summary.get("num_hosts") or 1
+    per_host = ranks / hosts
+    return Rule("accelerators per host", f"CLOSED: more than {MIN_PER_HOST} simulated accelerators per host (§4.6.2)",
+                f"{per_host:g} per host ({ranks} on {hosts} host{'s' if hosts != 1 else ''})", per_host > MIN_PER_HOST)
+
+
+def _size_gib(run: Run) -> float:
+    return number(run.metric.get("checkpoint_size_GB")) or 0.0  # GiB in DLIO's summary and ours
+
+
+def _size_rule(runs: list[Run], model: MLPerfModel | None) -> Rule:
+    size = _size_gib(runs[0])
+    if model is None:
+        return Rule("checkpoint size", "Table 2's size of one of the four models", f"{size:.2f} GiB (model not "
+                    "recognized)", False)
+    label = f"{model.size_gib} GB" if model.size_gib < 1000 else f"{model.size_gib / 1000:g} TB"
+    return Rule("checkpoint size", f"{model.size_gib} GiB for {model.name} (Table 2's '{label}' is GiB/TiB, not "
+                f"decimal), within {SIZE_TOLERANCE:.0%}", f"{size:.2f} GiB ({size * GIB / 1e9:.2f} GB decimal)",
+                abs(size - model.size_gib) <= SIZE_TOLERANCE * model.size_gib)
+
+
+@dataclass(frozen=True)
+class Facts:
+    """What the 3.0 rules need beyond a summary's figures, from our summary.json or from the files
+    mlpstorage writes beside DLIO's (``*_metadata.json``, ``fs_separation.json``)."""
+
+    accelerator: str | None = None
+    invocation_start: datetime | None = None
+    invocation_end: datetime | None = None
+    same_file_system: bool | None = None
+    object_store: bool = False
+    file_systems: str = "not recorded"
+
+
+def _when(value: Any) -> datetime | None:
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return datetime.fromtimestamp(value)
+    if isinstance(value, str):
+        try:
+            return datetime.fromisoformat(value.replace("Z", ""))
+        except ValueError:
+            return None
+    return None
+
+
+def _json(path: Any) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def facts(run: Run) -> Facts:
+    s = run.summary
+    if run.ours:
+        fs = s.get("file_systems") or {}
+        checkpoint, results = fs.get("checkpoint"), fs.get("results")
+        said = "not recorded" if not fs else "object store (no file system)" if checkpoint is None else \
+            f"checkpoints on {checkpoint['mount_point']} ({checkpoint['type']}, device {checkpoint['device']}), " \
+            f"results on {results['mount_point']} ({results['type']}, device {results['device']})"
+        return Facts(s.get("accelerator_type"), _when(s.get("invocation_start_time")),
+                     _when(s.get("invocation_end_time")), fs.get("same_file_system"),
+                     bool(fs) and checkpoint is None, said)
+    folder = run.folder
+    meta = next((_json(p) for p in sorted(folder.glob("*_metadata.json"))), {}) if folder else {}
+    separation = _json(folder / "fs_separation.json") if folder else {}
+    same = separation.get("same_filesystem")
+    return Facts(meta.get("accelerator"), _when(meta.get("invocation_start_time")),
+                 _when(meta.get("invocation_end_time")), same if isinstance(same, bool) else None,
+                 file_systems=f"fs_separation.json: same_filesystem={same}" if separation else "not recorded")
+
+
+def _accelerator_rule(runs: list[Run], model: MLPerfModel | None, round3: bool) -> Rule:
+    declared = {facts(r).accelerator for r in runs}
+    procs, size = _processes(runs[0]) or 0, _size_gib(runs[0])
+    expected = ("accelerator memory x processes >= the checkpoint (§4.3.4; the v3.0 round checked an 80 GB "
+                "H100 where none was declared)" if round3 else
+                f"a declared accelerator of {', '.join(a for a in ACCELERATOR_MEMORY_GB if a not in WHAT_IF_ONLY)} "
+                "(Table 3), its memory x processes >= the checkpoint (§4.3.4); results compare within one type")
+    if len(declared) > 1:
+        return Rule("accelerator memory", expected,
+                    f"the runs declare different accelerators: {sorted(map(str, declared))}", False)
+    accelerator = declared.pop()
+    if accelerator is None and not round3:
+        return Rule("accelerator memory", expected, "not recorded: set ++workload.accelerator_type=b200 (or mi355)",
+                    False)
+    accelerator = accelerator or ROUND_3_BASELINE
+    memory = ACCELERATOR_MEMORY_GB.get(accelerator)
+    if memory is None:
+        return Rule("accelerator memory", expected,
+                    f"{accelerator}: not in Table 3 ({', '.join(ACCELERATOR_MEMORY_GB)})", False)
+    actual = f"{procs} x {accelerator} at {memory} GB = {procs * memory} vs a {size:.2f} GiB checkpoint"
+    if accelerator in WHAT_IF_ONLY and not round3:
+        return Rule("accelerator memory", expected, f"{actual}; {accelerator} is what-if only", False)
+    return Rule("accelerator memory", expected, actual, procs * memory >= size)
+
+
+def _gap_rule(runs: list[Run]) -> Rule:
+    expected = (f"one invocation, or the read invocation started within {MAX_GAP_SECONDS:g} s of the write "
+                "invocation's end (§4.7.1)")
+    if len(runs) == 1:
+        return Rule("write-to-read gap", expected, "one invocation: no gap", True)
+    write, read = facts(runs[0]), facts(runs[1])
+    end, said_end = write.invocation_end, "invocation end"
+    if end is None:
+        end, said_end = _when(runs[0].summary.get("end")), "summary end (no invocation end recorded)"
+    start, said_start = read.invocation_start, "invocation start"
+    if start is None:
+        start, said_start = _when(runs[1].summary.get("start")), "summary start (no invocation start recorded)"
+    if end is None or start is None:
+        return Rule("write-to-read gap", expected, "not recorded: no end time of the write or start of the read",
+                    False)
+    gap = (start - end).total_seconds()
+    actual = f"{gap:.1f} s from the write's {said_end} to the read's {said_start}"
+    if gap < 0:
+        return Rule("write-to-read gap", expected, f"{actual}: negative, the clocks of the two hosts disagree",
+                    False, warn=True)
+    return Rule("write-to-read gap", expected, actual, gap <= MAX_GAP_SECONDS)
+
+
+def _folders_rule(runs: list[Run]) -> Rule:
+    expected = "the checkpoint folder and the results folder on different file systems (§4.4.2)"
+    seen = [facts(r) for r in runs]
+    actual = "; ".join(f.file_systems for f in seen)
+    ok = all(f.object_store or f.same_file_system is False for f in seen)
+    if any(f.same_file_system for f in seen):
+        actual = "the same file system: " + actual
+    return Rule("separate file systems", expected, actual, ok)
+
+
+def _provenance_rule(runs: list[Run]) -> Rule:
+    from .provenance import core_config
+
+    expected = "provenance.json with the run's core_config hash (mlpstorage's core-config-v1, checkpointing@1)"
+    said, hashes = [], set()
+    for run in runs:
+        stamp = _json(run.folder / "provenance.json") if run.folder else {}
+        stated = (stamp.get("core_config") or {}).get("hash")
+        if not stated:
+            said.append(f"{run.path}: no provenance.json" if not stamp else f"{run.path}: no core_config hash")
+            continue
+        hashes.add(stated)
+        if run.config is None:
+            said.append(f"{run.path}: core_config {stated}; no config beside it to recompute it from")
+            continue
+        mine = core_config(run.config)["hash"]
+        said.append(f"{run.path}: core_config {stated}, " + ("recomputed equal" if mine == stated else
+                                                             f"but its config hashes to {mine}"))
+        hashes.add(mine)
+    if len(hashes) > 1:
+        said.append("the runs are not one workload")
+    ok = len(hashes) == 1 and all("recomputed equal" in s for s in said)
+    return Rule("provenance", expected, "; ".join(said), ok)
+
+
+def render(rules: list[Rule], paths: list[str], edition: str = EDITIONS[-1]) -> str:
     width = max(len(r.name) for r in rules)
-    lines = [f"MLPerf Storage v2.0 checkpointing rules for {' then '.join(paths)}", ""]
+    lines = [f"MLPerf Storage v{edition} checkpointing rules for {' then '.join(paths)}", ""]
     for r in rules:
         lines.append(f"{r.verdict:4}  {r.name:<{width}}  expected: {r.expected}")
         lines.append(f"{'':4}  {'':<{width}}  actual:   {r.actual}")
-    failed = [r.name for r in rules if not r.ok]
-    lines += ["", f"result: {'FAIL (' + ', '.join(failed) + ')' if failed else 'PASS'}"]
+    failed = [r.name for r in rules if r.failed]
+    warned = [r.name for r in rules if r.verdict == "WARN"]
+    result = f"FAIL ({', '.join(failed)})" if failed else "PASS"
+    lines += ["", f"result: {result}" + (f"; warnings: {', '.join(warned)}" if warned else "")]
     return "\n".join(lines)

@@ -267,7 +267,7 @@ def finish_run(comm: Comm, run_dir: str, meta: dict[str, Any], run_start: float,
     rss = [g[3] for g in gathered]
     meta = {
         **meta, "status": "ok", "num_processes": comm.size, "num_hosts": len({g[1] for g in gathered}),
-        "hostname": hostname(), "start": iso(run_start), "end": iso(run_end),
+        "hostname": hostname(), "start": iso(run_start), "end": iso(run_end), "invocation_end_time": iso(time.time()),
         **hosts_summary([(g[1], g[2]) for g in gathered]),
         "memory": {"peak_rss_bytes_max": max(rss), "peak_rss_bytes_per_process": rss},
         **describe([g[4] for g in gathered]),

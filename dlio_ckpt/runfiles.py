@@ -46,7 +46,7 @@ class Run:
         return (self.summary.get("io") or {}).get("layout", "dlio")
 
 
-RESULT_FILES = ("summary.json", "dlio_ckpt.log", ".hydra/config.yaml", ".hydra/overrides.yaml")
+RESULT_FILES = ("summary.json", "provenance.json", "dlio_ckpt.log", ".hydra/config.yaml", ".hydra/overrides.yaml")
 FIGURES = ("throughput.png", "durations.png", "stragglers.png", "timeline.png", "requests.png")  # report's
 REPORT_FILES = (*FIGURES, "report.html")  # what report may write into a run folder
 PER_PROCESS = re.compile(r"(\d+)_per_epoch_stats\.json")

@@ -49,6 +49,19 @@ def make_run(folder: Path, processes: int, checkpoints: int = 10, stragglers: di
     return folder
 
 
+def keep_phase(run: Path, phase: str) -> Path:
+    """A made run with one phase (save or load) left: a write-only or a read-only invocation."""
+    drop = "load" if phase == "save" else "save"
+    summary = json.loads((run / "summary.json").read_text())
+    summary["checkpoints"][drop] = []
+    (run / "summary.json").write_text(json.dumps(summary))
+    for f in run.glob("*_per_epoch_stats.json"):
+        stats = json.loads(f.read_text())
+        stats["1"] = {k: v for k, v in stats["1"].items() if not k.startswith(drop)}
+        f.write_text(json.dumps(stats))
+    return run
+
+
 def dlio_summary(path: Path, *, save: float | None, load: float, size_gb: float = 100.0) -> Path:
     """A summary.json as DLIO writes it; ``save=None`` is a read-only run (DLIO's bare NaN)."""
     nan = float("nan")

@@ -43,7 +43,7 @@ def test_help_lists_commands_workloads_and_where_keys_are(tmp_path):
                    if k.startswith("++") and not nxt.startswith("      ")]
     assert len(undescribed) <= 25, undescribed  # most keys say what they mean
     bad = dlio(["keys", "chekpoint"], tmp_path)
-    assert bad.returncode == 2 and "names no key of the workload; one of checkpoint," in bad.stderr
+    assert bad.returncode == 2 and "names no key of the workload; one of accelerator_type, checkpoint," in bad.stderr
     assert list(tmp_path.iterdir()) == []
 
 

@@ -61,7 +61,7 @@ def test_diff_of_the_dlio_run_against_itself(tmp_path):
 
 
 def test_check_names_the_rules_a_dlio_run_cannot_meet(tmp_path):
-    r = dlio(["check", str(RUN)], cwd=tmp_path)
+    r = dlio(["check", str(RUN), "--edition", "2.0"], cwd=tmp_path)
     assert r.returncode == 1, r.stdout + r.stderr
     out = r.stdout
     verdicts = {line[6:].split("  expected:")[0].strip(): line[:4] for line in out.splitlines()

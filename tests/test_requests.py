@@ -4,6 +4,8 @@ produced for real by that proxy; and the coordination figures of each checkpoint
 
 from __future__ import annotations
 
+import uuid
+
 import pytest
 
 from .conftest import dlio, load
@@ -15,7 +17,7 @@ KINDS = {"s3": s3_kind, "gcs": gcs_kind}
 
 def run_through(tmp_path, server, p, kind: str, *extra: str):
     args = ["workload=tiny", f"++workload.storage.storage_type={kind}", "++hydra.run.dir=out",
-            f"++workload.storage.storage_root={server.bucket}/{tmp_path.name}",
+            f"++workload.storage.storage_root={server.bucket}/{tmp_path.name}-{uuid.uuid4().hex[:8]}",
             f"++workload.storage.storage_options.endpoint_url={p.endpoint}",
             "++workload.checkpoint.checkpoint_folder=ck", *extra]
     return dlio(args, tmp_path, nprocs=2, env=server.env, timeout=240)
@@ -101,6 +103,27 @@ def test_gcs_throttling_and_dropped_connections_are_counted_exactly(tmp_path, gc
         assert seen.get("connection refused or reset") == sum(p.dropped.values())
 
 
+@pytest.mark.parametrize("faults", [{}, {"throttle_every": 7, "drop_every": 29}], ids=["plain", "throttled"])
+def test_s3_through_botocore_every_attempt_is_counted_exactly(tmp_path, s3_server, faults):
+    """``library=botocore``: every HTTP attempt is seen, so counts equal the server's kind by kind with
+    503s and dropped connections among them, each counted as the cause it was; parts of 5 MiB make
+    tiny's files multipart uploads and multi-range reads."""
+    with proxy(s3_server.endpoint, s3_kind, **faults) as p:
+        r = run_through(tmp_path, s3_server, p, "s3", "++workload.storage.storage_options.library=botocore",
+                        "++workload.storage.storage_options.part_size=5242880")
+        assert r.returncode == 0, r.stderr
+        summary = load(tmp_path / "out" / "summary.json")
+        assert ours(summary) == dict(p.counts)
+    assert p.counts["UploadPart"] > p.counts["CreateMultipartUpload"] > 0
+    assert p.counts["GetObject (ranged)"] > len(_sizes(tmp_path))
+    seen = failures(summary)
+    assert seen.get("throttled (503 SlowDown / 429)", 0) == sum(p.throttled.values())
+    assert seen.get("connection refused or reset", 0) == sum(p.dropped.values())
+    if faults:
+        assert sum(p.throttled.values()) > 0 and sum(p.dropped.values()) > 0
+    assert summary["io"]["storage"]["library"] == "botocore"
+
+
 def test_s3_throttling_is_survived_and_the_hidden_retries_are_what_the_server_saw(tmp_path, s3_server):
     with proxy(s3_server.endpoint, s3_kind, throttle_every=9) as p:
         r = run_through(tmp_path, s3_server, p, "s3")
@@ -117,9 +140,11 @@ def test_s3_throttling_is_survived_and_the_hidden_retries_are_what_the_server_sa
         assert throttled <= hidden <= 2 * throttled, (hidden, throttled, counted, dict(p.counts))
 
 
-def test_past_the_retry_budget_the_job_ends_cleanly(tmp_path, s3_server):
+@pytest.mark.parametrize("library", ["s3torchconnector", "botocore"])
+def test_past_the_retry_budget_the_job_ends_cleanly(tmp_path, s3_server, library):
     with proxy(s3_server.endpoint, s3_kind, throttle_every=1) as p:
-        r = run_through(tmp_path, s3_server, p, "s3", "++workload.storage.storage_options.max_attempts=2")
+        r = run_through(tmp_path, s3_server, p, "s3", "++workload.storage.storage_options.max_attempts=2",
+                        f"++workload.storage.storage_options.library={library}")
     assert r.returncode != 0 and "Traceback" not in r.stderr
     assert "throttled: the server answered 503 SlowDown to every attempt" in r.stderr, r.stderr
     assert not (tmp_path / "out" / "summary.json").exists() or load(tmp_path / "out" / "summary.json")["status"] != "ok"

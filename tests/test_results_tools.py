@@ -13,7 +13,7 @@ import sys
 import pytest
 
 from .conftest import REPO, dlio, load
-from .made_runs import dlio_summary, make_run
+from .made_runs import dlio_summary, keep_phase, make_run
 
 LLAMA3_8B = {"model": {"name": "llama3_8b", "num_layers": 32, "model_datatype": "fp16", "optimizer_datatype": "fp32",
                        "parallelism": {"tensor": 1, "pipeline": 1, "zero_stage": 3},
@@ -173,7 +173,7 @@ def test_report_at_1024_processes_names_the_stragglers(tmp_path):
 
 def test_check_passes_a_conforming_run_rule_by_rule(tmp_path):
     run = make_run(tmp_path / "ok", 8, 10, config=LLAMA3_8B, per_host=8)
-    r = cli("check", run)
+    r = cli("check", run, "--edition", "2.0")
     assert r.returncode == 0, r.stdout
     verdicts = [line[:4] for line in r.stdout.splitlines() if line[:4] in ("PASS", "FAIL")]
     assert verdicts == ["PASS"] * 8 and "result: PASS" in r.stdout
@@ -183,7 +183,7 @@ def test_check_explains_each_failure(tmp_path):
     config = {**LLAMA3_8B, "checkpoint": {"fsync": False}}
     run = make_run(tmp_path / "bad", 4, 3, config=config, fsync=False, read_cache="allowed", memory=512 << 30,
                    per_host=4)
-    r = cli("check", run)
+    r = cli("check", run, "--edition", "2.0")
     assert r.returncode == 1
     out = r.stdout
     assert "FAIL  process count" in out and "8 MPI processes" in out and "4 processes for 4 simulated" in out
@@ -197,7 +197,7 @@ def test_check_recomputes_durations_from_every_process(tmp_path):
     summary = load(run / "summary.json")
     summary["checkpoints"]["save"][0]["duration_seconds"] /= 2  # as if timed on one rank's clock
     (run / "summary.json").write_text(json.dumps(summary))
-    r = cli("check", run)
+    r = cli("check", run, "--edition", "2.0")
     assert r.returncode == 1 and "FAIL  max duration" in r.stdout and "save_ckpt1: reported" in r.stdout
 
 
@@ -206,17 +206,9 @@ def test_check_two_invocations_and_subset_mode(tmp_path):
         "tensor": 8, "pipeline": 1, "zero_stage": 3, "data": 8}, "transformer": {
         **LLAMA3_8B["model"]["transformer"], "hidden_size": 8192, "ffn_hidden_size": 28672,
         "num_attention_heads": 128}}, "checkpoint": {"fsync": True, "mode": "subset"}}
-    write = make_run(tmp_path / "w", 8, 10, config=subset)
-    read = make_run(tmp_path / "r", 8, 10, config=subset)
-    for path, drop in ((write, "load"), (read, "save")):  # one run writes, the next reads
-        s = load(path / "summary.json")
-        s["checkpoints"][drop] = []
-        (path / "summary.json").write_text(json.dumps(s))
-        for f in path.glob("*_per_epoch_stats.json"):
-            stats = load(f)
-            stats["1"] = {k: v for k, v in stats["1"].items() if not k.startswith(drop)}
-            f.write_text(json.dumps(stats))
-    r = cli("check", write, read)
+    write = keep_phase(make_run(tmp_path / "w", 8, 10, config=subset), "save")  # one run writes, the next reads
+    read = keep_phase(make_run(tmp_path / "r", 8, 10, config=subset), "load")
+    r = cli("check", write, read, "--edition", "2.0")
     assert r.returncode == 0, r.stdout
     assert "llama3_70b" in r.stdout and "subset: 8 processes" in r.stdout
     assert "run 1: 10 written, 0 read; run 2: 0 written, 10 read" in r.stdout
@@ -226,13 +218,22 @@ def test_check_two_invocations_and_subset_mode(tmp_path):
 def test_check_a_real_llama3_8b_run_scaled_down(tmp_path):
     """8 real processes, 10 writes and 10 reads: every rule holds except the full size (scale)."""
     r = dlio(["workload=llama3_8b", "++workload.checkpoint.scale=0.0001", f"++hydra.run.dir={tmp_path / 'run'}",
+              "++workload.accelerator_type=b200",
               "++workload.checkpoint.time_between_checkpoints=0"], tmp_path, nprocs=8, timeout=300)
     assert r.returncode == 0, r.stderr
-    r = cli("check", tmp_path / "run")
+    r = cli("check", tmp_path / "run", "--edition", "2.0")
     assert r.returncode == 1, r.stdout
     failed = [line for line in r.stdout.splitlines() if line.startswith("FAIL")]
     assert len(failed) == 1 and "full-size checkpoint" in failed[0], r.stdout
     assert "scale=0.0001" in r.stdout and "80 checkpoints" not in r.stdout
+    # 4.0's rules too: what this machine cannot meet is the size and one file system for both folders;
+    # the accelerator, the invocation and the provenance the run recorded hold
+    r = cli("check", tmp_path / "run")
+    verdicts = {line[6:].split("  expected:")[0].strip(): line[:4] for line in r.stdout.splitlines()
+                if line[:4] in ("PASS", "FAIL", "WARN")}
+    assert {k for k, v in verdicts.items() if v != "PASS"} == {"checkpoint size", "separate file systems"}, r.stdout
+    assert "8 x b200 at 180 GB = 1440 vs a 0.01 GiB checkpoint" in r.stdout
+    assert "core_config " in r.stdout and "recomputed equal" in r.stdout
 
 
 # -- progress -------------------------------------------------------------------------------------
@@ -252,7 +253,7 @@ def test_check_reads_a_dlio_run_folder_and_says_what_it_cannot_show(tmp_path):
     folder = dlio_summary(tmp_path / "dlio" / "summary.json", save=2.0, load=4.0).parent
     (folder / ".hydra").mkdir()
     (folder / ".hydra" / "config.yaml").write_text(yaml.safe_dump({"workload": LLAMA3_8B}))
-    r = cli("check", folder)
+    r = cli("check", folder, "--edition", "2.0")
     assert r.returncode == 1
     out = r.stdout
     assert "PASS  model" in out and "PASS  process count" in out and "PASS  10 writes then 10 reads" in out

@@ -99,6 +99,9 @@ RULES = [
      "workload.storage.storage_options.queue_depth=64: holds 2064.00 GiB of I/O buffers per process"),
     (["++workload.storage.storage_options.queue_depth=65", "--world-size", "2"],
      "queue_depth=65: Input should be less than or equal"),
+    (["++workload.mode=fsdp", "++workload.storage.storage_type=s3", "++workload.storage.storage_root=b",
+      "++workload.storage.storage_options.library=botocore"],
+     "workload.storage.storage_options.library='botocore': applies to emulated runs only"),
 ]
 
 

@@ -89,8 +89,8 @@ class _CountedPut:
     def __init__(self, stream: Any, log: RequestLog, part_size: int) -> None:
         self._s, self._log, self._part, self._n, self._t0 = stream, log, part_size, 0, time.perf_counter()
 
-    def write(self, data: bytes) -> None:
-        self._s.write(data)
+    def write(self, data: memoryview) -> None:
+        self._s.write(bytes(data))  # the native stream takes bytes only (s3torchconnector's S3Writer copies so too)
         self._n += len(data)
 
     def close(self) -> None:

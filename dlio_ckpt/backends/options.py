@@ -38,6 +38,10 @@ class ObjectStoreOptions(Options):
                             "(memory per thread: read_ahead + 1 ranges)")
 
 class S3Options(ObjectStoreOptions):
+    library: Literal["s3torchconnector", "botocore"] = Field(
+        "s3torchconnector", description="the client: s3torchconnector (AWS's CRT, as PyTorch's S3 checkpointing "
+        "uses it; its part requests are derived and its retries hidden) or botocore (every HTTP attempt counted, "
+        "throttled and retried ones included); the real modes use their framework's own client")
     # The CRT already uploads and downloads the parts of one object in parallel, so few objects in
     # flight suffice; each adds the CRT's part buffers (~100 MiB at the defaults) to the process.
     threads: int = Field(2, ge=1, le=256, description="objects in flight per process")
@@ -53,7 +57,10 @@ class S3Options(ObjectStoreOptions):
         None, validation_alias=AliasChoices("force_path_style", "s3_force_path_style"),  # DLIO's name too
         description="default: True when endpoint_url is set")
     part_size: int = Field(8 * MIB, ge=5 * MIB, le=5 << 30, description="multipart upload part size")
-    throughput_target_gbps: float = Field(10.0, gt=0)
+    throughput_target_gbps: float = Field(10.0, gt=0, description="s3torchconnector: the CRT sizes its "
+                                          "parallel part requests to reach this")
+    parts_in_flight: int = Field(4, ge=1, le=64, description="botocore: parts of one object sent or requested "
+                                 "at once (memory per object: parts_in_flight + 1 parts)")
     max_attempts: int = Field(5, ge=1, le=100, validation_alias=AliasChoices("max_attempts", "s3_max_attempts"),
                               description="tries per request, first one included")
     # One GET per object by default, as s3torchconnector's own reader and the bare client do: ranges

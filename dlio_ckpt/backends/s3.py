@@ -6,7 +6,8 @@ retries are the CRT's. We call its put/get streams directly: S3Writer copies mem
 same way. A read is one GET per object, as s3torchconnector's own reader makes it: the CRT splits it
 into ``part_size`` ranges fetched in parallel and its part buffers bound the memory (a load's peak
 RSS was 573-672 MiB per process here, for objects of 0.9 and 2.6 GiB); ``read_size`` reads in ranged
-GETs of our own instead.
+GETs of our own instead. ``library=botocore`` swaps in botocore behind the same calls
+(:mod:`dlio_ckpt.backends.s3_botocore`), which shows every HTTP attempt the CRT would hide.
 
 Credentials come from the usual AWS chain (``AWS_ACCESS_KEY_ID``/``AWS_SECRET_ACCESS_KEY``,
 ``AWS_PROFILE``, ...) or from ``storage_options.access_key_id``/``secret_access_key``, which are put
@@ -28,6 +29,9 @@ from ..requests import RequestLog
 from .counting import CountedS3Client
 from .object_store import ObjectStore
 from .options import S3Options
+from .s3_botocore import BotocoreS3Client, BotocoreS3Error
+
+CLIENT_ERRORS = (S3Exception, BotocoreS3Error)  # what either client raises for a failed request
 
 _NO_CREDENTIALS = ("no AWS credentials found: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (or "
                    "AWS_PROFILE), or storage_options.access_key_id and secret_access_key")
@@ -64,24 +68,27 @@ class S3Writer:
         self.url = url
         try:
             self._stream = client.put_object(bucket, key)
-        except S3Exception as exc:
+        except CLIENT_ERRORS as exc:
             raise failure("cannot create", url, exc) from None
 
     def write(self, data: memoryview) -> None:
         try:
-            self._stream.write(bytes(data))  # the native stream takes bytes only
-        except S3Exception as exc:
+            self._stream.write(data)
+        except CLIENT_ERRORS as exc:
             raise failure("write failed on", self.url, exc) from None
 
     def finish(self) -> None:
         try:
             self._stream.close()  # completes the multipart upload: the object now exists whole
-        except S3Exception as exc:
+        except CLIENT_ERRORS as exc:
             raise failure("upload failed on", self.url, exc) from None
 
     def abort(self) -> None:
-        """Drop the stream without completing it: S3 never shows a partial object."""
-        self._stream = None
+        """Drop the stream without completing it: S3 never shows a partial object (botocore's stream
+        also aborts its multipart upload; the CRT's does so when dropped)."""
+        stream, self._stream = self._stream, None
+        if hasattr(stream, "abort"):
+            stream.abort()
 
 
 class S3Reader:
@@ -105,7 +112,7 @@ class S3Reader:
         if not backend.options.read_size:
             try:
                 self._parts = backend.client.get_object(backend.bucket, self._key)
-            except S3Exception as exc:
+            except CLIENT_ERRORS as exc:
                 raise failure("cannot open", self._url, exc) from None
             return
         size = backend.size(path)
@@ -138,7 +145,7 @@ class S3Reader:
             while part := self._next_part():
                 self._pos += len(part)
                 yield part
-        except S3Exception as exc:
+        except CLIENT_ERRORS as exc:
             raise failure("read failed on", self._url, exc) from None
 
     def readinto(self, buf: memoryview) -> int:
@@ -154,7 +161,7 @@ class S3Reader:
                 buf[total:total + n] = self._left[:n]
                 self._left = self._left[n:]
                 total += n
-        except S3Exception as exc:
+        except CLIENT_ERRORS as exc:
             raise failure("read failed on", self._url, exc) from None
         return total
 
@@ -178,7 +185,7 @@ class S3Ranged:
                 n = min(len(part), len(buf) - total)
                 buf[total:total + n] = memoryview(part)[:n]
                 total += n
-        except S3Exception as exc:
+        except CLIENT_ERRORS as exc:
             raise failure("read failed on", self._url, exc) from None
         return total
 
@@ -201,10 +208,14 @@ class S3Backend(ObjectStore):
         # decided once, here: the CRT, s3fs and the DCP/Lightning clients all take it from this
         self.path_style = o.force_path_style if o.force_path_style is not None else o.endpoint_url is not None
         self.requests = RequestLog()
-        self.client = CountedS3Client(MountpointS3Client(
-            region=o.region, endpoint=o.endpoint_url, profile=o.profile, part_size=o.part_size,
-            throughput_target_gbps=o.throughput_target_gbps, force_path_style=self.path_style,
-            max_attempts=o.max_attempts), self.requests, o.part_size)
+        self.client: CountedS3Client | BotocoreS3Client
+        if o.library == "botocore":
+            self.client = BotocoreS3Client(o, self.path_style, self.requests)
+        else:
+            self.client = CountedS3Client(MountpointS3Client(
+                region=o.region, endpoint=o.endpoint_url, profile=o.profile, part_size=o.part_size,
+                throughput_target_gbps=o.throughput_target_gbps, force_path_style=self.path_style,
+                max_attempts=o.max_attempts), self.requests, o.part_size)
         self.ahead = ThreadPoolExecutor(o.threads * (o.read_ahead + 1), thread_name_prefix="dlio_ckpt_s3_ahead")
 
     def client_config(self) -> Any:
@@ -229,13 +240,13 @@ class S3Backend(ObjectStore):
 
     def describe(self) -> dict[str, Any]:
         o = self.options
-        return {**super().describe(), "region": o.region, "part_size": o.part_size,
+        return {**super().describe(), "library": o.library, "region": o.region, "part_size": o.part_size,
                 "throughput_target_gbps": o.throughput_target_gbps, "max_attempts": o.max_attempts}
 
     def check(self, writing: bool) -> None:
         try:
             next(iter(self.client.list_objects(self.bucket, self.prefix, "", 1)), None)
-        except S3Exception as exc:
+        except CLIENT_ERRORS as exc:
             where = f"s3://{self.bucket} at {self.options.endpoint_url or 'AWS ' + self.options.region}"
             if "bucket does not exist" in str(exc):
                 raise ConfigError("workload.storage.storage_root", self.bucket,
@@ -257,7 +268,7 @@ class S3Backend(ObjectStore):
     def size(self, path: str) -> int | None:
         try:
             return int(self.client.head_object(self.bucket, self.key(path)).size)
-        except S3Exception as exc:
+        except CLIENT_ERRORS as exc:
             if "not found" in str(exc).lower():
                 return None
             raise failure("cannot stat", self.url(path), exc) from None
@@ -271,7 +282,7 @@ class S3Backend(ObjectStore):
     def get_small(self, path: str) -> bytes | None:
         try:
             return b"".join(self.client.get_object(self.bucket, self.key(path)))
-        except S3Exception as exc:
+        except CLIENT_ERRORS as exc:
             if "not found" in str(exc).lower() or "does not exist" in str(exc).lower():
                 return None
             raise failure("cannot read", self.url(path), exc) from None
@@ -279,18 +290,18 @@ class S3Backend(ObjectStore):
     def list_keys(self, prefix: str) -> list[str]:
         try:
             return [o.key for page in self.client.list_objects(self.bucket, prefix, "", 1000) for o in page.object_info]
-        except S3Exception as exc:
+        except CLIENT_ERRORS as exc:
             raise failure("cannot list", f"s3://{self.bucket}/{prefix}", exc) from None
 
     def remove_key(self, key: str) -> None:
         try:
             self.client.delete_object(self.bucket, key)
-        except S3Exception as exc:
+        except CLIENT_ERRORS as exc:
             raise failure("cannot delete", f"s3://{self.bucket}/{key}", exc) from None
 
     def remove(self, path: str) -> None:
         try:
             self.client.delete_object(self.bucket, self.key(path))
-        except S3Exception as exc:
+        except CLIENT_ERRORS as exc:
             if "not found" not in str(exc).lower():
                 raise failure("cannot delete", self.url(path), exc) from None

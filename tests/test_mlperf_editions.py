@@ -1,0 +1,226 @@
+"""MLPerf Storage 3.0 and the 4.0 draft: each rule failing and passing on run folders made through the
+real result writers, the provenance hash held to mlpstorage's own values, the facts a real run records
+(its invocation times, file systems, accelerator), and DLIO's own run folder judged by the new rules."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timedelta
+from pathlib import Path
+
+import pytest
+import yaml
+
+from dlio_ckpt.config import compose
+from dlio_ckpt.mlperf import check_runs
+from dlio_ckpt.provenance import core_config
+from dlio_ckpt.runfiles import load_run
+
+from .conftest import dlio, load
+from .made_runs import GIB, keep_phase, make_run
+from .test_dlio_run_folder import RUN as DLIO_RUN
+from .test_results_tools import LLAMA3_8B
+
+# mlcommons/storage mlpstorage_py/rules/editions.yaml: the comparability class of each model, the
+# core_config hash of DLIO's template for it (configs/dlio/workload/llama3_*.yaml)
+CLASS_HASHES = {"llama3_8b": "68df04b7240e3fb0", "llama3_70b": "3c53fe70d64f91d4",
+                "llama3_405b": "7adcfa87a5c4c8e6", "llama3_1t": "45fd627ad9dc5f4c"}
+LLAMA3_70B = {"model": {"name": "llama_70b", "num_layers": 80, "model_datatype": "fp16", "optimizer_datatype": "fp32",
+                        "parallelism": {"tensor": 8, "pipeline": 1, "zero_stage": 3},
+                        "transformer": {"vocab_size": 128256, "hidden_size": 8192, "ffn_hidden_size": 28672,
+                                        "num_attention_heads": 128, "num_kv_heads": 8}},
+              "checkpoint": {"fsync": True}}
+SEPARATE = {"checkpoint": {"mount_point": "/mnt/lustre", "type": "lustre", "device": "0:51"},
+            "results": {"mount_point": "/", "type": "ext4", "device": "254:0"}, "same_file_system": False}
+
+
+@pytest.mark.parametrize("name", sorted(CLASS_HASHES))
+def test_our_mlperf_workloads_hash_into_mlpstorages_classes(name):
+    """core_config computed as mlpstorage computes it: our workload YAML of each model, as a run
+    records it, hashes to the class mlpstorage's editions.yaml gives DLIO's template of it."""
+    _, raw, _ = compose([f"workload={name}"])
+    stamp = core_config(raw)
+    assert stamp["hash"] == CLASS_HASHES[name] and stamp["allowlist"] == "checkpointing@1"
+    assert not {"checkpoint.checkpoint_folder", "checkpoint.num_checkpoints_read"} & set(stamp["keys"])
+    # values canonicalised as mlpstorage does: "True" and True, "5.0", 5.0 and 5 are one workload
+    spelled = json.loads(json.dumps(raw))
+    spelled["checkpoint"].update(fsync="True", time_between_checkpoints="5.0")
+    assert core_config(spelled)["hash"] == CLASS_HASHES[name]
+
+
+def conforming(folder: Path, config: dict = LLAMA3_8B, processes: int = 8, size_gib: float = 105, *,
+               accelerator: str | None = "b200", invocation: tuple[float, float] = (0.0, 130.0),
+               file_systems: dict | None = SEPARATE, stamped: bool = True, **made) -> Path:
+    """A run that meets 4.0's rules (one invocation of 10 writes and 10 reads of llama3_8b on b200s,
+    folders apart, provenance stamped), less what the arguments change."""
+    files = 6
+    run = make_run(folder, processes, 10, config=config, bytes_per_process=int(size_gib * GIB / processes) // files
+                   * files, files=files, **made)
+    summary = load(run / "summary.json")
+    begin = datetime(2026, 11, 24, 8, 0, 0)
+    summary.update(accelerator_type=accelerator,
+                   invocation_start_time=(begin + timedelta(0, invocation[0])).isoformat(),
+                   invocation_end_time=(begin + timedelta(0, invocation[1])).isoformat())
+    if file_systems is not None:
+        summary["file_systems"] = file_systems
+    (run / "summary.json").write_text(json.dumps(summary))
+    if stamped:
+        (run / "provenance.json").write_text(json.dumps({"core_config": core_config(config)}))
+    return run
+
+
+def verdicts(runs: list[Path], edition: str = "4.0", division: str = "closed") -> dict[str, str]:
+    rules = check_runs([load_run(str(r)) for r in runs], edition, division)
+    return {r.name: r.verdict for r in rules}
+
+
+def said(runs: list[Path], name: str, edition: str = "4.0", division: str = "closed") -> str:
+    return next(r.actual for r in check_runs([load_run(str(r)) for r in runs], edition, division) if r.name == name)
+
+
+def test_a_conforming_run_passes_every_rule_of_both_editions(tmp_path):
+    run = conforming(tmp_path / "ok")
+    for edition in ("3.0", "4.0"):
+        assert set(verdicts([run], edition).values()) == {"PASS"}, verdicts([run], edition)
+    assert "8 x b200 at 180 GB = 1440 vs a 105.00 GiB checkpoint" in said([run], "accelerator memory")
+    assert "105.00 GiB (112.74 GB decimal)" in said([run], "checkpoint size")
+
+
+@pytest.mark.parametrize("accelerator, v3, v4, text", [
+    (None, "PASS", "FAIL", "not recorded"),  # 3.0 assumed an 80 GB H100: 8 x 80 holds 105 GiB
+    ("h100", "PASS", "FAIL", "h100 is what-if only"),
+    ("mi355", "PASS", "PASS", "8 x mi355 at 288 GB"),
+])
+def test_the_accelerator_is_declared_and_submittable_in_4_0(tmp_path, accelerator, v3, v4, text):
+    run = conforming(tmp_path / "r", accelerator=accelerator)
+    assert verdicts([run], "3.0")["accelerator memory"] == v3 and verdicts([run])["accelerator memory"] == v4
+    assert text in said([run], "accelerator memory")
+
+
+def test_accelerator_memory_must_hold_the_checkpoint(tmp_path):
+    """An OPEN 70B run on 8 processes (a multiple of TP x PP = 8): 8 x 80 GB H100s cannot hold its
+    912 GiB (3.0's warning, 4.0's failure: what-if only besides); 8 b200s at 180 GB can."""
+    small = conforming(tmp_path / "h100", LLAMA3_70B, 8, 912, accelerator="h100")
+    assert verdicts([small], "3.0", "open")["accelerator memory"] == "WARN"
+    assert verdicts([small], "4.0", "open")["accelerator memory"] == "FAIL"
+    assert "8 x h100 at 80 GB = 640 vs a 912.00 GiB checkpoint" in said([small], "accelerator memory", "3.0", "open")
+    enough = conforming(tmp_path / "b200", LLAMA3_70B, 8, 912)
+    assert verdicts([enough], "4.0", "open")["accelerator memory"] == "PASS"
+    assert verdicts([enough], "4.0", "open")["process count"] == "PASS"
+    assert verdicts([enough], "4.0", "closed")["process count"] == "FAIL"
+    assert "a multiple of TP x PP = 8: qualifies for OPEN" in said([enough], "process count")
+
+
+def test_process_counts_closed_and_open(tmp_path):
+    odd = conforming(tmp_path / "odd", LLAMA3_70B, 12, 912)
+    assert verdicts([odd], "4.0", "open")["process count"] == "FAIL"  # 12 is no multiple of 8
+    sparse = conforming(tmp_path / "sparse", per_host=4)  # 8 processes on 2 hosts
+    assert verdicts([sparse])["accelerators per host"] == "FAIL"
+    assert "4 per host (8 on 2 hosts)" in said([sparse], "accelerators per host")
+    assert "accelerators per host" not in verdicts([sparse], "4.0", "open")
+
+
+def test_subset_mode_is_for_the_8b_on_8_processes_only(tmp_path):
+    """v2.0 ran the 70B as a subset of 8 processes; 3.0 defines subset mode only for the 8B."""
+    subset_70b = {**LLAMA3_70B, "model": {**LLAMA3_70B["model"], "parallelism": {
+        **LLAMA3_70B["model"]["parallelism"], "data": 8}}, "checkpoint": {"fsync": True, "mode": "subset"}}
+    run = conforming(tmp_path / "r", subset_70b, 8, 912)
+    assert verdicts([run], "2.0")["process count"] == "PASS"
+    assert verdicts([run], "3.0")["subset"] == verdicts([run])["subset"] == "FAIL"
+    assert "subset run of llama3_70b on 8 processes" in said([run], "subset")
+    subset_8b = {**LLAMA3_8B, "checkpoint": {**LLAMA3_8B["checkpoint"], "mode": "subset"}}
+    assert verdicts([conforming(tmp_path / "s8", subset_8b)])["subset"] == "PASS"
+
+
+def test_table_2_sizes_are_binary(tmp_path):
+    """105 GB in Table 2 is 105 GiB: a checkpoint of 105 decimal GB (97.8 GiB) is not the 8B's."""
+    decimal = conforming(tmp_path / "r", size_gib=105e9 / GIB)
+    assert verdicts([decimal])["checkpoint size"] == "FAIL"
+    assert "97.79 GiB (105.00 GB decimal)" in said([decimal], "checkpoint size")
+
+
+@pytest.mark.parametrize("gap, v3, v4", [(12.0, "PASS", "PASS"), (30.0, "PASS", "PASS"), (45.0, "WARN", "FAIL"),
+                                         (-5.0, "WARN", "WARN")])
+def test_two_invocations_start_the_read_within_30_s(tmp_path, gap, v3, v4):
+    write = keep_phase(conforming(tmp_path / "w", invocation=(0.0, 130.0)), "save")
+    read = keep_phase(conforming(tmp_path / "r", invocation=(130.0 + gap, 200.0)), "load")
+    assert verdicts([write, read], "3.0")["write-to-read gap"] == v3
+    assert verdicts([write, read])["write-to-read gap"] == v4
+    assert verdicts([write, read])["10 writes then 10 reads"] == "PASS"
+    assert f"{gap:.1f} s from the write's invocation end to the read's invocation start" in said(
+        [write, read], "write-to-read gap")
+
+
+@pytest.mark.parametrize("file_systems, v3, v4, text", [
+    ({**SEPARATE, "same_file_system": True}, "WARN", "FAIL", "the same file system"),
+    (None, "WARN", "FAIL", "not recorded"),
+    ({"checkpoint": None, "results": SEPARATE["results"], "same_file_system": None}, "PASS", "PASS", "no file system"),
+])
+def test_checkpoints_and_results_on_different_file_systems(tmp_path, file_systems, v3, v4, text):
+    run = conforming(tmp_path / "r", file_systems=file_systems)
+    assert verdicts([run], "3.0")["separate file systems"] == v3 and verdicts([run])["separate file systems"] == v4
+    assert text in said([run], "separate file systems")
+
+
+def test_provenance_must_be_stamped_and_agree_with_the_config(tmp_path):
+    missing = conforming(tmp_path / "none", stamped=False)
+    assert verdicts([missing], "3.0")["provenance"] == "WARN" and verdicts([missing])["provenance"] == "FAIL"
+    forged = conforming(tmp_path / "forged")
+    (forged / "provenance.json").write_text(json.dumps({"core_config": {"hash": CLASS_HASHES["llama3_8b"]}}))
+    assert verdicts([forged])["provenance"] == "FAIL"  # LLAMA3_8B here is named llama3_8b, DLIO's llama_8b
+    assert f"core_config {CLASS_HASHES['llama3_8b']}, but its config hashes to" in said([forged], "provenance")
+
+
+def test_dlio_run_folders_are_judged_by_the_new_rules(tmp_path):
+    """DLIO's own run folder (upstream v2.0.1) records none of what 3.0 asks beyond 2.0: the 4.0
+    verdicts say so, rule by rule, and check writes nothing there."""
+    r = dlio(["check", str(DLIO_RUN), "--format", "json"], cwd=tmp_path)
+    assert r.returncode == 1, r.stderr
+    body = json.loads(r.stdout)
+    assert body["edition"] == "4.0"
+    rules = {x["name"]: x for x in body["rules"]}
+    assert rules["accelerator memory"]["actual"].startswith("not recorded")
+    assert rules["separate file systems"]["actual"] == "not recorded"
+    assert "no provenance.json" in rules["provenance"]["actual"]
+    assert rules["write-to-read gap"]["verdict"] == "PASS"  # one invocation
+    r3 = json.loads(dlio(["check", str(DLIO_RUN), "--edition", "3.0", "--format", "json"], cwd=tmp_path).stdout)
+    soft = {x["name"]: x["verdict"] for x in r3["rules"]}
+    assert soft["separate file systems"] == soft["provenance"] == "WARN"
+
+
+def test_mlpstorage_leaf_facts_are_read(tmp_path):
+    """A run folder as mlpstorage leaves it: DLIO's summary, plus its ``*_metadata.json`` (accelerator,
+    invocation times) and ``fs_separation.json``."""
+    import shutil
+
+    leaf = tmp_path / "20261124_080000"
+    shutil.copytree(DLIO_RUN, leaf)
+    (leaf / "checkpointing_20261124_080000_metadata.json").write_text(json.dumps(
+        {"accelerator": "mi355", "invocation_start_time": "2026-11-24T08:00:00",
+         "invocation_end_time": "2026-11-24T08:10:00"}))
+    (leaf / "fs_separation.json").write_text(json.dumps({"same_filesystem": False}))
+    v = verdicts([leaf])
+    assert v["separate file systems"] == "PASS"
+    assert "x mi355 at 288 GB" in said([leaf], "accelerator memory")
+
+
+@pytest.mark.mpi
+def test_a_write_run_then_a_read_run_records_its_gap(tmp_path):
+    """Two real invocations: the write-only run's end and the read-only run's start are recorded when
+    each process started and ended, and check measures the gap between them."""
+    base = ["workload=tiny", "++workload.checkpoint.checkpoint_folder=ck", "++workload.accelerator_type=b200"]
+    w = dlio([*base, "++hydra.run.dir=w"], tmp_path, nprocs=2)
+    assert w.returncode == 0, w.stderr
+    r = dlio([*base, "++hydra.run.dir=r", "++workload.checkpoint.num_checkpoints_write=0",
+              "++workload.checkpoint.num_checkpoints_read=1"], tmp_path, nprocs=2)
+    assert r.returncode == 0, r.stderr
+    write, read = load(tmp_path / "w" / "summary.json"), load(tmp_path / "r" / "summary.json")
+    assert write["invocation_start_time"] < write["start"] < write["end"] <= write["invocation_end_time"]
+    assert write["invocation_end_time"] < read["invocation_start_time"] < read["start"]
+    assert write["file_systems"]["same_file_system"] is True and write["accelerator_type"] == "b200"
+    gap = said([tmp_path / "w", tmp_path / "r"], "write-to-read gap")
+    assert float(gap.split(" s from")[0]) < 30, gap
+    stamp = load(tmp_path / "w" / "provenance.json")
+    assert stamp["core_config"]["hash"] == core_config(yaml.safe_load((tmp_path / "w" / ".hydra" / "config.yaml")
+                                                                     .read_text())["workload"])["hash"]
+    assert stamp["tool"]["algorithm"] == "sha256-tree" and len(stamp["tool"]["hash"]) == 64
