@@ -1,6 +1,6 @@
 """The bare-client side of bench/object_stores.py: one MPI process PUTs and GETs its objects.
 
-argv: kind endpoint bucket prefix threads sizes_json [phases]. Prints on rank 0, per phase
+argv: kind (s3, s3-botocore, gcs) endpoint bucket prefix threads sizes_json [phases]. Prints on rank 0, per phase
 ("save,load" by default; "load" reads what an earlier save left), all bytes over the slowest
 process's time in GiB/s (as dlio_ckpt reports), and the processes' CPU seconds and minor page faults
 per GiB (as dlio_ckpt's summary.json ``cpu`` figures: every thread of each process, summed).
@@ -38,6 +38,28 @@ def s3_ops(endpoint: str, bucket: str):
     return put, get
 
 
+def botocore_ops(endpoint: str, bucket: str):
+    """botocore as its users call it most simply: one PutObject and one GetObject per object."""
+    import botocore.session
+    from botocore.config import Config
+
+    client = botocore.session.get_session().create_client(
+        "s3", region_name="us-east-1", endpoint_url=endpoint,
+        config=Config(s3={"addressing_style": "path"}, max_pool_connections=32,
+                      request_checksum_calculation="when_required", response_checksum_validation="when_required"))
+
+    def put(key: str, chunks: list[bytes]) -> None:
+        client.put_object(Bucket=bucket, Key=key, Body=b"".join(chunks))
+
+    def get(key: str) -> int:
+        body, n = client.get_object(Bucket=bucket, Key=key)["Body"], 0
+        while part := body.read(CHUNK):
+            n += len(part)
+        return n
+
+    return put, get
+
+
 def gcs_ops(endpoint: str, bucket: str):
     os.environ.setdefault("GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT", "false")
     import gcsfs
@@ -64,7 +86,7 @@ def main() -> None:
     phases = sys.argv[7].split(",") if len(sys.argv) > 7 else ["save", "load"]
     comm = MPI.COMM_WORLD
     mine = json.loads(sizes)[comm.rank]
-    put, get = (s3_ops if kind == "s3" else gcs_ops)(endpoint, bucket)
+    put, get = {"s3": s3_ops, "s3-botocore": botocore_ops, "gcs": gcs_ops}[kind](endpoint, bucket)
     pool = [os.urandom(CHUNK) for _ in range(4)]  # prepared before the clock starts
     plans = [[pool[i % 4] for i in range(size // CHUNK)] + ([os.urandom(size % CHUNK)] if size % CHUNK else [])
              for size in mine]

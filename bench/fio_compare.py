@@ -43,7 +43,7 @@ MODES = {"direct": "O_DIRECT", "fsync": "buffered, fsync before the save ends; r
 
 
 def dlio_round(folder: Path, procs: int, scale: float, mode: str, chunk: int, depth: int,
-               fmt: str) -> dict[str, float]:
+               fmt: str, read_depth: int | None = None) -> dict[str, float]:
     """One dlio_ckpt run: a save, then a verified load; GiB/s and CPU s/GiB of each."""
     time.sleep(SETTLE[0])
     out = Path(tempfile.mkdtemp(prefix="bench_out_"))
@@ -53,6 +53,7 @@ def dlio_round(folder: Path, procs: int, scale: float, mode: str, chunk: int, de
            f"++workload.checkpoint.scale={scale}", f"++workload.checkpoint.chunk_size={chunk}",
            f"++workload.checkpoint.fsync={mode == 'fsync'}", f"++workload.checkpoint.odirect={mode == 'direct'}",
            f"++workload.storage.storage_options.queue_depth={depth}",
+           *([f"++workload.storage.storage_options.read_queue_depth={read_depth}"] if read_depth else []),
            f"++workload.checkpoint.format={fmt}", f"++hydra.run.dir={out}", "--world-size", str(procs)]
     subprocess.run(cmd, check=True, capture_output=True, env={**os.environ, "PYTHONPATH": str(REPO)})
     s = json.loads((out / "summary.json").read_text())
@@ -100,6 +101,8 @@ def main() -> None:
     ap.add_argument("--chunk", type=int, default=8 * MIB, help="dlio_ckpt's checkpoint.chunk_size")
     ap.add_argument("--depth", type=int, default=None, help="dlio_ckpt's storage_options.queue_depth "
                     "(default: the tool's)")
+    ap.add_argument("--read-depth", type=int, default=None, help="dlio_ckpt's storage_options.read_queue_depth "
+                    "(default: --depth)")
     ap.add_argument("--format", choices=["pt", "raw"], default="pt")
     ap.add_argument("--settle", type=float, default=10.0, help="seconds before each tool's write")
     a = ap.parse_args()
@@ -132,7 +135,7 @@ def main() -> None:
                 rows.setdefault(k, []).append(v)
 
         ours = [lambda mode=mode: keep({f"dlio_{k}": v for k, v in dlio_round(
-            folder, a.procs, scale, mode, a.chunk, depth, a.format).items()})]
+            folder, a.procs, scale, mode, a.chunk, depth, a.format, a.read_depth).items()})]
         theirs = [lambda mode=mode, best=best, fio_dir=fio_dir: keep(fio_round(
             fio_dir, a.procs, size, mode, best, a.chunk))]
         for i in range(a.rounds):
@@ -144,6 +147,7 @@ def main() -> None:
         fio_dir.rmdir()
         print(f"\n{mode} ({MODES[mode]}): {a.procs} processes, {statistics.median(rows['dlio_bytes']) / GIB:.2f} GiB "
               f"per round, {a.rounds} rounds, dlio_ckpt chunk_size={a.chunk} queue_depth={depth} "
+              f"read_queue_depth={a.read_depth or depth} "
               f"format={a.format}, host {host}; median [quartiles]")
         for op in ("write", "read"):
             ours_ = rows[f"dlio_{op}"]

@@ -96,8 +96,9 @@ def planned_sizes(procs: int, scale: float, fmt: str) -> list[list[int]]:
 
 def bare_round(kind: str, server, sizes: list[list[int]], threads: int, n: int,
                load_only: bool = False) -> Figures:
+    client = "s3-botocore" if kind == "s3" and "library=botocore" in OPTIONS else kind
     cmd = [str(BIN / "mpiexec"), "-n", str(len(sizes)), sys.executable, str(REPO / "bench" / "_bare_client.py"),
-           kind, server.endpoint, server.bucket, f"bare{n}", str(threads), json.dumps(sizes),
+           client, server.endpoint, server.bucket, f"bare{n}", str(threads), json.dumps(sizes),
            "load" if load_only else "save,load"]
     env = {**os.environ, **server.env}
     res = subprocess.run(cmd, check=True, capture_output=True, text=True, env=env)
@@ -115,7 +116,8 @@ def main() -> None:
     ap.add_argument("--no-verify", action="store_true", help="dlio_ckpt reads without comparing bytes")
     ap.add_argument("--settle", type=float, default=0.0, help="seconds after os.sync() before each tool (this "
                     "VM hands freed memory back to its host: see bench/fio_compare.py)")
-    ap.add_argument("--option", action="append", default=[], help="a dlio_ckpt storage option, k=v (repeatable)")
+    ap.add_argument("--option", action="append", default=[], help="a dlio_ckpt storage option, k=v (repeatable); "
+                    "library=botocore makes the bare client botocore too (one PutObject and GetObject per object)")
     ap.add_argument("--load-rounds", type=int, default=0, help="then this many more loads of what the last round "
                     "wrote, alternating the tools (a load sample costs no save: loads swing most here)")
     a = ap.parse_args()

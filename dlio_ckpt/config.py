@@ -33,6 +33,8 @@ from .layouts import load_layout
 from .mlperf import ACCELERATOR_MEMORY_GB
 from .modes import NAMES as MODE_NAMES
 from .modes import REGISTRY as MODES
+from .references import NAMES as REFERENCE_NAMES
+from .references import expand as with_reference
 
 Datatype = Literal["fp16", "bf16", "fp32", "fp64", "int8", "uint8"]
 MIB = 1 << 20
@@ -230,6 +232,11 @@ class Checkpoint(Section):
     training: Literal["sleep", "cpu"] = Field("sleep", description="what a training interval does: sleep, or keep "
                                               "one core busy (shows background writes competing for CPU)")
     mtbf_hours: float | None = Field(None, gt=0, description="mean time between failures of the job: adds goodput")
+    reference: Literal[REFERENCE_NAMES] = Field(  # type: ignore[valid-type]
+        "none", description="do what a reference tool does on this file system: dlio-2.0 (upstream DLIO v2.0.1: "
+        "torch.save archives, buffered, no fsync, reads from the page cache, not compared) or mlcommons (the "
+        "MLCommons fork: raw bytes in 32 MiB writes, fadvise DONTNEED, fsync at close, 4 reads in flight); sets "
+        "those keys (summary.json io.reference)")
     read_tier: int = Field(0, ge=0, description="where the read phase reads: 0 the storage section, k the k-th "
                            "entry of tiers (recovery after losing a node reads from a remote tier)")
 
@@ -614,6 +621,7 @@ def compose(overrides: list[str], config_dir: str | None = None, folder: Literal
         if type(exc).__module__.startswith("yaml"):
             raise ConfigError("", None, f"malformed YAML: {exc}") from None
         raise
+    raw = with_reference(raw)  # its keys set: the run folder's config says what ran
     return validate(raw), raw, run_dir
 
 
@@ -729,7 +737,7 @@ def validate(raw: Any) -> Workload:
     if not isinstance(raw, dict):
         raise ConfigError("workload", raw, "must be a mapping of sections (model, checkpoint, ...)")
     try:
-        return Workload.model_validate(raw)
+        return Workload.model_validate(with_reference(raw))
     except ValidationError as exc:
         lines = [_explain(err) for err in exc.errors()]
         raise ConfigError("", None, "invalid workload configuration:\n  " + "\n  ".join(lines)) from None

@@ -81,8 +81,15 @@ class IOOptions:
 def io_buffer_bytes(backend: Backend, chunk: int) -> int:
     """Every buffer a process's I/O holds, allocated when its engine is made and never again: per
     request in flight a synthetic pool (a chunk and a slack) and a chunk to read into."""
-    depth = backend.queue_depth if backend.capabilities.positional else 1
-    return backend.options.threads * depth * (2 * chunk + SLACK)
+    return backend.options.threads * _depths(backend)[2] * (2 * chunk + SLACK)
+
+
+def _depths(backend: Backend) -> tuple[int, int, int]:
+    """Requests of one file in flight when writing and when reading, and the slots that takes."""
+    if not backend.capabilities.positional:
+        return 1, 1, 1
+    write, read = backend.queue_depth, backend.read_queue_depth
+    return write, read, max(write, read)
 
 
 def check_capabilities(backend: Backend, options: IOOptions) -> None:
@@ -216,7 +223,7 @@ class Engine:
         self._verify = caps.stores_data
         self._threads = backend.options.threads
         self._positional = caps.positional
-        depth = backend.queue_depth if caps.positional else 1
+        self._write_depth, self._read_depth, depth = _depths(backend)
         self.buffer_bytes = io_buffer_bytes(backend, self._chunk)
         self._idle: queue.SimpleQueue[_Worker] = queue.SimpleQueue()
         device = backend.device_memory() if caps.device_buffers else None
@@ -304,14 +311,14 @@ class Engine:
 
     def _pipeline(self, worker: _Worker, tasks: list[FileTask], open_file: Callable[[FileTask], Any],
                   request: Callable[[Any, _Slot, FileTask, int], None], close_file: Callable[[Any], None],
-                  timed: bool = False) -> int:
+                  depth: int, timed: bool = False) -> int:
         """``request(handle, slot, task, k)`` for every chunk ``k`` of every file, in file order,
         ``queue_depth`` in flight (fio's iodepth), across file boundaries as fio's one job keeps its
         queue full: a file is opened (``open_file``) when its first chunk is due, closed when its
         last is done, and its time recorded then (``timed``: files not timed by :meth:`_attempt`).
         Request n reuses the slot of request n - depth, done by then (they finish in order). The
         first error cancels the rest and closes every open file."""
-        depth, n = len(worker.slots), 0
+        n = 0
         pending: deque[tuple[Future[None] | None, int]] = deque()  # (request, index of its file)
         handles: dict[int, Any] = {}
         left = [len(self._chunks_of(t)) for t in tasks]
@@ -366,7 +373,7 @@ class Engine:
         last fsync, and the kernel writes one file back while the next is being written instead of
         the stream stalling after every file. Stores that commit on close need no second pass."""
         if self._positional:
-            nbytes = self._positioned(tasks, self._open_write, self._write_chunk, _finish)
+            nbytes = self._positioned(tasks, self._open_write, self._write_chunk, _finish, self._write_depth)
         else:
             nbytes = self._each(self._write_file, tasks)
         if self.options.fsync and not self.backend.capabilities.durable_on_close:
@@ -374,13 +381,15 @@ class Engine:
         return nbytes
 
     def _positioned(self, tasks: list[FileTask], open_file: Callable[[FileTask], Any],
-                    request: Callable[[Any, _Slot, FileTask, int], None], close_file: Callable[[Any], None]) -> int:
+                    request: Callable[[Any, _Slot, FileTask, int], None], close_file: Callable[[Any], None],
+                    depth: int) -> int:
         """Positional storage: one stream of requests through all of a process's files where it has
         one file in flight and no whole-file retries to interleave (the queue never drains between
         files); else a stream per file, ``threads`` files at a time, each retried whole."""
         if self._threads == 1 and self.backend.options.retries == 0:
-            return self._pipeline(self._workers[0], tasks, open_file, request, close_file, timed=True)
-        return self._each(lambda worker, task: self._pipeline(worker, [task], open_file, request, close_file), tasks)
+            return self._pipeline(self._workers[0], tasks, open_file, request, close_file, depth, timed=True)
+        return self._each(lambda worker, task: self._pipeline(worker, [task], open_file, request, close_file, depth),
+                          tasks)
 
     def _open_write(self, task: FileTask) -> Writer:
         return self.backend.open_write(task.path, self.options.odirect)
@@ -414,7 +423,7 @@ class Engine:
         if not self._verify:
             return self._each(self._read_unverified, tasks)
         if self._positional:
-            return self._positioned(tasks, self._open_read, self._read_chunk, _close)
+            return self._positioned(tasks, self._open_read, self._read_chunk, _close, self._read_depth)
         return self._each(self._read_file if self.options.verify else self._read_counted, tasks)
 
     def _open_read(self, task: FileTask) -> Reader:

@@ -14,6 +14,7 @@ import time
 from collections import Counter
 from typing import Any
 
+from . import references
 from .background import BackgroundSaves, Staging, train
 from .context import GIB, RunContext, record, say_done, timed, write_results
 from .emulation import EmulatedRun, check_manifest, expected_files, io_options, shard_bytes
@@ -231,5 +232,6 @@ def run(ctx: RunContext) -> dict[str, Any] | None:
           "io_buffer_bytes_per_process": engine.buffer_bytes + (read_engine.buffer_bytes if read_engine is not engine
                                                                 else 0),
           **({"tiers": tiers.describe(), "read_tier": ck.read_tier} if tiers.active else {}),
+          **({"reference": references.describe(ck.reference)} if ck.reference != "none" else {}),
           **({"restore": _restore_figures(ctx, fmt)} if ck.num_checkpoints_read else {})}
     return write_results(ctx, records, ctx.plan.total_payload_bytes, io, retries, describe)

@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
-# Create .venv with everything dlio_ckpt and its tests need (fio from Debian for the benchmark).
+# Create .venv with everything dlio_ckpt and its tests need (from Debian: fio for the benchmark and
+# tune's yardstick, strace for the tests that watch the reference presets' system calls).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-if command -v apt-get >/dev/null && ! command -v fio >/dev/null; then
-  (apt-get update -qq && apt-get install -y -qq fio >/dev/null) || echo "note: fio not installed (bench/ needs it)"
+missing=$(for tool in fio strace; do command -v "$tool" >/dev/null || echo "$tool"; done)
+if command -v apt-get >/dev/null && [ -n "$missing" ]; then
+  # shellcheck disable=SC2086
+  (apt-get update -qq && apt-get install -y -qq $missing >/dev/null) || echo "note: not installed: $missing"
 fi
 python3.11 -m venv .venv 2>/dev/null || python3 -m venv .venv
 .venv/bin/python -m pip install -q --upgrade pip

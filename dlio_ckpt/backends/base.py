@@ -180,6 +180,11 @@ class Backend(ABC):
         """Requests of one file in flight at once, where ``capabilities.positional``."""
         return 1
 
+    @property
+    def read_queue_depth(self) -> int:
+        """The same when reading, where a storage's options set it apart."""
+        return self.queue_depth
+
     def open_ranged(self, path: str, odirect: bool) -> RangedReader:
         """A reader of byte ranges of ``path``, for restores that need slices of files: a positional
         backend's own reader; object stores make a ranged GET per read."""

@@ -27,8 +27,8 @@ class LocalWriter:
     written through a second descriptor without the flag, so a file of any size is written without
     padding it and without changing the flags of the descriptor other requests are using."""
 
-    def __init__(self, path: str, odirect: bool, alignment: int) -> None:
-        self.path, self._align = path, alignment if odirect else 1
+    def __init__(self, path: str, odirect: bool, alignment: int, dontneed: bool = False) -> None:
+        self.path, self._align, self._dontneed = path, alignment if odirect else 1, dontneed
         self._offset = 0  # where write() goes on
         self._buffered: int | None = None  # O_DIRECT: the descriptor for a last unaligned piece
         flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | (os.O_DIRECT if odirect else 0)
@@ -49,6 +49,8 @@ class LocalWriter:
                 if self._buffered is None:
                     self._buffered = os.open(self.path, os.O_WRONLY)
                 _pwrite_all(self._buffered, data[cut:], offset + cut)
+            if self._dontneed:  # starts this range's writeback; clean pages are dropped
+                os.posix_fadvise(self._fd, offset, len(data), os.POSIX_FADV_DONTNEED)
         except OSError as exc:
             raise _fail("write failed on", self.path, exc) from None
 
@@ -70,11 +72,13 @@ def _pwrite_all(fd: int, data: memoryview, offset: int) -> None:
 class LocalReader:
     """Reads a file at offsets, from several threads at once (``read_at``) or in order (``readinto``)."""
 
-    def __init__(self, path: str, odirect: bool) -> None:
-        self.path = path
+    def __init__(self, path: str, odirect: bool, dontneed: bool = False) -> None:
+        self.path, self._dontneed = path, dontneed
         self._offset = 0  # where readinto() goes on
         try:
             self._fd = os.open(path, os.O_RDONLY | (os.O_DIRECT if odirect else 0))
+            if dontneed:  # no read-ahead beyond what is asked, as the fork's readers
+                os.posix_fadvise(self._fd, 0, 0, os.POSIX_FADV_RANDOM)
         except OSError as exc:
             raise _fail("cannot open", path, exc) from None
 
@@ -93,6 +97,8 @@ class LocalReader:
                 if n == 0:
                     break
                 total += n
+            if self._dontneed and total:
+                os.posix_fadvise(self._fd, offset, total, os.POSIX_FADV_DONTNEED)
         except OSError as exc:
             raise _fail("read failed on", self.path, exc) from None
         return total
@@ -127,11 +133,20 @@ class LocalFSBackend(Backend):
 
     def describe(self) -> dict[str, Any]:
         return {"root": os.path.abspath(self.root), "threads": self.options.threads,
-                **({"queue_depth": self.queue_depth} if self.capabilities.positional else {})}
+                **({"queue_depth": self.queue_depth, "read_queue_depth": self.read_queue_depth,
+                    "fadvise_dontneed": self._dontneed} if self.capabilities.positional else {})}
 
     @property
     def queue_depth(self) -> int:
         return getattr(self.options, "queue_depth", 1)  # GDS's options have none: kvikio splits requests
+
+    @property
+    def read_queue_depth(self) -> int:
+        return getattr(self.options, "read_queue_depth", None) or self.queue_depth
+
+    @property
+    def _dontneed(self) -> bool:
+        return getattr(self.options, "fadvise_dontneed", False)
 
     def join(self, *parts: str) -> str:
         return os.path.join(self.root, *parts)
@@ -143,10 +158,10 @@ class LocalFSBackend(Backend):
             raise _fail("cannot create folder", path, exc) from None
 
     def open_write(self, path: str, odirect: bool) -> LocalWriter:
-        return LocalWriter(path, odirect, self.capabilities.alignment)
+        return LocalWriter(path, odirect, self.capabilities.alignment, self._dontneed)
 
     def open_read(self, path: str, odirect: bool) -> LocalReader:
-        return LocalReader(path, odirect)
+        return LocalReader(path, odirect, self._dontneed)
 
     def evict(self, path: str) -> None:
         """Drop the file's pages from the page cache; dirty pages are written back first, since

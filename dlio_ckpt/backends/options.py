@@ -23,6 +23,10 @@ class LocalFSOptions(Options):
                          "more than 1 helps on parallel file systems and NVMe arrays")
     queue_depth: int = Field(4, ge=1, le=64, description="chunk_size requests of one file in flight at once "
                              "(fio's iodepth); memory per process: threads x queue_depth x (2 x chunk_size + 1 MiB)")
+    read_queue_depth: int | None = Field(None, ge=1, le=64, description="requests in flight when reading, where "
+                                         "it differs from writing (default: queue_depth)")
+    fadvise_dontneed: bool = Field(False, description="posix_fadvise(DONTNEED) on each range just written or read "
+                                   "(and RANDOM on a file opened to read), as the MLCommons DLIO fork does")
 
 class ObjectStoreOptions(Options):
     threads: int = Field(4, ge=1, le=256, description="objects in flight per process")

@@ -1,0 +1,120 @@
+"""``checkpoint.reference``: each preset does on the file system what its tool does, seen in the system
+calls themselves (strace: every thread's calls on the checkpoint files, each with its path), and a key
+set against the preset is refused."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from .conftest import REPO, dlio, load
+
+MIB = 1 << 20
+CALL = re.compile(r"^(\w+)\((.*)\) = (-?\d+)")
+
+
+def traced(tmp_path, name: str) -> dict[str, list[tuple[str, str, int]]]:
+    """A 2-rank tiny run with ``reference=name`` under strace; per thread, its calls on checkpoint
+    files as (call, arguments, result)."""
+    if shutil.which("strace") is None and not os.environ.get("CI"):
+        pytest.skip("strace is not installed (scripts/setup.sh installs it)")
+    cmd = ["strace", "-f", "-ff", "-y", "-qq", "-o", str(tmp_path / "trace"),
+           "-e", "trace=openat,pwrite64,preadv,preadv2,pread64,fsync,fdatasync,fadvise64",
+           sys.executable, "-m", "dlio_ckpt", "workload=tiny", f"++workload.checkpoint.reference={name}",
+           "++workload.checkpoint.num_checkpoints_write=1", "++workload.checkpoint.num_checkpoints_read=1",
+           "++workload.checkpoint.checkpoint_folder=ck", "++hydra.run.dir=out", "--world-size", "2"]
+    r = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=300,
+                       env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert r.returncode == 0, r.stderr[-3000:]
+    calls = {}
+    for f in tmp_path.glob("trace.*"):
+        mine = [(m[1], m[2], int(m[3])) for line in f.read_text().splitlines()
+                if (m := CALL.match(line)) and "/ck/global_epoch1_step1/" in m[2]]
+        if mine:
+            calls[f.name] = mine
+    return calls
+
+
+def _each(calls: dict[str, list[tuple[str, str, int]]], name: str) -> list[tuple[str, str, int, tuple | None]]:
+    """Every call ``name`` with the call after it in its thread."""
+    return [(c, args, res, seq[i + 1] if i + 1 < len(seq) else None)
+            for seq in calls.values() for i, (c, args, res) in enumerate(seq) if c == name]
+
+
+def test_mlcommons_writes_raw_32_mib_drops_behind_and_fsyncs(tmp_path):
+    calls = traced(tmp_path, "mlcommons")
+    summary = load(tmp_path / "out" / "summary.json")
+    planned = dict(_sizes(tmp_path))
+    opened = [args for c, args, _, _ in _each(calls, "openat")]
+    assert opened and all("O_DIRECT" not in a for a in opened)  # buffered, as the fork's local_fs
+    assert all(a.split('"')[1].endswith(".bin") for a in opened)  # raw bytes (format raw: DLIO's .bin)
+    writes = _each(calls, "pwrite64")
+    assert writes and all(res <= 32 * MIB for _, _, res, _ in writes)
+    written: dict[str, int] = {}
+    for _, args, res, after in writes:  # each write followed by DONTNEED on exactly its range
+        path, offset = _path(args), int(args.rsplit(",", 1)[1])
+        written[path] = written.get(path, 0) + res
+        assert after is not None and after[0] == "fadvise64" and _path(after[1]) == path
+        assert after[1].endswith(f", {offset}, {res}, POSIX_FADV_DONTNEED")
+    assert written == planned  # one write per file here: tiny's files are smaller than 32 MiB
+    fsynced = {_path(args) for _, args, _, _ in _each(calls, "fsync")}
+    assert fsynced == set(planned)  # fsync at close, every file
+    assert not _each(calls, "fdatasync")  # no eviction before reads: the fork drops none
+    reads = _reads(calls)
+    assert {_path(a) for _, a, _, _ in reads} == set(planned)
+    for _, args, res, after in reads:  # each read followed by DONTNEED on what it read
+        assert after is not None and after[0] == "fadvise64" and _path(after[1]) == _path(args)
+        assert after[1].endswith(f"{res}, POSIX_FADV_DONTNEED")
+    random = [a for _, a, _, _ in _each(calls, "fadvise64") if a.endswith("POSIX_FADV_RANDOM")]
+    assert {_path(a) for a in random} == set(planned)  # each file opened to read: no read-ahead
+    io = summary["io"]
+    assert io["reference"]["name"] == "mlcommons" and io["verified"] is False and io["format"] == "raw"
+    assert io["storage"]["read_queue_depth"] == 4 and io["storage"]["queue_depth"] == 1
+    assert io["chunk_size"] == 32 * MIB and io["read_cache"] == "allowed"
+
+
+def test_dlio_2_0_writes_pt_archives_and_never_syncs(tmp_path):
+    """DLIO v2.0.1 reads checkpoint.fsync into an attribute its writer never looks at: tiny's YAML
+    asks for no fsync, an override asks for it, and the preset does none either way."""
+    calls = traced(tmp_path, "dlio-2.0")
+    planned = {f for f, _ in _sizes(tmp_path)}
+    assert {_path(a) for _, a, _, _ in _each(calls, "pwrite64")} == planned
+    assert all(p.endswith(".pt") for p in planned)
+    assert not _each(calls, "fsync") and not _each(calls, "fdatasync") and not _each(calls, "fadvise64")
+    assert {_path(a) for _, a, _, _ in _reads(calls)} == planned  # read back from the page cache
+    io = load(tmp_path / "out" / "summary.json")["io"]
+    assert io["reference"]["name"] == "dlio-2.0" and io["fsync"] is False and io["verified"] is False
+
+
+def _reads(calls: dict[str, list[tuple[str, str, int]]]) -> list[tuple[str, str, int, tuple | None]]:
+    """os.preadv's calls: preadv, or preadv2 where the C library has it."""
+    return _each(calls, "preadv") + _each(calls, "preadv2")
+
+
+def _path(args: str) -> str:
+    """The file a call was on (strace -y shows it beside the descriptor), by its name."""
+    return os.path.basename(args.split("<", 1)[1].split(">", 1)[0])
+
+
+def _sizes(tmp_path) -> list[tuple[str, int]]:
+    """The checkpoint's files and sizes, as the run reports them (its fsyncs are spans of 0 bytes)."""
+    stats = load(tmp_path / "out" / "0_per_epoch_stats.json")["1"]["save_ckpt1"]["file_times"]
+    return [(os.path.basename(path), n) for path, _, _, n in stats if n]
+
+
+@pytest.mark.parametrize("args, said", [
+    (["++workload.checkpoint.reference=mlcommons", "++workload.checkpoint.chunk_size=8388608"],
+     "workload.checkpoint.chunk_size=8388608: checkpoint.reference=mlcommons sets it to 33554432"),
+    (["++workload.checkpoint.reference=dlio-2.0", "++workload.storage.storage_options.queue_depth=8"],
+     "workload.storage.storage_options.queue_depth=8: checkpoint.reference=dlio-2.0 sets it to 1"),
+    (["++workload.checkpoint.reference=dlio-2.0", "++workload.storage.storage_type=s3",
+      "++workload.storage.storage_root=b"], "models a file system's I/O (local_fs, parallel_fs); storage_type is s3"),
+])
+def test_a_key_set_against_the_preset_is_refused(tmp_path, args, said):
+    r = dlio(["plan", "workload=tiny", "--world-size", "2", *args], tmp_path)
+    assert r.returncode == 2 and said in r.stderr, r.stderr
