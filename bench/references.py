@@ -109,7 +109,8 @@ def main() -> None:
         print(f"round {i + 1}: " + "  ".join(f"{t} save {rows[t][-1]['save']:.3f} load {rows[t][-1]['load']:.3f}"
                                           for t in TOOLS), flush=True)
     shutil.rmtree(cfg)
-    print(f"\n{a.procs} processes, {rows['ours'][0]['GiB']:.2f} GiB per checkpoint (DLIO: {rows['dlio'][0]['GiB']:.2f}), "
+    print(f"\n{a.procs} processes, {rows['ours'][0]['GiB']:.2f} GiB per checkpoint "
+          f"(DLIO: {rows['dlio'][0]['GiB']:.2f}), "
           f"{a.checkpoints} writes then reads per run, {a.rounds} rounds, host {os.uname().nodename}; "
           "GiB/s as each tool reports it, median [quartiles]")
     for op in ("save", "load"):

@@ -84,7 +84,7 @@ def execute(mode: Mode, ctx: RunContext, run_dir: str, raw: dict, overrides: lis
     local = REGISTRY[ctx.backend.name].local_folder
     ctx.meta = {"workload": ctx.workload.model.name, "run_id": ctx.state.run_id, "world_size": ctx.world_size,
                 "run_dir": run_dir, "command": " ".join(["dlio_ckpt", *(redact(a) for a in command)]),
-                **provenance.run_facts(ctx.workload.accelerator_type,
+                **provenance.run_facts(ctx.workload.accelerator_type, ctx.backend.name,
                                        ctx.backend.join(ctx.ck.checkpoint_folder) if local else None, run_dir)}
     ctx.started = time.time()
     if ctx.ck.num_checkpoints_write > 0:

@@ -43,6 +43,7 @@ WHAT_IF_ONLY = ("h100", "a100")
 ROUND_3_BASELINE = "h100"  # the v3.0 round's checker assumed an 80 GB H100 for every run
 MAX_GAP_SECONDS = 30.0  # §4.7.1: the read invocation starts within this of the write invocation's end
 MIN_PER_HOST = 4  # §4.6.2: CLOSED runs put more than this many accelerators on each host
+OBJECT_STORES = ("s3", "gcs")  # §4.4.2 does not apply: checkpoints are on no file system of the host
 
 
 @dataclass(frozen=True)
@@ -172,6 +173,11 @@ def _mode_rule(config: dict[str, Any]) -> Rule:
                 mode == "emulated")
 
 
+def _io(run: Run) -> dict[str, Any]:
+    io = run.summary.get("io")
+    return io if isinstance(io, dict) else {}
+
+
 def _count(run: Run, phase: str) -> int:
     """Checkpoints a run saved or loaded: ours lists them; DLIO's summary has only means, so its
     config says how many (when the mean exists at all: a read-only run's save mean is NaN)."""
@@ -180,7 +186,7 @@ def _count(run: Run, phase: str) -> int:
     if number(run.metric.get(f"{phase}_checkpoint_duration_mean_seconds")) is None:
         return 0
     key = "checkpoint.num_checkpoints_write" if phase == "save" else "checkpoint.num_checkpoints_read"
-    return int((run.config or {}).get(key, 1))
+    return int(number((run.config or {}).get(key, 1)) or 0)
 
 
 def _count_rule(runs: list[Run]) -> Rule:
@@ -198,10 +204,10 @@ def _count_rule(runs: list[Run]) -> Rule:
 
 def _fsync_rule(runs: list[Run]) -> Rule:
     writers = [r for r in runs if _count(r, "save")] or runs
-    said = [str(r.summary.get("io", {}).get("fsync", "not recorded")) if r.ours else
+    said = [str(_io(r).get("fsync", "not recorded")) if r.ours else
             "DLIO's summary does not record it (and DLIO ignores checkpoint.fsync)" for r in writers]
     configured = [bool(_defaults(r.config or {}).get("checkpoint.fsync")) for r in writers]
-    done = [r.summary.get("io", {}).get("fsync") not in (False, None, "nothing stored: null storage")
+    done = [_io(r).get("fsync") not in (False, None, "nothing stored: null storage")
             for r in writers]
     return Rule("fsync", "checkpoint.fsync=True, and every file synced within its write time",
                 f"checkpoint.fsync={configured[0]}; {said[0]}", all(configured) and all(done))
@@ -221,11 +227,12 @@ def _cache_rule(runs: list[Run]) -> Rule:
     size = number(writer.metric.get("checkpoint_size_GB")) or 0.0
     n_hosts = writer.summary.get("num_hosts") or 1
     per_host = size / n_hosts
-    cleared = reader.summary.get("io", {}).get("read_cache") in ("evicted", "odirect", "server: no client-side cache")
-    how = reader.summary.get("io", {}).get("read_cache", "not recorded")
+    cleared = _io(reader).get("read_cache") in ("evicted", "odirect", "server: no client-side cache")
+    how = _io(reader).get("read_cache", "not recorded")
     if not memory and not hosts:
         return Rule("page cache", f"data per host > {MEMORY_MULTIPLE}x host memory, or the cache cleared "
                     "before reads", f"host memory not recorded in summary.json; reads: {how}", cleared)
+    memory = [memory] if number(memory) is not None else [m for m in memory or [] if number(m) is not None]
     mem = max(memory) if memory else max(h["memory_bytes"] for h in hosts.values()) / GIB
     big = per_host > MEMORY_MULTIPLE * mem
     return Rule("page cache", f"data per host > {MEMORY_MULTIPLE}x host memory ({MEMORY_MULTIPLE * mem:.1f} GiB), "
@@ -335,14 +342,17 @@ class Facts:
 
 
 def _when(value: Any) -> datetime | None:
+    """A time as this host's local wall clock (naive, as DLIO's and our ``start`` are): an epoch
+    number, or ISO text with or without an offset (``Z`` is UTC)."""
     if isinstance(value, int | float) and not isinstance(value, bool):
         return datetime.fromtimestamp(value)
-    if isinstance(value, str):
-        try:
-            return datetime.fromisoformat(value.replace("Z", ""))
-        except ValueError:
-            return None
-    return None
+    if not isinstance(value, str):
+        return None
+    try:
+        when = datetime.fromisoformat(value.strip().replace("Z", "+00:00").replace(" ", "T", 1))
+    except ValueError:
+        return None
+    return when.astimezone().replace(tzinfo=None) if when.tzinfo else when
 
 
 def _json(path: Any) -> dict[str, Any]:
@@ -356,33 +366,42 @@ def _json(path: Any) -> dict[str, Any]:
 def facts(run: Run) -> Facts:
     s = run.summary
     if run.ours:
-        fs = s.get("file_systems") or {}
-        checkpoint, results = fs.get("checkpoint"), fs.get("results")
-        said = "not recorded" if not fs else "object store (no file system)" if checkpoint is None else \
-            f"checkpoints on {checkpoint['mount_point']} ({checkpoint['type']}, device {checkpoint['device']}), " \
-            f"results on {results['mount_point']} ({results['type']}, device {results['device']})"
-        return Facts(s.get("accelerator_type"), _when(s.get("invocation_start_time")),
-                     _when(s.get("invocation_end_time")), fs.get("same_file_system"),
-                     bool(fs) and checkpoint is None, said)
+        fs = s.get("file_systems") if isinstance(s.get("file_systems"), dict) else {}
+        checkpoint, results, storage = fs.get("checkpoint"), fs.get("results") or {}, fs.get("checkpoint_storage")
+        object_store = checkpoint is None and storage in OBJECT_STORES
+        if not fs:
+            said = "not recorded"
+        elif checkpoint is None:
+            said = f"checkpoints on {storage} (an object store: no file system)" if object_store else \
+                f"checkpoints on {storage} storage: nothing written to compare"
+        else:
+            said = (f"checkpoints on {checkpoint.get('mount_point')} ({checkpoint.get('type')}, device "
+                    f"{checkpoint.get('device')}), results on {results.get('mount_point')} ({results.get('type')}, "
+                    f"device {results.get('device')})")
+        accelerator = s.get("accelerator_type")
+        return Facts(accelerator if isinstance(accelerator, str) else None, _when(s.get("invocation_start_time")),
+                     _when(s.get("invocation_end_time")), fs.get("same_file_system"), object_store, said)
     folder = run.folder
     meta = next((_json(p) for p in sorted(folder.glob("*_metadata.json"))), {}) if folder else {}
     separation = _json(folder / "fs_separation.json") if folder else {}
     same = separation.get("same_filesystem")
-    return Facts(meta.get("accelerator"), _when(meta.get("invocation_start_time")),
+    accelerator = meta.get("accelerator")
+    return Facts(accelerator if isinstance(accelerator, str) else None, _when(meta.get("invocation_start_time")),
                  _when(meta.get("invocation_end_time")), same if isinstance(same, bool) else None,
                  file_systems=f"fs_separation.json: same_filesystem={same}" if separation else "not recorded")
 
 
 def _accelerator_rule(runs: list[Run], model: MLPerfModel | None, round3: bool) -> Rule:
-    declared = {facts(r).accelerator for r in runs}
+    named = [facts(r).accelerator for r in runs]
+    declared = set(named)
     procs, size = _processes(runs[0]) or 0, _size_gib(runs[0])
     expected = ("accelerator memory x processes >= the checkpoint (§4.3.4; the v3.0 round checked an 80 GB "
                 "H100 where none was declared)" if round3 else
                 f"a declared accelerator of {', '.join(a for a in ACCELERATOR_MEMORY_GB if a not in WHAT_IF_ONLY)} "
                 "(Table 3), its memory x processes >= the checkpoint (§4.3.4); results compare within one type")
     if len(declared) > 1:
-        return Rule("accelerator memory", expected,
-                    f"the runs declare different accelerators: {sorted(map(str, declared))}", False)
+        said = "; ".join(f"{r.path}: {a or 'not recorded'}" for r, a in zip(runs, named, strict=True))
+        return Rule("accelerator memory", expected, f"the runs differ: {said}", False)
     accelerator = declared.pop()
     if accelerator is None and not round3:
         return Rule("accelerator memory", expected, "not recorded: set ++workload.accelerator_type=b200 (or mi355)",
@@ -438,7 +457,8 @@ def _provenance_rule(runs: list[Run]) -> Rule:
     said, hashes = [], set()
     for run in runs:
         stamp = _json(run.folder / "provenance.json") if run.folder else {}
-        stated = (stamp.get("core_config") or {}).get("hash")
+        stamped = stamp.get("core_config")
+        stated = stamped.get("hash") if isinstance(stamped, dict) else None
         if not stated:
             said.append(f"{run.path}: no provenance.json" if not stamp else f"{run.path}: no core_config hash")
             continue

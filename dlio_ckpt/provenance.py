@@ -18,6 +18,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import subprocess
 import time
 from datetime import UTC, datetime
@@ -109,7 +110,7 @@ def file_system(path: str) -> dict[str, Any]:
             for line in fh:
                 left, _, right = line.partition(" - ")
                 fields, (fstype, source, *_) = left.split(), right.split()
-                mount = fields[4].encode().decode("unicode_escape")
+                mount = re.sub(r"\\([0-7]{3})", lambda m: chr(int(m[1], 8)), fields[4])  # \040 is a space
                 if (real == mount or real.startswith(mount.rstrip("/") + "/")) and len(mount) >= len(best[0]):
                     best = (mount, fstype, source)
     except OSError:
@@ -118,21 +119,22 @@ def file_system(path: str) -> dict[str, Any]:
             "type": best[1], "source": best[2], "mount_point": best[0]}
 
 
-def folders(checkpoint: str | None, results: str) -> dict[str, Any]:
-    """MLPerf 3.0's §4.4.2 evidence: the checkpoint folder's file system (None on an object store:
-    nothing of it is on this host's file systems) and the results folder's, and whether they are one."""
+def folders(storage_type: str, checkpoint: str | None, results: str) -> dict[str, Any]:
+    """MLPerf 3.0's §4.4.2 evidence: the checkpoint folder's file system (None where the storage is
+    no folder of this host's: an object store, null) and the results folder's, and whether they are one."""
     ours = file_system(results)
     theirs = file_system(checkpoint) if checkpoint is not None else None
-    return {"checkpoint": theirs, "results": ours,
+    return {"checkpoint_storage": storage_type, "checkpoint": theirs, "results": ours,
             "same_file_system": None if theirs is None else theirs["device"] == ours["device"]}
 
 
-def run_facts(accelerator: str | None, checkpoint_folder: str | None, run_dir: str) -> dict[str, Any]:
+def run_facts(accelerator: str | None, storage_type: str, checkpoint_folder: str | None,
+              run_dir: str) -> dict[str, Any]:
     """summary.json's facts for MLPerf 3.0's rules: when this invocation began (local time, as DLIO's
     ``start`` and mlpstorage's ``invocation_start_time``), the accelerator, the folders' file systems
     (``checkpoint_folder``: None on an object store)."""
     return {"invocation_start_time": datetime.fromtimestamp(INVOCATION_START).isoformat(),
-            "accelerator_type": accelerator, "file_systems": folders(checkpoint_folder, run_dir)}
+            "accelerator_type": accelerator, "file_systems": folders(storage_type, checkpoint_folder, run_dir)}
 
 
 def storage_library(storage: dict[str, Any]) -> dict[str, str]:

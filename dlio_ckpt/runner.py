@@ -81,10 +81,11 @@ def _check_staging_memory(ctx: RunContext) -> None:
 def _check_io_buffers(ctx: RunContext) -> None:
     """The engine's buffers (bytes in flight) are allocated up front for the whole run."""
     need = io_buffer_bytes(ctx.backend, ctx.ck.chunk_size)
-    _check_host_memory(ctx, need, "workload.storage.storage_options.queue_depth", ctx.backend.queue_depth,
-                       f"holds {need / GIB:.2f} GiB of I/O buffers per process (threads x queue_depth x "
+    depth = "read_queue_depth" if ctx.backend.read_queue_depth > ctx.backend.queue_depth else "queue_depth"
+    _check_host_memory(ctx, need, f"workload.storage.storage_options.{depth}", getattr(ctx.backend, depth),
+                       f"holds {need / GIB:.2f} GiB of I/O buffers per process (threads x {depth} x "
                        f"(2 x chunk_size + 1 MiB), chunk_size={ctx.ck.chunk_size})",
-                       "lower queue_depth, chunk_size or threads")
+                       f"lower {depth}, chunk_size or threads")
 
 
 def _check_host_memory(ctx: RunContext, need: int, key: str, value: object, what: str, advice: str) -> None:

@@ -5,7 +5,7 @@ real result writers, the provenance hash held to mlpstorage's own values, the fa
 from __future__ import annotations
 
 import json
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -154,12 +154,28 @@ def test_two_invocations_start_the_read_within_30_s(tmp_path, gap, v3, v4):
 @pytest.mark.parametrize("file_systems, v3, v4, text", [
     ({**SEPARATE, "same_file_system": True}, "WARN", "FAIL", "the same file system"),
     (None, "WARN", "FAIL", "not recorded"),
-    ({"checkpoint": None, "results": SEPARATE["results"], "same_file_system": None}, "PASS", "PASS", "no file system"),
+    ({"checkpoint_storage": "s3", "checkpoint": None, "results": SEPARATE["results"], "same_file_system": None},
+     "PASS", "PASS", "an object store: no file system"),
+    ({"checkpoint_storage": "null", "checkpoint": None, "results": SEPARATE["results"], "same_file_system": None},
+     "WARN", "FAIL", "null storage: nothing written"),
 ])
 def test_checkpoints_and_results_on_different_file_systems(tmp_path, file_systems, v3, v4, text):
     run = conforming(tmp_path / "r", file_systems=file_systems)
     assert verdicts([run], "3.0")["separate file systems"] == v3 and verdicts([run])["separate file systems"] == v4
     assert text in said([run], "separate file systems")
+
+
+def test_the_gap_reads_times_with_an_offset_as_local_times(tmp_path):
+    """mlpstorage's and other tools' times may carry an offset (``Z``): the gap is taken on one clock."""
+    write = keep_phase(conforming(tmp_path / "w"), "save")
+    read = keep_phase(conforming(tmp_path / "r"), "load")
+    end = datetime(2026, 11, 24, 8, 0, 0).astimezone()
+    for run, key, when in ((write, "invocation_end_time", end), (read, "invocation_start_time",
+                                                                    end + timedelta(seconds=20))):
+        summary = load(run / "summary.json")
+        summary[key] = when.astimezone(UTC).isoformat().replace("+00:00", "Z")
+        (run / "summary.json").write_text(json.dumps(summary))
+    assert said([write, read], "write-to-read gap").startswith("20.0 s from")
 
 
 def test_provenance_must_be_stamped_and_agree_with_the_config(tmp_path):

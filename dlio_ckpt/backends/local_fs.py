@@ -49,10 +49,10 @@ class LocalWriter:
                 if self._buffered is None:
                     self._buffered = os.open(self.path, os.O_WRONLY)
                 _pwrite_all(self._buffered, data[cut:], offset + cut)
-            if self._dontneed:  # starts this range's writeback; clean pages are dropped
-                os.posix_fadvise(self._fd, offset, len(data), os.POSIX_FADV_DONTNEED)
         except OSError as exc:
             raise _fail("write failed on", self.path, exc) from None
+        if self._dontneed:  # starts this range's writeback; clean pages are dropped
+            _advise(self._fd, offset, len(data), os.POSIX_FADV_DONTNEED)
 
     def finish(self) -> None:
         self.abort()
@@ -61,6 +61,15 @@ class LocalWriter:
         os.close(self._fd)
         if self._buffered is not None:
             os.close(self._buffered)
+
+
+def _advise(fd: int, offset: int, length: int, advice: int) -> None:
+    """posix_fadvise, which is advice: a file system that takes none (some FUSE and network ones)
+    leaves the I/O as it was, not failed."""
+    try:
+        os.posix_fadvise(fd, offset, length, advice)
+    except OSError:
+        pass
 
 
 def _pwrite_all(fd: int, data: memoryview, offset: int) -> None:
@@ -77,10 +86,10 @@ class LocalReader:
         self._offset = 0  # where readinto() goes on
         try:
             self._fd = os.open(path, os.O_RDONLY | (os.O_DIRECT if odirect else 0))
-            if dontneed:  # no read-ahead beyond what is asked, as the fork's readers
-                os.posix_fadvise(self._fd, 0, 0, os.POSIX_FADV_RANDOM)
         except OSError as exc:
             raise _fail("cannot open", path, exc) from None
+        if dontneed:  # no read-ahead beyond what is asked, as the fork's readers
+            _advise(self._fd, 0, 0, os.POSIX_FADV_RANDOM)
 
     def readinto(self, buf: memoryview) -> int:
         """Fill ``buf`` unless the file ends first; returns the bytes read (0 at the end)."""
@@ -97,10 +106,10 @@ class LocalReader:
                 if n == 0:
                     break
                 total += n
-            if self._dontneed and total:
-                os.posix_fadvise(self._fd, offset, total, os.POSIX_FADV_DONTNEED)
         except OSError as exc:
             raise _fail("read failed on", self.path, exc) from None
+        if self._dontneed and total:
+            _advise(self._fd, offset, total, os.POSIX_FADV_DONTNEED)
         return total
 
     def size(self) -> int:

@@ -20,13 +20,24 @@ import threading
 import time
 from collections import deque
 from collections.abc import Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from typing import Any
 
 import botocore.session
 from botocore.config import Config
-from botocore.exceptions import BotoCoreError, ClientError, EndpointConnectionError, NoCredentialsError
+from botocore.exceptions import (
+    BotoCoreError,
+    ClientError,
+    ConnectionClosedError,
+    ConnectTimeoutError,
+    EndpointConnectionError,
+    IncompleteReadError,
+    NoCredentialsError,
+    ReadTimeoutError,
+    ResponseStreamingError,
+)
+from urllib3.exceptions import ProtocolError
 
 from ..requests import RequestLog, cause_of_error, cause_of_status
 from .options import S3Options
@@ -55,6 +66,8 @@ class Page:
 
 
 def _error(exc: Exception) -> BotocoreS3Error:
+    """The failure in words :func:`~dlio_ckpt.backends.s3.failure` reads: a dropped connection or a
+    timeout says CONNECTION or TIMEOUT, so the engine retries the file as it does the CRT's."""
     if isinstance(exc, ClientError):
         err, status = exc.response.get("Error", {}), exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
         code = err.get("Code", "")
@@ -66,7 +79,11 @@ def _error(exc: Exception) -> BotocoreS3Error:
     if isinstance(exc, NoCredentialsError):
         return BotocoreS3Error(f"No signing credentials ({exc})")
     if isinstance(exc, EndpointConnectionError):
-        return BotocoreS3Error(f"CONNECTION_REFUSED: {exc}")
+        return BotocoreS3Error(f"CONNECTION: cannot connect ({exc})")
+    if isinstance(exc, ReadTimeoutError | ConnectTimeoutError):
+        return BotocoreS3Error(f"TIMEOUT: {type(exc).__name__}: {exc}")
+    if isinstance(exc, ConnectionClosedError | ResponseStreamingError | IncompleteReadError | ProtocolError):
+        return BotocoreS3Error(f"CONNECTION: {type(exc).__name__}: {exc}")
     return BotocoreS3Error(f"{type(exc).__name__}: {exc}")
 
 
@@ -89,11 +106,12 @@ class _Attempts:
         if caught_exception is not None:
             self._log.add(kind, 0, seconds, cause_of_error(f"{type(caught_exception).__name__} {caught_exception}"))
             return
-        http = response[0]
-        if request_dict.get("method") in ("PUT", "POST"):
+        http, method = response[0], request_dict.get("method")
+        if method in ("PUT", "POST"):
             size = len(request_dict.get("body") or b"")
-        else:
-            size = int(http.headers.get("content-length", 0) or 0) if http.status_code < 300 else 0
+        else:  # a HEAD's Content-Length is the object's, not bytes moved
+            size = int(http.headers.get("content-length", 0) or 0) if http.status_code < 300 and method == "GET" \
+                else 0
         self._log.add(kind, size, seconds, cause_of_status(http.status_code))
 
 
@@ -147,6 +165,7 @@ class _Upload:
         """Parts already sent are dropped on the server, so no partial object or orphan parts remain."""
         for sent in self._sent:
             sent.cancel()
+        wait(self._sent)  # a part still being sent could land after the abort and be kept
         if self._upload_id is not None:
             upload_id, self._upload_id = self._upload_id, None
             try:
@@ -189,7 +208,10 @@ class BotocoreS3Client:
         """Bytes [start, end) and the object's size (from Content-Range)."""
         answer = self.call("get_object", Bucket=bucket, Key=key, Range=f"bytes={start}-{end - 1}")
         total = _TOTAL.search(answer.get("ContentRange", ""))
-        body = answer["Body"].read()
+        try:  # botocore retries a request, not a body that breaks off: the engine redoes the file
+            body = answer["Body"].read()
+        except (BotoCoreError, ProtocolError) as exc:
+            raise _error(exc) from None
         return body, int(total.group(1)) if total else start + len(body)
 
     def put_object(self, bucket: str, key: str) -> _Upload:
@@ -199,8 +221,11 @@ class BotocoreS3Client:
         """Parts of ``part_size`` in order, ``parts_in_flight`` requested ahead of the one consumed;
         the whole object when no range is given (its size learnt from the first part's answer)."""
         first = start or 0
+        if end is not None and end <= first:
+            return iter(())
         try:
-            body, size = self._range(bucket, key, first, min(first + self.part_size, end or first + self.part_size))
+            body, size = self._range(bucket, key, first, first + self.part_size if end is None
+                                     else min(first + self.part_size, end))
         except BotocoreS3Error as exc:
             if end is None and first == 0 and "InvalidRange" in str(exc):
                 return iter(())  # an empty object has no first byte to range over (that GET is counted, a 416)
