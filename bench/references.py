@@ -22,12 +22,13 @@ import argparse
 import json
 import os
 import shutil
-import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+from fio_compare import quartiles  # bench/ is this script's own folder on sys.path
 
 REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
@@ -76,13 +77,6 @@ def run(tool: str, cfg: Path, folder: Path, procs: int, venv: Path) -> dict[str,
             "GiB": m["checkpoint_size_GB"]}
 
 
-def quartiles(values: list[float]) -> tuple[float, float, float]:
-    if len(values) == 1:
-        return values[0], values[0], values[0]
-    q1, med, q3 = statistics.quantiles(values, n=4, method="inclusive")
-    return med, q1, q3
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--dir", required=True, help="folder on the file system under test")
@@ -115,11 +109,11 @@ def main() -> None:
           "GiB/s as each tool reports it, median [quartiles]")
     for op in ("save", "load"):
         for tool in TOOLS:
-            med, q1, q3 = quartiles([r[op] for r in rows[tool]])
+            q1, med, q3 = quartiles([r[op] for r in rows[tool]])
             line = f"  {op} {tool:9s} {med:.3f} [{q1:.3f}, {q3:.3f}]"
             if tool != "dlio":
-                ratio = quartiles([r[op] / d[op] for r, d in zip(rows[tool], rows["dlio"], strict=True)])
-                line += f"   / DLIO {ratio[0]:.2f} [{ratio[1]:.2f}, {ratio[2]:.2f}]"
+                q1, med, q3 = quartiles([r[op] / d[op] for r, d in zip(rows[tool], rows["dlio"], strict=True)])
+                line += f"   / DLIO {med:.2f} [{q1:.2f}, {q3:.2f}]"
             print(line)
 
 

@@ -64,9 +64,13 @@ class FileTask:
 class _RangedRead(NamedTuple):
     """One loading rank's reads of one file: the file, and the spans (start, end) asked of storage."""
 
-    path: str
     task: FileTask
     spans: tuple[tuple[int, int], ...]
+
+    @property
+    def path(self) -> str:
+        """The file, as :meth:`Engine._attempt` names what it retries or failed on."""
+        return self.task.path
 
 
 @dataclass(frozen=True)
@@ -313,9 +317,10 @@ class Engine:
                   request: Callable[[Any, _Slot, FileTask, int], None], close_file: Callable[[Any], None],
                   depth: int, timed: bool = False) -> int:
         """``request(handle, slot, task, k)`` for every chunk ``k`` of every file, in file order,
-        ``queue_depth`` in flight (fio's iodepth), across file boundaries as fio's one job keeps its
-        queue full: a file is opened (``open_file``) when its first chunk is due, closed when its
-        last is done, and its time recorded then (``timed``: files not timed by :meth:`_attempt`).
+        ``depth`` in flight (fio's iodepth: the storage's queue_depth, or read_queue_depth for reads),
+        across file boundaries as fio's one job keeps its queue full: a file is opened (``open_file``)
+        when its first chunk is due, closed when its last is done, and its time recorded then
+        (``timed``: files not timed by :meth:`_attempt`).
         Request n reuses the slot of request n - depth, done by then (they finish in order). The
         first error cancels the rest and closes every open file."""
         n = 0
@@ -497,7 +502,7 @@ class Engine:
             files = list({t.path: t for t, _ in reads}.values())  # a file many ranks read, evicted once
             self._each(lambda _, t: self.backend.evict(t.path) or 0, files)
         # one entry per (rank, file) read: several loading ranks of this process may read one file
-        jobs = [_RangedRead(task.path, task, self._spans_of(task, ranges)) for task, ranges in reads]
+        jobs = [_RangedRead(task, self._spans_of(task, ranges)) for task, ranges in reads]
         return self._each(lambda worker, job: self._read_ranges(worker, job.task, job.spans), jobs)  # type: ignore
 
     def _spans_of(self, task: FileTask, ranges: tuple[tuple[int, int], ...]) -> tuple[tuple[int, int], ...]:

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from .provenance import core_config
 from .runfiles import Run, number, operations
 
 GIB = 1 << 30
@@ -117,16 +118,16 @@ def check_runs(runs: list[Run], edition: str = EDITIONS[-1], division: str = "cl
     if edition == "2.0":
         return [_model_rule(first, config, model), _process_rule(first, config, model), _mode_rule(config),
                 _count_rule(runs), _fsync_rule(runs), _scale_rule(runs), _cache_rule(runs), _timing_rule(runs)]
-    round3 = edition == "3.0"
+    round3, seen = edition == "3.0", [facts(r) for r in runs]  # each run's files read once
     rules = [_model_rule(first, config, model), _subset_rule(first, config, model),
              _division_rule(first, config, model, division)]
     if division == "closed":
         rules.append(_per_host_rule(first))
     return rules + [
-        _mode_rule(config), _size_rule(runs, model), _soft(_accelerator_rule(runs, model, round3), round3),
-        _count_rule(runs), _soft(_gap_rule(runs), round3), _fsync_rule(runs),
+        _mode_rule(config), _size_rule(runs, model), _soft(_accelerator_rule(runs, seen, round3), round3),
+        _count_rule(runs), _soft(_gap_rule(runs, seen), round3), _fsync_rule(runs),
         _soft(_cache_rule(runs), True),  # the checkers report §4.3.1 as a warning; §4.7.1 covers the flush
-        _soft(_folders_rule(runs), round3), _soft(_provenance_rule(runs), round3), _timing_rule(runs)]
+        _soft(_folders_rule(runs, seen), round3), _soft(_provenance_rule(runs), round3), _timing_rule(runs)]
 
 
 def _differences(config: dict[str, Any], model: MLPerfModel) -> dict[str, Any]:
@@ -151,7 +152,7 @@ def _model_rule(run: Run, config: dict[str, Any], model: MLPerfModel | None) -> 
 
 
 def _process_rule(run: Run, config: dict[str, Any], model: MLPerfModel | None) -> Rule:
-    procs = run.summary.get("num_processes", run.summary.get("num_accelerators"))
+    procs = _processes(run)
     ranks = run.summary.get("num_accelerators")
     if model is None:
         return Rule("process count", "the model's count (8, 64, 512, 1024)", f"{procs} (model not recognized)", False)
@@ -224,7 +225,7 @@ def _cache_rule(runs: list[Run]) -> Rule:
     reader = next((r for r in runs if _count(r, "load")), runs[-1])
     hosts = writer.summary.get("hosts")
     memory = writer.summary.get("host_memory_GB")
-    size = number(writer.metric.get("checkpoint_size_GB")) or 0.0
+    size = _size_gib(writer)
     n_hosts = writer.summary.get("num_hosts") or 1
     per_host = size / n_hosts
     cleared = _io(reader).get("read_cache") in ("evicted", "odirect", "server: no client-side cache")
@@ -391,8 +392,8 @@ def facts(run: Run) -> Facts:
                  file_systems=f"fs_separation.json: same_filesystem={same}" if separation else "not recorded")
 
 
-def _accelerator_rule(runs: list[Run], model: MLPerfModel | None, round3: bool) -> Rule:
-    named = [facts(r).accelerator for r in runs]
+def _accelerator_rule(runs: list[Run], seen: list[Facts], round3: bool) -> Rule:
+    named = [f.accelerator for f in seen]
     declared = set(named)
     procs, size = _processes(runs[0]) or 0, _size_gib(runs[0])
     expected = ("accelerator memory x processes >= the checkpoint (§4.3.4; the v3.0 round checked an 80 GB "
@@ -417,12 +418,12 @@ def _accelerator_rule(runs: list[Run], model: MLPerfModel | None, round3: bool) 
     return Rule("accelerator memory", expected, actual, procs * memory >= size)
 
 
-def _gap_rule(runs: list[Run]) -> Rule:
+def _gap_rule(runs: list[Run], seen: list[Facts]) -> Rule:
     expected = (f"one invocation, or the read invocation started within {MAX_GAP_SECONDS:g} s of the write "
                 "invocation's end (§4.7.1)")
     if len(runs) == 1:
         return Rule("write-to-read gap", expected, "one invocation: no gap", True)
-    write, read = facts(runs[0]), facts(runs[1])
+    write, read = seen[0], seen[1]
     end, said_end = write.invocation_end, "invocation end"
     if end is None:
         end, said_end = _when(runs[0].summary.get("end")), "summary end (no invocation end recorded)"
@@ -440,9 +441,8 @@ def _gap_rule(runs: list[Run]) -> Rule:
     return Rule("write-to-read gap", expected, actual, gap <= MAX_GAP_SECONDS)
 
 
-def _folders_rule(runs: list[Run]) -> Rule:
+def _folders_rule(runs: list[Run], seen: list[Facts]) -> Rule:
     expected = "the checkpoint folder and the results folder on different file systems (§4.4.2)"
-    seen = [facts(r) for r in runs]
     actual = "; ".join(f.file_systems for f in seen)
     ok = all(f.object_store or f.same_file_system is False for f in seen)
     if any(f.same_file_system for f in seen):
@@ -451,8 +451,6 @@ def _folders_rule(runs: list[Run]) -> Rule:
 
 
 def _provenance_rule(runs: list[Run]) -> Rule:
-    from .provenance import core_config
-
     expected = "provenance.json with the run's core_config hash (mlpstorage's core-config-v1, checkpointing@1)"
     said, hashes = [], set()
     for run in runs:

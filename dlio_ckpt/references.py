@@ -31,7 +31,7 @@ pins) are not modelled.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from .errors import ConfigError
@@ -45,7 +45,7 @@ class Reference:
     checkpoint: dict[str, Any]  # workload.checkpoint keys it sets
     storage_options: dict[str, Any]  # workload.storage.storage_options keys it sets
     decides: tuple[str, ...] = ()  # checkpoint keys the tool reads but decides itself (an earlier value is replaced)
-    differences: tuple[str, ...] = field(default=())  # what we still do otherwise, said in summary.json
+    differences: tuple[str, ...] = ()  # what we still do otherwise, said in summary.json
 
 
 REFERENCES: dict[str, Reference] = {

@@ -51,7 +51,6 @@ class Restore:
     follows: str
 
 
-
 def by_file(rank: int, reads: list[tuple[int, int, int, int]], needed: int) -> RankReads:
     """A rank's reads, (writer rank, file, offset, length) in the order its framework issues them, grouped
     as DCP's ``FileSystemReader.read_data`` reads them: file by file in the order each first appears,
