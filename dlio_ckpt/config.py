@@ -323,9 +323,13 @@ class LightningSettings(Section):
     """``mode=lightning``: the Lightning demo transformer (``nlayers = model.num_layers``), trained on
     synthetic tokens, a checkpoint saved through the chosen CheckpointIO after every step."""
 
-    checkpoint_io: Literal["torch", "s3"] = Field(
+    checkpoint_io: Literal["torch", "s3", "dataflux"] = Field(
         "torch", description="torch: Lightning's TorchCheckpointIO (a local path, or s3:// / gs:// through "
-        "fsspec); s3: s3torchconnector's S3LightningCheckpoint (storage_type=s3)")
+        "fsspec); s3: s3torchconnector's S3LightningCheckpoint (storage_type=s3); dataflux: gcs-torch-dataflux's "
+        "DatafluxLightningCheckpoint (storage_type=gcs; its own environment, see scripts/setup.sh)")
+    dataflux_multipart: bool = Field(
+        True, description="dataflux: save through GCS's XML multipart upload (Dataflux's default); false: one "
+        "resumable upload stream (its disable_multipart)")
     async_save: bool = Field(False, description="wrap it in Lightning's AsyncCheckpointIO")
     accelerator: Literal["cpu", "gpu", "auto"] = Field(
         "cpu", description="where the model trains and checkpoints are saved from: cpu as in the published "
@@ -502,9 +506,10 @@ class Workload(Section):
         if ck.num_checkpoints_write == 0:
             raise ConfigError("workload.checkpoint.num_checkpoints_write", 0,
                               f"must be >= 1 in mode={mode} (it reads back what this run saved)")
-        if mode == "lightning" and self.lightning.checkpoint_io == "s3" and st.storage_type != "s3":
-            raise ConfigError("workload.lightning.checkpoint_io", "s3",
-                              f"needs storage_type=s3 (storage_type is {st.storage_type})")
+        store = {"s3": "s3", "dataflux": "gcs"}.get(self.lightning.checkpoint_io)
+        if mode == "lightning" and store and st.storage_type != store:
+            raise ConfigError("workload.lightning.checkpoint_io", self.lightning.checkpoint_io,
+                              f"needs storage_type={store} (storage_type is {st.storage_type})")
         if mode == "fsdp" and self.model.model_datatype not in FSDP_DATATYPES:
             raise ConfigError("workload.model.model_datatype", self.model.model_datatype,
                               f"mode=fsdp trains in one of {', '.join(FSDP_DATATYPES)}")

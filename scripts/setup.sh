@@ -18,3 +18,9 @@ python3.11 -m venv .venv 2>/dev/null || python3 -m venv .venv
 # --no-deps, its imports (torch, numpy, packaging, psutil) are already here
 .venv/bin/python -m pip install -q --no-deps megatron-core==0.16.1
 .venv/bin/python -m pip install -q --no-deps -e .
+# lightning.checkpoint_io=dataflux: its own environment (requirements-dataflux.txt says why)
+python3.11 -m venv .venv-dataflux 2>/dev/null || python3 -m venv .venv-dataflux
+.venv-dataflux/bin/python -m pip install -q --upgrade pip
+.venv-dataflux/bin/python -m pip install -q torch==2.13.0
+.venv-dataflux/bin/python -m pip install -q -r requirements-dataflux.txt
+.venv-dataflux/bin/python -m pip install -q --no-deps -e .

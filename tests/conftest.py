@@ -49,8 +49,9 @@ MPIEXEC = BIN / "mpiexec"  # the venv's MPICH; a Debian mpiexec on PATH belongs 
 
 
 def dlio(args: list[str], cwd: Path, nprocs: int | None = None, timeout: float = 120,
-         env: dict | None = None) -> subprocess.CompletedProcess:
-    cmd = [sys.executable, "-m", "dlio_ckpt", *args]
+         env: dict | None = None, python: Path | None = None) -> subprocess.CompletedProcess:
+    """``python -m dlio_ckpt ARGS`` as a user runs it (``python``: another environment's interpreter)."""
+    cmd = [str(python or sys.executable), "-m", "dlio_ckpt", *args]
     if nprocs is not None:
         if not MPIEXEC.exists():
             pytest.skip("mpiexec from the mpich wheel is not installed in this environment")

@@ -4,6 +4,7 @@ cleanly. Each run's result files have the emulator's keys."""
 
 from __future__ import annotations
 
+import csv
 import json
 import os
 import signal
@@ -127,6 +128,36 @@ def test_lightning_on_object_stores(tmp_path, request, monkeypatch, kind, io):
                                                                    sizes["global_epoch1_step2.ckpt"]]
     assert summary["io"]["checkpoint_io"] == ("S3LightningCheckpoint" if io == "s3" else "TorchCheckpointIO")
     assert not (tmp_path / "checkpoints").exists()  # nothing went to local files
+
+
+DATAFLUX_PYTHON = REPO / ".venv-dataflux" / "bin" / "python"  # scripts/setup.sh makes it (requirements-dataflux.txt)
+
+
+def test_lightning_fsspec_against_dataflux_in_one_sweep(tmp_path, gcs_server):
+    """The Dataflux benchmark's comparison as one command: the same model saved to and loaded from the same
+    bucket through fsspec (gcsfs) and through DatafluxLightningCheckpoint. Its multipart upload uses GCS's
+    XML API, which fake-gcs-server does not serve (404), so here Dataflux sends one resumable upload."""
+    if not DATAFLUX_PYTHON.exists():
+        from .servers import unavailable
+
+        unavailable(".venv-dataflux")
+    store = Store("gcs", f"{gcs_server.bucket}/dataflux-{time.monotonic_ns()}", {"endpoint_url": gcs_server.endpoint},
+                  dict(gcs_server.env))
+    sweep = tmp_path / "sweep"
+    r = dlio(["sweep", *LIGHT, *store.overrides(), "++workload.lightning.checkpoint_io=torch,dataflux",
+              "++workload.lightning.dataflux_multipart=false", f"++hydra.sweep.dir={sweep}"], tmp_path, env=store.env,
+             python=DATAFLUX_PYTHON, timeout=300)
+    assert r.returncode == 0, r.stderr
+    with open(sweep / "sweep.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert [(row["lightning.checkpoint_io"], row["status"]) for row in rows] == [("torch", "ok"), ("dataflux", "ok")]
+    summaries = [load(sweep / row["point"] / "summary.json") for row in rows]
+    assert [s["io"]["checkpoint_io"] for s in summaries] == ["TorchCheckpointIO", "DatafluxLightningCheckpoint"]
+    fsspec_side, dataflux_side = ([c["bytes"] for c in s["checkpoints"]["save"]] for s in summaries)
+    assert fsspec_side == dataflux_side and len(fsspec_side) == 2  # the same model, the same torch.save bytes
+    versions = summaries[1]["per_process"][0]["versions"]
+    assert versions["gcs-torch-dataflux"] == "1.4.0" and versions["google-cloud-storage"].startswith("2.")
+    assert store.backend().list_names(store.backend().join("checkpoints")) == []  # each point cleaned up
 
 
 @pytest.mark.mpi

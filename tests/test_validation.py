@@ -79,6 +79,12 @@ RULES = [
      "data*tensor*pipeline=2 must be >= the world size 4"),
     (["++workload.mode=lightning", "++workload.lightning.checkpoint_io=s3"],
      "workload.lightning.checkpoint_io='s3': needs storage_type=s3 (storage_type is local_fs)"),
+    (["++workload.mode=lightning", "++workload.lightning.checkpoint_io=dataflux"],
+     "workload.lightning.checkpoint_io='dataflux': needs storage_type=gcs (storage_type is local_fs)"),
+    # this environment's google-cloud-storage 3 (gcsfs 2026 needs it): Dataflux runs from .venv-dataflux
+    (["++workload.mode=lightning", "++workload.lightning.checkpoint_io=dataflux", "++workload.storage.storage_type=gcs",
+      "++workload.storage.storage_root=b", "++workload.storage.storage_options.endpoint_url=http://127.0.0.1:9"],
+     "workload.lightning.checkpoint_io='dataflux': needs gcs-torch-dataflux with google-cloud-storage<3"),
     (["++workload.mode=fsdp", "++workload.tiers=[{storage_type: local_fs, storage_root: far}]"],
      "tiers apply to emulated runs only"),
     (["++workload.tiers=[{storage_type: gds, storage_root: far}]"],

@@ -187,6 +187,17 @@ class GCSBackend(ObjectStore):
         return {"project": o.project, "token": self.token, "endpoint_url": self.endpoint,
                 "requests_timeout": o.timeout}
 
+    def storage_client(self) -> Any:
+        """A google-cloud-storage client reaching the same store as this backend, for clients built on
+        it (Dataflux): anonymous where gcsfs would be, the emulator's endpoint where one is set."""
+        from google.auth.credentials import AnonymousCredentials
+        from google.cloud import storage
+
+        anonymous = self.token == "anon"
+        return storage.Client(project=self.options.project or ("test" if anonymous else None),
+                              credentials=AnonymousCredentials() if anonymous else None,
+                              client_options={"api_endpoint": self.endpoint} if self.endpoint else None)
+
     def describe(self) -> dict[str, Any]:
         o = self.options
         return {**super().describe(), "endpoint_url": self.endpoint, "block_size": o.block_size,

@@ -15,6 +15,7 @@ import logging
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from importlib import metadata
 from typing import Any
 
 import fsspec
@@ -94,11 +95,18 @@ class SaveEveryStep(lit.Callback):
 
 
 def _checkpoint_io(ctx: RunContext) -> CheckpointIO:
-    if ctx.workload.lightning.checkpoint_io == "s3":
+    s = ctx.workload.lightning
+    if s.checkpoint_io == "s3":
         from s3torchconnector.lightning import S3LightningCheckpoint
 
         o = ctx.backend.options
         return S3LightningCheckpoint(o.region, s3client_config=ctx.backend.client_config(), endpoint=o.endpoint_url)
+    if s.checkpoint_io == "dataflux":
+        from dataflux_pytorch.lightning import DatafluxLightningCheckpoint
+
+        client = ctx.backend.storage_client()
+        return DatafluxLightningCheckpoint(client.project, storage_client=client,
+                                           disable_multipart=not s.dataflux_multipart)
     # Lightning opens s3:// and gs:// with fsspec.url_to_fs(path) and no options: they must be the
     # protocol's defaults
     scheme, sep, _ = ctx.backend.url(ctx.path(1)).partition("://")
@@ -118,6 +126,13 @@ def preflight(ctx: RunContext) -> None:
     if ctx.workload.lightning.accelerator == "gpu" and not torch.cuda.is_available():
         raise ConfigError("workload.lightning.accelerator", "gpu", "needs a CUDA GPU, and torch sees none "
                           "(torch.cuda.is_available() is False); use cpu or auto")
+    if ctx.workload.lightning.checkpoint_io == "dataflux":
+        try:
+            import dataflux_pytorch.lightning  # noqa: F401
+        except ImportError as exc:  # not installed, or beside google-cloud-storage 3, which it cannot import
+            raise ConfigError("workload.lightning.checkpoint_io", "dataflux", f"needs gcs-torch-dataflux with "
+                              f"google-cloud-storage<3 ({exc}); run from .venv-dataflux, which scripts/setup.sh "
+                              "makes, or pip install 'dlio_ckpt[dataflux]' in an environment of its own") from None
 
 
 def writes(ctx: RunContext) -> Writes:
@@ -156,11 +171,14 @@ def run(ctx: RunContext) -> dict[str, Any] | None:
         blocking.append(clock.seconds)
         log.info("save_ckpt%d: %.3f s (%.3f s blocking), %d bytes", step, duration, clock.seconds, nbytes)
     final = {k: v.detach().cpu() for k, v in module.state_dict().items()}  # loads map to the CPU
+    # our own files: unpickled whole, as Lightning's Trainer does; Dataflux's load takes no such argument
+    # (it calls torch.load with torch's default, weights_only=True)
+    trusted = {} if s.checkpoint_io == "dataflux" else {"weights_only": False}
     for i in range(1, ck.num_checkpoints_read + 1):
         url = saver.saves[i - 1][1]
         evict_before_read(ctx, [ctx.path(i, ".ckpt")])
         with timed(ctx, "load", i) as clock, _storage_errors("load from", url):
-            loaded = io.load_checkpoint(url, map_location="cpu", weights_only=False)
+            loaded = io.load_checkpoint(url, map_location="cpu", **trusted)
         _check(loaded, i, final if i == steps else None, url)
         records.append(record(ctx, "load", i, clock, ctx.backend.size(ctx.path(i, ".ckpt")), 1))
         log.info("load_ckpt%d: %.3f s, checked", i, clock.seconds)
@@ -168,6 +186,7 @@ def run(ctx: RunContext) -> dict[str, Any] | None:
     io_meta = {
         "format": "lightning .ckpt (torch.save)",
         "checkpoint_io": type(io.inner).__name__ + (" in AsyncCheckpointIO" if s.async_save else ""),
+        **({"dataflux_multipart": s.dataflux_multipart} if s.checkpoint_io == "dataflux" else {}),
         "verified": "global_step of every checkpoint read; the last one tensor by tensor",
     }
     extra = {"setup_seconds": setup, "blocking_save_seconds": blocking,
@@ -176,8 +195,14 @@ def run(ctx: RunContext) -> dict[str, Any] | None:
                              else "cpu"},
              "model": {"nlayers": w.model.num_layers, "parameters": predicted.num_parameters,
                        "optimizer": s.optimizer, "predicted_checkpoint_bytes": predicted.file_bytes},
-             "versions": {"torch": torch.__version__, "lightning": lit.__version__}}
+             "versions": {"torch": torch.__version__, "lightning": lit.__version__, **_client_versions(s)}}
     return write_results(ctx, records, records[0].bytes, io_meta, extra)
+
+
+def _client_versions(s: LightningSettings) -> dict[str, str]:
+    """The versions of the storage client under the CheckpointIO, where it is not Lightning's own."""
+    names = {"s3": ["s3torchconnector"], "dataflux": ["gcs-torch-dataflux", "google-cloud-storage"]}
+    return {name: metadata.version(name) for name in names.get(s.checkpoint_io, [])}
 
 
 @contextmanager
