@@ -84,6 +84,12 @@ class MPIComm:
         host = self._c.Split_type(MPI.COMM_TYPE_SHARED)  # the processes sharing this host's memory
         self.local_rank = host.Get_rank()
         host.Free()
+        self.threads = MPI.Query_thread() == MPI.THREAD_MULTIPLE  # a peer tier's drain thread sends and receives
+        self._peers = self._c.Dup()
+
+    def peer_communicator(self) -> Any:
+        """The communicator of peer copies (point to point, from drain threads): apart from the collectives'."""
+        return self._peers
 
     def barrier(self) -> None:
         patiently(self._c.Ibarrier().Test)
@@ -212,7 +218,8 @@ def get_comm() -> Comm:
     try:
         import mpi4py
 
-        mpi4py.rc.threads = False  # we do not call MPI from threads; keeps start-up cheap
+        # a peer tier's drain thread sends and receives while the main thread runs the collectives
+        mpi4py.rc.thread_level = "multiple"
         return MPIComm()
     except ImportError:
         return SelfComm()

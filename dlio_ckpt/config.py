@@ -33,6 +33,7 @@ from .layouts import load_layout
 from .mlperf import ACCELERATOR_MEMORY_GB
 from .modes import NAMES as MODE_NAMES
 from .modes import REGISTRY as MODES
+from .placement import holder
 from .references import NAMES as REFERENCE_NAMES
 from .references import expand as with_reference
 
@@ -280,6 +281,18 @@ class Restore(Section):
                                "the save's); the stages stay the save's, data parallelism is the rest of world_size")
     model_only: bool = Field(False, description="load the model's weights alone, no optimizer state (evaluation, "
                              "fine-tuning starts, inference servers)")
+    lost_hosts: list[int] = Field(default_factory=list, description="hosts (by index, in rank order) lost before "
+                                  "the restore: with a node-scoped read tier, their processes read their share from "
+                                  "the first shared tier below it, the others their own host's copy")
+
+
+class Hosts(Section):
+    """Which host each process is on. Real hosts are found by name (every process says its own); a test or
+    a one-machine trial asks for pretend ones, and the same code then decides per pretend host."""
+
+    simulate: int = Field(0, ge=0, le=4096, description="0: the real hosts; N: the processes grouped into N "
+                          "pretend hosts of equal size in rank order (simhost0, simhost1, ...), each with its own "
+                          "local ranks, acting rank and node-scoped folders (<storage_root>/simhostI)")
 
 
 class Workflow(Section):
@@ -296,6 +309,15 @@ class Storage(Section):
                                             "checked by its own model")
     keep_last: int | None = Field(None, ge=1, description="our key: keep only the newest steps here; an older one "
                                   "is removed once it is durable on the next tier (None: keep every step)")
+    scope: Literal["shared", "node", "peer"] = Field(
+        "shared", description="our key: shared: one storage every host sees (its checks, markers and clean-up "
+        "are rank 0's); node: the same path on each host's own storage (local NVMe, /dev/shm), so every host "
+        "checks, marks and cleans its own copy, and a step is durable there when every host has its part; "
+        "peer: like node, but each host keeps other hosts' parts there, sent over MPI (replicas, replication)")
+    replicas: int = Field(1, ge=1, description="scope=peer: how many other hosts keep each host's part")
+    replication: Literal["ring", "clique"] = Field(
+        "ring", description="scope=peer: ring: host h's part goes to hosts h+1..h+replicas; clique: hosts in "
+        "groups of replicas+1 consecutive ones, each keeping every other member's part")
 
     def identity(self) -> tuple[str, str, str]:
         """What makes two storages the same place: type, root (a local path made absolute) and endpoint."""
@@ -392,6 +414,7 @@ class Workload(Section):
     tiers: list[Storage] = Field(default_factory=list, description="our key: storages each committed step is "
                                  "copied down to in the background, in order, after storage")
     restore: Restore = Restore()
+    hosts: Hosts = Hosts()
     accelerator_type: Literal[tuple(ACCELERATOR_MEMORY_GB)] | None = Field(  # type: ignore[valid-type]
         None, description="MLPerf Storage 3.0: the accelerator each process stands for (its memory times the "
         "processes must hold the checkpoint, rule 4.3.4); recorded in summary.json for check")
@@ -463,14 +486,64 @@ class Workload(Section):
             if self.tiers and not BACKENDS[st.storage_type].tier:
                 raise ConfigError(f"{key}.storage_type", st.storage_type,
                                   "cannot be a tier: a drain reads each file back and verifies it on the host")
-        reader = everywhere[ck.read_tier]
-        if ck.num_checkpoints_read and reader.keep_last and reader.keep_last < ck.num_checkpoints_write:
-            key = tier_key(ck.read_tier)
-            raise ConfigError(f"{key}.keep_last", reader.keep_last,
-                              f"keeps only the newest {reader.keep_last} of {ck.num_checkpoints_write} steps there, "
-                              f"and the read phase reads steps 1..{ck.num_checkpoints_read} from it: raise keep_last "
-                              "to num_checkpoints_write, or read from another tier (checkpoint.read_tier)")
+            if st.scope != "shared" and not BACKENDS[st.storage_type].local_folder:
+                raise ConfigError(f"{key}.scope", st.scope, f"needs a folder on each host (local_fs); storage_type="
+                                  f"{st.storage_type} is one store every host reaches: scope shared")
+            if st.scope != "peer" and (st.replicas != 1 or st.replication != "ring"):
+                raise ConfigError(f"{key}.replicas" if st.replicas != 1 else f"{key}.replication",
+                                  st.replicas if st.replicas != 1 else st.replication, "applies to scope=peer only")
+            if st.scope == "peer" and k == 0:
+                raise ConfigError(f"{key}.scope", "peer", "cannot be the first storage: a peer tier keeps copies "
+                                  "of what a tier above holds (list it in workload.tiers, after a node tier)")
+            if st.scope == "peer" and (bad := _peer_rule(st, self.hosts.simulate)):
+                raise ConfigError(f"{key}.replicas", st.replicas, bad)
+        lost = self.restore.lost_hosts
+        read_tiers = [ck.read_tier, *([self.lost_source()] if lost else [])]
+        for t in read_tiers:
+            reader = everywhere[t]
+            if ck.num_checkpoints_read and reader.keep_last and reader.keep_last < ck.num_checkpoints_write:
+                key = tier_key(t)
+                raise ConfigError(f"{key}.keep_last", reader.keep_last,
+                                  f"keeps only the newest {reader.keep_last} of {ck.num_checkpoints_write} steps "
+                                  f"there, and the read phase reads steps 1..{ck.num_checkpoints_read} from it: "
+                                  "raise keep_last to num_checkpoints_write, or read from another tier "
+                                  "(checkpoint.read_tier)")
+        if everywhere[ck.read_tier].scope == "peer":
+            raise ConfigError("workload.checkpoint.read_tier", ck.read_tier, f"{tier_key(ck.read_tier)} is a peer "
+                              "tier: each host keeps other hosts' parts there, read only by a lost host's "
+                              "replacement (restore.lost_hosts); read from a node or shared tier")
+        if everywhere[ck.read_tier].scope == "node" and (self.restore.world_size or self.restore.tensor):
+            raise ConfigError("workload.restore.world_size" if self.restore.world_size else "workload.restore.tensor",
+                              self.restore.world_size or self.restore.tensor, f"reshards, reading other ranks' files, "
+                              f"and {tier_key(ck.read_tier)} (the read tier) is node-scoped: each host holds only its "
+                              "own; read from a shared tier (checkpoint.read_tier)")
+        if everywhere[ck.read_tier].scope == "node" and ck.recovery_rank_shift:
+            raise ConfigError("workload.checkpoint.recovery_rank_shift", True, f"reads another host's files, and "
+                              f"{tier_key(ck.read_tier)} (the read tier) is node-scoped: each host holds only its "
+                              "own; declare hosts lost instead (restore.lost_hosts), or read from a shared tier")
         return self
+
+    def lost_source(self, hosts: int = 0) -> int:
+        """The tier lost hosts restore from: the first peer or shared one below the read tier, the fastest that
+        still holds their share (a node tier below is each host's own, gone with the host); an error (exit 2)
+        where there is none."""
+        ck, lost = self.checkpoint, self.restore.lost_hosts
+        if self.storages[ck.read_tier].scope != "node":
+            raise ConfigError("workload.restore.lost_hosts", lost, f"needs a node-scoped read tier: "
+                              f"{tier_key(ck.read_tier)} is shared, and every host reads it alike")
+        simulated = self.hosts.simulate
+        if simulated and (beyond := [h for h in lost if h >= simulated]):
+            raise ConfigError("workload.restore.lost_hosts", lost, f"host {beyond[0]} is not one of the "
+                              f"{simulated} pretend hosts (0..{simulated - 1})")
+        hosts = hosts or simulated  # 0: not known before the run (real hosts), checked again once placed
+        for k in range(ck.read_tier + 1, len(self.storages)):
+            st = self.storages[k]
+            if st.scope == "shared" or st.scope == "peer" and (not hosts or all(
+                    holder(hosts, h, st.replicas, st.replication, lost) is not None for h in lost)):
+                return k
+        raise ConfigError("workload.restore.lost_hosts", lost, f"no tier below {tier_key(ck.read_tier)} holds a "
+                          "lost host's share: every tier after it is node-scoped (gone with the host); add a "
+                          "peer or shared tier (workload.tiers) for the restore to read from")
 
     @model_validator(mode="after")
     def _real_mode_rules(self) -> Workload:
@@ -497,6 +570,11 @@ class Workload(Section):
         if self.restore != Restore():
             raise ConfigError("workload.restore", self.restore.model_dump(exclude_defaults=True),
                               f"applies to emulated runs only: mode={mode} loads what it saved, as it saved it")
+        if st.scope != "shared" or self.hosts.simulate:
+            key, value = ("workload.storage.scope", st.scope) if st.scope != "shared" else \
+                ("workload.hosts.simulate", self.hosts.simulate)
+            raise ConfigError(key, value, f"applies to emulated runs only: in mode={mode} the framework places "
+                              "its files and its processes")
         if st.storage_options.get("spread_prefixes"):
             raise ConfigError("workload.storage.storage_options.spread_prefixes", st.storage_options["spread_prefixes"],
                               "applies to emulated runs only: in real modes the framework names the objects")
@@ -514,6 +592,15 @@ class Workload(Section):
             raise ConfigError("workload.model.model_datatype", self.model.model_datatype,
                               f"mode=fsdp trains in one of {', '.join(FSDP_DATATYPES)}")
         return self
+
+
+def _peer_rule(st: Storage, hosts: int) -> str | None:
+    """What a peer tier's replication cannot do on ``hosts`` hosts (0: not known before the run)."""
+    if hosts and st.replicas >= hosts:
+        return f"must be below the number of hosts ({hosts}): a host cannot keep its own copy as a peer's"
+    if hosts and st.replication == "clique" and hosts % (st.replicas + 1):
+        return f"cliques of replicas+1={st.replicas + 1} hosts must divide the {hosts} hosts"
+    return None
 
 
 def tier_key(k: int) -> str:

@@ -21,6 +21,7 @@ from .backends import Backend
 from .comm import Comm, on_root
 from .config import Checkpoint, Workload
 from .failure import RunState, Watchdog, watching
+from .placement import Placement
 from .planner import Plan
 from .requests import Request, summarize
 from .restore import Restore
@@ -53,7 +54,9 @@ class RunContext:
     alarm: threading.Event = field(default_factory=threading.Event)  # set by a failed background thread
     writes: Writes = Writes(())  # what this run writes in the checkpoint folder (prepare_storage)
     fsync_wording: str = ""  # the mode's: what checkpoint.fsync makes it do (summary.json io.fsync)
-    found: list[Found] = field(default_factory=list)  # rank 0: what each tier's folder held before the run
+    found: list[Found | None] = field(default_factory=list)  # each tier's acting rank: what its folder held before
+    placement: Placement = Placement(("",), 0, False)  # which host each process is on (launch.start places them)
+    memory_bytes: dict[int, int | None] = field(default_factory=dict)  # acting ranks: host memory a tier takes
 
     def __post_init__(self) -> None:
         self.tiers = self.tiers or [self.backend]
@@ -71,6 +74,32 @@ class RunContext:
             with self.watch():
                 return fn()
         return on_root(self.comm, watched)
+
+    def acts_on(self, k: int) -> bool:
+        """Whether this process does tier ``k``'s checks, markers and clean-up: rank 0 on a shared tier,
+        each host's acting rank on its own copy of a node-scoped one."""
+        own = self.workload.storages[k].scope != "shared"  # node or peer: each host's own storage
+        return self.placement.acts if own else self.comm.rank == 0
+
+    def on_tier_io(self, k: int, fn: Callable[[], T]) -> T:
+        """``on_root_io`` for tier ``k``: on a node or peer tier every host's acting rank runs ``fn`` on its
+        own copy, and a failure on any host ends every rank alike (reported by the rank it happened on).
+        Every rank gets the first answer other than None, in rank order (rank 0's where it gave one)."""
+        if self.workload.storages[k].scope == "shared":
+            return self.on_root_io(fn)
+        answer: tuple[bool, Any] = (True, None)
+        if self.acts_on(k):
+            try:
+                with self.watch():
+                    answer = (True, fn())
+            except Exception as exc:  # re-raised below, on every rank
+                answer = (False, exc)
+        answers = self.comm.allgather(answer)
+        for rank, (ok, value) in enumerate(answers):
+            if not ok:
+                value.raised_on = rank
+                raise value
+        return next((value for _, value in answers if value is not None), None)
 
     @property
     def counts_requests(self) -> bool:

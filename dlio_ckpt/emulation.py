@@ -19,6 +19,7 @@ from .context import RunContext
 from .engine import Engine, FileTask, IOOptions
 from .errors import ConfigError
 from .formats import Format
+from .placement import partners
 from .planner import RankPlan
 from .restore import RankReads
 from .steps import manifest_path, step_name
@@ -60,19 +61,35 @@ def coordinator_tasks(ctx: RunContext, step: int, backend: Backend | None = None
                      (c.size,), file_key(step, ctx.world_size, k)) for k, c in enumerate(ctx.plan.coordinator)]
 
 
-def expected_files(ctx: RunContext, fmt: Format) -> dict[str, int]:
-    """Every file of a step (all ranks) and its size: what a manifest lists (for pt this formats
-    every file's headers, so it is made once per run)."""
-    every = tasks(ctx, fmt, 0, list(ctx.plan.ranks)) + coordinator_tasks(ctx, 0)
-    return {t.path.rsplit("/", 1)[1]: t.size for t in every}
+def expected_files(ctx: RunContext, fmt: Format, processes: list[int] | None = None) -> dict[str, int]:
+    """Every file of a step and its size (all ranks', or those of ``processes``: one host's part):
+    what a manifest lists (for pt this formats every file's headers, so it is made once per run)."""
+    plans = list(ctx.plan.ranks) if processes is None else [p for q in processes for p in mine(ctx, q)]
+    coordinator = coordinator_tasks(ctx, 0) if processes is None or 0 in processes else []
+    return {t.path.rsplit("/", 1)[1]: t.size for t in tasks(ctx, fmt, 0, plans) + coordinator}
+
+
+def held_hosts(ctx: RunContext, k: int) -> list[str]:
+    """The hosts whose parts this host keeps on peer tier ``k``."""
+    st, place = ctx.workload.storages[k], ctx.placement
+    return [place.hosts[h] for h in partners(len(place.hosts), place.host_index, st.replicas,
+                                             st.replication).receive_from]
+
+
+def held_files(ctx: RunContext, fmt: Format, k: int) -> dict[str, int]:
+    """What this host keeps of a step on peer tier ``k``: the files of the hosts it keeps, with sizes."""
+    return expected_files(ctx, fmt, [r for h in held_hosts(ctx, k) for r in ctx.placement.members(h)])
 
 
 class EmulatedRun:
     """The run's checkpoints: ``files`` (every file of a step and its size) is rank 0's, who writes
-    the manifests; ``run_key`` stamps every block of the run's data."""
+    the manifests of shared tiers; ``host_files`` (this host's part) its acting rank's, who writes
+    those of its copy of a node-scoped tier; ``run_key`` stamps every block of the run's data."""
 
-    def __init__(self, ctx: RunContext, fmt: Format, run_key: int, files: dict[str, int]) -> None:
+    def __init__(self, ctx: RunContext, fmt: Format, run_key: int, files: dict[str, int],
+                 host_files: dict[str, int] | None = None) -> None:
         self.ctx, self.fmt, self.run_key, self.files = ctx, fmt, run_key, files
+        self.host_files = host_files or {}
 
     def tasks(self, step: int, backend: Backend | None = None, plans: list[RankPlan] | None = None,
               coordinator: bool = True) -> list[FileTask]:
@@ -123,23 +140,33 @@ class EmulatedRun:
                     whole.append(task)
         return whole, ranged
 
-    def manifest(self, step: int) -> dict[str, Any]:
-        ctx, ck = self.ctx, self.ctx.ck
+    def manifest(self, step: int, k: int = 0) -> dict[str, Any]:
+        """The marker of ``step`` on tier ``k``: on a node tier, of this host's part alone; on a peer
+        tier, of the other hosts' parts this host keeps (``holds``)."""
+        ctx, ck, st = self.ctx, self.ctx.ck, self.ctx.workload.storages[k]
+        files, about = self.files, {}
+        if st.scope == "node":
+            files, about = self.host_files, {"host": ctx.placement.host}
+        elif st.scope == "peer":
+            held = held_hosts(ctx, k)
+            files, about = held_files(ctx, self.fmt, k), {"host": ctx.placement.host, "holds": held}
         return {"tool": "dlio_ckpt", "version": __version__, "step": step, "complete": True,
                 "workload": ctx.workload.model.name, "world_size": ctx.world_size, "format": self.fmt.name,
-                "scale": ck.scale, "run_key": self.run_key, "files": self.files}
+                "scale": ck.scale, "run_key": self.run_key, "files": files, **({"tier": k} if k else {}), **about}
 
     def prepare(self, step: int) -> None:
-        """Before ``step`` is written: rank 0 removes its manifest (it is being rewritten) and makes its folder."""
+        """Before ``step`` is written: the first tier's acting rank removes its manifest (it is being
+        rewritten) and makes its folder."""
         ctx = self.ctx
-        if ctx.comm.rank == 0:
+        if ctx.acts_on(0):
             with ctx.watch():
                 ctx.backend.remove(manifest_path(ctx.backend, ctx.ck.checkpoint_folder, step))
                 ctx.backend.makedirs(ctx.path(step))
 
     def commit(self, step: int, seconds: float) -> None:
-        """Every process has finished ``step`` (``seconds``: this process's time for it): rank 0 writes
-        its manifest, last, and every process learns it is committed (or rank 0's failure). A collective."""
+        """Every process has finished ``step`` (``seconds``: this process's time for it): the first
+        tier's acting rank (each host's, on a node-scoped tier) writes its manifest, last, and every
+        process learns it is committed (or the failure). A collective."""
         ctx = self.ctx
         ctx.state.phase = "commit"
         everyone = ctx.comm.gather(seconds)
@@ -153,16 +180,18 @@ class EmulatedRun:
             ctx.backend.put_small(path, json.dumps(self.manifest(step)).encode())
             committed()  # at once: a signal's failed summary (rank 0's) must not lag the manifest on disk
             ctx.state.landing = None  # (and between the two, the summary looks whether it landed)
-            log.info("save_ckpt%d: %.3f s, %d files", step, max(everyone), len(self.files))  # summary.json's
-        ctx.on_root_io(put)
-        if ctx.comm.rank != 0:
+            if everyone is not None:  # rank 0: summary.json's figure
+                log.info("save_ckpt%d: %.3f s, %d files", step, max(everyone), len(self.files))
+        ctx.on_tier_io(0, put)
+        if not ctx.acts_on(0):
             committed()
 
 
-def check_manifest(ctx: RunContext, files: dict[str, int], step: int, run_key: int | None) -> int:
-    """The run key of a complete step on the read tier that matches this run's layout (``files``);
-    an error (exit 2) otherwise."""
-    backend = ctx.tiers[ctx.ck.read_tier]
+def check_manifest(ctx: RunContext, files: dict[str, int], step: int, run_key: int | None,
+                   tier: int | None = None) -> int:
+    """The run key of a complete step on ``tier`` (the read tier by default) that matches this run's
+    layout (``files``: on a node-scoped tier, this host's part); an error (exit 2) otherwise."""
+    backend = ctx.tiers[ctx.ck.read_tier if tier is None else tier]
     raw = backend.get_small(manifest_path(backend, ctx.ck.checkpoint_folder, step))
     key, folder = "workload.checkpoint.num_checkpoints_read", backend.join(ctx.ck.checkpoint_folder)
     if raw is None:

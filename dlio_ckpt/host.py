@@ -1,5 +1,6 @@
 """This host and this process, as Linux tells them: the host's name and memory, what is still
-available, this process's peak resident memory (which a sweep restarts at each point).
+available, this process's peak resident memory (which a sweep restarts at each point), the file
+system a folder is on.
 
 Why apart: the collectives (:mod:`dlio_ckpt.comm`) and the result files (:mod:`dlio_ckpt.results`) both
 need these facts and neither owns them; they read /proc, which is this module's one job.
@@ -8,8 +9,11 @@ need these facts and neither owns them; they read /proc, which is this module's 
 from __future__ import annotations
 
 import os
+import re
 import resource
 import socket
+from pathlib import Path
+from typing import Any
 
 
 def hostname() -> str:
@@ -52,3 +56,34 @@ def reset_peak_rss() -> None:
             fh.write("5")  # resets VmHWM to the current RSS (Linux >= 4.0)
     except OSError:
         pass
+
+
+def file_system(path: str) -> dict[str, Any]:
+    """The file system holding ``path`` (or its nearest existing parent): device, type, mount point,
+    from the kernel's mount table, so two folders are on one file system exactly when devices match."""
+    probe = Path(os.path.abspath(path))
+    while not probe.exists() and probe != probe.parent:
+        probe = probe.parent
+    real = os.path.realpath(probe)
+    dev = os.stat(real).st_dev
+    best: tuple[str, str, str] = ("/", "unknown", "unknown")
+    try:
+        with open("/proc/self/mountinfo") as fh:
+            for line in fh:
+                left, _, right = line.partition(" - ")
+                fields, (fstype, source, *_) = left.split(), right.split()
+                mount = re.sub(r"\\([0-7]{3})", lambda m: chr(int(m[1], 8)), fields[4])  # \040 is a space
+                if (real == mount or real.startswith(mount.rstrip("/") + "/")) and len(mount) >= len(best[0]):
+                    best = (mount, fstype, source)
+    except OSError:
+        pass
+    return {"path": str(path), "realpath": real, "device": f"{os.major(dev)}:{os.minor(dev)}",
+            "type": best[1], "source": best[2], "mount_point": best[0]}
+
+
+MEMORY_FILE_SYSTEMS = ("tmpfs", "ramfs")  # a folder there is host memory (/dev/shm): a memory tier
+
+
+def in_memory(path: str) -> bool:
+    """Whether ``path``'s file system keeps its files in this host's memory."""
+    return file_system(path)["type"] in MEMORY_FILE_SYSTEMS

@@ -25,6 +25,7 @@ from .context import Mode, RunContext
 from .errors import ConfigError, StorageError
 from .failure import RunState, Watchdog
 from .modes import load_mode
+from .placement import place
 from .preparation import prepare_storage, start_writing, tier_backend
 from .results import dumps, write_result
 from .runfiles import results_in
@@ -38,8 +39,9 @@ def start(workload: Workload, comm: Comm, world_size: int, state: RunState,
     """The mode and its context, checked (``preflight``) before anything is written."""
     mode: Mode = load_mode(workload.mode)  # type: ignore[assignment]
     state.phase = "storage checks"
-    tiers = [tier_backend(workload, k, comm.local_rank) for k in range(len(workload.storages))]
-    ctx = RunContext(workload, comm, tiers[0], world_size, state, watchdog, tiers=tiers)
+    placement = place(comm, workload.hosts.simulate)
+    tiers = [tier_backend(workload, k, comm.local_rank, placement.node_folder) for k in range(len(workload.storages))]
+    ctx = RunContext(workload, comm, tiers[0], world_size, state, watchdog, tiers=tiers, placement=placement)
     mode.preflight(ctx)
     ctx.fsync_wording = mode.FSYNC
     prepare_storage(ctx, lambda: mode.needed_bytes(ctx), mode.writes(ctx))

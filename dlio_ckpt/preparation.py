@@ -8,6 +8,7 @@ Why beside :mod:`dlio_ckpt.steps`: these are the rules that decide what may be w
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
@@ -15,7 +16,7 @@ from .backends import Backend, check_options, get_backend
 from .config import Workload, tier_key
 from .context import GIB, RunContext
 from .errors import ConfigError, StorageError
-from .host import hostname
+from .host import available_memory, hostname
 from .steps import RECORD, Writes, refuse_mixing, remove_ours
 
 
@@ -30,11 +31,13 @@ def _named_as_tier(k: int) -> Iterator[None]:
         raise ConfigError(exc.key.replace("workload.storage", tier_key(k), 1), exc.value, exc.rule) from None
 
 
-def tier_backend(workload: Workload, k: int, local_rank: int = 0) -> Backend:
-    """The backend of tier ``k`` (0: ``storage``; k: ``tiers[k-1]``)."""
+def tier_backend(workload: Workload, k: int, local_rank: int = 0, node_folder: str | None = None) -> Backend:
+    """The backend of tier ``k`` (0: ``storage``; k: ``tiers[k-1]``); a node-scoped tier's root gets
+    ``node_folder`` (a pretend host's own sub-folder: :attr:`Placement.node_folder`)."""
     st = workload.storages[k]
+    root = os.path.join(st.storage_root, node_folder) if st.scope != "shared" and node_folder else st.storage_root
     with _named_as_tier(k):
-        return get_backend(st.storage_type, st.storage_root, st.storage_options, local_rank)
+        return get_backend(st.storage_type, root, st.storage_options, local_rank)
 
 
 def check_tier_options(workload: Workload) -> None:
@@ -52,28 +55,28 @@ def prepare_storage(ctx: RunContext, needed_bytes: Callable[[], int], writes: Wr
     ck = ctx.ck
     ctx.writes = writes
 
-    def on_root() -> None:  # one listing of each folder, kept on rank 0 (the others need none of it)
-        for k, backend in enumerate(ctx.tiers):
-            with _named_as_tier(k):
-                backend.check(writing=ck.num_checkpoints_write > 0)
-            if ck.num_checkpoints_write > 0:
-                try:
-                    ctx.found.append(refuse_mixing(backend, ck, writes, tier_key(k)))
-                except ConfigError as exc:  # the tier's own path: named by its key
-                    if k == 0 or exc.key != "workload.checkpoint.checkpoint_folder":
-                        raise
-                    raise ConfigError(f"{tier_key(k)}.storage_root", ctx.workload.tiers[k - 1].storage_root,
-                                      exc.rule) from None
+    def survey(k: int, backend: Backend) -> None:  # one listing of the folder, kept by the tier's acting rank
+        with _named_as_tier(k):
+            backend.check(writing=ck.num_checkpoints_write > 0)
+        if ck.num_checkpoints_write > 0:
+            try:
+                ctx.found[k] = refuse_mixing(backend, ck, writes, tier_key(k))
+            except ConfigError as exc:  # the tier's own path: named by its key
+                if k == 0 or exc.key != "workload.checkpoint.checkpoint_folder":
+                    raise
+                raise ConfigError(f"{tier_key(k)}.storage_root", ctx.workload.tiers[k - 1].storage_root,
+                                  exc.rule) from None
 
-    def room() -> None:
-        for k, (backend, found) in enumerate(zip(ctx.tiers, ctx.found, strict=True)):
-            if not found.ours:  # else: once the earlier run's steps are gone (start_writing)
-                check_room(backend, ck.checkpoint_folder, kept(ctx, k, needed_bytes), k)
-    ctx.found = []
-    ctx.on_root_io(on_root)
+    def room(k: int, backend: Backend) -> None:
+        if not ctx.found[k].ours:  # else: once the earlier run's steps are gone (start_writing)
+            ctx.memory_bytes[k] = check_room(backend, ck.checkpoint_folder, kept(ctx, k, needed_bytes), k)
+    ctx.found = [None] * len(ctx.tiers)
+    for k, backend in enumerate(ctx.tiers):
+        ctx.on_tier_io(k, lambda k=k, backend=backend: survey(k, backend))
     if ck.num_checkpoints_write > 0:
         probe_writable(ctx)
-        ctx.on_root_io(room)
+        for k, backend in enumerate(ctx.tiers):
+            ctx.on_tier_io(k, lambda k=k, backend=backend: room(k, backend))
 
 
 def probe_writable(ctx: RunContext) -> None:
@@ -96,7 +99,7 @@ def probe_writable(ctx: RunContext) -> None:
     problem = probe(keep=True) if comm.rank == 0 else None
     problems = [p for p in comm.allgather(problem) if p is not None]
     if not problems:
-        problem = probe(keep=False) if comm.local_rank == 0 and comm.rank != 0 else None
+        problem = probe(keep=False) if ctx.placement.acts and comm.rank != 0 else None
         problems = [p for p in comm.allgather(problem) if p is not None]
     for backend, folder in made:  # each probe's deepest first
         backend.remove_empty(folder)
@@ -109,23 +112,38 @@ def probe_writable(ctx: RunContext) -> None:
 
 
 def kept(ctx: RunContext, k: int, needed_bytes: Callable[[], int]) -> Callable[[], int]:
-    """Bytes tier ``k`` holds at most: with keep_last, its newest steps and the one being written."""
+    """Bytes tier ``k`` holds at most: with keep_last, its newest steps and the one being written; on a
+    node tier, this host's share (its processes' part of the whole; on a peer tier, replicas of it)."""
     st = ctx.workload.storages[k]
     writes = ctx.ck.num_checkpoints_write
-    if not st.keep_last or st.keep_last + 1 >= writes:
+    steps = st.keep_last + 1 if st.keep_last and st.keep_last + 1 < writes else writes
+    copies = st.replicas if st.scope == "peer" else 1  # a peer tier keeps other hosts' parts
+    here, everyone = (copies * len(ctx.placement.members()), ctx.comm.size) if st.scope != "shared" else (1, 1)
+    if steps == writes and here == everyone:
         return needed_bytes
-    return lambda: needed_bytes() // writes * (st.keep_last + 1)
+    return lambda: needed_bytes() // writes * steps * here // everyone
 
 
-def check_room(backend: Backend, folder: str, needed_bytes: Callable[[], int], k: int = 0) -> None:
-    """``k``: the tier, named in the message when not the first (its storage_root is the key)."""
-    free = backend.free_bytes(backend.join(folder))
+def check_room(backend: Backend, folder: str, needed_bytes: Callable[[], int], k: int = 0) -> int | None:
+    """``k``: the tier, named in the message when not the first (its storage_root is the key). A folder
+    in memory (a tmpfs: a memory tier) must also fit in the memory still available on this host, which
+    a tmpfs's own size does not promise. Returns the bytes such a memory tier will take (else None)."""
+    path = backend.join(folder)
+    free = backend.free_bytes(path)
+    key, value = ("workload.checkpoint.checkpoint_folder", folder) if k == 0 else (f"{tier_key(k)}.storage_root", path)
+    if backend.in_memory(path):
+        needed, available = needed_bytes(), available_memory()
+        if needed > min(available, free if free is not None else available):
+            raise ConfigError(key, value, f"is in memory ({path} is a tmpfs) and needs {needed / GIB:.2f} GiB "
+                              f"({needed} bytes) of it for the checkpoints it holds, and this host ({hostname()}) "
+                              f"has {available / GIB:.2f} GiB available ({(free or 0) / GIB:.2f} GiB free in the "
+                              "tmpfs): keep fewer steps there (keep_last), or use a disk")
+        return needed
     if free is not None and (needed := needed_bytes()) > free:
-        key, value = ("workload.checkpoint.checkpoint_folder", folder) if k == 0 else \
-            (f"{tier_key(k)}.storage_root", backend.join(folder))
         raise ConfigError(key, value,
                           f"needs {needed / GIB:.2f} GiB ({needed} bytes) for the checkpoints it holds, "
-                          f"and {backend.join(folder)} has {free / GIB:.2f} GiB ({free} bytes) free")
+                          f"and {path} has {free / GIB:.2f} GiB ({free} bytes) free")
+    return None
 
 
 def start_writing(ctx: RunContext, needed_bytes: Callable[[], int]) -> None:
@@ -134,11 +152,12 @@ def start_writing(ctx: RunContext, needed_bytes: Callable[[], int]) -> None:
     writes there, on every tier, before any timing starts."""
     about = {"workload": ctx.workload.model.name, "mode": ctx.workload.mode, "run_dir": ctx.run_dir,
              "world_size": ctx.world_size}
-    for k, (backend, found) in enumerate(zip(ctx.tiers, ctx.found, strict=True) if ctx.comm.rank == 0 else ()):
-        with ctx.watch():
-            if found.ours:
-                remove_ours(backend, found)
-                check_room(backend, ctx.ck.checkpoint_folder, kept(ctx, k, needed_bytes), k)
-            backend.makedirs(backend.join(ctx.ck.checkpoint_folder))
-            backend.put_small(backend.join(ctx.ck.checkpoint_folder, RECORD), ctx.writes.record(about))
-    ctx.comm.barrier()
+    def replace(k: int, backend: Backend) -> None:
+        found = ctx.found[k]
+        if found.ours:
+            remove_ours(backend, found)
+            ctx.memory_bytes[k] = check_room(backend, ctx.ck.checkpoint_folder, kept(ctx, k, needed_bytes), k)
+        backend.makedirs(backend.join(ctx.ck.checkpoint_folder))
+        backend.put_small(backend.join(ctx.ck.checkpoint_folder, RECORD), ctx.writes.record(about))
+    for k, backend in enumerate(ctx.tiers):
+        ctx.on_tier_io(k, lambda k=k, backend=backend: replace(k, backend))

@@ -17,8 +17,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import re
 import subprocess
 import time
 from datetime import UTC, datetime
@@ -27,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from . import INVOCATION_START, __version__
+from .host import file_system
 from .runfiles import flatten
 
 SCHEMA = "dlio_ckpt-run-provenance/1"
@@ -94,29 +93,6 @@ def code_hash() -> dict[str, str]:
         sha, dirty = "unknown", ""
     return {"algorithm": "sha256-tree", "hash": digest.hexdigest(), "files": str(len(files)),
             "git_sha": sha + ("+changes" if dirty and sha != "unknown" else "")}
-
-
-def file_system(path: str) -> dict[str, Any]:
-    """The file system holding ``path`` (or its nearest existing parent): device, type, mount point,
-    from the kernel's mount table, so two folders are on one file system exactly when devices match."""
-    probe = Path(os.path.abspath(path))
-    while not probe.exists() and probe != probe.parent:
-        probe = probe.parent
-    real = os.path.realpath(probe)
-    dev = os.stat(real).st_dev
-    best: tuple[str, str, str] = ("/", "unknown", "unknown")
-    try:
-        with open("/proc/self/mountinfo") as fh:
-            for line in fh:
-                left, _, right = line.partition(" - ")
-                fields, (fstype, source, *_) = left.split(), right.split()
-                mount = re.sub(r"\\([0-7]{3})", lambda m: chr(int(m[1], 8)), fields[4])  # \040 is a space
-                if (real == mount or real.startswith(mount.rstrip("/") + "/")) and len(mount) >= len(best[0]):
-                    best = (mount, fstype, source)
-    except OSError:
-        pass
-    return {"path": str(path), "realpath": real, "device": f"{os.major(dev)}:{os.minor(dev)}",
-            "type": best[1], "source": best[2], "mount_point": best[0]}
 
 
 def folders(storage_type: str, checkpoint: str | None, results: str) -> dict[str, Any]:

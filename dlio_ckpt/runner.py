@@ -16,13 +16,16 @@ from typing import Any
 
 from . import references
 from .background import BackgroundSaves, Staging, train
+from .config import tier_key
 from .context import GIB, RunContext, record, say_done, timed, write_results
-from .emulation import EmulatedRun, check_manifest, expected_files, io_options, shard_bytes
+from .emulation import EmulatedRun, check_manifest, expected_files, held_files, io_options, shard_bytes
 from .engine import Engine, FileTask, IOOptions, check_capabilities, io_buffer_bytes
 from .errors import ConfigError
 from .formats import Format, planned_size
 from .host import available_memory, hostname
 from .layouts import file_format, make_plan
+from .peers import LostShares
+from .placement import holder
 from .progress import progress_display
 from .restore import RankReads, figures, restore_plan
 from .steps import Writes
@@ -45,6 +48,14 @@ def preflight(ctx: RunContext) -> None:
     for backend in ctx.tiers[1:]:  # drains write without O_DIRECT; the read phase reads as asked
         check_capabilities(backend, IOOptions(fsync=ck.fsync))
     check_capabilities(ctx.tiers[ck.read_tier], io_options(ctx))
+    own = [k for k, st in enumerate(ctx.workload.storages) if st.scope != "shared"]  # each host's own copy
+    if own and ctx.plan.coordinator:
+        names = ", ".join(c.name for c in ctx.plan.coordinator)
+        raise ConfigError(f"{tier_key(own[0])}.scope", ctx.workload.storages[own[0]].scope,
+                          f"checkpoint.layout={ck.layout} has rank 0 write {names} once for every rank to read, "
+                          "and a node or peer tier would hold it on one host alone (not supported yet): scope shared")
+    if ctx.workload.restore.lost_hosts:  # now that the hosts are known: every lost host's part is held somewhere
+        ctx.workload.lost_source(len(ctx.placement.hosts))
     _check_io_buffers(ctx)
     if ck.async_save and ck.staging == "real":
         _check_staging_memory(ctx)
@@ -66,9 +77,51 @@ def check_reads(ctx: RunContext) -> None:
     ck, fmt = ctx.ck, file_format(ctx.workload)
     if ck.num_checkpoints_write == 0:
         files = ctx.on_root_io(lambda: expected_files(ctx, fmt))
-        key = ctx.on_root_io(lambda: check_manifest(ctx, files, 1, None))
+        host_files = _host_files(ctx, fmt)
+        key = _check_step(ctx, files, host_files, 1, None)
         for i in range(2, ck.num_checkpoints_read + 1):
-            ctx.on_root_io(lambda i=i: check_manifest(ctx, files, i, key))
+            _check_step(ctx, files, host_files, i, key)
+
+
+def _host_files(ctx: RunContext, fmt: Format) -> dict[str, int]:
+    """This host's part of a step, on its acting rank where a tier is node-scoped (their markers)."""
+    node = any(st.scope != "shared" for st in ctx.workload.storages)
+    return expected_files(ctx, fmt, ctx.placement.members()) if node and ctx.placement.acts else {}
+
+
+def lost(ctx: RunContext) -> bool:
+    """Whether this process's host is one the restore declares lost (``restore.lost_hosts``)."""
+    return ctx.placement.host_index in ctx.workload.restore.lost_hosts
+
+
+def read_tier(ctx: RunContext) -> int:
+    """Where this process reads: its host's copy of the read tier, or for a lost host the shared tier
+    below it that holds every host's share."""
+    return ctx.workload.lost_source() if lost(ctx) else ctx.ck.read_tier
+
+
+def _check_step(ctx: RunContext, files: dict[str, int], host_files: dict[str, int], step: int,
+                run_key: int | None) -> int:
+    """``step`` complete and of this layout everywhere the read phase reads it: each surviving host's
+    copy of a node-scoped read tier (its part), the shared tier lost hosts read (every file). Its run key."""
+    t = ctx.ck.read_tier
+    if ctx.workload.storages[t].scope == "node":  # a lost host's copy is gone with it: not asked
+        key = ctx.on_tier_io(t, lambda: None if lost(ctx) else check_manifest(ctx, host_files, step, run_key, t))
+    else:
+        key = ctx.on_root_io(lambda: check_manifest(ctx, files, step, run_key, t))
+    lost_hosts = ctx.workload.restore.lost_hosts
+    if lost_hosts:
+        source, place = ctx.workload.lost_source(len(ctx.placement.hosts)), ctx.placement
+        st = ctx.workload.storages[source]
+        if st.scope == "peer":  # each host that keeps a lost host's part: its peer copy, all it keeps
+            keeps = place.host_index in {holder(len(place.hosts), h, st.replicas, st.replication, lost_hosts)
+                                         for h in lost_hosts}
+            fmt = file_format(ctx.workload)
+            key = ctx.on_tier_io(source, lambda: check_manifest(ctx, held_files(ctx, fmt, source), step,
+                                                                run_key or key, source) if keeps else None) or key
+        else:
+            key = ctx.on_root_io(lambda: check_manifest(ctx, files, step, run_key or key, source))
+    return key
 
 
 def _check_staging_memory(ctx: RunContext) -> None:
@@ -100,13 +153,14 @@ def _check_host_memory(ctx: RunContext, need: int, key: str, value: object, what
                               f"GiB available (at most 80% may be used): {advice}")
 
 
-def _read_plans(ctx: RunContext) -> list[RankReads]:
-    """What each of my loading ranks reads (a contiguous share of the restore's ranks): its own, or
-    with recovery_rank_shift those of the rank one host further on, so reads cannot come from this
-    host's page cache."""
+def _read_plans(ctx: RunContext, process: int | None = None) -> list[RankReads]:
+    """What each of my (or ``process``'s) loading ranks reads (a contiguous share of the restore's ranks):
+    its own, or with recovery_rank_shift those of the rank one host further on, so reads cannot come
+    from this host's page cache (a collective then: every process asks for its own)."""
     ck, ranks = ctx.ck, ctx.restore.ranks
     w, per = len(ranks), len(ranks) // ctx.comm.size
-    share = range(ctx.comm.rank * per, (ctx.comm.rank + 1) * per)
+    p = ctx.comm.rank if process is None else process
+    share = range(p * per, (p + 1) * per)
     if not ck.recovery_rank_shift:
         return [ranks[q] for q in share]
     hosts = ctx.comm.allgather(hostname())
@@ -119,6 +173,29 @@ def _read_plans(ctx: RunContext) -> list[RankReads]:
     return [ranks[(q + per_host) % w] for q in share]
 
 
+def _lost_shares(ctx: RunContext, run: EmulatedRun) -> LostShares | None:
+    """With lost hosts restored from a peer tier: who sends whom their part (None otherwise)."""
+    if not ctx.workload.restore.lost_hosts:
+        return None
+    tier = ctx.workload.lost_source(len(ctx.placement.hosts))
+    if ctx.workload.storages[tier].scope != "peer":
+        return None
+    return LostShares(ctx, tier, lambda step, backend, p: run.restore_reads(step, backend, _read_plans(ctx, p))[0])
+
+
+def _sources(read_from: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Where a restore with lost hosts read, per tier: the hosts and processes that read there, their
+    bytes over all loads and the slowest process's load seconds."""
+    out: dict[int, dict[str, Any]] = {}
+    for process, r in enumerate(read_from):
+        s = out.setdefault(r["tier"], {"tier": r["tier"], "hosts": [], "processes": [], "bytes": 0, "seconds": 0.0})
+        s["hosts"] += [] if r["host"] in s["hosts"] else [r["host"]]
+        s["processes"].append(process)
+        s["bytes"] += r["bytes"]
+        s["seconds"] = max(s["seconds"], r["seconds"])
+    return [out[k] for k in sorted(out)]
+
+
 def _restore_figures(ctx: RunContext, fmt: Format) -> dict[str, Any]:
     """summary.json's ``io.restore``: the read phase's plan, what each rank needs and reads."""
     plan = ctx.plan
@@ -129,12 +206,13 @@ def _restore_figures(ctx: RunContext, fmt: Format) -> dict[str, Any]:
 def run(ctx: RunContext) -> dict[str, Any] | None:
     """Run the benchmark; returns the summary on rank 0 (None elsewhere)."""
     ck, comm, state, fmt = ctx.ck, ctx.comm, ctx.state, file_format(ctx.workload)
-    files = expected_files(ctx, fmt) if comm.rank == 0 else {}  # manifests are rank 0's
+    files = expected_files(ctx, fmt) if comm.rank == 0 else {}  # shared tiers' manifests are rank 0's
+    host_files = _host_files(ctx, fmt)  # a node tier's, each host's acting rank's
     state.committed = []
     if ck.num_checkpoints_write > 0:
         run_key = comm.bcast(secrets.randbits(63) if comm.rank == 0 else None)
     else:
-        run_key = ctx.on_root_io(lambda: check_manifest(ctx, files, 1, None))
+        run_key = _check_step(ctx, files, host_files, 1, None)
     # rank 0's share of each checkpoint (none for async saves: they run behind training)
     shown = progress_display(comm.rank == 0 and ck.progress and not ck.async_save, ck.progress_interval)
 
@@ -161,7 +239,7 @@ def run(ctx: RunContext) -> dict[str, Any] | None:
                               stalled=stalled, backend=engine.backend))
         retries["save"] += engine.retries - before
 
-    run = EmulatedRun(ctx, fmt, run_key, files)
+    run = EmulatedRun(ctx, fmt, run_key, files, host_files)
     tiers = Tiers(run)
     background = BackgroundSaves(run, engine, tiers) if ck.async_save else None
     shards = shard_bytes(ctx)
@@ -188,20 +266,28 @@ def run(ctx: RunContext) -> dict[str, Any] | None:
     tiers.close()
     records += tiers.records
     read_plans = _read_plans(ctx) if ck.num_checkpoints_read else []
-    reader = ctx.tiers[ck.read_tier]
-    read_engine = engine if reader is ctx.backend else Engine(reader, run_key, io_options(ctx), progress)
+    reader = ctx.tiers[read_tier(ctx)]  # where this process's files are named (and read, but from a peer)
+    handoff = _lost_shares(ctx, run) if ck.num_checkpoints_read else None
+    from_peer = handoff.source(1) if handoff is not None and lost(ctx) else None
+    read_engine = engine if reader is ctx.backend and from_peer is None else \
+        Engine(from_peer or reader, run_key, io_options(ctx), progress)
     for i in range(1, ck.num_checkpoints_read + 1):
         state.phase, state.step = "load", i
-        ctx.on_root_io(lambda i=i: check_manifest(ctx, files, i, run_key))
+        _check_step(ctx, files, host_files, i, run_key)
         whole, ranged = run.restore_reads(i, reader, read_plans)
         metadata = run.metadata_reads(i, reader, len(read_plans))
         before = read_engine.retries
         shown.start(f"load_ckpt{i}", sum(t.size for t in metadata + whole) + sum(n for _, r in ranged for _, n in r))
         try:
             with timed(ctx, "load", i) as clock:
+                sent = handoff.send(i, io_options(ctx).evict_before_read) if handoff is not None else None
+                if from_peer is not None:
+                    from_peer.expect()
                 nbytes = read_engine.read_files(metadata)
                 metadata_seconds = time.perf_counter() - clock.t0
                 nbytes += read_engine.read_files(whole) + read_engine.read_ranges(ranged)
+                if sent is not None:  # a keeper's load ends when the lost partner has its part too
+                    sent()
         finally:
             shown.stop()
         records.append(record(ctx, "load", i, clock, nbytes, len(metadata) + len(whole) + len(ranged),
@@ -214,6 +300,10 @@ def run(ctx: RunContext) -> dict[str, Any] | None:
         read_engine.close()
     state.phase, state.step = "results", None
     backend = ctx.backend
+    if ck.num_checkpoints_read and ctx.workload.restore.lost_hosts:  # each process's source, for io.restore
+        loads = [r for r in records if r.phase == "load"]
+        retries["read_from"] = {"tier": read_tier(ctx), "host": ctx.placement.host,
+                                "bytes": sum(r.bytes for r in loads), "seconds": sum(r.duration for r in loads)}
 
     def describe(tries: list[dict[str, int]]) -> dict[str, Any]:
         asked = {"goodput": {"mtbf_hours": ck.mtbf_hours, "interval_seconds": ck.time_between_checkpoints,
@@ -222,7 +312,9 @@ def run(ctx: RunContext) -> dict[str, Any] | None:
         background_mode = {"staging": ck.staging, "training": ck.training,
                            **({"staging_gb_per_second": ck.staging_gb_per_second} if ck.staging == "modelled" else
                               {"staging_bytes_per_process": staged})}
-        return {**asked, "async_save": background_mode if ck.async_save else False,
+        sources = _sources([t.pop("read_from") for t in tries if "read_from" in t])
+        return {**asked, **({"restore_sources": sources} if sources else {}),
+                "async_save": background_mode if ck.async_save else False,
                 "retries": {"save": sum(t["save"] for t in tries), "load": sum(t["load"] for t in tries),
                             "per_process": tries,
                             "note": "files redone after a transient storage error; the client's own attempts "
@@ -233,6 +325,7 @@ def run(ctx: RunContext) -> dict[str, Any] | None:
           "io_buffer_bytes_per_process": engine.buffer_bytes + (read_engine.buffer_bytes if read_engine is not engine
                                                                 else 0),
           **({"tiers": tiers.describe(), "read_tier": ck.read_tier} if tiers.active else {}),
+          **({"placement": ctx.placement.describe()} if ctx.placement.simulated else {}),
           **({"reference": references.describe(ck.reference)} if ck.reference != "none" else {}),
           **({"restore": _restore_figures(ctx, fmt)} if ck.num_checkpoints_read else {})}
     return write_results(ctx, records, ctx.plan.total_payload_bytes, io, retries, describe)

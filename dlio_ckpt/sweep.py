@@ -27,6 +27,7 @@ from typing import Any
 from .backends import Backend
 from .comm import Comm, MPIComm, PointAborted, PointComm, on_root, said_elsewhere
 from .config import Workload, available_workloads, check_world_size, compose, parse_overrides
+from .context import RunContext
 from .errors import ConfigError, DlioCkptError
 from .failure import RunState, Watchdog, on_signals, write_failed_summary
 from .host import hostname, reset_peak_rss
@@ -164,8 +165,8 @@ def sweep(overrides: list[str], world_sizes: str | None, config_dir: str | None,
                 watchdog.timeout = workload.checkpoint.io_timeout
             reason, tiers = _run_point(p, workload, raw, run_dir, comm, state, watchdog)
             reasons = [r for r in comm.allgather(reason) if r]  # every rank leaves the point together
-            if tiers and not keep_checkpoints and comm.rank == 0:  # no rank writes into the point any more
-                _remove_checkpoints(tiers, workload.checkpoint.checkpoint_folder)
+            if tiers and not keep_checkpoints:  # no rank writes into the point any more: each tier's acting
+                _remove_checkpoints(tiers, workload.checkpoint.checkpoint_folder)  # rank, its own copy
             done = None if reasons else comm.bcast(_finished(run_dir) if comm.rank == 0 else None)
             failure = reasons[0] if reasons else None if done else "no summary.json was written"
         else:
@@ -189,7 +190,8 @@ def sweep(overrides: list[str], world_sizes: str | None, config_dir: str | None,
 def _run_point(p: Point, workload: Workload, raw: dict, run_dir: str, comm: Comm, state: RunState,
                watchdog: Watchdog | None) -> tuple[str | None, list[Backend]]:
     """One point as an ordinary run; returns this rank's reason when the point failed here, and the
-    storages it may have written to (none when it failed before choosing them)."""
+    storages it may have written to that this rank cleans up (rank 0 a shared tier, every host's acting
+    rank its own copy of a node or peer tier; none when it failed before choosing them)."""
     point_comm: Any = PointComm(comm) if isinstance(comm, MPIComm) else comm
     state.phase, state.step, state.file, state.run_dir, state.committed = "starting", None, None, None, None
     reset_peak_rss()
@@ -197,9 +199,9 @@ def _run_point(p: Point, workload: Workload, raw: dict, run_dir: str, comm: Comm
     try:
         mode, ctx = start(workload, point_comm, p.world_size or comm.size, state, watchdog)
         execute(mode, ctx, run_dir, raw, p.overrides, ["sweep", *sys.argv[2:]], replace=True)  # a failed attempt's
-        return None, ctx.tiers
+        return None, _cleaned_here(ctx)
     except PointAborted as exc:
-        return str(exc), ctx.tiers if ctx is not None else []
+        return str(exc), _cleaned_here(ctx)
     except (SystemExit, KeyboardInterrupt):
         raise
     except BaseException as exc:  # a fault: this point fails on every rank, the sweep goes on
@@ -211,7 +213,12 @@ def _run_point(p: Point, workload: Workload, raw: dict, run_dir: str, comm: Comm
             write_failed_summary(state, comm.rank, reason)
         if isinstance(point_comm, PointComm):
             point_comm.abort_point(reason)
-        return reason, ctx.tiers if ctx is not None else []
+        return reason, _cleaned_here(ctx)
+
+
+def _cleaned_here(ctx: RunContext | None) -> list[Backend]:
+    """The tiers whose copy of a point this rank removes after it."""
+    return [b for k, b in enumerate(ctx.tiers) if ctx.acts_on(k)] if ctx is not None else []
 
 
 def _remove_checkpoints(tiers: list[Backend], folder: str) -> None:

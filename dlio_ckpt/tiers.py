@@ -1,15 +1,17 @@
 """Tiered checkpoints (``workload.tiers``): each step written on the first storage is copied down
 the tiers in the background, read back and verified as a real drain does; every tier gets its own
 commit marker once all processes' files of the step are on it; ``keep_last`` holds a tier to its
-newest steps, removing an older one only once it is durable on the tier below.
+newest steps, removing an older one only once it is durable on the tier below. A node tier is each
+host's own storage (its acting rank marks and cleans that copy); a peer tier keeps other hosts'
+parts, received over MPI (:mod:`dlio_ckpt.peers`).
 
 Why a thread per process, and markers in the main thread: a drain is each process copying its own
-files (none waits for another to copy), while a marker says something of every process, which
-takes a collective, and collectives run in the main thread only (MPI starts without thread
-support). So the main thread *settles* finished drains at every checkpoint and at the end: the
-processes say which (step, tier) copies they have finished, and those finished everywhere get
-their marker, in step order, on rank 0. A drain's failure wakes the main thread (``ctx.alarm``),
-which ends the job naming the tier and the file.
+files (or exchanging them with its peers, point to point), while a marker says something of every
+process, which takes a collective, and collectives stay in the main thread. So the main thread
+*settles* finished drains at every checkpoint and at the end: the processes say which (step, tier)
+copies they have finished, and those finished everywhere get their marker, in step order, on rank 0
+(on each host's acting rank for its copy of a node or peer tier). A drain's failure wakes the main
+thread (``ctx.alarm``), which ends the job naming the tier and the file.
 """
 
 from __future__ import annotations
@@ -25,9 +27,11 @@ from typing import Any
 
 from .backends import Backend
 from .config import tier_key
-from .emulation import EmulatedRun
+from .emulation import EmulatedRun, mine
 from .engine import Engine, IOOptions
 from .errors import DlioCkptError, StorageError, VerifyError
+from .peers import PeerLink, PeerSource, in_background, partner_rank, send_files
+from .placement import partners
 from .preparation import tier_backend
 from .results import OpRecord, ProcessCost
 from .steps import manifest_path, remove_step, step_name
@@ -48,9 +52,12 @@ class Drain:
         ctx = self.ctx = run.ctx
         self.run, self._where = run, where
         # its own clients: its requests are its own, and it shares no connection with a save
-        self._backends = [tier_backend(ctx.workload, k, ctx.comm.local_rank) for k in range(len(where))]
+        self._backends = [tier_backend(ctx.workload, k, ctx.comm.local_rank, ctx.placement.node_folder)
+                          for k in range(len(where))]
         options = IOOptions(fsync=ctx.ck.fsync, chunk_size=ctx.ck.chunk_size)
         self._engines = [Engine(b, run.run_key, options, self._progress) for b in self._backends[1:]]
+        self._scopes = [st.scope for st in ctx.workload.storages]
+        self._link = PeerLink(ctx.comm) if "peer" in self._scopes else None
         self.done: dict[tuple[int, int], OpRecord] = {}  # (step, tier) -> this process's copy
         self.error: BaseException | None = None
         self._changed = threading.Condition()
@@ -86,8 +93,13 @@ class Drain:
     def _run(self) -> None:
         for step in iter(self._queue.get, None):
             for k in range(1, len(self._backends)):
+                # from the nearest tier above that holds this process's own files (a peer tier holds others')
+                source = self._backends[max(j for j in range(k) if self._scopes[j] != "peer")]
                 try:
-                    record = self._copy(step, k, self._backends[k - 1], self._backends[k])
+                    if self._scopes[k] == "peer":
+                        record = self._replicate(step, k, source, self._backends[k])
+                    else:
+                        record = self._copy(step, k, source, self._backends[k])
                 except BaseException as exc:  # the main thread raises it
                     self._fail(step, k, exc)
                     return
@@ -108,6 +120,33 @@ class Drain:
         times = self._engines[k - 1].take_file_times()
         return OpRecord(f"drain_tier{k}", step, step, self.ctx.comm.rank, start, start + seconds, seconds,
                         nbytes, len(todo), times, 0.0, requests, cost=ProcessCost.now().since(cost))
+
+    def _replicate(self, step: int, k: int, source: Backend, target: Backend) -> OpRecord:
+        """A peer tier: this process's files of ``step`` sent to its partner on each of ``replicas`` other
+        hosts while it receives, verifies and keeps a partner's, round by round (all processes in the
+        same order, so every send meets its receive)."""
+        ctx, st, place = self.ctx, self.ctx.workload.storages[k], self.ctx.placement
+        folder = (ctx.ck.checkpoint_folder, step_name(step))
+        own = [t.path for t in self.run.tasks(step, source)]
+        ways = partners(len(place.hosts), place.host_index, st.replicas, st.replication)
+        start, t0, cost, nbytes, files, times = time.time(), time.perf_counter(), ProcessCost.now(), 0, 0, ()
+        with ctx.watch():
+            target.makedirs(target.join(*folder))
+            for to_host, from_host in zip(ways.send_to, ways.receive_from, strict=True):
+                dest, sender = partner_rank(place, to_host), partner_rank(place, from_host)
+                sent = in_background(lambda d=dest: send_files(self._link, d, source, own, ctx.ck.chunk_size,
+                                                               self._progress))
+                theirs = self.run.tasks(step, target, plans=mine(ctx, sender))
+                peer = PeerSource(self._link, sender, [t.path.rsplit("/", 1)[1] for t in theirs],
+                                  f"{self._where[k]}, from {place.hosts[from_host]}").expect()
+                nbytes += self._engines[k - 1].copy_files(theirs, peer,
+                                                          lambda p: target.join(*folder, p.rsplit("/", 1)[1]))
+                sent()
+                files += len(theirs)
+                times += self._engines[k - 1].take_file_times()
+        seconds = time.perf_counter() - t0
+        return OpRecord(f"drain_tier{k}", step, step, ctx.comm.rank, start, start + seconds, seconds, nbytes, files,
+                        times, 0.0, (), cost=ProcessCost.now().since(cost))
 
     def _fail(self, step: int, k: int, exc: BaseException) -> None:
         error = exc  # a bug keeps its traceback
@@ -178,10 +217,10 @@ class Tiers:
         for step, k in sorted(everywhere - self._settled):
             if step not in self.marked[k - 1]:
                 continue  # not marked above yet: marked at a later settle
-            body = json.dumps({**self.run.manifest(step), "tier": k}).encode()
+            body = json.dumps(self.run.manifest(step, k)).encode()  # a node tier's: this host's part
             target = self.ctx.tiers[k]
             with self._on_tier(f"marker of step {step}", k):
-                self.ctx.on_root_io(lambda t=target, s=step, b=body: t.put_small(
+                self.ctx.on_tier_io(k, lambda t=target, s=step, b=body: t.put_small(
                     manifest_path(t, self.ctx.ck.checkpoint_folder, s), b))
             self.marked[k].append(step)
             self._settled.add((step, k))
@@ -203,8 +242,8 @@ class Tiers:
                     gone.append((k, step))
         for k, step in gone:
             self.marked[k].remove(step)
-        if gone:
-            self.ctx.on_root_io(lambda: self._remove(gone))
+        for k in sorted({k for k, _ in gone}):  # a node tier's steps go from every host's copy
+            self.ctx.on_tier_io(k, lambda k=k: self._remove([(t, s) for t, s in gone if t == k]))
 
     @contextmanager
     def _on_tier(self, what: str, k: int) -> Iterator[None]:
@@ -229,6 +268,9 @@ class Tiers:
 
     def describe(self) -> list[dict[str, Any]]:
         """summary.json's ``io.tiers``: each tier, what it keeps, the steps marked there at the end."""
-        return [{"tier": k, "storage_type": st.storage_type, "storage_root": st.storage_root,
+        ctx = self.ctx
+        return [{"tier": k, "storage_type": st.storage_type, "storage_root": st.storage_root, "scope": st.scope,
+                 **({"replicas": st.replicas, "replication": st.replication} if st.scope == "peer" else {}),
                  "keep_last": st.keep_last, "steps_durable": list(self.marked[k]),
-                 "storage": self.ctx.tiers[k].describe()} for k, st in enumerate(self.ctx.workload.storages)]
+                 **({"memory_bytes_per_host": ctx.memory_bytes[k]} if ctx.memory_bytes.get(k) else {}),
+                 "storage": ctx.tiers[k].describe()} for k, st in enumerate(ctx.workload.storages)]

@@ -175,6 +175,10 @@ class Backend(ABC):
         """Bytes that can still be written under ``path``; None where the storage cannot say."""
         return None
 
+    def in_memory(self, path: str) -> bool:
+        """Whether what is written under ``path`` takes this host's memory (a tmpfs: a memory tier)."""
+        return False
+
     @property
     def queue_depth(self) -> int:
         """Requests of one file in flight at once, where ``capabilities.positional``."""

@@ -17,29 +17,10 @@ import importlib
 import os
 from typing import Any
 
+from ..host import file_system
+
 # File systems NVIDIA's GDS documentation lists as supported (with suitable storage beneath)
 GDS_FILE_SYSTEMS = ("ext4", "xfs", "lustre", "gpfs", "wekafs", "beegfs", "nfs", "nfs4")
-
-
-def file_system(path: str) -> str:
-    """The type of the file system holding ``path`` (its nearest existing parent), from /proc/mounts."""
-    path = os.path.realpath(path)
-    while not os.path.exists(path):
-        path = os.path.dirname(path)
-    best, fstype = "", "unknown"
-    try:
-        with open("/proc/mounts") as fh:
-            for line in fh:
-                fields = line.split()
-                if len(fields) < 3:
-                    continue
-                mount = fields[1].replace("\\040", " ")
-                inside = path == mount or path.startswith(mount.rstrip("/") + "/")
-                if inside and len(mount) >= len(best):
-                    best, fstype = mount, fields[2]
-    except OSError:
-        pass
-    return fstype
 
 
 def _ask(module: str, fn: str, *args: Any) -> Any:
@@ -56,7 +37,7 @@ def transport(path: str) -> dict[str, Any]:
     requested = _ask("kvikio.defaults", "get", "compat_mode")
     gds_available = _ask("kvikio.cufile_driver", "get", "is_gds_available")
     threshold = _ask("kvikio.defaults", "get", "gds_threshold")
-    fstype = file_system(path)
+    fstype = file_system(path)["type"]
     nvidia_fs = os.path.exists("/proc/driver/nvidia-fs/stats")
     if kvikio_posix:
         used, why = "posix (kvikio compatibility mode)", (

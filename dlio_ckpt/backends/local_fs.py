@@ -7,6 +7,7 @@ import os
 from typing import Any
 
 from ..errors import ConfigError, StorageError
+from ..host import in_memory
 from ..inflight import temporary
 from .base import Backend, Capabilities, probe_name
 from .options import LocalFSOptions
@@ -184,6 +185,9 @@ class LocalFSBackend(Backend):
             os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
         finally:
             os.close(fd)
+
+    def in_memory(self, path: str) -> bool:
+        return in_memory(path)
 
     def free_bytes(self, path: str) -> int | None:
         """Free space of the file system holding ``path`` (its nearest existing parent)."""

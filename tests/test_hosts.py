@@ -1,0 +1,126 @@
+"""Hosts on one machine (``workload.hosts.simulate``), node and peer tiers: each pretend host checks,
+marks and cleans its own copy and keeps a peer's; a restore that declares hosts lost gets their parts
+from a peer over MPI, or from the shared tier where no peer still holds them, while the others read
+their own copy; what cannot work is refused before anything is written."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from .conftest import dlio, load
+from .test_tiers import s3_tier
+
+pytestmark = pytest.mark.mpi
+HOSTS = ["workload=tiny", "++workload.hosts.simulate=4", "++workload.checkpoint.checkpoint_folder=ck",
+         "++workload.storage.storage_root=node", "++workload.storage.scope=node"]
+STEPS = [f"global_epoch1_step{i}" for i in (1, 2)]
+
+
+def marker(folder, step: str) -> dict:
+    return json.loads((folder / f"{step}.manifest.json").read_text())
+
+
+def test_four_hosts_node_peer_and_s3_tiers_and_lost_hosts_restored_from_a_peer_then_from_s3(tmp_path, s3_server,
+                                                                                          monkeypatch):
+    """The issue's run: 4 pretend hosts write their node tier, replicate it to a peer (ring, 1 replica)
+    over MPI and drain it to S3; a restore that loses host 2 gets its part from host 3's peer copy,
+    the others read their own; a later read-only restore that loses hosts 2 and 3 (2's only keeper)
+    reads both from S3. Every byte read is verified."""
+    for key, value in s3_server.env.items():
+        monkeypatch.setenv(key, value)
+    prefix = f"hosts-{time.monotonic_ns()}"
+    tiers = s3_tier(s3_server, prefix).replace("[{", "[{storage_type: local_fs, storage_root: peer, scope: peer}, {")
+    r = dlio([*HOSTS, "++hydra.run.dir=run", "++workload.checkpoint.num_checkpoints_write=2",
+              "++workload.checkpoint.num_checkpoints_read=2", "++workload.checkpoint.async_save=True",
+              "++workload.checkpoint.time_between_checkpoints=0.2", tiers, "++workload.restore.lost_hosts=[2]"],
+             tmp_path, nprocs=4, timeout=240, env=s3_server.env)
+    assert r.returncode == 0, r.stderr
+    summary = load(tmp_path / "run" / "summary.json")
+    from dlio_ckpt.backends import get_backend
+
+    s3 = get_backend("s3", f"{s3_server.bucket}/{prefix}", {"endpoint_url": s3_server.endpoint})
+    every = json.loads(s3.get_small(s3.join("ck", f"{STEPS[0]}.manifest.json")))["files"]
+    parts = {}
+    for h in range(4):  # each pretend host's own copy: its processes' files and its own marker
+        folder = tmp_path / "node" / f"simhost{h}" / "ck"
+        for step in STEPS:
+            m = marker(folder, step)
+            assert m["host"] == f"simhost{h}" and m["step"] == int(step[-1])
+            assert sorted(p.name for p in (folder / step).iterdir()) == sorted(m["files"])
+            assert all((folder / step / n).stat().st_size == size for n, size in m["files"].items())
+        parts[h] = marker(folder, STEPS[0])["files"]
+    assert {n: s for part in parts.values() for n, s in part.items()} == every  # the parts make the whole
+    for h in range(4):  # the ring: host h keeps host h-1's part, byte for byte the same files
+        folder = tmp_path / "peer" / f"simhost{h}" / "ck"
+        for step in STEPS:
+            m = marker(folder, step)
+            assert m["holds"] == [f"simhost{(h - 1) % 4}"] and m["files"] == parts[(h - 1) % 4] and m["tier"] == 1
+            assert sorted(p.name for p in (folder / step).iterdir()) == sorted(parts[(h - 1) % 4])
+    for step in STEPS:  # and every file of each step is on S3 under its tier's marker
+        assert sorted(s3.list_names(s3.join("ck", step))) == sorted(every)
+    assert [(t["tier"], t["steps_durable"]) for t in summary["io"]["tiers"]] == [(0, [1, 2]), (1, [1, 2]),
+                                                                                  (2, [1, 2])]
+    assert summary["io"]["placement"]["hosts"] == {f"simhost{h}": [h] for h in range(4)}
+    sources = {s["tier"]: s for s in summary["restore_sources"]}
+    assert sources[1]["hosts"] == ["simhost2"] and sources[1]["bytes"] == 2 * sum(parts[2].values())
+    assert sources[0]["hosts"] == ["simhost0", "simhost1", "simhost3"]
+    assert sources[0]["bytes"] == 2 * sum(sum(parts[h].values()) for h in (0, 1, 3))
+    assert summary["io"]["verified"] is True
+
+    r = dlio([*HOSTS, "++hydra.run.dir=again", "++workload.checkpoint.num_checkpoints_write=0",
+              "++workload.checkpoint.num_checkpoints_read=1", tiers, "++workload.restore.lost_hosts=[2,3]"],
+             tmp_path, nprocs=4, timeout=240, env=s3_server.env)
+    assert r.returncode == 0, r.stderr
+    sources = {s["tier"]: s for s in load(tmp_path / "again" / "summary.json")["restore_sources"]}
+    assert sources[2]["hosts"] == ["simhost2", "simhost3"] and sources[0]["hosts"] == ["simhost0", "simhost1"]
+    assert sources[2]["bytes"] == sum(parts[2].values()) + sum(parts[3].values())
+
+
+def test_keep_last_and_an_earlier_run_are_each_hosts_own(tmp_path):
+    shared = "++workload.tiers=[{storage_type: local_fs, storage_root: shared}]"
+    r = dlio([*HOSTS, "++hydra.run.dir=run1", "++workload.checkpoint.num_checkpoints_write=3",
+              "++workload.checkpoint.num_checkpoints_read=0", "++workload.storage.keep_last=1", shared],
+             tmp_path, nprocs=4, timeout=120)
+    assert r.returncode == 0, r.stderr
+    for h in range(4):  # each host's copy keeps its newest step (the older ones are on the shared tier)
+        folder = tmp_path / "node" / f"simhost{h}" / "ck"
+        assert sorted(p.name for p in folder.iterdir()) == sorted(
+            ["dlio_ckpt_run.json", "global_epoch1_step3", "global_epoch1_step3.manifest.json"])
+    assert len(list((tmp_path / "shared" / "ck").glob("*.manifest.json"))) == 3
+    # an earlier run's steps on one host's copy alone: that host's check refuses the run (exit 2), names its
+    # folder, and nothing is written anywhere
+    for gone in ("node/simhost0", "node/simhost1", "node/simhost2", "shared"):
+        shutil.rmtree(tmp_path / gone / "ck")
+    r = dlio([*HOSTS, "++hydra.run.dir=run2", "++workload.checkpoint.num_checkpoints_write=1",
+              "++workload.checkpoint.num_checkpoints_read=0", shared], tmp_path, nprocs=4, timeout=120)
+    assert r.returncode == 2 and "node/simhost3/ck" in r.stderr and r.stderr.count("error:") == 1, r.stderr
+    assert not (tmp_path / "run2").exists() and not (tmp_path / "node" / "simhost0" / "ck").exists()
+
+
+def test_a_memory_tier_takes_what_it_reports_and_one_that_does_not_fit_is_refused(tmp_path):
+    """A node tier in /dev/shm is host memory: what it holds is checked against the memory available
+    (exit 2, nothing written, when it does not fit) and reported per host."""
+    shm = Path("/dev/shm") / f"dlio_ckpt_test_{uuid.uuid4().hex}"
+    memory = [f"++workload.storage.storage_root={shm}", "++workload.checkpoint.checkpoint_folder=ck",
+              "++workload.checkpoint.num_checkpoints_read=0", "++workload.storage.scope=node",
+              "++workload.hosts.simulate=2", "++workload.tiers=[{storage_type: local_fs, storage_root: disk}]"]
+    try:
+        r = dlio(["workload=tiny", *memory, "++workload.checkpoint.num_checkpoints_write=2",
+                  "++workload.storage.keep_last=1", "++hydra.run.dir=run"], tmp_path, nprocs=2, timeout=120)
+        assert r.returncode == 0, r.stderr
+        tier = load(tmp_path / "run" / "summary.json")["io"]["tiers"][0]
+        share = sum(marker(shm / "simhost0" / "ck", "global_epoch1_step2")["files"].values())
+        assert tier["memory_bytes_per_host"] == 2 * share  # keep_last=1: the newest step and the one being written
+        r = dlio(["workload=llama3_8b", "--world-size", "8", *memory, "++workload.checkpoint.num_checkpoints_write=1",
+                  "++workload.checkpoint.checkpoint_folder=big", "++hydra.run.dir=big"], tmp_path, nprocs=2,
+                 timeout=120)
+        assert r.returncode == 2 and "is in memory" in r.stderr and "GiB available" in r.stderr, r.stderr
+        assert not (tmp_path / "big").exists() and not (shm / "simhost0" / "big").exists()
+    finally:
+        shutil.rmtree(shm, ignore_errors=True)
