@@ -82,6 +82,10 @@ def _parser() -> argparse.ArgumentParser:
                    "an earlier run's results; they are removed first (only the files a run writes)")
     p.add_argument("--drain-bandwidth", help="plan: what-if aggregate bandwidth of a tier below (e.g. 5GB/s): "
                    "durable there after the write and the drain")
+    p.add_argument("--interconnect-bandwidth", help="plan: what-if bandwidth of each host's link to its peers "
+                   "(e.g. 25GB/s), with a peer tier in workload.tiers: durable on it after the write and the "
+                   "replication, and a lost host's part restored over it")
+    p.add_argument("--hosts", type=int, help="plan: hosts the job runs on (default: workload.hosts.simulate)")
     return p
 
 
@@ -297,7 +301,8 @@ def _plan(args: argparse.Namespace) -> int:
     fmt = file_format(workload)
     plan = make_plan(workload, args.world_size)
     plan.validate()
-    asked = (args.write_bandwidth, args.read_bandwidth, args.mtbf_hours, args.drain_bandwidth)
+    asked = (args.write_bandwidth, args.read_bandwidth, args.mtbf_hours, args.drain_bandwidth,
+             args.interconnect_bandwidth)
     what_if = _what_if(args, workload, plan) if any(a is not None for a in asked) else None
     if args.format == "json":
         print(json.dumps({**plan_json(plan, fmt), **({"goodput": what_if} if what_if else {})}))
@@ -336,9 +341,30 @@ def _what_if(args: argparse.Namespace, workload: Any, plan: Any) -> dict[str, An
     ck, size = workload.checkpoint, plan.total_payload_bytes
     staging = max(r.payload_bytes for r in plan.ranks) / (ck.staging_gb_per_second * 1e9) if ck.async_save else None
     drain = size / _bandwidth("--drain-bandwidth", args.drain_bandwidth) if args.drain_bandwidth else None
-    return {"checkpoint_bytes": size, **goodput.what_if(
-        ck.time_between_checkpoints, size / _bandwidth("--write-bandwidth", args.write_bandwidth),
-        size / _bandwidth("--read-bandwidth", args.read_bandwidth), args.mtbf_hours, staging, drain)}
+    load = size / _bandwidth("--read-bandwidth", args.read_bandwidth)
+    peer = _peer_what_if(args, workload, size) if args.interconnect_bandwidth else None
+    if peer is not None:  # durable for a restart after a host is lost once the peers have their copies
+        drain, load = peer["replicate_seconds"], max(load, peer["lost_host_restore_seconds"])
+    return {"checkpoint_bytes": size, **({"peer": peer} if peer else {}), **goodput.what_if(
+        ck.time_between_checkpoints, size / _bandwidth("--write-bandwidth", args.write_bandwidth), load,
+        args.mtbf_hours, staging, drain)}
+
+
+def _peer_what_if(args: argparse.Namespace, workload: Any, size: int) -> dict[str, Any]:
+    """A node tier with a peer tier below it: each host sends ``replicas`` copies of its part (the
+    checkpoint over the hosts) over its link while it receives as many (a full-duplex link), and a lost
+    host's replacement gets its part back over its link while the others read their own copy."""
+    peers = [st for st in workload.tiers if st.scope == "peer"]
+    if not peers:
+        raise ConfigError("--interconnect-bandwidth", args.interconnect_bandwidth, "needs a peer tier in "
+                          "workload.tiers (scope: peer) to replicate to")
+    hosts = args.hosts or workload.hosts.simulate
+    if not hosts or hosts <= peers[0].replicas:
+        raise ConfigError("--hosts", hosts, f"must be more than the peer tier's replicas ({peers[0].replicas}): "
+                          "give the hosts the job runs on")
+    link, part = _bandwidth("--interconnect-bandwidth", args.interconnect_bandwidth), size / hosts
+    return {"hosts": hosts, "replicas": peers[0].replicas, "bytes_per_host": part,
+            "replicate_seconds": peers[0].replicas * part / link, "lost_host_restore_seconds": part / link}
 
 
 def _run(args: argparse.Namespace, comm: Comm) -> int:

@@ -226,11 +226,14 @@ def summary(records: list[OpRecord], *, checkpoint_bytes: int, meta: dict[str, A
     if "goodput" in meta and figures["save"]:  # asked for: {"mtbf_hours", "interval_seconds"}
         saves, loads = figures["save"], figures["load"]
         held = [c["async"]["held_seconds_max"] if "async" in c else c["duration_seconds"] for c in saves]
-        tier = meta["goodput"].get("tier", 0)  # durable where a restart reads from
-        meta["goodput"] = goodput.figures(
-            meta["goodput"]["interval_seconds"], statistics.fmean(held),
-            statistics.fmean(tiers[tier]) if tier in tiers else statistics.fmean(c["duration_seconds"] for c in saves),
-            statistics.fmean(c["duration_seconds"] for c in loads) if loads else 0.0, meta["goodput"]["mtbf_hours"])
+        # durable where a restart reads from: the read tier, and where lost hosts read theirs, the later of them
+        read = meta["goodput"].get("tiers", [0])
+        first = statistics.fmean(c["duration_seconds"] for c in saves)  # tier 0: durable when the save ends
+        durable = max(statistics.fmean(tiers[k]) if k in tiers else first for k in read)
+        meta["goodput"] = {**goodput.figures(
+            meta["goodput"]["interval_seconds"], statistics.fmean(held), durable,
+            statistics.fmean(c["duration_seconds"] for c in loads) if loads else 0.0, meta["goodput"]["mtbf_hours"]),
+            "durable_on_tiers": read}
     return {**meta, "metric": metric, "checkpoints": figures}
 
 

@@ -306,8 +306,11 @@ def run(ctx: RunContext) -> dict[str, Any] | None:
                                 "bytes": sum(r.bytes for r in loads), "seconds": sum(r.duration for r in loads)}
 
     def describe(tries: list[dict[str, int]]) -> dict[str, Any]:
+        restart_reads = [ck.read_tier]  # a step is restorable once durable on every tier a restart reads
+        if ctx.workload.restore.lost_hosts:
+            restart_reads = sorted({ck.read_tier, ctx.workload.lost_source(len(ctx.placement.hosts))})
         asked = {"goodput": {"mtbf_hours": ck.mtbf_hours, "interval_seconds": ck.time_between_checkpoints,
-                             "tier": ck.read_tier}} if ck.mtbf_hours else {}
+                             "tiers": restart_reads}} if ck.mtbf_hours else {}
         staged = [sum(shard_bytes(ctx, p)) for p in range(comm.size)]
         background_mode = {"staging": ck.staging, "training": ck.training,
                            **({"staging_gb_per_second": ck.staging_gb_per_second} if ck.staging == "modelled" else

@@ -6,7 +6,9 @@ their own copy; what cannot work is refused before anything is written."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import signal
 import time
 import uuid
 from pathlib import Path
@@ -38,7 +40,8 @@ def test_four_hosts_node_peer_and_s3_tiers_and_lost_hosts_restored_from_a_peer_t
     tiers = s3_tier(s3_server, prefix).replace("[{", "[{storage_type: local_fs, storage_root: peer, scope: peer}, {")
     r = dlio([*HOSTS, "++hydra.run.dir=run", "++workload.checkpoint.num_checkpoints_write=2",
               "++workload.checkpoint.num_checkpoints_read=2", "++workload.checkpoint.async_save=True",
-              "++workload.checkpoint.time_between_checkpoints=0.2", tiers, "++workload.restore.lost_hosts=[2]"],
+              "++workload.checkpoint.time_between_checkpoints=0.2", tiers, "++workload.restore.lost_hosts=[2]",
+              "++workload.checkpoint.mtbf_hours=1"],
              tmp_path, nprocs=4, timeout=240, env=s3_server.env)
     assert r.returncode == 0, r.stderr
     summary = load(tmp_path / "run" / "summary.json")
@@ -72,6 +75,10 @@ def test_four_hosts_node_peer_and_s3_tiers_and_lost_hosts_restored_from_a_peer_t
     assert sources[0]["hosts"] == ["simhost0", "simhost1", "simhost3"]
     assert sources[0]["bytes"] == 2 * sum(sum(parts[h].values()) for h in (0, 1, 3))
     assert summary["io"]["verified"] is True
+    # goodput: a restart that loses a host reads the node tier and the peer tier: durable once on both
+    assert summary["goodput"]["durable_on_tiers"] == [0, 1]
+    on_peer = summary["metric"]["save_checkpoint_time_to_durable_tier1_mean_seconds"]
+    assert summary["goodput"]["time_to_durable_seconds"] == pytest.approx(on_peer)
 
     r = dlio([*HOSTS, "++hydra.run.dir=again", "++workload.checkpoint.num_checkpoints_write=0",
               "++workload.checkpoint.num_checkpoints_read=1", tiers, "++workload.restore.lost_hosts=[2,3]"],
@@ -124,3 +131,47 @@ def test_a_memory_tier_takes_what_it_reports_and_one_that_does_not_fit_is_refuse
         assert not (tmp_path / "big").exists() and not (shm / "simhost0" / "big").exists()
     finally:
         shutil.rmtree(shm, ignore_errors=True)
+
+
+def test_a_process_killed_mid_replication_ends_the_job_and_every_marker_is_whole(tmp_path):
+    """A pretend host's process killed while the peer tier is being filled: the job ends promptly, and on
+    every host's node and peer copy each marker stands for files that are all there, whole (a peer
+    marker only where the node tier has that step too)."""
+    from .test_faults import ended, rank_pid, start, wait_for
+
+    args = [*HOSTS, "++hydra.run.dir=out", "++workload.checkpoint.num_checkpoints_write=100",
+            "++workload.checkpoint.num_checkpoints_read=0", "++workload.checkpoint.async_save=True",
+            "++workload.checkpoint.time_between_checkpoints=0.3",
+            "++workload.tiers=[{storage_type: local_fs, storage_root: peer, scope: peer}]"]
+    proc = start(args, tmp_path, nprocs=4)
+    wait_for(lambda: (tmp_path / "peer" / "simhost0" / "ck" / "global_epoch1_step1.manifest.json").exists())
+    os.kill(rank_pid(proc, 2), signal.SIGKILL)
+    code, _, _ = ended(proc, 15)
+    assert code != 0
+    for h in range(4):
+        marked = {}
+        for tier in ("node", "peer"):
+            folder = tmp_path / tier / f"simhost{h}" / "ck"
+            marked[tier] = sorted(folder.glob("*.manifest.json"))
+            for path in marked[tier]:
+                files = json.loads(path.read_text())["files"]
+                step = folder / path.name.removesuffix(".manifest.json")
+                assert {n: (step / n).stat().st_size for n in files if (step / n).exists()} == files, path
+        assert {p.name for p in marked["peer"]} <= {p.name for p in marked["node"]}
+
+
+def test_plan_what_if_with_a_peer_tier_replicates_over_the_interconnect(tmp_path):
+    args = ["plan", "workload=tiny", "--world-size", "8", "--format", "json", "--write-bandwidth", "1GB/s",
+            "--read-bandwidth", "2GB/s", "--mtbf-hours", "1", "--interconnect-bandwidth", "0.5GB/s", "--hosts", "4",
+            "++workload.storage.scope=node",
+            "++workload.tiers=[{storage_type: local_fs, storage_root: p, scope: peer, replicas: 2}]"]
+    r = dlio(args, tmp_path)
+    assert r.returncode == 0, r.stderr
+    g = json.loads(r.stdout)["goodput"]
+    part = g["checkpoint_bytes"] / 4
+    assert g["peer"] == {"hosts": 4, "replicas": 2, "bytes_per_host": part, "replicate_seconds": 2 * part / 0.5e9,
+                         "lost_host_restore_seconds": part / 0.5e9}
+    assert g["time_to_durable_seconds"] == pytest.approx(g["checkpoint_bytes"] / 1e9 + 2 * part / 0.5e9)
+    assert g["load_seconds"] == pytest.approx(max(g["checkpoint_bytes"] / 2e9, part / 0.5e9))
+    r = dlio(args[:-2], tmp_path)  # no peer tier to replicate to
+    assert r.returncode == 2 and "--interconnect-bandwidth='0.5GB/s': needs a peer tier" in r.stderr, r.stderr
