@@ -18,11 +18,9 @@ are on one disk here, and the four hosts share two cores: the figures compare th
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -30,21 +28,18 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(Path(__file__).parent))
+from tiers import run as run_on  # noqa: E402
+
 from tests.servers import seaweedfs  # noqa: E402
 
-BIN = Path(sys.executable).parent
 WORKLOAD = "llama_7b_zero3"
 FULL_BYTES = 11_792_473_088 * 8  # llama_7b_zero3's checkpoint at scale 1 (spec example)
 HOSTS = 4
 
 
 def run(name: str, folder: Path, args: list[str], env: dict[str, str]) -> dict:
-    cmd = [str(BIN / "mpiexec"), "-n", str(HOSTS), sys.executable, "-m", "dlio_ckpt", *args,
-           f"++hydra.run.dir={name}", "++workload.checkpoint.progress=False"]
-    r = subprocess.run(cmd, cwd=folder, capture_output=True, text=True, env={**os.environ, **env}, timeout=1800)
-    if r.returncode:
-        raise SystemExit(f"{name} failed:\n{r.stderr[-3000:]}")
-    return json.loads((folder / name / "summary.json").read_text())
+    return run_on(name, folder, HOSTS, args, env)
 
 
 def saves(summary: dict) -> dict[str, float]:

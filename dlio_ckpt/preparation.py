@@ -129,21 +129,20 @@ def check_room(backend: Backend, folder: str, needed_bytes: Callable[[], int], k
     in memory (a tmpfs: a memory tier) must also fit in the memory still available on this host, which
     a tmpfs's own size does not promise. Returns the bytes such a memory tier will take (else None)."""
     path = backend.join(folder)
-    free = backend.free_bytes(path)
-    key, value = ("workload.checkpoint.checkpoint_folder", folder) if k == 0 else (f"{tier_key(k)}.storage_root", path)
-    if backend.in_memory(path):
-        needed, available = needed_bytes(), available_memory()
-        if needed > min(available, free if free is not None else available):
-            raise ConfigError(key, value, f"is in memory ({path} is a tmpfs) and needs {needed / GIB:.2f} GiB "
-                              f"({needed} bytes) of it for the checkpoints it holds, and this host ({hostname()}) "
-                              f"has {available / GIB:.2f} GiB available ({(free or 0) / GIB:.2f} GiB free in the "
-                              "tmpfs): keep fewer steps there (keep_last), or use a disk")
-        return needed
-    if free is not None and (needed := needed_bytes()) > free:
-        raise ConfigError(key, value,
-                          f"needs {needed / GIB:.2f} GiB ({needed} bytes) for the checkpoints it holds, "
-                          f"and {path} has {free / GIB:.2f} GiB ({free} bytes) free")
-    return None
+    free, memory = backend.free_bytes(path), backend.in_memory(path)
+    if free is None and not memory:
+        return None
+    needed = needed_bytes()
+    available = available_memory() if memory else None
+    if (free is not None and needed > free) or (available is not None and needed > available):
+        key, value = ("workload.checkpoint.checkpoint_folder", folder) if k == 0 else \
+            (f"{tier_key(k)}.storage_root", path)
+        room = f"{path} has {free / GIB:.2f} GiB ({free} bytes) free" if free is not None else f"{path}"
+        raise ConfigError(key, value, f"needs {needed / GIB:.2f} GiB ({needed} bytes) for the checkpoints it holds, "
+                          f"and {room}" + (f"; it is in memory (a tmpfs), and this host ({hostname()}) has "
+                                           f"{available / GIB:.2f} GiB available: keep fewer steps there "
+                                           "(keep_last), or use a disk" if memory else ""))
+    return needed if memory else None
 
 
 def start_writing(ctx: RunContext, needed_bytes: Callable[[], int]) -> None:

@@ -139,12 +139,14 @@ def test_a_process_killed_mid_replication_ends_the_job_and_every_marker_is_whole
     marker only where the node tier has that step too)."""
     from .test_faults import ended, rank_pid, start, wait_for
 
-    args = [*HOSTS, "++hydra.run.dir=out", "++workload.checkpoint.num_checkpoints_write=100",
+    args = [*HOSTS, "++hydra.run.dir=out", "++workload.checkpoint.num_checkpoints_write=60",
             "++workload.checkpoint.num_checkpoints_read=0", "++workload.checkpoint.async_save=True",
             "++workload.checkpoint.time_between_checkpoints=0.3",
             "++workload.tiers=[{storage_type: local_fs, storage_root: peer, scope: peer}]"]
     proc = start(args, tmp_path, nprocs=4)
-    wait_for(lambda: (tmp_path / "peer" / "simhost0" / "ck" / "global_epoch1_step1.manifest.json").exists())
+    first = tmp_path / "peer" / "simhost0" / "ck" / "global_epoch1_step1.manifest.json"
+    wait_for(lambda: first.exists() or proc.poll() is not None, 120)
+    assert proc.poll() is None, proc.communicate()[1]
     os.kill(rank_pid(proc, 2), signal.SIGKILL)
     code, _, _ = ended(proc, 15)
     assert code != 0

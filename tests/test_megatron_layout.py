@@ -21,12 +21,12 @@ from dlio_ckpt.layouts import make_plan
 pytestmark = pytest.mark.real
 ORACLE = Path(__file__).resolve().parent / "oracles" / "megatron_save.py"
 
-# world, TP, layers, hidden, ffn, heads, kv heads, vocabulary, dtype, files per rank (and TP 2 x DP 2, 3 layers,
-# fp32, one file: tests/test_restore.py, whose save is also loaded back)
+# world, TP, layers, hidden, ffn, heads, kv heads, vocabulary, dtype, files per rank (tensor parallelism: TP 2 x
+# DP 2, 3 layers, fp32, one file in tests/test_restore.py, whose save is compared and also loaded back; a TP 2 x
+# DP 1 case here took 12 s of the suite and found nothing that one did not)
 CASES = [
     pytest.param(1, 1, 2, 256, 688, 8, 4, 1000, "fp32", 2, id="1-rank"),
     pytest.param(2, 1, 2, 256, 688, 8, 4, 1000, "bf16", 2, id="dp2-fully-parallel"),
-    pytest.param(2, 2, 2, 256, 688, 8, 4, 1000, "bf16", 2, id="tp2"),
 ]
 
 

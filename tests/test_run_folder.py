@@ -169,4 +169,4 @@ def test_hydras_own_keys_and_a_tier_typo(tmp_path):
     r = dlio(["plan", *ONE, "++workload.tiers=[{storage_type: local_fs, storage_root: far, keep_lst: 1}]"], tmp_path)
     assert r.returncode == 2, r.stderr
     assert "workload.tiers[0].keep_lst=1: unknown key (did you mean 'keep_last'?); allowed keys here: keep_last, " \
-           "storage_options, storage_root, storage_type" in r.stderr
+           "replicas, replication, scope, storage_options, storage_root, storage_type" in r.stderr
