@@ -531,11 +531,10 @@ class Workload(Section):
         if self.storages[ck.read_tier].scope != "node":
             raise ConfigError("workload.restore.lost_hosts", lost, f"needs a node-scoped read tier: "
                               f"{tier_key(ck.read_tier)} is shared, and every host reads it alike")
-        simulated = self.hosts.simulate
-        if simulated and (beyond := [h for h in lost if h >= simulated]):
-            raise ConfigError("workload.restore.lost_hosts", lost, f"host {beyond[0]} is not one of the "
-                              f"{simulated} pretend hosts (0..{simulated - 1})")
-        hosts = hosts or simulated  # 0: not known before the run (real hosts), checked again once placed
+        hosts = hosts or self.hosts.simulate  # 0: not known before the run (real hosts), checked again once placed
+        if hosts and (beyond := [h for h in lost if h >= hosts]):
+            raise ConfigError("workload.restore.lost_hosts", lost, f"host {beyond[0]} is not one of the job's "
+                              f"{hosts} hosts (0..{hosts - 1}, in the order of their first rank)")
         for k in range(ck.read_tier + 1, len(self.storages)):
             st = self.storages[k]
             if st.scope == "shared" or st.scope == "peer" and (not hosts or all(

@@ -55,7 +55,7 @@ def preflight(ctx: RunContext) -> None:
                           f"checkpoint.layout={ck.layout} has rank 0 write {names} once for every rank to read, "
                           "and a node or peer tier would hold it on one host alone (not supported yet): scope shared")
     if ctx.workload.restore.lost_hosts:  # now that the hosts are known: every lost host's part is held somewhere
-        ctx.workload.lost_source(len(ctx.placement.hosts))
+        lost_source(ctx)
     _check_io_buffers(ctx)
     if ck.async_save and ck.staging == "real":
         _check_staging_memory(ctx)
@@ -94,10 +94,15 @@ def lost(ctx: RunContext) -> bool:
     return ctx.placement.host_index in ctx.workload.restore.lost_hosts
 
 
+def lost_source(ctx: RunContext) -> int:
+    """The tier lost hosts read (config.Workload.lost_source, now that the hosts are known)."""
+    return ctx.workload.lost_source(len(ctx.placement.hosts))
+
+
 def read_tier(ctx: RunContext) -> int:
     """Where this process reads: its host's copy of the read tier, or for a lost host the shared tier
     below it that holds every host's share."""
-    return ctx.workload.lost_source() if lost(ctx) else ctx.ck.read_tier
+    return lost_source(ctx) if lost(ctx) else ctx.ck.read_tier
 
 
 def _check_step(ctx: RunContext, files: dict[str, int], host_files: dict[str, int], step: int,
@@ -111,7 +116,7 @@ def _check_step(ctx: RunContext, files: dict[str, int], host_files: dict[str, in
         key = ctx.on_root_io(lambda: check_manifest(ctx, files, step, run_key, t))
     lost_hosts = ctx.workload.restore.lost_hosts
     if lost_hosts:
-        source, place = ctx.workload.lost_source(len(ctx.placement.hosts)), ctx.placement
+        source, place = lost_source(ctx), ctx.placement
         st = ctx.workload.storages[source]
         if st.scope == "peer":  # each host that keeps a lost host's part: its peer copy, all it keeps
             keeps = place.host_index in {holder(len(place.hosts), h, st.replicas, st.replication, lost_hosts)
@@ -177,7 +182,7 @@ def _lost_shares(ctx: RunContext, run: EmulatedRun) -> LostShares | None:
     """With lost hosts restored from a peer tier: who sends whom their part (None otherwise)."""
     if not ctx.workload.restore.lost_hosts:
         return None
-    tier = ctx.workload.lost_source(len(ctx.placement.hosts))
+    tier = lost_source(ctx)
     if ctx.workload.storages[tier].scope != "peer":
         return None
     return LostShares(ctx, tier, lambda step, backend, p: run.restore_reads(step, backend, _read_plans(ctx, p))[0])
@@ -308,7 +313,7 @@ def run(ctx: RunContext) -> dict[str, Any] | None:
     def describe(tries: list[dict[str, int]]) -> dict[str, Any]:
         restart_reads = [ck.read_tier]  # a step is restorable once durable on every tier a restart reads
         if ctx.workload.restore.lost_hosts:
-            restart_reads = sorted({ck.read_tier, ctx.workload.lost_source(len(ctx.placement.hosts))})
+            restart_reads = sorted({ck.read_tier, lost_source(ctx)})
         asked = {"goodput": {"mtbf_hours": ck.mtbf_hours, "interval_seconds": ck.time_between_checkpoints,
                              "tiers": restart_reads}} if ck.mtbf_hours else {}
         staged = [sum(shard_bytes(ctx, p)) for p in range(comm.size)]

@@ -1,7 +1,7 @@
-"""Hosts on one machine (``workload.hosts.simulate``), node and peer tiers: each pretend host checks,
-marks and cleans its own copy and keeps a peer's; a restore that declares hosts lost gets their parts
-from a peer over MPI, or from the shared tier where no peer still holds them, while the others read
-their own copy; what cannot work is refused before anything is written."""
+"""Hosts on one machine (pretend hosts made of namespaces, or ``workload.hosts.simulate``), node and
+peer tiers: each pretend host checks, marks and cleans its own copy and keeps a peer's; a restore that
+declares hosts lost gets their parts from a peer over MPI, or from the shared tier where no peer still
+holds them, while the others read their own copy; what cannot work is refused before anything is written."""
 
 from __future__ import annotations
 
@@ -9,13 +9,16 @@ import json
 import os
 import shutil
 import signal
+import subprocess
+import sys
 import time
 import uuid
 from pathlib import Path
 
 import pytest
 
-from .conftest import dlio, load
+from .conftest import MPIEXEC, REPO, dlio, load
+from .servers import unavailable
 from .test_tiers import s3_tier
 
 pytestmark = pytest.mark.mpi
@@ -28,51 +31,74 @@ def marker(folder, step: str) -> dict:
     return json.loads((folder / f"{step}.manifest.json").read_text())
 
 
+def namespaced(args: list[str], cwd: Path, hosts: int, node_paths: list[Path], env: dict,
+               timeout: float = 240) -> subprocess.CompletedProcess:
+    """``python -m dlio_ckpt ARGS`` on ``hosts`` pretend hosts made of namespaces (scripts/pretend_host):
+    one process each, host names host0, host1, ..., each host with its own copy of ``node_paths``
+    (kept under ``cwd/hosts/<host>/<path>``). The run sees real hosts: no hosts.simulate."""
+    if subprocess.run(["unshare", "--uts", "--mount", "true"], capture_output=True).returncode:
+        unavailable("unshare with UTS and mount namespaces (root)")
+    cmd = [str(MPIEXEC), "-launcher", "ssh", "-launcher-exec", str(REPO / "scripts" / "pretend_host"),
+           "-hosts", ",".join(f"host{h}" for h in range(hosts)), "-n", str(hosts), sys.executable, "-m", "dlio_ckpt",
+           *args]
+    return subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=timeout, env={
+        **os.environ, **env, "PYTHONPATH": str(REPO), "DLIO_PRETEND_HOSTS_DIR": str(cwd / "hosts"),
+        "DLIO_PRETEND_NODE_PATHS": " ".join(str(p) for p in node_paths)})
+
+
 def test_four_hosts_node_peer_and_s3_tiers_and_lost_hosts_restored_from_a_peer_then_from_s3(tmp_path, s3_server,
                                                                                           monkeypatch):
-    """The issue's run: 4 pretend hosts write their node tier, replicate it to a peer (ring, 1 replica)
-    over MPI and drain it to S3; a restore that loses host 2 gets its part from host 3's peer copy,
-    the others read their own; a later read-only restore that loses hosts 2 and 3 (2's only keeper)
-    reads both from S3. Every byte read is verified."""
+    """The issue's run, on 4 pretend hosts made of namespaces (each its own host name and its own node and
+    peer folders at the same paths, as on a cluster; placed by name like real hosts): each host writes its
+    node tier, replicates it to a peer (ring, 1 replica) over MPI and drains it to S3; a restore that
+    loses host 2 gets its part from host 3's peer copy, the others read their own; a later read-only
+    restore that loses hosts 2 and 3 (2's only keeper) reads both from S3. Every byte read is verified."""
     for key, value in s3_server.env.items():
         monkeypatch.setenv(key, value)
     prefix = f"hosts-{time.monotonic_ns()}"
-    tiers = s3_tier(s3_server, prefix).replace("[{", "[{storage_type: local_fs, storage_root: peer, scope: peer}, {")
-    r = dlio([*HOSTS, "++hydra.run.dir=run", "++workload.checkpoint.num_checkpoints_write=2",
-              "++workload.checkpoint.num_checkpoints_read=2", "++workload.checkpoint.async_save=True",
-              "++workload.checkpoint.time_between_checkpoints=0.2", tiers, "++workload.restore.lost_hosts=[2]",
-              "++workload.checkpoint.mtbf_hours=1"],
-             tmp_path, nprocs=4, timeout=240, env=s3_server.env)
+    node, peer = tmp_path / "node", tmp_path / "peer"
+    peer_tier = f"{{storage_type: local_fs, storage_root: '{peer}', scope: peer}}"
+    tiers = s3_tier(s3_server, prefix).replace("[{", f"[{peer_tier}, {{")
+    common = ["workload=tiny", "++workload.checkpoint.checkpoint_folder=ck", f"++workload.storage.storage_root={node}",
+              "++workload.storage.scope=node", tiers]
+    r = namespaced([*common, "++hydra.run.dir=run", "++workload.checkpoint.num_checkpoints_write=2",
+                    "++workload.checkpoint.num_checkpoints_read=2", "++workload.checkpoint.async_save=True",
+                    "++workload.checkpoint.time_between_checkpoints=0.2", "++workload.restore.lost_hosts=[2]",
+                    "++workload.checkpoint.mtbf_hours=1"], tmp_path, 4, [node, peer], s3_server.env)
     assert r.returncode == 0, r.stderr
     summary = load(tmp_path / "run" / "summary.json")
+    assert summary["num_hosts"] == 4 and "placement" not in summary["io"]  # real host names, one process each
     from dlio_ckpt.backends import get_backend
 
     s3 = get_backend("s3", f"{s3_server.bucket}/{prefix}", {"endpoint_url": s3_server.endpoint})
     every = json.loads(s3.get_small(s3.join("ck", f"{STEPS[0]}.manifest.json")))["files"]
+
+    def own(h: int, path: Path) -> Path:  # host h's copy of a node-local path
+        return tmp_path / "hosts" / f"host{h}" / path.relative_to("/") / "ck"
     parts = {}
-    for h in range(4):  # each pretend host's own copy: its processes' files and its own marker
-        folder = tmp_path / "node" / f"simhost{h}" / "ck"
+    for h in range(4):  # each host's own copy: its processes' files and its own marker
+        folder = own(h, node)
         for step in STEPS:
             m = marker(folder, step)
-            assert m["host"] == f"simhost{h}" and m["step"] == int(step[-1])
+            assert m["host"] == f"host{h}" and m["step"] == int(step[-1])
             assert sorted(p.name for p in (folder / step).iterdir()) == sorted(m["files"])
             assert all((folder / step / n).stat().st_size == size for n, size in m["files"].items())
         parts[h] = marker(folder, STEPS[0])["files"]
     assert {n: s for part in parts.values() for n, s in part.items()} == every  # the parts make the whole
+    assert not (node / "ck").exists()  # nothing landed in the path outside the hosts' namespaces
     for h in range(4):  # the ring: host h keeps host h-1's part, byte for byte the same files
-        folder = tmp_path / "peer" / f"simhost{h}" / "ck"
+        folder = own(h, peer)
         for step in STEPS:
             m = marker(folder, step)
-            assert m["holds"] == [f"simhost{(h - 1) % 4}"] and m["files"] == parts[(h - 1) % 4] and m["tier"] == 1
+            assert m["holds"] == [f"host{(h - 1) % 4}"] and m["files"] == parts[(h - 1) % 4] and m["tier"] == 1
             assert sorted(p.name for p in (folder / step).iterdir()) == sorted(parts[(h - 1) % 4])
     for step in STEPS:  # and every file of each step is on S3 under its tier's marker
         assert sorted(s3.list_names(s3.join("ck", step))) == sorted(every)
     assert [(t["tier"], t["steps_durable"]) for t in summary["io"]["tiers"]] == [(0, [1, 2]), (1, [1, 2]),
                                                                                   (2, [1, 2])]
-    assert summary["io"]["placement"]["hosts"] == {f"simhost{h}": [h] for h in range(4)}
     sources = {s["tier"]: s for s in summary["restore_sources"]}
-    assert sources[1]["hosts"] == ["simhost2"] and sources[1]["bytes"] == 2 * sum(parts[2].values())
-    assert sources[0]["hosts"] == ["simhost0", "simhost1", "simhost3"]
+    assert sources[1]["hosts"] == ["host2"] and sources[1]["bytes"] == 2 * sum(parts[2].values())
+    assert sources[0]["hosts"] == ["host0", "host1", "host3"]
     assert sources[0]["bytes"] == 2 * sum(sum(parts[h].values()) for h in (0, 1, 3))
     assert summary["io"]["verified"] is True
     # goodput: a restart that loses a host reads the node tier and the peer tier: durable once on both
@@ -80,12 +106,12 @@ def test_four_hosts_node_peer_and_s3_tiers_and_lost_hosts_restored_from_a_peer_t
     on_peer = summary["metric"]["save_checkpoint_time_to_durable_tier1_mean_seconds"]
     assert summary["goodput"]["time_to_durable_seconds"] == pytest.approx(on_peer)
 
-    r = dlio([*HOSTS, "++hydra.run.dir=again", "++workload.checkpoint.num_checkpoints_write=0",
-              "++workload.checkpoint.num_checkpoints_read=1", tiers, "++workload.restore.lost_hosts=[2,3]"],
-             tmp_path, nprocs=4, timeout=240, env=s3_server.env)
+    r = namespaced([*common, "++hydra.run.dir=again", "++workload.checkpoint.num_checkpoints_write=0",
+                    "++workload.checkpoint.num_checkpoints_read=1", "++workload.restore.lost_hosts=[2,3]"],
+                   tmp_path, 4, [node, peer], s3_server.env)
     assert r.returncode == 0, r.stderr
     sources = {s["tier"]: s for s in load(tmp_path / "again" / "summary.json")["restore_sources"]}
-    assert sources[2]["hosts"] == ["simhost2", "simhost3"] and sources[0]["hosts"] == ["simhost0", "simhost1"]
+    assert sources[2]["hosts"] == ["host2", "host3"] and sources[0]["hosts"] == ["host0", "host1"]
     assert sources[2]["bytes"] == sum(parts[2].values()) + sum(parts[3].values())
 
 
