@@ -203,3 +203,16 @@ def test_plan_what_if_with_a_peer_tier_replicates_over_the_interconnect(tmp_path
     assert g["load_seconds"] == pytest.approx(max(g["checkpoint_bytes"] / 2e9, part / 0.5e9))
     r = dlio(args[:-2], tmp_path)  # no peer tier to replicate to
     assert r.returncode == 2 and "--interconnect-bandwidth='0.5GB/s': needs a peer tier" in r.stderr, r.stderr
+
+
+def test_ring_and_clique_partners_and_who_keeps_a_lost_hosts_part():
+    """Ring: host h keeps h-1..h-R. Clique (NVIDIA resiliency extension's, jump one host): groups of R+1
+    consecutive hosts, each keeping the others'. A lost host's part comes from its first keeper still there."""
+    from dlio_ckpt.placement import holder, partners
+
+    assert [partners(4, h, 1, "ring").receive_from for h in range(4)] == [(3,), (0,), (1,), (2,)]
+    assert [partners(4, h, 2, "ring").send_to for h in range(4)] == [(1, 2), (2, 3), (3, 0), (0, 1)]
+    assert [partners(4, h, 1, "clique").receive_from for h in range(4)] == [(1,), (0,), (3,), (2,)]
+    assert sorted(partners(6, 4, 2, "clique").send_to) == [3, 5]  # host 4's clique: hosts 3, 4, 5
+    assert holder(4, 2, 1, "ring", [2]) == 3 and holder(4, 2, 1, "ring", [2, 3]) is None
+    assert holder(4, 2, 2, "ring", [2, 3]) == 0 and holder(4, 2, 1, "clique", [2]) == 3
