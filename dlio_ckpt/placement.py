@@ -1,11 +1,12 @@
 """Which host each process is on, and so who acts for a host: the checks, markers and clean-up of a
-node-scoped tier are each host's own (its acting rank: the host's lowest), where a shared tier's are
-rank 0's alone.
+node or peer tier are each host's own (its acting rank: the host's lowest), where a shared tier's are
+rank 0's alone; and on a peer tier, which hosts keep each host's part (ring or clique).
 
 Why apart from the communicator: the same run is placed on real hosts (every process says its host
-name) or on pretend ones (``workload.hosts.simulate``: the processes in N blocks of equal size), and
-nothing downstream may tell the difference, so that what a test checks on one machine is what runs
-under ``mpiexec -f hostfile`` or Slurm.
+name; ``scripts/pretend_host`` makes such hosts of namespaces on one machine) or on pretend ones
+(``workload.hosts.simulate``: the processes in N blocks of equal size), and nothing downstream tells
+the difference but a pretend host's node folder, so that what a test checks on one machine is what
+runs under ``mpiexec -f hostfile`` or Slurm.
 """
 
 from __future__ import annotations
