@@ -19,7 +19,6 @@ from .context import RunContext
 from .engine import Engine, FileTask, IOOptions
 from .errors import ConfigError
 from .formats import Format
-from .placement import partners
 from .planner import RankPlan
 from .restore import RankReads
 from .steps import manifest_path, step_name
@@ -72,8 +71,7 @@ def expected_files(ctx: RunContext, fmt: Format, processes: list[int] | None = N
 def held_hosts(ctx: RunContext, k: int) -> list[str]:
     """The hosts whose parts this host keeps on peer tier ``k``."""
     st, place = ctx.workload.storages[k], ctx.placement
-    return [place.hosts[h] for h in partners(len(place.hosts), place.host_index, st.replicas,
-                                             st.replication).receive_from]
+    return [place.hosts[h] for h in place.peers(st.replicas, st.replication).receive_from]
 
 
 def held_files(ctx: RunContext, fmt: Format, k: int) -> dict[str, int]:
@@ -90,6 +88,7 @@ class EmulatedRun:
                  host_files: dict[str, int] | None = None) -> None:
         self.ctx, self.fmt, self.run_key, self.files = ctx, fmt, run_key, files
         self.host_files = host_files or {}
+        self._held: dict[int, dict[str, int]] = {}  # peer tier -> what this host keeps of a step (made once)
 
     def tasks(self, step: int, backend: Backend | None = None, plans: list[RankPlan] | None = None,
               coordinator: bool = True) -> list[FileTask]:
@@ -148,8 +147,9 @@ class EmulatedRun:
         if st.scope == "node":
             files, about = self.host_files, {"host": ctx.placement.host}
         elif st.scope == "peer":
-            held = held_hosts(ctx, k)
-            files, about = held_files(ctx, self.fmt, k), {"host": ctx.placement.host, "holds": held}
+            if k not in self._held:  # for pt this formats every file's headers: once per run, not per step
+                self._held[k] = held_files(ctx, self.fmt, k)
+            files, about = self._held[k], {"host": ctx.placement.host, "holds": held_hosts(ctx, k)}
         return {"tool": "dlio_ckpt", "version": __version__, "step": step, "complete": True,
                 "workload": ctx.workload.model.name, "world_size": ctx.world_size, "format": self.fmt.name,
                 "scale": ck.scale, "run_key": self.run_key, "files": files, **({"tier": k} if k else {}), **about}

@@ -13,8 +13,8 @@ drain thread (MPI is started with thread support for this) on a communicator of 
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from .backends.base import Backend, Capabilities, Options
@@ -98,8 +98,7 @@ class _Incoming:
         return n
 
     def close(self) -> None:
-        if not self._done:  # the engine stopped early (a wrong byte): what is still coming is not drained
-            self._done = True
+        """Nothing to release; a file the engine stopped early (a wrong byte) is not drained: the job ends."""
 
 
 class PeerSource:
@@ -127,28 +126,14 @@ class PeerSource:
             raise StorageError(f"{path}: not among the files rank {self._sender} sends ({self._where})")
         return _Incoming(self._link, self._sender, self._tags[name])
 
-    def describe(self) -> dict[str, Any]:
-        return {"from_rank": self._sender, "over": "MPI"}
 
 
 def in_background(fn: Callable[[], int]) -> Callable[[], int]:
     """Run ``fn`` in a thread now; the returned call waits for it and gives its result or raises its error."""
-    box: dict[str, Any] = {}
-
-    def run() -> None:
-        try:
-            box["value"] = fn()
-        except BaseException as exc:  # raised in the waiting thread
-            box["error"] = exc
-    thread = threading.Thread(target=run, name="dlio_ckpt_peer_send", daemon=True)
-    thread.start()
-
-    def wait() -> int:
-        thread.join()
-        if "error" in box:
-            raise box["error"]
-        return box["value"]
-    return wait
+    pool = ThreadPoolExecutor(1, "dlio_ckpt_peer_send")
+    future = pool.submit(fn)
+    pool.shutdown(wait=False)
+    return future.result
 
 
 class LostShares:

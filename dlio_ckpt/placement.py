@@ -58,6 +58,10 @@ class Placement:
         hosts: there each host's own storage is its copy)."""
         return self.host if self.simulated else None
 
+    def peers(self, replicas: int, replication: str) -> Partners:
+        """This host's partners on a peer tier (by host index)."""
+        return partners(len(self.hosts), self.host_index, replicas, replication)
+
     def describe(self) -> dict[str, object]:
         return {"simulated": self.simulated, "hosts": {h: self.members(h) for h in self.hosts}}
 

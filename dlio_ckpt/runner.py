@@ -100,8 +100,8 @@ def lost_source(ctx: RunContext) -> int:
 
 
 def read_tier(ctx: RunContext) -> int:
-    """Where this process reads: its host's copy of the read tier, or for a lost host the shared tier
-    below it that holds every host's share."""
+    """Where this process reads: its host's copy of the read tier, or for a lost host the peer or shared
+    tier below it that still holds its part (:func:`lost_source`)."""
     return lost_source(ctx) if lost(ctx) else ctx.ck.read_tier
 
 

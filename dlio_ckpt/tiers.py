@@ -31,7 +31,6 @@ from .emulation import EmulatedRun, mine
 from .engine import Engine, IOOptions
 from .errors import DlioCkptError, StorageError, VerifyError
 from .peers import PeerLink, PeerSource, in_background, partner_rank, send_files
-from .placement import partners
 from .preparation import tier_backend
 from .results import OpRecord, ProcessCost
 from .steps import manifest_path, remove_step, step_name
@@ -142,7 +141,7 @@ class Drain:
         ctx, st, place = self.ctx, self.ctx.workload.storages[k], self.ctx.placement
         folder = (ctx.ck.checkpoint_folder, step_name(step))
         own = [t.path for t in self.run.tasks(step, source)]
-        ways = partners(len(place.hosts), place.host_index, st.replicas, st.replication)
+        ways = place.peers(st.replicas, st.replication)
         start, t0, cost, nbytes, files, times = time.time(), time.perf_counter(), ProcessCost.now(), 0, 0, ()
         with ctx.watch():
             target.makedirs(target.join(*folder))
@@ -233,11 +232,10 @@ class Tiers:
         for step, k in sorted(everywhere - self._settled):
             if step not in self.marked[k - 1]:
                 continue  # not marked above yet: marked at a later settle
-            body = json.dumps(self.run.manifest(step, k)).encode()  # a node tier's: this host's part
             target = self.ctx.tiers[k]
-            with self._on_tier(f"marker of step {step}", k):
-                self.ctx.on_tier_io(k, lambda t=target, s=step, b=body: t.put_small(
-                    manifest_path(t, self.ctx.ck.checkpoint_folder, s), b))
+            with self._on_tier(f"marker of step {step}", k):  # made by the acting rank (a node tier's: its part)
+                self.ctx.on_tier_io(k, lambda t=target, s=step, k=k: t.put_small(
+                    manifest_path(t, self.ctx.ck.checkpoint_folder, s), json.dumps(self.run.manifest(s, k)).encode()))
             self.marked[k].append(step)
             self._settled.add((step, k))
             self.records.append(self.drain.done[(step, k)])

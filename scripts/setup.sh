@@ -3,7 +3,9 @@
 # tune's yardstick, strace for the tests that watch the reference presets' system calls).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-missing=$(for tool in fio strace; do command -v "$tool" >/dev/null || echo "$tool"; done)
+# and util-linux's unshare and mount, hostname: scripts/pretend_host, which the hosts tests launch through
+missing=$(for pair in fio:fio strace:strace unshare:util-linux mount:mount hostname:hostname; do
+  command -v "${pair%%:*}" >/dev/null || echo "${pair#*:}"; done)
 if command -v apt-get >/dev/null && [ -n "$missing" ]; then
   # shellcheck disable=SC2086
   (apt-get update -qq && apt-get install -y -qq $missing >/dev/null) || echo "note: not installed: $missing"
