@@ -41,7 +41,7 @@ from ..formats import Format, Segment, file_size
 from ..formats.pt import archive, tensor_pickle
 from ..model import DATATYPE_BYTES, TransformerShape
 from ..moe import MoeShape
-from ..planner import CoordinatorFile, Item, ItemFile, Plan, PlannedFile, RankPlan
+from ..planner import CoordinatorFile, Item, ItemFile, Plan, PlannedFile, RankPlan, shrink_shape
 from ..restore import Restore
 from . import dcp_moe, dcp_restore
 from .dcp_metadata import Tensor, fsdp_chunk, metadata_size
@@ -102,15 +102,26 @@ class DcpLayout:
 
     def params(self) -> list[tuple[str, tuple[int, ...], str]]:
         """The model's state dict: (name, shape, kind), kind "param", "experts" or "buffer" (no optimizer
-        state); ``checkpoint.scale`` shrinks dim 0, an expert tensor's last dimension (its experts stay whole)."""
+        state); ``checkpoint.scale`` makes each a miniature (:func:`~dlio_ckpt.planner.shrink_shape`) whose
+        chunks over the ranks keep the full size's proportions: dim 0, which FSDP2 chunks over the world, in
+        multiples of the world size (whole where the world does not divide it), routed experts' dim 0 whole
+        (each EP rank keeps its experts) and their dim 1 in multiples of the ranks that split it."""
         if isinstance(self.shape, MoeShape):
             listed = dcp_moe.torchtitan_params(self.shape)
         else:
             listed = [(name, shape, "param") for name, shape in self.shape.named_shapes()]
         if self.scale == 1.0:
             return listed
-        return [(name, (*shape[:-1], max(1, int(shape[-1] * self.scale))) if kind == "experts"
-                 else (max(1, int(shape[0] * self.scale)), *shape[1:]), kind) for name, shape, kind in listed]
+        return [(name, shrink_shape(shape, self.scale, self._units(shape, kind)), kind) for name, shape, kind in listed]
+
+    def _units(self, shape: tuple[int, ...], kind: str) -> tuple[int, ...]:
+        """What each dimension of a full-size tensor must stay a multiple of when scaled (0: whole)."""
+        if kind == "experts":
+            split = self.placed(shape, kind)[1]
+            return (0, split[1] if split else 1, *([1] * (len(shape) - 2)))
+        if kind == "buffer":
+            return (1,) * len(shape)
+        return (self.world_size, *([1] * (len(shape) - 1)))
 
     def placed(self, shape: tuple[int, ...], kind: str) -> tuple[bool, tuple[int, int] | None]:
         """Sharded or replicated, and for routed experts whether FSDP2 splits their rows (torchtitan's Shard(1),

@@ -52,6 +52,7 @@ from .megatron_files import (
     Shard,
     check_stages,
     layer_stages,
+    miniature,
     not_split_by,
     plan_of,
     rank_of,
@@ -128,35 +129,33 @@ class MegatronLayout:
             problems.append("the chunks written are not the tensors' chunks")
         return problems
 
-    def cols(self, n: int) -> int:
-        """``checkpoint.scale`` shrinks each tensor's last dimension (kept a multiple of the save's TP: a load
-        at another TP reads the widths saved)."""
-        if self.scale == 1.0:
-            return n
+    def weights(self) -> list[tuple[str, tuple[int, ...], str, bool]]:
+        """Every weight as saved: (key, shape, cut over TP ranks, stacked over the layers), each a miniature of
+        the full size's at ``checkpoint.scale`` (:func:`.megatron_files.miniature`)."""
+        s = self.shape
+        h, f, v, q = s.hidden_size, s.ffn_hidden_size, s.vocab_size, s.hidden_size + 2 * s.kv_dim
+        listed = [("embedding.word_embeddings.weight", (v, h), "rows", False),
+                  ("decoder.layers.self_attention.linear_proj.weight", (h, h), "cols", True),
+                  ("decoder.layers.self_attention.linear_qkv.weight", (q, h), "rows", True),
+                  ("decoder.layers.mlp.linear_fc1.weight", (2 * f, h), "halves", True),
+                  ("decoder.layers.mlp.linear_fc2.weight", (h, f), "cols", True),
+                  ("decoder.layers.self_attention.linear_qkv.layer_norm_weight", (h,), "whole", True),
+                  ("decoder.layers.mlp.linear_fc1.layer_norm_weight", (h,), "whole", True),
+                  ("decoder.final_layernorm.weight", (h,), "whole", False),
+                  ("output_layer.weight", (v, h), "rows", False)]
         tp = self.widths_tensor or self.tensor
-        return max(tp, int(n * self.scale) // tp * tp)
+        return [(key, miniature(shape, cut, self.scale, tp), cut, stacked) for key, shape, cut, stacked in listed]
 
     def tensors(self) -> list[Chunked]:
         """Every weight with its chunks over (tensor-parallel rank, layer), then the optimizer's three
         fp32 copies of each, chunked alike."""
-        s, t, c = self.shape, self.tensor, self.cols
-        h, f, v, q, n = c(s.hidden_size), s.ffn_hidden_size, s.vocab_size, s.hidden_size + 2 * s.kv_dim, s.num_layers
-        rows = tuple(chunk for chunk, _ in tp_cuts((v, h), "rows", t))
-        out = [Chunked("embedding.word_embeddings.weight", (v, h), rows)]
-        per_layer = {  # name: (one layer's shape, its cut over TP ranks)
-            "self_attention.linear_proj.weight": ((s.hidden_size, h), "cols"),
-            "self_attention.linear_qkv.weight": ((q, h), "rows"),
-            "mlp.linear_fc1.weight": ((2 * f, h), "halves"),
-            "mlp.linear_fc2.weight": ((s.hidden_size, c(f)), "cols"),
-            "self_attention.linear_qkv.layer_norm_weight": ((h,), "whole"),
-            "mlp.linear_fc1.layer_norm_weight": ((h,), "whole"),
-        }
-        for name, (shape, cut) in per_layer.items():
+        t, n = self.tensor, self.shape.num_layers
+        out = []
+        for key, shape, cut, stacked in self.weights():
             chunks = [chunk for chunk, _ in tp_cuts(shape, cut, t)]
-            out.append(Chunked(f"decoder.layers.{name}", (n, *shape),
-                               tuple(((layer, *off), (1, *size)) for layer in range(n) for off, size in chunks)))
-        out.append(Chunked("decoder.final_layernorm.weight", (h,), (((0,), (h,)),)))
-        out.append(Chunked("output_layer.weight", (v, h), rows))
+            out.append(Chunked(key, (n, *shape), tuple(((layer, *off), (1, *size)) for layer in range(n)
+                                                       for off, size in chunks)) if stacked else
+                       Chunked(key, shape, tuple(chunks)))
         weights = list(out)
         for state in ("param", "exp_avg", "exp_avg_sq"):
             out += [Chunked(f"optimizer.state.{state}.{w.fqn}", w.shape, w.chunks) for w in weights]

@@ -7,10 +7,11 @@ from __future__ import annotations
 
 import pickle
 from collections.abc import Iterable, Iterator
+from dataclasses import replace
 from typing import NamedTuple, Protocol, cast
 
 from ..errors import ConfigError
-from ..planner import CoordinatorFile, Item, ItemFile, LayoutFacts, Plan, RankPlan
+from ..planner import CoordinatorFile, Item, ItemFile, LayoutFacts, Plan, RankPlan, shrink_shape
 from .dcp import _split, item_size
 from .dcp_metadata import Chunked, listed_metadata_size
 
@@ -41,6 +42,7 @@ class MegatronPlanning(Protocol):
     data: int
     files_per_rank: int
     common_pt_bytes: int
+    scale: float
 
     def tensors(self) -> list[Chunked]: ...
 
@@ -82,6 +84,18 @@ def not_split_by(transformer: object, tensor: int) -> tuple[str, int] | None:
         if getattr(transformer, name) % tensor:
             return name, getattr(transformer, name)
     return None
+
+
+def miniature(shape: tuple[int, ...], cut: str, scale: float, tensor: int, expert_tensor: int = 1) -> tuple[int, ...]:
+    """A weight's shape at ``checkpoint.scale`` (:func:`~dlio_ckpt.planner.shrink_shape`): its elements by the
+    scale, each dimension its cut splits kept a multiple of the ranks splitting it (``tensor``: the save's TP,
+    which a load at another TP reads), an expert tensor's experts whole. Why each weight on its own: shrinking a
+    model's widths (hidden, ffn) alone rounded them to TP's multiples apart and left the stages holding the
+    embedding off by percents; weights shrunk one by one each come within a rounding of their last dimension."""
+    units = {"whole": (1,) * len(shape), "bias": (1,) * len(shape), "rows": (tensor, 1), "cols": (1, tensor),
+             "halves": (2 * tensor, 1), "experts_fc1": (0, 2 * expert_tensor, 1),
+             "experts_fc2": (0, 1, expert_tensor)}[cut]
+    return shrink_shape(shape, scale, units)
 
 
 def tp_cuts(shape: tuple[int, ...], cut: str, tensor: int) -> list[tuple[Chunk, int]]:
@@ -143,15 +157,20 @@ def in_plan_order(lay: MegatronPlanning, items: list[Item], tp: int, pp: int) ->
 
 
 def plan_of(lay: MegatronPlanning) -> Plan:
-    """Every rank's files from the layout's shards and objects, and rank 0's three small files."""
-    per_rank = spread(lay, lay.shards())
-    for item, rank in lay.objects():
+    """Every rank's files from the layout's shards and objects, and rank 0's three small files. A scaled
+    layout's items go where the full size's go (the fully parallel save and the split into files weigh items
+    by their bytes, which shrinking moves a little): each rank and file holds the same items at any scale."""
+    full = replace(lay, scale=1.0) if lay.scale != 1.0 else lay  # type: ignore[type-var]
+    shards = list(full.shards())
+    scaled = {id(f.item): s.item for f, s in zip(shards, lay.shards(), strict=True)} if full is not lay else {}
+    per_rank = spread(full, shards)
+    for item, rank in full.objects():
         per_rank[rank].append(item)
     ranks, listed = [], []
     for r in range(lay.world_size):
         tp, rest = r % lay.tensor, r // lay.tensor
-        items = in_plan_order(lay, per_rank[r], tp, rest // lay.data)
-        buckets = [tuple(b) for b in _split(items, lay.files_per_rank)]
+        items = in_plan_order(full, per_rank[r], tp, rest // lay.data)
+        buckets = [tuple(scaled.get(id(i), i) for i in b) for b in _split(items, lay.files_per_rank)]
         files = tuple(ItemFile(f"__{r}_{k}", b, sum(i.nbytes for i in b), sum(item_size(i) for i in b))
                       for k, b in enumerate(buckets) if b)
         ranks.append(RankPlan(r, tp, rest // lay.data, rest % lay.data, 0, files))

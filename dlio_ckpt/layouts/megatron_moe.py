@@ -38,7 +38,7 @@ from ..errors import ConfigError
 from ..moe import MoeShape
 from ..planner import Item, ItemFile, Plan
 from .dcp_metadata import Chunked
-from .megatron_files import EXTRA_STATE, FILES_PER_RANK, Chunk, Shard, layer_stages, rank_of, tp_cuts
+from .megatron_files import EXTRA_STATE, FILES_PER_RANK, Chunk, Shard, layer_stages, miniature, rank_of, tp_cuts
 
 if TYPE_CHECKING:
     from ..config import Workload
@@ -135,63 +135,67 @@ class MegatronMoeLayout:
                 f"distributed optimizer (fp32 parameters, {self.moments_dtype} moments); {self.files_per_rank} files "
                 "per rank, .metadata, common.pt, metadata.json")
 
-    def last(self, n: int, divisor: int = 1) -> int:
-        """``checkpoint.scale`` shrinks a tensor's last dimension, kept a multiple of what splits it."""
-        return n if self.scale == 1.0 else max(divisor, int(n * self.scale) // divisor * divisor)
+    def sized(self, shape: tuple[int, ...], cut: str) -> tuple[int, ...]:
+        """A weight's shape at ``checkpoint.scale`` (:func:`.megatron_files.miniature`)."""
+        return miniature(shape, cut, self.scale, self.tensor, self.expert_tensor)
 
     # -- the tensors of one block, as (key, shape, how it is cut) ---------------------------------------------
     def block(self, moe: bool, fused_norms: bool = True) -> list[tuple[str, tuple[int, ...], str]]:
+        """A block's tensors, each a miniature at ``checkpoint.scale`` (see :meth:`full_block`)."""
+        return [(name, self.sized(shape, cut), cut) for name, shape, cut in self.full_block(moe, fused_norms)]
+
+    def full_block(self, moe: bool, fused_norms: bool = True) -> list[tuple[str, tuple[int, ...], str]]:
         """A block's tensors. ``fused_norms``: the decoder's local spec names GQA's norms after the linears they
         precede (``linear_qkv.layer_norm_weight``); the MTP module's block keeps ``input_layernorm`` and
         ``pre_mlp_layernorm``. Cuts: ``whole`` (replicated over TP: TP rank 0's group writes it), ``rows`` and
         ``cols`` (over TP), ``halves`` (fc1: gate and up rows over TP apart), ``bias`` (whole, fp32, no optimizer
         state), ``experts_fc1`` and ``experts_fc2`` (per expert, over expert TP)."""
-        s, t = self.shape, self.tensor
-        h = self.last(s.hidden_size, 1)
+        s = self.shape
+        h = s.hidden_size
         out: list[tuple[str, tuple[int, ...], str]] = []
         if s.attention == "mla":
             n, qk = s.num_attention_heads, s.qk_nope_head_dim + s.qk_rope_head_dim
             out += [("input_layernorm.weight", (h,), "whole"),
-                    ("self_attention.linear_proj.weight", (s.hidden_size, self.last(n * s.v_head_dim, t)), "cols")]
+                    ("self_attention.linear_proj.weight", (s.hidden_size, n * s.v_head_dim), "cols")]
             if s.q_lora_rank:
                 out += [("self_attention.linear_q_down_proj.weight", (s.q_lora_rank, h), "rows"),
-                        ("self_attention.linear_q_up_proj.weight", (n * qk, self.last(s.q_lora_rank)), "rows")]
+                        ("self_attention.linear_q_up_proj.weight", (n * qk, s.q_lora_rank), "rows")]
             else:
                 out.append(("self_attention.linear_q_proj.weight", (n * qk, h), "rows"))
             out += [("self_attention.linear_kv_down_proj.weight", (s.kv_lora_rank + s.qk_rope_head_dim, h), "rows"),
                     ("self_attention.linear_kv_up_proj.weight",
-                     (n * (s.qk_nope_head_dim + s.v_head_dim), self.last(s.kv_lora_rank)), "rows")]
+                     (n * (s.qk_nope_head_dim + s.v_head_dim), s.kv_lora_rank), "rows")]
             if s.q_lora_rank:
-                out.append(("self_attention.q_layernorm.weight", (self.last(s.q_lora_rank),), "whole"))
-            out += [("self_attention.kv_layernorm.weight", (self.last(s.kv_lora_rank),), "whole"),
+                out.append(("self_attention.q_layernorm.weight", (s.q_lora_rank,), "whole"))
+            out += [("self_attention.kv_layernorm.weight", (s.kv_lora_rank,), "whole"),
                     ("pre_mlp_layernorm.weight", (h,), "whole")]
             pre_mlp = []
         else:
             d, n = s.head_dim, s.num_attention_heads
             out += [("self_attention.linear_qkv.layer_norm_weight" if fused_norms else "input_layernorm.weight", (h,),
                      "whole"),
-                    ("self_attention.linear_proj.weight", (s.hidden_size, self.last(n * d, t)), "cols"),
+                    ("self_attention.linear_proj.weight", (s.hidden_size, n * d), "cols"),
                     ("self_attention.linear_qkv.weight", ((n + 2 * s.num_kv_heads) * d, h), "rows")]
             if s.qk_norm:
-                out += [("self_attention.q_layernorm.weight", (self.last(d),), "whole"),
-                        ("self_attention.k_layernorm.weight", (self.last(d),), "whole")]
+                out += [("self_attention.q_layernorm.weight", (d,), "whole"),
+                        ("self_attention.k_layernorm.weight", (d,), "whole")]
             pre_mlp = [("mlp.linear_fc1.layer_norm_weight" if fused_norms else "pre_mlp_layernorm.weight", (h,),
                         "whole")]
         out += pre_mlp
         if not moe:
             f = s.ffn_hidden_size
             return out + [("mlp.linear_fc1.weight", (2 * f, h), "halves"),
-                          ("mlp.linear_fc2.weight", (s.hidden_size, self.last(f, t)), "cols")]
+                          ("mlp.linear_fc2.weight", (s.hidden_size, f), "cols")]
         e, f, fs = s.num_experts, s.expert_ffn_hidden_size, s.expert_ffn_hidden_size * s.num_shared_experts
         out.append(("mlp.router.weight", (e, h), "whole"))
         if s.router_bias:
             out.append(("mlp.router.expert_bias", (e,), "bias"))
         out += [("mlp.experts.experts.linear_fc1.weight", (e, 2 * f, h), "experts_fc1"),
-                ("mlp.experts.experts.linear_fc2.weight", (e, s.hidden_size, self.last(f, self.expert_tensor)),
+                ("mlp.experts.experts.linear_fc2.weight", (e, s.hidden_size, f),
                  "experts_fc2")]
         if fs:
             out += [("mlp.shared_experts.linear_fc1.weight", (2 * fs, h), "halves"),
-                    ("mlp.shared_experts.linear_fc2.weight", (s.hidden_size, self.last(fs, t)), "cols")]
+                    ("mlp.shared_experts.linear_fc2.weight", (s.hidden_size, fs), "cols")]
         return out
 
     def linears(self, moe: bool) -> list[str]:
@@ -258,7 +262,7 @@ class MegatronMoeLayout:
     def _entries(self) -> list[tuple[Chunked, str, list[Placed]]]:
         """Every weight: its listed chunks, its cut, and each chunk's group and holders."""
         s, n, v = self.shape, self.shape.num_layers, self.shape.vocab_size
-        h, last = self.last(s.hidden_size), self.pipeline - 1
+        h, last = s.hidden_size, self.pipeline - 1
         layers: list[tuple[str, tuple[int, ...], str, list[Placed]]] = []
         if self.homogeneous:
             stacked: dict[str, tuple[tuple[int, ...], str, list[Placed]]] = {}
@@ -273,15 +277,18 @@ class MegatronMoeLayout:
         mtp = []
         for k in range(s.mtp_layers):  # the MTP module, on the last stage; its keys are never stacked
             prefix = f"mtp.layers.{k}."
-            parts = [("enorm.weight", (h,), "whole"), ("hnorm.weight", (h,), "whole"),
-                     ("eh_proj.weight", (s.hidden_size, self.last(2 * s.hidden_size)), "rows"),
-                     *((f"transformer_layer.{name}", shape, cut) for name, shape, cut in self.block(True, False)),
-                     ("final_layernorm.weight", (h,), "whole")]
+            ends = [(name, self.sized(shape, cut), cut) for name, shape, cut in (
+                ("enorm.weight", (h,), "whole"), ("hnorm.weight", (h,), "whole"),
+                ("eh_proj.weight", (s.hidden_size, 2 * s.hidden_size), "rows"),
+                ("final_layernorm.weight", (h,), "whole"))]
+            block = [(f"transformer_layer.{name}", shape, cut) for name, shape, cut in self.block(True, False)]
+            parts = [*ends[:3], *block, ends[3]]
             mtp += [(prefix + name, shape, cut, self.place(shape, cut, None, last)) for name, shape, cut in parts]
-        listed = [("embedding.word_embeddings.weight", (v, h), "rows", self.place((v, h), "rows", None, 0)),
+        vh, norm = self.sized((v, h), "rows"), self.sized((h,), "whole")
+        listed = [("embedding.word_embeddings.weight", vh, "rows", self.place(vh, "rows", None, 0)),
                   *layers,
-                  ("decoder.final_layernorm.weight", (h,), "whole", self.place((h,), "whole", None, last)),
-                  ("output_layer.weight", (v, h), "rows", self.place((v, h), "rows", None, last)),
+                  ("decoder.final_layernorm.weight", norm, "whole", self.place(norm, "whole", None, last)),
+                  ("output_layer.weight", vh, "rows", self.place(vh, "rows", None, last)),
                   *mtp]
         return [(Chunked(key, shape, tuple(c for c, _, _ in placed)), cut, placed)
                 for key, shape, cut, placed in listed]

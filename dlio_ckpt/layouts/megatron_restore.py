@@ -51,7 +51,7 @@ class Sharded(Protocol):
     scale: float
     widths_tensor: int | None
 
-    def cols(self, n: int) -> int: ...
+    def weights(self) -> list[tuple[str, tuple[int, ...], str, bool]]: ...
 
     def tensors(self) -> list[Chunked]: ...
     def traversal(self, tp: int, pp: int) -> dict[tuple[str, tuple[int, ...]], int]: ...
@@ -134,10 +134,10 @@ def load_layout(workload: Workload, saved: Any, world: int) -> Sharded:
                           f"({broken[1]}) with checkpoint.layout=megatron")
     load = replace(saved, world_size=world, tensor=tensor, data=world // (tensor * saved.pipeline),
                    widths_tensor=saved.widths_tensor or saved.tensor)
-    for name in ("hidden_size", "ffn_hidden_size"):
-        width = load.cols(getattr(t, name))
+    for key, shape, cut, _ in load.weights():
+        width = {"rows": shape[0], "cols": shape[-1], "halves": shape[0] // 2}.get(cut, 0)
         if width % tensor:
-            raise ConfigError("workload.restore.tensor", tensor, f"must divide model.transformer.{name} as "
+            raise ConfigError("workload.restore.tensor", tensor, f"must divide {key}'s width split over TP as "
                               f"checkpoint.scale={saved.scale} saved it ({width}) with checkpoint.layout=megatron")
     if world % (tensor * saved.pipeline):
         raise ConfigError("workload.restore.world_size", world, f"must be a multiple of tensor x pipeline "
