@@ -564,7 +564,8 @@ class Workload(Section):
                                   f"mode={mode} the framework decides it; leave it out")
         if self.tiers or st.keep_last is not None or ck.read_tier:
             raise ConfigError("workload.tiers" if self.tiers else "workload.storage.keep_last" if st.keep_last
-                              else "workload.checkpoint.read_tier", self.tiers or st.keep_last or ck.read_tier,
+                              else "workload.checkpoint.read_tier",
+                              [t.storage_root for t in self.tiers] or st.keep_last or ck.read_tier,  # no options: keys
                               f"tiers apply to emulated runs only: in mode={mode} the framework saves to one storage")
         if self.restore != Restore():
             raise ConfigError("workload.restore", self.restore.model_dump(exclude_defaults=True),
@@ -765,7 +766,7 @@ def describe_keys(section: str | None = None, more: Iterable[tuple[str, Any, str
 def _kind(ann: Any) -> str:
     if get_origin(ann) is Literal:
         return "one of " + "|".join(str(a) for a in get_args(ann))
-    return getattr(ann, "__name__", None) or str(ann).replace("typing.", "")
+    return getattr(ann, "__name__", None) or str(ann).replace("typing.", "").replace("pydantic.types.", "")
 
 
 def _rule(meta: Any) -> str:

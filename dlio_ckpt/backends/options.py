@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from typing import Literal
 
-from pydantic import AliasChoices, Field, field_validator, model_validator
+from pydantic import AliasChoices, Field, SecretStr, field_validator, model_validator
 
 from .base import Options
 
@@ -53,10 +53,16 @@ class S3Options(ObjectStoreOptions):
         default_factory=lambda: os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL"))
     region: str = Field(default_factory=lambda: os.environ.get("AWS_REGION", os.environ.get(
         "AWS_DEFAULT_REGION", "us-east-1")))
-    access_key_id: str | None = None
-    secret_access_key: str | None = None
-    session_token: str | None = None
-    profile: str | None = None
+    # Secrets are SecretStr: shown as '**********' wherever the options are printed or dumped, and
+    # handed to each client by dlio_ckpt.backends.s3_credentials, never to the environment.
+    access_key_id: str | None = Field(None, description="with secret_access_key: this storage's own keys, "
+                                      "given to its clients alone (default: the AWS chain: AWS_ACCESS_KEY_ID, "
+                                      "AWS_PROFILE, ~/.aws, ...)")
+    secret_access_key: SecretStr | None = Field(None, description="never written to the run folder or the "
+                                                "environment")
+    session_token: SecretStr | None = Field(None, description="temporary keys' token (with the two above)")
+    profile: str | None = Field(None, description="a profile of ~/.aws/config and ~/.aws/credentials "
+                                "(instead of access_key_id and secret_access_key)")
     force_path_style: bool | None = Field(
         None, validation_alias=AliasChoices("force_path_style", "s3_force_path_style"),  # DLIO's name too
         description="default: True when endpoint_url is set")
@@ -77,7 +83,22 @@ class S3Options(ObjectStoreOptions):
     def _keys_in_pairs(self) -> S3Options:
         if (self.access_key_id is None) != (self.secret_access_key is None):
             raise ValueError("access_key_id and secret_access_key must be given together")
+        if self.session_token is not None and self.access_key_id is None:
+            raise ValueError("session_token needs access_key_id and secret_access_key")
+        if self.access_key_id is not None and self.profile is not None:
+            raise ValueError("give either access_key_id and secret_access_key or profile, not both")
         return self
+
+    @field_validator("access_key_id", "secret_access_key", "session_token")
+    @classmethod
+    def _one_word(cls, value: str | SecretStr | None) -> str | SecretStr | None:
+        """AWS keys are printable ASCII without spaces; anything else (a pasted newline, a quote
+        kept by the shell) could only fail later as a signature mismatch, or split the profile the
+        CRT client reads the keys from."""
+        text = value.get_secret_value() if isinstance(value, SecretStr) else value
+        if text is not None and (not text or not all("!" <= c <= "~" for c in text)):
+            raise ValueError("must be printable ASCII without spaces (as AWS keys are)")
+        return value
 
     @field_validator("read_size")
     @classmethod

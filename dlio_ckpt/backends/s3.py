@@ -10,13 +10,14 @@ GETs of our own instead. ``library=botocore`` swaps in botocore behind the same 
 (:mod:`dlio_ckpt.backends.s3_botocore`), which shows every HTTP attempt the CRT would hide.
 
 Credentials come from the usual AWS chain (``AWS_ACCESS_KEY_ID``/``AWS_SECRET_ACCESS_KEY``,
-``AWS_PROFILE``, ...) or from ``storage_options.access_key_id``/``secret_access_key``, which are put
-into this process's environment before the client is built (the CRT reads nowhere else).
+``AWS_PROFILE``, ...), from ``storage_options.profile``, or from ``storage_options.access_key_id``/
+``secret_access_key``/``session_token``, which each client of this storage gets for itself
+(:mod:`dlio_ckpt.backends.s3_credentials` says how, the CRT taking no keys as arguments): never the
+process environment, so children inherit nothing and two S3 tiers may use different keys.
 """
 
 from __future__ import annotations
 
-import os
 from collections import deque
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -30,12 +31,26 @@ from .counting import CountedS3Client
 from .object_store import ObjectStore
 from .options import S3Options
 from .s3_botocore import BotocoreS3Client, BotocoreS3Error
+from .s3_credentials import S3Keys, build_with
 
 CLIENT_ERRORS = (S3Exception, BotocoreS3Error)  # what either client raises for a failed request
 
 _NO_CREDENTIALS = ("no AWS credentials found: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (or "
                    "AWS_PROFILE), or storage_options.access_key_id and secret_access_key")
 
+
+# What S3 answers a key it does not accept: botocore names the error code; the CRT says "Forbidden"
+# and S3's message, whose words for these two codes AWS (and SeaweedFS, MinIO) use alike
+_REFUSED_KEYS = (("InvalidAccessKeyId", "the server knows no such access key: check storage_options.access_key_id "
+                  "(or the AWS chain's key)"),
+                 ("access key ID you provided does not exist", "the server knows no such access key: check "
+                  "storage_options.access_key_id (or the AWS chain's key)"),
+                 ("SignatureDoesNotMatch", "the secret key does not match the access key: check "
+                  "storage_options.secret_access_key (or the AWS chain's)"),
+                 ("signature we calculated does not match", "the secret key does not match the access key: check "
+                  "storage_options.secret_access_key (or the AWS chain's)"),
+                 ("AccessDenied", "access denied: these credentials may not do this on this bucket"),
+                 ("Forbidden", "access denied: these credentials may not do this on this bucket"))
 
 _TRANSIENT = ("aws-c-io", "CONNECTION", "SOCKET", "TIMEOUT", "timed out", "SlowDown", "Throttl",
               "InternalError", "ServiceUnavailable", "503", "500", "REQUEST_HAS_COMPLETED", "dispatch failure")
@@ -52,6 +67,9 @@ def explain(exc: Exception) -> str:
     text = str(exc)
     if "No signing credentials" in text:
         return _NO_CREDENTIALS
+    for code, meaning in _REFUSED_KEYS:
+        if code in text:
+            return f"{meaning} ({text})"
     if "NoSuchKey" in text or "key does not exist" in text.lower():
         return f"no such object ({text})"
     if "CONNECTION_REFUSED" in text:
@@ -193,6 +211,26 @@ class S3Ranged:
         pass
 
 
+_KEYED: type | None = None
+
+
+def _keyed_client_class() -> type:
+    """s3torchconnector's S3Client building its native client with its storage's keys (made on first
+    use: importing s3torchconnector imports torch)."""
+    global _KEYED
+    if _KEYED is None:
+        from s3torchconnector._s3client import S3Client
+
+        class KeyedS3Client(S3Client):
+            _dlio_ckpt_keys: S3Keys | None = None
+
+            def _client_builder(self) -> MountpointS3Client:
+                return build_with(self._dlio_ckpt_keys, lambda _: super(KeyedS3Client, self)._client_builder())
+
+        _KEYED = KeyedS3Client
+    return _KEYED
+
+
 class S3Backend(ObjectStore):
     name = "s3"
     scheme = "s3"
@@ -201,33 +239,51 @@ class S3Backend(ObjectStore):
     def __init__(self, root: str, options: S3Options) -> None:
         super().__init__(root, options)
         o = self.options
-        for var, value in (("AWS_ACCESS_KEY_ID", o.access_key_id), ("AWS_SECRET_ACCESS_KEY", o.secret_access_key),
-                           ("AWS_SESSION_TOKEN", o.session_token)):
-            if value is not None:
-                os.environ[var] = value
+        # this storage's own keys, handed to each of its clients (None: the AWS chain, or o.profile)
+        self.keys = S3Keys(o.access_key_id, o.secret_access_key, o.session_token) \
+            if o.access_key_id is not None and o.secret_access_key is not None else None
         # decided once, here: the CRT, s3fs and the DCP/Lightning clients all take it from this
         self.path_style = o.force_path_style if o.force_path_style is not None else o.endpoint_url is not None
         self.requests = RequestLog()
         self.client: CountedS3Client | BotocoreS3Client
         if o.library == "botocore":
-            self.client = BotocoreS3Client(o, self.path_style, self.requests)
+            self.client = BotocoreS3Client(o, self.path_style, self.requests, self.keys)
         else:
-            self.client = CountedS3Client(MountpointS3Client(
-                region=o.region, endpoint=o.endpoint_url, profile=o.profile, part_size=o.part_size,
+            self.client = CountedS3Client(build_with(self.keys, lambda profile: MountpointS3Client(
+                region=o.region, endpoint=o.endpoint_url, profile=profile, part_size=o.part_size,
                 throughput_target_gbps=o.throughput_target_gbps, force_path_style=self.path_style,
-                max_attempts=o.max_attempts), self.requests, o.part_size)
+                max_attempts=o.max_attempts), o.profile), self.requests, o.part_size)
         self.ahead = ThreadPoolExecutor(o.threads * (o.read_ahead + 1), thread_name_prefix="dlio_ckpt_s3_ahead")
 
     def client_config(self) -> Any:
-        """s3torchconnector's settings, for the framework clients that build their own (DCP, Lightning)."""
+        """s3torchconnector's settings, for the framework clients (DCP, Lightning): with explicit keys
+        it names their private profile, which only a client from :meth:`framework_client` can read."""
         from s3torchconnector import S3ClientConfig
 
         o = self.options
         return S3ClientConfig(throughput_target_gbps=o.throughput_target_gbps, part_size=o.part_size,
-                              force_path_style=self.path_style, max_attempts=o.max_attempts)
+                              force_path_style=self.path_style, max_attempts=o.max_attempts,
+                              profile=self.keys.profile if self.keys else o.profile)
+
+    def framework_client(self, user_agent: Any = None) -> Any:
+        """s3torchconnector's ``S3Client`` for DCP's S3FileSystem and Lightning's S3LightningCheckpoint,
+        configured as this storage (endpoint, path style, part size, attempts, credentials). Why not
+        theirs: they take a region and an S3ClientConfig but no keys, and build their native client
+        lazily, again in a forked child; ours builds it with this storage's keys each time."""
+        from s3torchconnector._s3client import S3Client
+
+        o = self.options
+        if self.keys is None:
+            return S3Client(o.region, endpoint=o.endpoint_url, user_agent=user_agent,
+                            s3client_config=self.client_config())
+        client = _keyed_client_class()(o.region, endpoint=o.endpoint_url, user_agent=user_agent,
+                                       s3client_config=self.client_config())
+        client._dlio_ckpt_keys = self.keys
+        client._client  # noqa: B018 (built now, on this thread, rather than first in a framework's worker)
+        return client
 
     def fsspec_options(self) -> dict[str, Any]:
-        """s3fs's options; credentials come from the AWS chain, which __init__ filled from ours."""
+        """s3fs's options, this storage's keys among them (s3fs takes them as arguments)."""
         o = self.options
         opts: dict[str, Any] = {"client_kwargs": {"region_name": o.region},
                                 "config_kwargs": {"s3": {"addressing_style": "path" if self.path_style else "auto"},
@@ -236,6 +292,8 @@ class S3Backend(ObjectStore):
             opts["endpoint_url"] = o.endpoint_url
         if o.profile:
             opts["profile"] = o.profile
+        if self.keys:
+            opts.update(self.keys.s3fs())
         return opts
 
     def describe(self) -> dict[str, Any]:

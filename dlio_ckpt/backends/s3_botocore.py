@@ -41,6 +41,7 @@ from urllib3.exceptions import ProtocolError
 
 from ..requests import RequestLog, cause_of_error, cause_of_status
 from .options import S3Options
+from .s3_credentials import S3Keys
 
 _KINDS = {"ListObjectsV2": "ListObjects"}  # the rest are named as S3's API names them
 _TOTAL = re.compile(r"/(\d+)$")
@@ -177,11 +178,13 @@ class _Upload:
 class BotocoreS3Client:
     """The calls :class:`~dlio_ckpt.backends.s3.S3Backend` makes, through botocore, every attempt logged."""
 
-    def __init__(self, options: S3Options, path_style: bool, log: RequestLog) -> None:
+    def __init__(self, options: S3Options, path_style: bool, log: RequestLog, keys: S3Keys | None = None) -> None:
+        """``keys``: the storage's own (given to this client alone); None: the AWS chain or ``options.profile``."""
         self.part_size, self.parts_in_flight = options.part_size, options.parts_in_flight
         session = botocore.session.Session(profile=options.profile)
         connections = options.threads * (options.parts_in_flight + 1) * (options.read_ahead + 1)
         self._s3 = session.create_client("s3", region_name=options.region, endpoint_url=options.endpoint_url,
+                                         **(keys.botocore() if keys else {}),
                                          config=Config(
                                              s3={"addressing_style": "path" if path_style else "auto"},
                                              retries={"max_attempts": options.max_attempts, "mode": "standard"},

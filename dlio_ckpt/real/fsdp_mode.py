@@ -185,15 +185,14 @@ def _reader(ctx: RunContext, step: int) -> Any:
 
 
 def _point_at_endpoint(ctx: RunContext, storage: Any, url: str) -> None:
-    """s3torchconnector's DCP classes take a region but no endpoint; give them a client built from
-    our S3 options (endpoint, path style, part size, attempts) through S3FileSystem's own argument."""
-    from s3torchconnector._s3client import S3Client
+    """s3torchconnector's DCP classes take a region but no endpoint or keys; give them a client built
+    from our S3 options (endpoint, path style, part size, attempts, the storage's own keys) through
+    S3FileSystem's own argument."""
     from s3torchconnector.dcp import S3FileSystem
 
-    o = ctx.backend.options
-    client = S3Client(o.region, endpoint=o.endpoint_url, s3client_config=ctx.backend.client_config())
+    client = ctx.backend.framework_client()
     reader_constructor = getattr(storage, "_reader_constructor", None)
-    storage.fs = S3FileSystem(o.region, s3_client=client, reader_constructor=reader_constructor)
+    storage.fs = S3FileSystem(ctx.backend.options.region, s3_client=client, reader_constructor=reader_constructor)
     storage.path = storage.fs.init_path(url)
 
 

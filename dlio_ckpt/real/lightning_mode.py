@@ -97,10 +97,14 @@ class SaveEveryStep(lit.Callback):
 def _checkpoint_io(ctx: RunContext) -> CheckpointIO:
     s = ctx.workload.lightning
     if s.checkpoint_io == "s3":
+        from s3torchconnector._user_agent import UserAgent
         from s3torchconnector.lightning import S3LightningCheckpoint
 
         o = ctx.backend.options
-        return S3LightningCheckpoint(o.region, s3client_config=ctx.backend.client_config(), endpoint=o.endpoint_url)
+        io = S3LightningCheckpoint(o.region, s3client_config=ctx.backend.client_config(), endpoint=o.endpoint_url)
+        # it takes no keys: its client (built lazily, so not yet made) becomes one with the storage's own
+        io._client = ctx.backend.framework_client(UserAgent(["lightning", lit.__version__]))
+        return io
     if s.checkpoint_io == "dataflux":
         from dataflux_pytorch.lightning import DatafluxLightningCheckpoint
 
