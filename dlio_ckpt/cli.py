@@ -21,8 +21,10 @@ from .config import check_world_size, compose
 from .errors import ConfigError, DlioCkptError
 
 USAGE = """\
-dlio_ckpt [plan] workload=NAME [++workload.KEY=VALUE ...] [--config-dir DIR] [--world-size W]
-          [--format json|table]   (--format applies to plan)
+dlio_ckpt workload=NAME [++workload.KEY=VALUE ...] [--config-dir DIR] [--world-size W] [--replace-results]
+dlio_ckpt plan workload=NAME [++workload.KEY=VALUE ...] [--config-dir DIR] --world-size W [--format json|table]
+          [--write-bandwidth B --read-bandwidth B --mtbf-hours H | --read-bandwidth B] [--drain-bandwidth B]
+          [--interconnect-bandwidth B --hosts N]
 dlio_ckpt sweep workload=NAME KEY=v1,v2 KEY2=range(a,b,step) ... [--world-size W1,W2] [--stop-on-failure]
           [--keep-checkpoints]
 dlio_ckpt tune workload=NAME [storage keys] [--max-gib G] [--max-seconds S] [--no-fio] [--world-size W]
@@ -35,8 +37,9 @@ RESULT_COMMANDS = ("diff", "report", "check")
 COMMANDS = """commands:
   (none)       run: write num_checkpoints_write checkpoints, then read back num_checkpoints_read
                (under mpiexec -n N, or alone as a world of one process)
-  plan         the files each rank writes (--world-size W), and with --write-bandwidth, --read-bandwidth
-               and --mtbf-hours what checkpointing costs training; writes nothing
+  plan         the files each rank writes (--world-size W) and, with workload.restore.* set, what each rank
+               of the restore reads; with --write-bandwidth, --read-bandwidth and --mtbf-hours what
+               checkpointing costs training, with --read-bandwidth alone what a load takes; writes nothing
   sweep        a grid of settings (KEY=a,b; --world-size 2,4) run point after point in one job
   tune         the storage's fastest settings for the workload's files (a bounded sweep), as overrides to
                paste, beside fio's best configuration on the same folder
@@ -63,6 +66,50 @@ class _Parser(argparse.ArgumentParser):
         raise _ArgError(message)
 
 
+# Options of one command that another's parser takes only to refuse them by name (flag: destination, whose):
+# a run given --write-bandwidth measured the storage and ignored the bandwidth it was told, silently.
+PLAN_ONLY = {"--format": ("format", "`dlio_ckpt plan` (its output; diff and check take their own)"),
+             "--write-bandwidth": ("write_bandwidth", "`dlio_ckpt plan` (its what-if)"),
+             "--read-bandwidth": ("read_bandwidth", "`dlio_ckpt plan` (its what-if)"),
+             "--mtbf-hours": ("mtbf_hours", "`dlio_ckpt plan` (its what-if; a run's goodput takes "
+                              "++workload.checkpoint.mtbf_hours)"),
+             "--drain-bandwidth": ("drain_bandwidth", "`dlio_ckpt plan` (its what-if)"),
+             "--interconnect-bandwidth": ("interconnect_bandwidth", "`dlio_ckpt plan` (its what-if)"),
+             "--hosts": ("hosts", "`dlio_ckpt plan` (its what-if; a run's pretend hosts are "
+                         "++workload.hosts.simulate)")}
+RUN_ONLY = {"--replace-results": ("replace_results", "a run (plan writes no results to replace)")}
+
+
+def _plan_options(p: argparse.ArgumentParser, shown: bool = True) -> None:
+    """plan's own options; hidden from the help of a command that takes them only to refuse them."""
+    def say(text: str) -> str:
+        return text if shown else argparse.SUPPRESS
+    p.add_argument("--format", choices=["json", "table"], help=say("plan output (default: table)"))
+    p.add_argument("--write-bandwidth", help=say("plan: what-if aggregate write bandwidth (e.g. 20GB/s)"))
+    p.add_argument("--read-bandwidth", help=say("plan: what-if aggregate read bandwidth (e.g. 40GB/s); alone, "
+                                                "the load's time without the goodput"))
+    p.add_argument("--mtbf-hours", type=float, help=say("plan: mean time between failures of the job (hours)"))
+    p.add_argument("--drain-bandwidth", help=say("plan: what-if aggregate bandwidth of a tier below (e.g. "
+                                                 "5GB/s): durable there after the write and the drain"))
+    p.add_argument("--interconnect-bandwidth", help=say(
+        "plan: what-if bandwidth of each host's link to its peers (e.g. 25GB/s), with a peer tier in "
+        "workload.tiers: durable on it after the write and the replication, and a lost host's part restored "
+        "over it"))
+    p.add_argument("--hosts", type=int, help=say("plan: hosts the job runs on (default: workload.hosts.simulate), "
+                                                 "with --interconnect-bandwidth"))
+
+
+def _refuse_others(args: argparse.Namespace, command: str) -> None:
+    """Exit 2 naming an option another command owns, rather than ignoring it (argparse would take it, since
+    run and plan share options, or call it unrecognized without saying whose it is)."""
+    foreign = RUN_ONLY if command == "plan" else PLAN_ONLY
+    for flag, (dest, whose) in foreign.items():
+        value = getattr(args, dest, None)
+        if value is not None and value is not False:
+            raise ConfigError(flag, value, f"belongs to {whose}, not to `dlio_ckpt {command}`, which would "
+                              "ignore it: leave it out here")
+
+
 def _parser() -> argparse.ArgumentParser:
     from .config import available_workloads
 
@@ -74,18 +121,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--config-dir", "-cd", help="extra folder with workload/NAME.yaml (as DLIO's)")
     p.add_argument("--world-size", type=int, help="ranks to emulate (plan: required; run: a "
                    "multiple of the process count, each process writing world-size/N ranks)")
-    p.add_argument("--format", choices=["json", "table"], default="table", help="plan output")
-    p.add_argument("--write-bandwidth", help="plan: what-if aggregate write bandwidth (e.g. 20GB/s)")
-    p.add_argument("--read-bandwidth", help="plan: what-if aggregate read bandwidth (e.g. 40GB/s)")
-    p.add_argument("--mtbf-hours", type=float, help="plan: mean time between failures of the job (hours)")
     p.add_argument("--replace-results", action="store_true", help="run: the run folder (hydra.run.dir) may hold "
                    "an earlier run's results; they are removed first (only the files a run writes)")
-    p.add_argument("--drain-bandwidth", help="plan: what-if aggregate bandwidth of a tier below (e.g. 5GB/s): "
-                   "durable there after the write and the drain")
-    p.add_argument("--interconnect-bandwidth", help="plan: what-if bandwidth of each host's link to its peers "
-                   "(e.g. 25GB/s), with a peer tier in workload.tiers: durable on it after the write and the "
-                   "replication, and a lost host's part restored over it")
-    p.add_argument("--hosts", type=int, help="plan: hosts the job runs on (default: workload.hosts.simulate)")
+    _plan_options(p)
     return p
 
 
@@ -102,6 +140,7 @@ def main(argv: list[str] | None = None) -> int:
     comm: Comm = SelfComm() if command == "plan" else get_comm()
     try:
         args = parser.parse_intermixed_args(argv)  # options may come between overrides
+        _refuse_others(args, command)
         if command == "plan":
             return _plan(args)
         return end(comm, _run(args, comm))
@@ -125,9 +164,11 @@ def _sweep(argv: list[str]) -> int:
     p.add_argument("--world-size", help="ranks to emulate: one value or a comma list to sweep")
     p.add_argument("--stop-on-failure", action="store_true", help="stop at the first failed point")
     p.add_argument("--keep-checkpoints", action="store_true", help="keep each point's checkpoints")
+    _plan_options(p, shown=False)
     comm = get_comm()
     try:
         args = p.parse_intermixed_args(argv)
+        _refuse_others(args, "sweep")
         return run_sweep(args.overrides, args.world_size, args.config_dir, comm, args.stop_on_failure,
                          args.keep_checkpoints)
     except (ConfigError, _ArgError, DlioCkptError) as exc:  # found before any point ran
@@ -148,9 +189,11 @@ def _tune(argv: list[str]) -> int:
                    "workload is scaled down to it; default 1)")
     p.add_argument("--max-seconds", type=float, default=600.0, help="no point starts after this (default 600)")
     p.add_argument("--no-fio", action="store_true", help="skip fio's best configuration")
+    _plan_options(p, shown=False)
     comm = get_comm()
     try:
         args = p.parse_intermixed_args(argv)
+        _refuse_others(args, "tune")
         return run_tune(args.overrides, args.config_dir, comm, args.world_size, args.max_gib, args.max_seconds,
                         not args.no_fio)
     except (ConfigError, _ArgError, DlioCkptError) as exc:  # found before any point ran
@@ -284,7 +327,7 @@ def _check(args: argparse.Namespace) -> int:
 
 def _plan(args: argparse.Namespace) -> int:
     from .layouts import file_format, make_plan
-    from .plan_view import plan_json, plan_table
+    from .plan_view import plan_json, plan_table, restore_table
     from .preparation import check_tier_options
 
     workload, _, _ = compose(args.overrides, args.config_dir)
@@ -301,18 +344,46 @@ def _plan(args: argparse.Namespace) -> int:
     fmt = file_format(workload)
     plan = make_plan(workload, args.world_size)
     plan.validate()
+    restore = _restore(workload, plan, fmt) if _restore_asked(workload) else None
     asked = (args.write_bandwidth, args.read_bandwidth, args.mtbf_hours, args.drain_bandwidth,
              args.interconnect_bandwidth)
-    what_if = _what_if(args, workload, plan) if any(a is not None for a in asked) else None
+    if args.hosts is not None and args.interconnect_bandwidth is None:
+        raise ConfigError("--hosts", args.hosts, "is the what-if's host count for --interconnect-bandwidth; "
+                          "give that too, or leave --hosts out")
+    what_if = _what_if(args, workload, plan, restore) if any(a is not None for a in asked) else None
+    section = "goodput" if what_if and "goodput" in what_if else "load"  # --read-bandwidth alone: no goodput
     if args.format == "json":
-        print(json.dumps({**plan_json(plan, fmt), **({"goodput": what_if} if what_if else {})}))
+        print(json.dumps({**plan_json(plan, fmt), **({"restore": restore} if restore else {}),
+                          **({section: what_if} if what_if else {})}))
     else:
         print(plan_table(plan, fmt))
+        if restore:
+            print(restore_table(restore, plan))
         for key, value in (what_if or {}).items():
             if value is None:
                 value = "none (see verdict)"
             print(f"{key}: {value:.4g}" if isinstance(value, float) else f"{key}: {value}")
     return 0
+
+
+def _restore_asked(workload: Any) -> bool:
+    """Whether the read phase is asked for anything but each rank's own files at the save's world size."""
+    asked = workload.restore
+    return asked.world_size is not None or asked.tensor is not None or asked.model_only
+
+
+def _restore(workload: Any, plan: Any, fmt: Any) -> dict[str, Any]:
+    """The restore a run of this workload would read (``io.restore`` of its summary.json), from the same plan
+    and the same figures (:func:`dlio_ckpt.restore.restore_plan`, :func:`dlio_ckpt.restore.figures`), and
+    the heaviest rank's needed bytes; a load the layout cannot do is refused as a run refuses it (exit 2)."""
+    from .formats import planned_size
+    from .restore import figures, restore_plan
+
+    reads = restore_plan(workload, plan)
+    out = figures(reads, lambda rank, k: planned_size(fmt, plan.ranks[rank].files[k]),
+                  sum(c.size for c in plan.coordinator), workload.checkpoint.chunk_size)
+    out["heaviest_rank_bytes_needed"] = reads.ranks[out["heaviest_rank"]].needed
+    return out
 
 
 _UNITS = {"B": 1, "KB": 1e3, "MB": 1e6, "GB": 1e9, "TB": 1e12, "KIB": 2**10, "MIB": 2**20, "GIB": 2**30, "TIB": 2**40}
@@ -327,25 +398,48 @@ def _bandwidth(key: str, text: str) -> float:
     return float(m.group(1)) * _UNITS[m.group(2).upper()]
 
 
-def _what_if(args: argparse.Namespace, workload: Any, plan: Any) -> dict[str, Any]:
-    """Goodput before buying storage: times from the checkpoint's size and the bandwidths given
-    (:func:`dlio_ckpt.goodput.what_if` says what follows from them, stalls and drains included)."""
+def _what_if(args: argparse.Namespace, workload: Any, plan: Any, restore: dict[str, Any] | None,
+             ) -> dict[str, Any]:
+    """Before buying storage: times from the checkpoint's size (a restore asked otherwise: its heaviest
+    rank's reads) and the bandwidths given. ``--read-bandwidth`` alone: the load's time; with
+    ``--write-bandwidth`` and ``--mtbf-hours`` too, the goodput (:func:`dlio_ckpt.goodput.what_if` says what
+    follows from them, stalls and drains included)."""
     from . import goodput
 
-    for key, value in (("--write-bandwidth", args.write_bandwidth), ("--read-bandwidth", args.read_bandwidth),
-                       ("--mtbf-hours", args.mtbf_hours)):
-        if value is None:
-            raise ConfigError(key, None, "the what-if needs --write-bandwidth, --read-bandwidth and --mtbf-hours")
+    ck, size = workload.checkpoint, plan.total_payload_bytes
+    heaviest: int | None = None
+    ranks: int | None = None
+    load_from: dict[str, Any] = {"load_seconds_from": "the checkpoint / --read-bandwidth (each rank reads its "
+                                                      "own files whole)"}
+    if restore:
+        heaviest, ranks = restore["bytes_read_per_rank"]["max"], restore["world_size"]
+        load_from = {"load_ranks": ranks, "load_heaviest_rank": restore["heaviest_rank"],
+                     "load_heaviest_rank_bytes_read": heaviest,
+                     "load_seconds_from": "the heaviest rank's bytes read x the load's ranks / --read-bandwidth "
+                                          "(the bandwidth shared evenly; the load ends with its heaviest rank)"}
+    goodput_flags = {"--write-bandwidth": args.write_bandwidth, "--mtbf-hours": args.mtbf_hours,
+                     "--drain-bandwidth": args.drain_bandwidth, "--interconnect-bandwidth": args.interconnect_bandwidth}
+    given = {k: v for k, v in goodput_flags.items() if v is not None}
+    if not given:  # --read-bandwidth alone: how long a restart's load takes, no goodput asked
+        load = goodput.load_seconds(size, _bandwidth("--read-bandwidth", args.read_bandwidth), heaviest, ranks)
+        return {"checkpoint_bytes": size, **load_from, "load_seconds": load}
+    needed = {"--write-bandwidth": args.write_bandwidth, "--read-bandwidth": args.read_bandwidth,
+              "--mtbf-hours": args.mtbf_hours}
+    missing = [k for k, v in needed.items() if v is None]
+    if missing:
+        flag, value = next(iter(given.items()))
+        raise ConfigError(flag, value, f"the goodput what-if needs {' and '.join(missing)} too (goodput follows "
+                          "from the write's and the load's times and the MTBF); --read-bandwidth alone gives the "
+                          "load's time")
     if args.mtbf_hours <= 0:
         raise ConfigError("--mtbf-hours", args.mtbf_hours, "must be > 0")
-    ck, size = workload.checkpoint, plan.total_payload_bytes
     staging = max(r.payload_bytes for r in plan.ranks) / (ck.staging_gb_per_second * 1e9) if ck.async_save else None
     drain = size / _bandwidth("--drain-bandwidth", args.drain_bandwidth) if args.drain_bandwidth else None
-    load = size / _bandwidth("--read-bandwidth", args.read_bandwidth)
+    load = goodput.load_seconds(size, _bandwidth("--read-bandwidth", args.read_bandwidth), heaviest, ranks)
     peer = _peer_what_if(args, workload, size) if args.interconnect_bandwidth else None
     if peer is not None:  # durable for a restart after a host is lost once the peers have their copies
         drain, load = peer["replicate_seconds"], max(load, peer["lost_host_restore_seconds"])
-    return {"checkpoint_bytes": size, **({"peer": peer} if peer else {}), **goodput.what_if(
+    return {"checkpoint_bytes": size, **({"peer": peer} if peer else {}), **load_from, **goodput.what_if(
         ck.time_between_checkpoints, size / _bandwidth("--write-bandwidth", args.write_bandwidth), load,
         args.mtbf_hours, staging, drain)}
 

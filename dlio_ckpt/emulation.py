@@ -19,6 +19,7 @@ from .context import RunContext
 from .engine import Engine, FileTask, IOOptions
 from .errors import ConfigError
 from .formats import Format
+from .layouts import file_format
 from .planner import RankPlan
 from .restore import RankReads
 from .steps import manifest_path, step_name
@@ -151,8 +152,9 @@ class EmulatedRun:
                 self._held[k] = held_files(ctx, self.fmt, k)
             files, about = self._held[k], {"host": ctx.placement.host, "holds": held_hosts(ctx, k)}
         return {"tool": "dlio_ckpt", "version": __version__, "step": step, "complete": True,
-                "workload": ctx.workload.model.name, "world_size": ctx.world_size, "format": self.fmt.name,
-                "scale": ck.scale, "run_key": self.run_key, "files": files, **({"tier": k} if k else {}), **about}
+                "workload": ctx.workload.model.name, "layout": ck.layout, "world_size": ctx.world_size,
+                "format": self.fmt.name, "scale": ck.scale, "run_key": self.run_key, "files": files,
+                **({"tier": k} if k else {}), **about}
 
     def prepare(self, step: int) -> None:
         """Before ``step`` is written: the first tier's acting rank removes its manifest (it is being
@@ -198,11 +200,18 @@ def check_manifest(ctx: RunContext, files: dict[str, int], step: int, run_key: i
         raise ConfigError(key, ctx.ck.num_checkpoints_read, f"step {step} has no complete checkpoint in {folder} "
                           f"(no {step_name(step)}.manifest.json): write it first")
     m = json.loads(raw)
+    layout = ctx.ck.layout
+    if m["files"] != files and m.get("layout", layout) != layout:  # an older manifest records none
+        raise ConfigError("workload.checkpoint.layout", layout, f"{step_name(step)} in {folder} was written with "
+                          f"checkpoint.layout={m['layout']}, and this run reads checkpoint.layout={layout}'s files: "
+                          f"set ++workload.checkpoint.layout={m['layout']} to read it, or write it first")
     if m["files"] != files:
         raise ConfigError(key, ctx.ck.num_checkpoints_read,
-                          f"{step_name(step)} in {folder} was written with another layout "
-                          f"(workload {m['workload']}, world size {m['world_size']}, format {m['format']}, "
-                          f"scale {m['scale']})")
+                          f"{step_name(step)} in {folder} holds other files than this run's "
+                          f"(workload {m['workload']}, checkpoint.layout={m.get('layout', 'not recorded')}, world "
+                          f"size {m['world_size']}, format {m['format']}, scale {m['scale']}; this run: workload "
+                          f"{ctx.workload.model.name}, checkpoint.layout={layout}, world size {ctx.world_size}, "
+                          f"format {file_format(ctx.workload).name}, scale {ctx.ck.scale})")
     if run_key is not None and m["run_key"] != run_key:
         raise ConfigError(key, None, f"{step_name(step)} manifest does not belong to this run")
     return int(m["run_key"])

@@ -42,6 +42,19 @@ def figures(tau: float, held: float, durable: float, load: float, mtbf_hours: fl
                         "(1 - lost/MTBF); optimal interval = sqrt(2 * held * MTBF) (Young/Daly)"}
 
 
+def load_seconds(checkpoint_bytes: int, bandwidth: float, heaviest_rank_bytes: int | None = None,
+                 ranks: int | None = None) -> float:
+    """A load's time at an aggregate read ``bandwidth`` (bytes/s). Each rank reading its own files whole at the
+    save's world size (DLIO's read phase) reads the checkpoint: ``checkpoint_bytes / bandwidth``. A restore
+    planned otherwise (another world size, the model alone, another tensor parallelism: ``dlio_ckpt.restore``)
+    is not the checkpoint over the bandwidth: its ranks read other amounts, whole stored chunks of which they
+    need a part, and it ends when its heaviest rank does. With the bandwidth shared evenly among its ``ranks``
+    that is ``heaviest_rank_bytes * ranks / bandwidth`` (what the heaviest rank reads, metadata included)."""
+    if heaviest_rank_bytes is None or ranks is None:
+        return checkpoint_bytes / bandwidth
+    return heaviest_rank_bytes * ranks / bandwidth
+
+
 def what_if(tau: float, write: float, load: float, mtbf_hours: float, staging: float | None = None,
             drain: float | None = None) -> dict[str, Any]:
     """``plan``'s what-if, from times alone (seconds): ``write`` of one checkpoint, ``load`` of one,

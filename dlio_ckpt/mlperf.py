@@ -7,19 +7,24 @@ as a warning, so a person sees what to change. The editions (mlcommons/storage `
 ``mlpstorage_py/rules/``):
 
 - 2.0 (the v2.0 round): one of the four models (by shape, not name), 8, 64, 512 or 1024 processes (or 8
-  in subset mode, emulating the first 8 ranks of the full job), 10 writes then 10 reads (one run or
-  two), fsync on and in effect, data per host over 3x its memory or the cache cleared before reads,
-  full-size files, each checkpoint's duration its slowest process's.
+  in subset mode, emulating the first 8 ranks of the full job), DLIO's files (emulated, layout ``dlio``,
+  format ``pt``; ``checkpoint.reference`` none or ``dlio-2.0``, the round's upstream DLIO), 10 writes then
+  10 reads (one run or two), fsync on and in effect, data per host over 3x its memory or the cache cleared
+  before reads, full-size files, each checkpoint's duration its slowest process's.
 - 3.0 (the v3.0 round): as 2.0, but subset mode only for the 8B with exactly 8 processes (§4.3.5);
   CLOSED exactly 8/64/512/1024 processes, each host more than 4 (§4.6.1-2), OPEN any positive
   multiple of TP x PP (§4.6.4); the checkpoint the size of Table 2, which is GiB/TiB although labelled
   GB/TB; accelerator memory x processes must hold the checkpoint (§4.3.4: the round checked it against
   an 80 GB H100 as a warning); two invocations must start the read within 30 s of the write's end
   (§4.7.1, a warning in the round); the checkpoint and results folders on different file systems
-  (§4.4.2, a warning in the round); a ``provenance.json`` whose ``core_config`` hash is the run's.
+  (§4.4.2, a warning in the round); a ``provenance.json`` whose ``core_config`` hash is the run's and, in
+  CLOSED, the model's comparability class (mlpstorage's ``rules/editions.yaml``: the hash of DLIO's
+  template of the model); the reference a run may follow is ``mlcommons`` (the round's MLCommons fork,
+  whose files are ``raw``) or none.
 - 4.0 (the draft at 0366ccf): 3.0 with its warnings made failures: the accelerator is declared and in
   Table 3 (b200 180 GB and mi355 288 GB; h100 and a100 are what-if only), and results compare only
-  within one accelerator type; a gap over 30 s, or folders on one file system, fail.
+  within one accelerator type; a gap over 30 s, or folders on one file system, fail. The draft declares no
+  comparability classes of its own yet: 3.0's are taken.
 Where a rule needs a fact a run folder lacks (DLIO's own runs record no accelerator, no invocation
 times, no file systems), it says "not recorded" and fails or warns as the edition says.
 """
@@ -31,7 +36,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from .provenance import core_config
+from .provenance import core_config, core_values
+from .references import REFERENCES
 from .runfiles import Run, number, operations
 
 GIB = 1 << 30
@@ -52,6 +58,7 @@ class MLPerfModel:
     name: str
     processes: int
     size_gib: int  # Table 2's checkpoint size, labelled GB/TB but binary units (Rules.md's note)
+    class_hash: str  # its CLOSED comparability class from 3.0 on: the core_config hash of DLIO's template
     shape: dict[str, Any]  # flattened workload keys that identify it
 
     @property
@@ -65,16 +72,26 @@ _SHAPE = ("model.num_layers", "model.transformer.hidden_size", "model.transforme
           "model.model_datatype", "model.optimizer_datatype")
 
 
-def _model(name: str, processes: int, size_gib: int, *values: Any) -> MLPerfModel:
-    return MLPerfModel(name, processes, size_gib, dict(zip(_SHAPE, values, strict=True)))
+def _model(name: str, processes: int, size_gib: int, class_hash: str, *values: Any) -> MLPerfModel:
+    return MLPerfModel(name, processes, size_gib, class_hash, dict(zip(_SHAPE, values, strict=True)))
 
 
+# class hashes: mlcommons/storage mlpstorage_py/rules/editions.yaml (classes llama3-*-A, edition 3.0; the
+# 8B's also 2.0's), each the core_config of configs/dlio/workload/llama3_*.yaml; our configs/workload/llama3_*.yaml
+# hash to them (tests/test_mlperf_editions.py). v2.0's CLOSED 70B/405B/1T ran subset mode, classes of their own.
 MODELS = (
-    _model("llama3_8b", 8, 105, 32, 4096, 14336, 128256, 32, 8, 1, 1, 3, "fp16", "fp32"),
-    _model("llama3_70b", 64, 912, 80, 8192, 28672, 128256, 128, 8, 8, 1, 3, "fp16", "fp32"),
-    _model("llama3_405b", 512, 5290, 126, 16384, 53248, 128256, 128, 8, 8, 32, 1, "fp16", "fp32"),
-    _model("llama3_1t", 1024, 18000, 128, 25872, 98304, 128256, 192, 32, 8, 64, 1, "fp16", "fp32"),
+    _model("llama3_8b", 8, 105, "68df04b7240e3fb0", 32, 4096, 14336, 128256, 32, 8, 1, 1, 3, "fp16", "fp32"),
+    _model("llama3_70b", 64, 912, "3c53fe70d64f91d4", 80, 8192, 28672, 128256, 128, 8, 8, 1, 3, "fp16", "fp32"),
+    _model("llama3_405b", 512, 5290, "7adcfa87a5c4c8e6", 126, 16384, 53248, 128256, 128, 8, 8, 32, 1, "fp16",
+           "fp32"),
+    _model("llama3_1t", 1024, 18000, "45fd627ad9dc5f4c", 128, 25872, 98304, 128256, 192, 32, 8, 64, 1, "fp16",
+           "fp32"),
 )
+# What wrote an edition's results, as a checkpoint.reference preset (dlio_ckpt/references.py): the rules
+# run DLIO's workload in DLIO's layout; a run does its I/O as our own (none) or as the edition's tool does.
+# README "What the reference tools would report": v2.0's results come from upstream DLIO, 3.0's from the fork.
+EDITION_REFERENCE = {"2.0": "dlio-2.0", "3.0": "mlcommons", "4.0": "mlcommons"}
+DLIO_LAYOUT, DLIO_FORMAT = "dlio", "pt"  # DLIO's PyTorch checkpointing: torch.save archives
 SIZE_TOLERANCE = 0.01  # Table 2 rounds (912 GiB for 70B's 911.x); the 1T's 18 TiB is rounded up more
 REQUIRED_CHECKPOINTS = 10
 MEMORY_MULTIPLE = 3
@@ -107,7 +124,9 @@ def _defaults(config: dict[str, Any]) -> dict[str, Any]:
     """Our defaults for keys a config may leave out (the workloads' YAML sets the rest)."""
     return {"model.parallelism.zero_stage": 0, "model.parallelism.pipeline": 1, "model.parallelism.tensor": 1,
             "model.model_datatype": "fp16", "model.optimizer_datatype": "fp32", "checkpoint.mode": "default",
-            "checkpoint.scale": 1.0, "checkpoint.fsync": False, "mode": "emulated", **config}
+            "checkpoint.scale": 1.0, "checkpoint.fsync": False, "mode": "emulated",
+            "checkpoint.layout": DLIO_LAYOUT, "checkpoint.format": DLIO_FORMAT, "checkpoint.reference": "none",
+            **config}
 
 
 def check_runs(runs: list[Run], edition: str = EDITIONS[-1], division: str = "closed") -> list[Rule]:
@@ -116,7 +135,7 @@ def check_runs(runs: list[Run], edition: str = EDITIONS[-1], division: str = "cl
     config = _defaults(first.config or {})
     model = _matching(config)
     if edition == "2.0":
-        return [_model_rule(first, config, model), _process_rule(first, config, model), _mode_rule(config),
+        return [_model_rule(first, config, model), _process_rule(first, config, model), _mode_rule(runs, edition),
                 _count_rule(runs), _fsync_rule(runs), _scale_rule(runs), _cache_rule(runs), _timing_rule(runs)]
     round3, seen = edition == "3.0", [facts(r) for r in runs]  # each run's files read once
     rules = [_model_rule(first, config, model), _subset_rule(first, config, model),
@@ -124,10 +143,11 @@ def check_runs(runs: list[Run], edition: str = EDITIONS[-1], division: str = "cl
     if division == "closed":
         rules.append(_per_host_rule(first))
     return rules + [
-        _mode_rule(config), _size_rule(runs, model), _soft(_accelerator_rule(runs, seen, round3), round3),
+        _mode_rule(runs, edition), _size_rule(runs, model), _soft(_accelerator_rule(runs, seen, round3), round3),
         _count_rule(runs), _soft(_gap_rule(runs, seen), round3), _fsync_rule(runs),
         _soft(_cache_rule(runs), True),  # the checkers report §4.3.1 as a warning; §4.7.1 covers the flush
-        _soft(_folders_rule(runs, seen), round3), _soft(_provenance_rule(runs), round3), _timing_rule(runs)]
+        _soft(_folders_rule(runs, seen), round3), _soft(_provenance_rule(runs, model, division), round3),
+        _timing_rule(runs)]
 
 
 def _differences(config: dict[str, Any], model: MLPerfModel) -> dict[str, Any]:
@@ -168,10 +188,37 @@ def _process_rule(run: Run, config: dict[str, Any], model: MLPerfModel | None) -
                 one_each, ok)
 
 
-def _mode_rule(config: dict[str, Any]) -> Rule:
-    mode = config.get("mode")
-    return Rule("emulated I/O", "mode=emulated (DLIO's synthetic checkpoint layout)", f"mode={mode}",
-                mode == "emulated")
+def _mode_rule(runs: list[Run], edition: str) -> Rule:
+    """DLIO's files, as the edition's tool writes them: emulated, in DLIO's layout and format, and done as our
+    own I/O or the edition's tool's (each run's, where a write-only and a read-only run are judged). Another
+    layout of the same model (Megatron's, DCP's) writes other files in other numbers and sizes, so it is not
+    the rules' workload even where its total size is Table 2's."""
+    tool = EDITION_REFERENCE[edition]
+    expected = (f"mode=emulated, checkpoint.layout={DLIO_LAYOUT} (DLIO's files), checkpoint.format={DLIO_FORMAT} "
+                f"(DLIO's torch.save archives; {REFERENCES[tool].checkpoint.get('format', DLIO_FORMAT)} under "
+                f"reference={tool}), checkpoint.reference none or {tool} (v{edition}'s tool)")
+    keys = ("mode", "checkpoint.layout", "checkpoint.format", "checkpoint.reference")
+    off: list[str] = []
+    for run in runs:
+        config = _defaults(run.config or {})
+        mode, layout, fmt, ref = (config.get(k) for k in keys)
+        dlio_format = REFERENCES[tool].checkpoint.get("format", DLIO_FORMAT) if ref == tool else DLIO_FORMAT
+        said = []
+        if mode != "emulated":
+            said.append(f"workload.mode={mode!r}: the rules emulate DLIO's I/O (mode=emulated)")
+        if layout != DLIO_LAYOUT:
+            said.append(f"workload.checkpoint.layout={layout!r}: MLPerf runs DLIO's workload, whose files are "
+                        f"layout={DLIO_LAYOUT}'s")
+        if ref not in ("none", tool):
+            said.append(f"workload.checkpoint.reference={ref!r}: v{edition}'s results come from "
+                        f"{REFERENCES[tool].tool} (reference={tool}); leave it out for our own I/O")
+        elif fmt != dlio_format:
+            said.append(f"workload.checkpoint.format={fmt!r}: DLIO's files are {dlio_format}"
+                        + (f" under reference={tool}" if ref == tool else ""))
+        off += [s for s in said if s not in off]
+    first = _defaults(runs[0].config or {})
+    actual = ", ".join(f"{k.rsplit('.', 1)[-1]}={first.get(k)}" for k in keys)
+    return Rule("emulated I/O", expected, "; ".join(off) or actual, not off)
 
 
 def _io(run: Run) -> dict[str, Any]:
@@ -450,8 +497,15 @@ def _folders_rule(runs: list[Run], seen: list[Facts]) -> Rule:
     return Rule("separate file systems", expected, actual, ok)
 
 
-def _provenance_rule(runs: list[Run]) -> Rule:
+def _provenance_rule(runs: list[Run], model: MLPerfModel | None, division: str = "closed") -> Rule:
+    """Stamped, recomputed from the config, one workload, and in CLOSED the model's comparability class:
+    mlpstorage compares a CLOSED row only with rows of its class (its hash is DLIO's template's), so a
+    run whose hashed keys differ from the template (another layout, a scale, a changed interval, one of our
+    own checkpoint keys) is another workload, whatever its shape and size."""
     expected = "provenance.json with the run's core_config hash (mlpstorage's core-config-v1, checkpointing@1)"
+    if division == "closed":
+        expected += (f", {model.name}'s CLOSED class {model.class_hash} (mlpstorage's editions.yaml: DLIO's "
+                     "template)" if model else ", the model's CLOSED class (mlpstorage's editions.yaml)")
     said, hashes = [], set()
     for run in runs:
         stamp = _json(run.folder / "provenance.json") if run.folder else {}
@@ -471,7 +525,35 @@ def _provenance_rule(runs: list[Run]) -> Rule:
     if len(hashes) > 1:
         said.append("the runs are not one workload")
     ok = len(hashes) == 1 and all("recomputed equal" in s for s in said)
+    if division == "closed" and hashes:
+        outside = _outside_class(runs[0], model, hashes)
+        said += [outside] if outside else []
+        ok = ok and not outside
     return Rule("provenance", expected, "; ".join(said), ok)
+
+
+def _outside_class(run: Run, model: MLPerfModel | None, hashes: set[str]) -> str | None:
+    """Why the run's hash is not its model's CLOSED class (None when it is), naming the hashed keys where the
+    run differs from our workload YAML of the model (it hashes to the class: tests/test_mlperf_editions.py)."""
+    if model is None:
+        return "no CLOSED class to compare with: the model is not one of the four"
+    if hashes == {model.class_hash}:
+        return None
+    said = f"not {model.name}'s CLOSED class {model.class_hash}"
+    if run.config is None:
+        return said
+    import yaml
+
+    from .config import config_root  # config imports this module: imported when needed
+
+    template = core_values(yaml.safe_load((config_root() / "workload" / f"{model.name}.yaml").read_text()))
+    ours = core_values(run.config)
+    keys = [k for k in sorted(template.keys() | ours.keys()) if template.get(k) != ours.get(k)]
+    off = ", ".join(f"{k}={ours[k]!r}" + (f" (DLIO's template: {template[k]!r})" if k in template else
+                                           " (not in DLIO's template)") if k in ours else
+                    f"{k} missing (DLIO's template: {template[k]!r})" for k in keys[:6])
+    more = f", and {len(keys) - 6} more" if len(keys) > 6 else ""
+    return f"{said}: {off}{more}" if keys else said
 
 
 def render(rules: list[Rule], paths: list[str], edition: str = EDITIONS[-1]) -> str:

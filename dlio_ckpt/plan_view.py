@@ -67,3 +67,43 @@ def plan_table(plan: Plan, fmt: Format) -> str:
         lines.append(f"rank 0 then writes {c.name} ({c.size:,} B{f', as {c.staged}, renamed' if c.staged else ''}), "
                      "which every rank reads first on load")
     return "\n".join(lines)
+
+
+def _gib(n: float) -> str:
+    return f"{n / GIB:.2f} GiB"
+
+
+def _span(spread: dict[str, float]) -> str:
+    """'482-639' (min-max), or one figure when every rank has the same."""
+    lo, hi = int(spread["min"]), int(spread["max"])
+    return f"{lo}" if lo == hi else f"{lo}-{hi}"
+
+
+def restore_table(restore: dict[str, Any], plan: Plan) -> str:
+    """The restore's plan for people: ``restore`` is summary.json's ``io.restore`` of a run of this workload
+    (``cli._restore``). Why beside the save's table: a restart on another world size, or a load of the model
+    alone, reads other amounts than the save wrote (whole stored chunks of which a rank needs a part), and
+    the load's time is its heaviest rank's, not the checkpoint's over the bandwidth."""
+    needed, read = restore["bytes_needed_per_rank"], restore["bytes_read_per_rank"]
+    what = "the model alone" if restore["model_only"] else "model and optimizer"
+    at = (f"{restore['world_size']} ranks from the save's {restore['saved_world_size']} (resharded)"
+          if restore["resharded"] else f"{restore['world_size']} ranks, the save's")
+    amplification = restore["read_amplification"]
+    lines = [
+        "",
+        f"restore: {at}, {what}; reads as {restore['follows']}",
+        f"  needed per rank: mean {_gib(needed['mean'])} (min {_gib(needed['min'])}, median "
+        f"{_gib(needed['median'])}, max {_gib(needed['max'])}); {restore['bytes_needed']:,} B in all",
+        f"  read per rank:   mean {_gib(read['mean'])} (min {_gib(read['min'])}, median {_gib(read['median'])}, "
+        f"max {_gib(read['max'])}); {restore['bytes_read']:,} B in all",
+        f"  read amplification {amplification:.3f} (read / needed); the job reads "
+        f"{restore['bytes_read'] / plan.total_payload_bytes:.3f} x the checkpoint's payload"
+        if amplification is not None else "  nothing needed",
+        f"  metadata: {restore['metadata_bytes_per_rank'] / (1 << 20):.1f} MiB read first by every rank"
+        if restore["metadata_bytes_per_rank"] else "  metadata: none (no coordinator's file to read first)",
+        f"  reads per rank {_span(restore['reads_per_rank'])}, files per rank {_span(restore['files_per_rank'])}, "
+        f"ranged requests per rank {_span(restore['ranged_requests_per_rank'])}",
+        f"  heaviest rank {restore['heaviest_rank']}: reads {_gib(read['max'])} for "
+        f"{_gib(restore['heaviest_rank_bytes_needed'])} needed, {restore['imbalance']:.2f} x the mean rank's reads",
+    ]
+    return "\n".join(lines)

@@ -64,14 +64,19 @@ def _allowed(key: str) -> bool:
                for entry in CORE_CONFIG["include"])
 
 
+def core_values(parameters: dict[str, Any]) -> dict[str, Any]:
+    """What mlpstorage hashes of the (nested or dotted) parameters: the allowed keys, dotted, and their
+    canonical values; public so that ``check`` can name the keys where two workloads differ."""
+    flat = flatten(json.loads(json.dumps(parameters, default=str)))
+    return {k: _canon(flat[k]) for k in sorted(flat) if _allowed(k)}
+
+
 def core_config(parameters: dict[str, Any]) -> dict[str, Any]:
     """The workload's MLPerf identity from its (nested) parameters: mlpstorage's ``core_config``."""
-    flat = flatten(json.loads(json.dumps(parameters, default=str)))
-    keys = sorted(k for k in flat if _allowed(k))
-    canonical = json.dumps({k: _canon(flat[k]) for k in keys}, sort_keys=True, separators=(",", ":"),
-                           ensure_ascii=True)
+    values = core_values(parameters)
+    canonical = json.dumps(values, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
     return {"algorithm": CORE_CONFIG["algorithm"], "allowlist": CORE_CONFIG["allowlist"],
-            "hash": hashlib.sha256(canonical.encode()).hexdigest()[:16], "keys": keys}
+            "hash": hashlib.sha256(canonical.encode()).hexdigest()[:16], "keys": list(values)}
 
 
 def code_hash() -> dict[str, str]:

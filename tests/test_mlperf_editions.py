@@ -6,13 +6,14 @@ from __future__ import annotations
 
 import json
 from datetime import UTC, datetime, timedelta
+from functools import cache
 from pathlib import Path
 
 import pytest
 import yaml
 
 from dlio_ckpt.config import compose
-from dlio_ckpt.mlperf import check_runs
+from dlio_ckpt.mlperf import MODELS, check_runs
 from dlio_ckpt.provenance import core_config
 from dlio_ckpt.runfiles import load_run
 
@@ -34,13 +35,25 @@ SEPARATE = {"checkpoint": {"mount_point": "/mnt/lustre", "type": "lustre", "devi
             "results": {"mount_point": "/", "type": "ext4", "device": "254:0"}, "same_file_system": False}
 
 
+@cache
+def _shipped(name: str, overrides: tuple[str, ...]) -> str:
+    return json.dumps(compose([f"workload={name}", *overrides])[1])
+
+
+def shipped(name: str = "llama3_8b", *overrides: str) -> dict:
+    """Our workload YAML of an MLPerf model as a run records it (.hydra/config.yaml), with ``overrides``."""
+    return json.loads(_shipped(name, overrides))
+
+
 @pytest.mark.parametrize("name", sorted(CLASS_HASHES))
 def test_our_mlperf_workloads_hash_into_mlpstorages_classes(name):
     """core_config computed as mlpstorage computes it: our workload YAML of each model, as a run
-    records it, hashes to the class mlpstorage's editions.yaml gives DLIO's template of it."""
-    _, raw, _ = compose([f"workload={name}"])
+    records it, hashes to the class mlpstorage's editions.yaml gives DLIO's template of it, the class
+    check holds a CLOSED run to."""
+    raw = shipped(name)
     stamp = core_config(raw)
     assert stamp["hash"] == CLASS_HASHES[name] and stamp["allowlist"] == "checkpointing@1"
+    assert next(m.class_hash for m in MODELS if m.name == name) == CLASS_HASHES[name]
     assert not {"checkpoint.checkpoint_folder", "checkpoint.num_checkpoints_read"} & set(stamp["keys"])
     # values canonicalised as mlpstorage does: "True" and True, "5.0", 5.0 and 5 are one workload
     spelled = json.loads(json.dumps(raw))
@@ -48,11 +61,12 @@ def test_our_mlperf_workloads_hash_into_mlpstorages_classes(name):
     assert core_config(spelled)["hash"] == CLASS_HASHES[name]
 
 
-def conforming(folder: Path, config: dict = LLAMA3_8B, processes: int = 8, size_gib: float = 105, *,
+def conforming(folder: Path, config: dict | None = None, processes: int = 8, size_gib: float = 105, *,
                accelerator: str | None = "b200", invocation: tuple[float, float] = (0.0, 130.0),
                file_systems: dict | None = SEPARATE, stamped: bool = True, **made) -> Path:
     """A run that meets 4.0's rules (one invocation of 10 writes and 10 reads of llama3_8b on b200s,
-    folders apart, provenance stamped), less what the arguments change."""
+    folders apart, provenance stamped, our llama3_8b.yaml as shipped), less what the arguments change."""
+    config = shipped() if config is None else config
     files = 6
     run = make_run(folder, processes, 10, config=config, bytes_per_process=int(size_gib * GIB / processes) // files
                    * files, files=files, **made)
@@ -181,10 +195,76 @@ def test_the_gap_reads_times_with_an_offset_as_local_times(tmp_path):
 def test_provenance_must_be_stamped_and_agree_with_the_config(tmp_path):
     missing = conforming(tmp_path / "none", stamped=False)
     assert verdicts([missing], "3.0")["provenance"] == "WARN" and verdicts([missing])["provenance"] == "FAIL"
-    forged = conforming(tmp_path / "forged")
+    forged = conforming(tmp_path / "forged", LLAMA3_8B)
     (forged / "provenance.json").write_text(json.dumps({"core_config": {"hash": CLASS_HASHES["llama3_8b"]}}))
     assert verdicts([forged])["provenance"] == "FAIL"  # LLAMA3_8B here is named llama3_8b, DLIO's llama_8b
     assert f"core_config {CLASS_HASHES['llama3_8b']}, but its config hashes to" in said([forged], "provenance")
+
+
+@pytest.mark.parametrize("edition", ["2.0", "3.0", "4.0"])
+def test_the_rules_run_dlios_files_not_another_layouts(tmp_path, edition):
+    """llama3_8b in Megatron's layout has the model's shape, is emulated and stamped: it passed as MLPerf's
+    workload. Its files are not DLIO's, so the emulated I/O rule fails, naming the key and its value."""
+    megatron = conforming(tmp_path / "m", shipped("llama3_8b", "++workload.checkpoint.layout=megatron"))
+    v = verdicts([megatron], edition)
+    assert v["model"] == "PASS" and v["emulated I/O"] == "FAIL"
+    assert "workload.checkpoint.layout='megatron': MLPerf runs DLIO's workload" in said([megatron], "emulated I/O",
+                                                                                       edition)
+    assert verdicts([conforming(tmp_path / "d")], edition)["emulated I/O"] == "PASS"
+    assert said([conforming(tmp_path / "d2")], "emulated I/O", edition) == \
+        "mode=emulated, layout=dlio, format=pt, reference=none"
+
+
+def test_a_full_size_70b_in_another_layout_is_not_table_2s_run(tmp_path):
+    """A full-size llama3_70b in Megatron's layout on 64 processes: Table 2's size, but not DLIO's files."""
+    run = conforming(tmp_path / "m", shipped("llama3_70b", "++workload.checkpoint.layout=megatron"), 64, 912)
+    v = verdicts([run])
+    assert v["checkpoint size"] == v["process count"] == "PASS"
+    assert v["emulated I/O"] == v["provenance"] == "FAIL"
+    assert "workload.checkpoint.layout='megatron'" in said([run], "emulated I/O")
+
+
+@pytest.mark.parametrize("overrides, edition, verdict, text", [
+    (["++workload.checkpoint.format=raw"], "4.0", "FAIL", "workload.checkpoint.format='raw': DLIO's files are pt"),
+    (["++workload.checkpoint.reference=mlcommons"], "4.0", "PASS", "format=raw, reference=mlcommons"),
+    (["++workload.checkpoint.reference=mlcommons"], "3.0", "PASS", "format=raw, reference=mlcommons"),
+    (["++workload.checkpoint.reference=dlio-2.0"], "4.0", "FAIL",
+     "workload.checkpoint.reference='dlio-2.0': v4.0's results come from the MLCommons DLIO fork"),
+    (["++workload.checkpoint.reference=dlio-2.0"], "2.0", "PASS", "format=pt, reference=dlio-2.0"),
+    (["++workload.checkpoint.reference=mlcommons"], "2.0", "FAIL",
+     "workload.checkpoint.reference='mlcommons': v2.0's results come from upstream DLIO v2.0.1"),
+])
+def test_the_format_and_reference_are_the_editions(tmp_path, overrides, edition, verdict, text):
+    """DLIO's files are torch.save archives (pt); the reference a run follows is none (ours) or the edition's
+    tool (raw files under the MLCommons fork's preset), as the run's recorded config says."""
+    run = conforming(tmp_path / "r", shipped("llama3_8b", *overrides))
+    assert verdicts([run], edition)["emulated I/O"] == verdict
+    assert text in said([run], "emulated I/O", edition)
+
+
+def test_a_read_run_in_another_layout_fails_too(tmp_path):
+    """Two invocations: the read-only one is judged as the write-only one."""
+    write = keep_phase(conforming(tmp_path / "w"), "save")
+    read = keep_phase(conforming(tmp_path / "r", shipped("llama3_8b", "++workload.checkpoint.layout=dcp")), "load")
+    assert verdicts([write, read])["emulated I/O"] == "FAIL"
+    assert "workload.checkpoint.layout='dcp'" in said([write, read], "emulated I/O")
+
+
+def test_a_closed_run_hashes_to_its_models_class(tmp_path):
+    """A stamp that the run's own config recomputes is not enough in CLOSED: mlpstorage compares a run with
+    its class alone, and any hashed key changed makes another workload (3.0 warns, 4.0 fails; OPEN has no
+    class). The keys that differ from DLIO's template are named."""
+    changed = conforming(tmp_path / "c", shipped("llama3_8b", "++workload.checkpoint.time_between_checkpoints=1"))
+    assert verdicts([changed])["provenance"] == "FAIL" and verdicts([changed], "3.0")["provenance"] == "WARN"
+    text = said([changed], "provenance")
+    assert "recomputed equal" in text and f"not llama3_8b's CLOSED class {CLASS_HASHES['llama3_8b']}" in text
+    assert "checkpoint.time_between_checkpoints=1 (DLIO's template: 5)" in text
+    assert verdicts([changed], "4.0", "open")["provenance"] == "PASS"
+    megatron = conforming(tmp_path / "m", shipped("llama3_8b", "++workload.checkpoint.layout=megatron"))
+    assert "checkpoint.layout='megatron' (not in DLIO's template)" in said([megatron], "provenance")
+    ok = conforming(tmp_path / "ok")
+    assert verdicts([ok])["provenance"] == "PASS"
+    assert f"{CLASS_HASHES['llama3_8b']}, recomputed equal" in said([ok], "provenance")
 
 
 def test_dlio_run_folders_are_judged_by_the_new_rules(tmp_path):

@@ -122,3 +122,58 @@ def test_llama_1t_at_4096_ranks_plans_every_rank():
     """How fast (and how large a world ``plan`` takes) is bench/plan_scale.py's to say, not a pass mark."""
     p = plan("llama_1t", 4096)
     assert [r.rank for r in p.ranks] == list(range(4096)) and p.total_payload_bytes > 0
+
+
+# -- plan and the restore (workload.restore.*) -----------------------------------------------------
+
+DCP_70B = ["plan", "workload=llama3_70b", "--world-size", "64", "++workload.checkpoint.layout=dcp",
+           "++workload.model.parallelism.tensor=1"]
+
+
+def test_plan_prints_the_restore_it_would_read(tmp_path):
+    """llama3_70b saved by 64 FSDP2 ranks, restored on 48: the README's table, from the same restore plan
+    and figures a run reports in summary.json's io.restore; what-if loads take the heaviest rank's reads."""
+    import json
+
+    from dlio_ckpt.formats import planned_size
+    from dlio_ckpt.layouts import file_format
+    from dlio_ckpt.restore import figures, restore_plan
+
+    from .conftest import dlio
+
+    r = dlio([*DCP_70B, "++workload.restore.world_size=48", "--read-bandwidth", "40GB/s"], tmp_path)
+    assert r.returncode == 0, r.stderr
+    out = r.stdout
+    assert "restore: 48 ranks from the save's 64 (resharded), model and optimizer" in out
+    assert "needed per rank: mean 16.27 GiB" in out and "read per rank:   mean 27.80 GiB" in out
+    assert "max 35.21 GiB" in out and "read amplification 1.708 (read / needed)" in out
+    assert "metadata: 14.7 MiB read first by every rank" in out
+    assert "reads per rank 482-639, files per rank 63-64" in out and "heaviest rank 2: reads 35.21 GiB" in out
+    assert "load_heaviest_rank: 2" in out and f"load_seconds: {37_805_176_542 * 48 / 40e9:.4g}" in out
+
+    j = dlio([*DCP_70B, "++workload.restore.world_size=48", "--format", "json"], tmp_path)
+    assert j.returncode == 0, j.stderr
+    restore = json.loads(j.stdout)["restore"]
+    w, _, _ = compose(["workload=llama3_70b", *DCP_70B[4:], "++workload.restore.world_size=48"])
+    p, fmt = make_plan(w, 64), file_format(w)
+    run_says = figures(restore_plan(w, p), lambda rank, k: planned_size(fmt, p.ranks[rank].files[k]),
+                       sum(c.size for c in p.coordinator), w.checkpoint.chunk_size)  # runner._restore_figures
+    assert restore == {**run_says, "heaviest_rank_bytes_needed": 17_485_090_132}
+    assert round(restore["read_amplification"], 3) == 1.708
+
+    model = dlio([*DCP_70B, "++workload.restore.world_size=48", "++workload.restore.model_only=True"], tmp_path)
+    assert "the model alone" in model.stdout and "read amplification 1.710" in model.stdout, model.stderr
+
+    same = dlio([*DCP_70B, "--read-bandwidth", "40GB/s"], tmp_path)  # no restore asked: the save's ranks
+    assert same.returncode == 0 and "restore:" not in same.stdout
+    assert f"load_seconds: {p.total_payload_bytes / 40e9:.4g}" in same.stdout
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_plan_refuses_a_restore_the_layout_cannot_do(tmp_path):
+    """As a run refuses it: DLIO's read phase loads only at the save's world size."""
+    from .conftest import dlio
+
+    r = dlio(["plan", "workload=tiny", "--world-size", "4", "++workload.restore.world_size=2"], tmp_path)
+    assert r.returncode == 2 and "workload.restore.world_size=2: must be the save's (4)" in r.stderr, r.stderr
+    assert list(tmp_path.iterdir()) == []

@@ -106,8 +106,16 @@ RULES = [
     (["++workload.mode=fsdp", "++workload.model.model_datatype=int8"], "mode=fsdp trains in one of fp16, bf16"),
     (["workload.checkpoint.formt=raw"], "workload.checkpoint.formt: not a key of the configuration (did you mean "
                                         "workload.checkpoint.format?)"),
-    (["plan", "--world-size", "2", "--read-bandwidth", "1GB/s"], "the what-if needs --write-bandwidth, "
-                                                                 "--read-bandwidth and --mtbf-hours"),
+    (["plan", "--world-size", "2", "--mtbf-hours", "8"], "--mtbf-hours=8.0: the goodput what-if needs "
+                                                         "--write-bandwidth and --read-bandwidth too"),
+    (["plan", "--world-size", "2", "--write-bandwidth", "1GB/s", "--mtbf-hours", "8"],
+     "--write-bandwidth='1GB/s': the goodput what-if needs --read-bandwidth too"),
+    (["plan", "--world-size", "2", "--hosts", "4"], "--hosts=4: is the what-if's host count for "
+                                                    "--interconnect-bandwidth"),
+    (["plan", "--world-size", "2", "--replace-results"], "--replace-results=True: belongs to a run (plan writes "
+                                                         "no results to replace), not to `dlio_ckpt plan`"),
+    (["--write-bandwidth", "1GB/s"], "--write-bandwidth='1GB/s': belongs to `dlio_ckpt plan` (its what-if), not "
+                                     "to `dlio_ckpt run`, which would ignore it"),
     (["plan", "--world-size", "2", "--write-bandwidth", "1GB/s", "--read-bandwidth", "1GB/s", "--mtbf-hours", "0"],
      "--mtbf-hours=0.0: must be > 0"),
     (["++workload.mode=gds", "++workload.checkpoint.format=raw"], "workload.checkpoint.format='raw': applies to "
@@ -130,6 +138,70 @@ def test_each_rule_has_its_bad_input(tmp_path, args, said):
     assert res.returncode == 2 and said in res.stderr, res.stderr
     assert res.stderr.count("error:") == 1 and "Traceback" not in res.stderr
     assert list(tmp_path.iterdir()) == [], "nothing may be created on bad input"
+
+
+PLAN_ONLY = [("--format", "json"), ("--write-bandwidth", "20GB/s"), ("--read-bandwidth", "40GB/s"),
+             ("--mtbf-hours", "8"), ("--drain-bandwidth", "5GB/s"), ("--interconnect-bandwidth", "25GB/s"),
+             ("--hosts", "4")]
+
+
+@pytest.mark.parametrize("flag,value", PLAN_ONLY)
+@pytest.mark.parametrize("command", [[], ["run"], ["sweep"], ["tune"]])
+def test_plan_only_options_are_refused_elsewhere_by_name(tmp_path, command, flag, value):
+    """A run, sweep or tune given plan's what-if options measured the storage and ignored them, silently."""
+    res = dlio([*command, "workload=tiny", flag, value], tmp_path)
+    said = f"{flag}={float(value) if flag == '--mtbf-hours' else int(value) if flag == '--hosts' else value!r}: " \
+           f"belongs to `dlio_ckpt plan`"
+    assert res.returncode == 2 and said in res.stderr, res.stderr
+    assert f"not to `dlio_ckpt {(command or ['run'])[0]}`" in res.stderr
+    assert res.stderr.count("error:") == 1 and "Traceback" not in res.stderr
+    assert list(tmp_path.iterdir()) == [], "nothing may be created on bad input"
+
+
+def test_options_that_work_today_still_do(tmp_path):
+    """Options come between overrides, plan's with plan and run's with a run, as before."""
+    plan = dlio(["plan", "workload=tiny", "--format", "json", "++workload.checkpoint.scale=0.5", "--world-size", "2",
+                 "--write-bandwidth", "1GB/s", "--read-bandwidth", "2GB/s", "--mtbf-hours", "1"], tmp_path)
+    assert plan.returncode == 0 and "goodput" in plan.stdout, plan.stderr
+    assert list(tmp_path.iterdir()) == []
+    run = dlio(["workload=tiny", "--world-size", "2", "++hydra.run.dir=r", "--replace-results",
+                "++workload.checkpoint.scale=0.01", "++workload.checkpoint.checkpoint_folder=ck"], tmp_path)
+    assert run.returncode == 0, run.stderr
+
+
+def test_a_read_only_what_if_gives_the_loads_time(tmp_path):
+    """--read-bandwidth alone: how long a restart's load takes, without the write bandwidth and MTBF the goodput
+    needs (it was refused, naming --write-bandwidth=None)."""
+    import json
+
+    res = dlio(["plan", "workload=tiny", "--world-size", "2", "--read-bandwidth", "1GB/s", "--format", "json"],
+               tmp_path)
+    assert res.returncode == 0, res.stderr
+    out = json.loads(res.stdout)
+    assert "goodput" not in out and out["load"]["load_seconds"] == out["total_payload_bytes"] / 1e9
+    table = dlio(["plan", "workload=tiny", "--world-size", "2", "--read-bandwidth", "1GB/s"], tmp_path)
+    assert table.returncode == 0 and f"load_seconds: {out['total_payload_bytes'] / 1e9:.4g}" in table.stdout
+    assert "goodput" not in table.stdout and "None" not in table.stdout + table.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_read_only_run_names_both_layouts_and_the_key(tmp_path):
+    """Reading another layout's checkpoint said "written with another layout" and named neither."""
+    base = ["workload=tiny", "--world-size", "2", "++workload.checkpoint.checkpoint_folder=ck",
+            "++workload.checkpoint.scale=0.01", "++workload.checkpoint.progress=False"]
+    w = dlio([*base, "++workload.checkpoint.layout=deepspeed", "++workload.checkpoint.num_checkpoints_write=1",
+              "++workload.checkpoint.num_checkpoints_read=0", "++hydra.run.dir=w"], tmp_path)
+    assert w.returncode == 0, w.stderr
+    r = dlio([*base, "++workload.checkpoint.num_checkpoints_write=0", "++workload.checkpoint.num_checkpoints_read=1",
+              "++hydra.run.dir=r"], tmp_path)
+    assert r.returncode == 2, r.stderr
+    assert "workload.checkpoint.layout='dlio': global_epoch1_step1 in ./ck was written with " \
+           "checkpoint.layout=deepspeed, and this run reads checkpoint.layout=dlio's files: set " \
+           "++workload.checkpoint.layout=deepspeed to read it" in r.stderr, r.stderr
+    assert r.stderr.count("error:") == 1 and not (tmp_path / "r").exists()
+    same = dlio([*base, "++workload.checkpoint.layout=deepspeed", "++workload.checkpoint.num_checkpoints_write=0",
+                 "++workload.checkpoint.num_checkpoints_read=1", "++hydra.run.dir=r"], tmp_path)
+    assert same.returncode == 0, same.stderr
 
 
 @pytest.mark.mpi
