@@ -5,6 +5,14 @@ than 5%" are both regressions, while a standard deviation or a checkpoint size h
 (a size change means the runs did not do the same work, which is shown, not judged). A metric that A
 has and B lacks is a regression too: a gate must not pass because the figure it watches vanished.
 NaN (DLIO's read-only runs) means "no figure" on either side and is never judged.
+
+Why a phase's rate takes its duration's verdict where the two disagree: the duration is what training (a
+save) or a restart (a load) waits for, and a rate can move the other way: a load's rate once was the bytes its
+ranks read over its time, so a load that read 8 times the checkpoint was "+278% better" and, by its duration, a
+"+256% regression" in one table; and DLIO's mean of per-checkpoint rates can fall while the mean duration falls
+too (1 s and 3 s against 1.9 s twice). One change gets one direction: the duration's, said beside the rate
+("by duration"), with the rate's own change. Where they agree, or one did not move, each keeps its own verdict
+(a rate beyond the threshold is a regression whatever the duration did by less).
 """
 
 from __future__ import annotations
@@ -31,6 +39,12 @@ def direction(name: str) -> Direction:
     return "none"
 
 
+def judge(name: str) -> str | None:
+    """The metric whose verdict a phase's rate takes: that phase's mean duration (None: judged by itself)."""
+    phase = re.fullmatch(r"(save|load)_checkpoint_io_(?!stdev).*_per_second", name)
+    return f"{phase[1]}_checkpoint_duration_mean_seconds" if phase else None
+
+
 @dataclass
 class MetricChange:
     name: str
@@ -39,12 +53,28 @@ class MetricChange:
     change_pct: float | None  # (b - a) / a, in percent
     direction: Direction
     verdict: str  # better, worse, same, regression, missing in B, new in B, no figure, not judged
+    judged_by: str | None = None  # where a rate moved against its phase's duration: the duration, whose verdict it took
+
+
+UP, DOWN = ("better",), ("worse", "regression")
 
 
 def compare_metrics(a: Run, b: Run, threshold_pct: float, select: str | None = None) -> list[MetricChange]:
-    names = [n for n in dict.fromkeys([*a.metric, *b.metric]) if select is None or re.search(select, n)]
+    """Every metric of A and B (``select``: those whose name it matches) with its change and verdict. A rate
+    of a phase that moved against that phase's mean duration takes the duration's verdict (see the module's
+    docstring), whether or not ``select`` shows the duration."""
+    every = {c.name: c for c in _each_metric(a, b, threshold_pct)}
+    for c in every.values():
+        by = every.get(judge(c.name) or "")
+        if by is not None and (c.verdict in UP and by.verdict in DOWN or c.verdict in DOWN and by.verdict in UP):
+            c.verdict, c.judged_by = by.verdict, by.name
+    return [c for c in every.values() if select is None or re.search(select, c.name)]
+
+
+def _each_metric(a: Run, b: Run, threshold_pct: float) -> list[MetricChange]:
+    """Every metric judged by itself: its direction and the threshold."""
     out = []
-    for name in names:
+    for name in dict.fromkeys([*a.metric, *b.metric]):
         va, vb = a.metric.get(name), b.metric.get(name)
         if isinstance(va, list | str) or isinstance(vb, list | str):
             continue  # per-epoch lists and verdict strings of DLIO's training metrics
@@ -100,9 +130,11 @@ def render_table(a: Run, b: Run, changes: list[MetricChange], configs: list[dict
     rows = [("metric", "A", "B", "change", "verdict")]
     for c in changes:
         pct = f"{c.change_pct:+.1f}%" if c.change_pct is not None else ""
-        rows.append((c.name, _fmt(c.a), _fmt(c.b), pct, c.verdict.upper() if c.verdict == "regression" else c.verdict))
+        verdict = c.verdict.upper() if c.verdict == "regression" else c.verdict
+        rows.append((c.name, _fmt(c.a), _fmt(c.b), pct, verdict + (" (by duration)" if c.judged_by else "")))
     widths = [max(len(r[i]) for r in rows) for i in range(5)]
-    lines = [f"A: {a.path}", f"B: {b.path}", f"threshold: {threshold:g}% (throughput down or duration up)",
+    lines = [f"A: {a.path}", f"B: {b.path}", f"threshold: {threshold:g}% (throughput down or duration up; a "
+                                             "throughput moving against its duration takes the duration's verdict)",
              *([note] if (note := layout_note(a, b)) else []), ""]
     for i, r in enumerate(rows):
         lines.append("  ".join(v.ljust(w) if j == 0 else v.rjust(w) for j, (v, w) in enumerate(zip(r, widths,

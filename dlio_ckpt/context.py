@@ -10,6 +10,7 @@ it never re-implements barrier, clock, watchdog or result writing.
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -17,7 +18,7 @@ from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
-from .backends import Backend
+from .backends import REGISTRY, Backend
 from .comm import Comm, on_root
 from .config import Checkpoint, Workload
 from .failure import RunState, Watchdog, watching
@@ -202,16 +203,44 @@ def read_cache(ctx: RunContext) -> str:
     return "allowed" if ck.read_from_page_cache else "evicted"
 
 
+def world_sizes(ctx: RunContext) -> dict[str, int]:
+    """The ranks of each phase that ran, and of the job. A load may run at another world size than the save
+    (``restore.world_size``): ``save_world_size`` and ``load_world_size`` say each. DLIO's ``num_accelerators``
+    (and our ``world_size``) stay the job's: the save's where the run saves (its checkpoints are that job's, and
+    MLPerf's rules count its processes), the load's where it only loads (then the job is the load's)."""
+    ck, loads = ctx.ck, ctx.restore.world_size if ctx.restore is not None else ctx.world_size
+    out = {**({"save_world_size": ctx.world_size} if ck.num_checkpoints_write else {}),
+           **({"load_world_size": loads} if ck.num_checkpoints_read else {})}
+    job = loads if not ck.num_checkpoints_write and ck.num_checkpoints_read else ctx.world_size
+    return {"num_accelerators": job, "world_size": job, **out}
+
+
+def storage_facts(ctx: RunContext) -> dict[str, Any]:
+    """``io.storage`` (the backend's own account) and ``io.checkpoint_folder`` (where the steps are). Why the
+    root is corrected here: a checkpoint folder given as an absolute path on a local file system is not under
+    ``storage_root`` (which defaults to the current folder), and the backend would name the folder the run
+    started in; the real root is the one the checkpoint folder lies in."""
+    storage = ctx.backend.describe()
+    folder = ctx.backend.join(ctx.ck.checkpoint_folder)
+    if REGISTRY[ctx.backend.name].local_folder:
+        folder = os.path.normpath(os.path.abspath(folder))
+        if os.path.isabs(ctx.ck.checkpoint_folder) and "root" in storage:
+            storage["root"] = os.path.dirname(folder)
+    return {"storage": storage, "checkpoint_folder": folder}
+
+
 def write_results(ctx: RunContext, records: list[OpRecord], checkpoint_bytes: int, io: dict[str, Any],
                   mine: Any = None, describe: Callable[[list[Any]], dict[str, Any]] | None = None,
-                  ) -> dict[str, Any] | None:
+                  loaded_bytes: int | None = None) -> dict[str, Any] | None:
     """``summary.json`` and the per-process files for any mode: ``io`` is what the mode says of its
     I/O (what fsync and the read cache meant are said here, alike for every mode), ``mine`` this
     process's own facts, listed as ``per_process`` unless ``describe`` turns them into other summary
-    fields. ``checkpoint_bytes``: one checkpoint, all processes, as written."""
+    fields. ``checkpoint_bytes``: one checkpoint, all processes, as written; ``loaded_bytes``: what one
+    load restores, the bytes its figures are taken over (None: what the loads read; see
+    :func:`dlio_ckpt.results.summary`)."""
     def fields(per_process: list[Any]) -> dict[str, Any]:
-        base = {"mode": ctx.workload.mode, "num_accelerators": ctx.world_size,
-                "io": {"storage_type": ctx.backend.name, "storage": ctx.backend.describe(),
+        base = {"mode": ctx.workload.mode, **world_sizes(ctx),
+                "io": {"storage_type": ctx.backend.name, **storage_facts(ctx),
                        "fsync": fsync_meaning(ctx), "read_cache": read_cache(ctx), **io}}
         if ctx.counts_requests:  # results.summary adds the checkpoints' own
             base["requests"] = {"outside_checkpoints": summarize([q for _, out in per_process for q in out]),
@@ -221,7 +250,21 @@ def write_results(ctx: RunContext, records: list[OpRecord], checkpoint_bytes: in
 
     ctx.outside_requests += ctx.take_requests()
     return finish_run(ctx.comm, ctx.run_dir, ctx.meta, ctx.started, records, checkpoint_bytes,
-                      (mine if mine is not None else {}, ctx.outside_requests), fields)
+                      (mine if mine is not None else {}, ctx.outside_requests), fields, loaded_bytes)
+
+
+def finished_line(result: dict[str, Any], run_dir: str) -> str:
+    """The run's last console line: the checkpoint's size and a figure for each phase that ran, nothing for
+    a phase that did not (a read-only run once said ``save 0.000 GiB/s mean``). A load is said by its
+    duration first, the time a restart waits, then the checkpoint's bytes over it (DLIO's figure)."""
+    m = result["metric"]
+    said = [f"checkpoint {m['checkpoint_size_GiB']:.3f} GiB"]
+    if "save_checkpoint_io_mean_GiB_per_second" in m:
+        said.append(f"save {m['save_checkpoint_io_mean_GiB_per_second']:.3f} GiB/s mean")
+    if "load_checkpoint_io_mean_GiB_per_second" in m:
+        said.append(f"load {m['load_checkpoint_duration_mean_seconds']:.3f} s mean "
+                    f"({m['load_checkpoint_io_mean_GiB_per_second']:.3f} GiB/s of the checkpoint)")
+    return f"done: {'; '.join(said)}; results in {run_dir}"
 
 
 REQUESTS_NOTE = ("per kind: count, bytes, latency percentiles of requests seen (ms), requests per second over "

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import secrets
 import sys
 import time
@@ -21,7 +22,7 @@ from . import provenance
 from .backends import REGISTRY, get_backend
 from .comm import Comm, on_root
 from .config import Workload
-from .context import Mode, RunContext
+from .context import Mode, RunContext, finished_line
 from .errors import ConfigError, StorageError
 from .failure import RunState, Watchdog
 from .modes import load_mode
@@ -95,23 +96,28 @@ def execute(mode: Mode, ctx: RunContext, run_dir: str, raw: dict, overrides: lis
     if result is not None:
         library = provenance.storage_library({"storage_type": ctx.backend.name, **ctx.backend.describe()})
         write_result(os.path.join(run_dir, "provenance.json"), dumps(provenance.record(redact(raw), library)))
-        m = result["metric"]
-        log.info("done: checkpoint %.3f GiB; save %.3f GiB/s mean; load %s; results in %s",
-                 m["checkpoint_size_GiB"], m.get("save_checkpoint_io_mean_GiB_per_second", 0.0),
-                 f"{m['load_checkpoint_io_mean_GiB_per_second']:.3f} GiB/s mean"
-                 if "load_checkpoint_io_mean_GiB_per_second" in m else "none", run_dir)
+        log.info("%s", finished_line(result, run_dir))
     return result
 
 
 def redact(item: Any) -> Any:
-    """Credentials given as storage_options never reach the result files (config, overrides, command)."""
+    """Credentials given as storage_options never reach the result files (config, overrides, command):
+    under ``storage`` and in each item of ``tiers`` (a list), and inside an override whose value is a
+    whole list or dict (``++workload.tiers=[{..., storage_options: {secret_access_key: X}}]``)."""
     if isinstance(item, dict):
         return {k: "***" if k in _SECRETS and v is not None else redact(v) for k, v in item.items()}
+    if isinstance(item, list | tuple):
+        return [redact(v) for v in item]
     if isinstance(item, str) and "=" in item:
         key, _, _ = item.partition("=")
         if key.rsplit(".", 1)[-1] in _SECRETS:
             return f"{key}=***"
+        return _SECRET_INSIDE.sub(r"\1***", item)
     return item
+
+
+# a secret option inside an override's list or dict value: its name, then its value up to the next , } or ]
+_SECRET_INSIDE = re.compile(r"(\b(?:" + "|".join(_SECRETS) + r")\s*[:=]\s*)('[^']*'|\"[^\"]*\"|[^,}\]\s]+)")
 
 
 def _prepare_run_dir(run_dir: str, raw: dict, overrides: list[str], replace: bool) -> None:

@@ -6,6 +6,10 @@ each process spent its time, file by file. They must stay readable from 4 to 102
 nothing is drawn per process that needs a legend: durations are a strip of points over a box per
 checkpoint with the slowest processes labelled, plus a process-by-checkpoint heat map; the timeline
 has one thin row per process and colours by phase only.
+
+The page says what the figures are of: the layout, where the checkpoints were, each phase's ranks, and what
+the load did (its duration first, by which loads are judged; its world size against the save's, whose reader
+it follows and any caveat, what it restored, needed and read, per rank and at the heaviest rank).
 """
 
 from __future__ import annotations
@@ -20,12 +24,14 @@ from typing import Any
 
 from .runfiles import FIGURES, REPORT_FILES, Run, load_run, operations
 
+GIB, MIB = 1 << 30, 1 << 20
 PHASE_COLOURS = {"save": "#1f77b4", "load": "#ff7f0e"}
 SYNC_COLOUR = "#9e9e9e"
 HELD_COLOUR = "#d62728"
 TRAIN_COLOUR = "#e0e0e0"  # async runs: training between one checkpoint's hold and the next one's
 DRAIN_COLOUR = "#2ca02c"  # tiered runs: copies to the tiers below, in the lower band of each row
 DRAINS = r"drain_tier(\d+)_ckpt\d+"
+SYNC_TIMES = ("fsync_times", "evict_times")  # each file's second pass, beside its data (results.per_epoch_stats)
 
 
 def _pyplot() -> Any:
@@ -61,6 +67,12 @@ def per_checkpoint(run: Run, phase: str) -> list[tuple[int, float]]:
             if name.startswith(phase) and size and max(d.values()) > 0]
 
 
+def _load_seconds(run: Run, phase: str) -> str:
+    """A load's legend names its mean duration too: what a load is judged by (the time a restart waits)."""
+    seconds = run.metric.get(f"{phase}_checkpoint_duration_mean_seconds")
+    return f", mean {seconds:.3g} s" if phase == "load" and isinstance(seconds, int | float) else ""
+
+
 def processes(run: Run) -> Any:
     return run.summary.get("num_processes", run.summary.get("num_accelerators", "?"))
 
@@ -72,12 +84,13 @@ def throughput_figure(run: Run, path: Path) -> None:
         items = sorted(per_checkpoint(run, phase))
         if items:
             x, y = [i for i, _ in items], [g for _, g in items]
-            ax.plot(x, y, "o-", color=colour, label=f"{phase} (median {statistics.median(y):.3g} GiB/s)")
+            ax.plot(x, y, "o-", color=colour, label=f"{phase} (median {statistics.median(y):.3g} GiB/s"
+                    + _load_seconds(run, phase) + ")")
     from matplotlib.ticker import MaxNLocator
 
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_xlabel("checkpoint")
-    ax.set_ylabel("GiB/s (all processes, slowest process's time)")
+    ax.set_ylabel("GiB/s (the checkpoint over the slowest process's time)")
     ax.set_ylim(bottom=0)
     ax.set_title(f"{run.summary.get('workload', '') or 'DLIO run'}: throughput per checkpoint, "
                  f"{processes(run)} processes" + ("" if run.ours else " (recomputed from the per-rank files)"))
@@ -177,6 +190,7 @@ def timeline_figure(run: Run, path: Path) -> None:
             phase = name.split("_")[0]
             base = datetime.fromisoformat(e["start"]).timestamp() - t0
             spans = [(s, t, n) for _, s, t, n in e.get("file_times", [])] or [(0.0, e["duration"], e.get("bytes", 1))]
+            spans += [(s, t, 0) for key in SYNC_TIMES for _, s, t in e.get(key, [])]  # fsync, eviction: grey
             for k, (s, t, n) in enumerate(spans):
                 x0, x1 = base + s, base + max(t, s + 1e-4)
                 verts.append([(x0, row - height / 2), (x1, row - height / 2), (x1, row + height / 2),
@@ -271,14 +285,84 @@ def write_report(path: str) -> list[Path]:
     return [*written, page]
 
 
+def _checkpoint_folder(run: Run) -> Any:
+    """Where the steps were: ``io.checkpoint_folder``, or for older runs the file system record's path or
+    the config's key (DLIO's own runs: its config's)."""
+    io, config = run.summary.get("io") or {}, run.config or {}
+    recorded = ((run.summary.get("file_systems") or {}).get("checkpoint") or {}).get("path")
+    return io.get("checkpoint_folder") or recorded or config.get("checkpoint.checkpoint_folder")
+
+
+def _sizes(value: Any) -> str:
+    """min / median / max of a per-rank spread (``io.restore``), in bytes shown as GiB or MiB."""
+    if not isinstance(value, dict):
+        return str(value)
+    return " / ".join(_bytes(value[k]) for k in ("min", "median", "max") if k in value) + " (min / median / max)"
+
+
+def _bytes(n: Any) -> str:
+    if not isinstance(n, int | float):
+        return str(n)
+    return f"{n / GIB:.3f} GiB" if n >= GIB / 10 else f"{n / MIB:.3f} MiB"
+
+
+def restore_rows(run: Run) -> list[tuple[str, Any]]:
+    """What the load did, for the page: its world size against the save's, whose reader it follows (and
+    where that is not the framework's own load, the caveat), what it restored, needed and read, the spread
+    over ranks and the heaviest; its duration first, as loads are judged by it."""
+    r = (run.summary.get("io") or {}).get("restore")
+    if not r:
+        return []
+    m, loads = run.metric, run.summary.get("checkpoints", {}).get("load", [])
+    saved = r.get("saved_world_size")
+    rows: list[tuple[str, Any]] = [
+        ("load duration (mean, the slowest process's)", _number(m.get("load_checkpoint_duration_mean_seconds"), "s")),
+        ("load GiB/s (the checkpoint over the duration)", _number(m.get("load_checkpoint_io_mean_GiB_per_second"))),
+        ("load world size", f"{r.get('world_size')} (saved at {saved}" + (": resharded)" if r.get("resharded")
+                                                                           else ")")),
+        ("model only", r.get("model_only")), ("follows", r.get("follows"))]
+    if r.get("caveat"):
+        rows.append(("caveat", r["caveat"]))
+    rows += [("bytes restored / needed / read", " / ".join(_bytes(r.get(k)) for k in ("bytes_restored",
+                                                                                      "bytes_needed", "bytes_read"))),
+             ("read amplification", _number(r.get("read_amplification"), digits=".3f")),
+             ("bytes read per rank", _sizes(r.get("bytes_read_per_rank"))),
+             ("reads per rank", " / ".join(str(r.get("reads_per_rank", {}).get(k)) for k in ("min", "median", "max"))
+              + " (min / median / max)"),
+             ("files per rank (max)", r.get("files_per_rank", {}).get("max")),
+             ("metadata read by every rank", _bytes(r.get("metadata_bytes_per_rank"))),
+             ("heaviest rank (its bytes read over the mean)", f"{r.get('heaviest_rank')} "
+                                                              f"({_number(r.get('imbalance'), digits='.3f')}x)")]
+    metadata = [c["metadata_read_seconds_max"] for c in loads if "metadata_read_seconds_max" in c]
+    if metadata:
+        rows.append(("metadata read, slowest process (max over loads)", _number(max(metadata), "s")))
+    return rows
+
+
+def _number(v: Any, unit: str = "", digits: str = ".4g") -> str:
+    return f"{v:{digits}}{' ' + unit if unit else ''}" if isinstance(v, int | float) else str(v)
+
+
+def _table(rows: list[tuple[str, Any]]) -> str:
+    return "<table>" + "\n".join(f"<tr><th>{html.escape(str(k))}</th><td>{html.escape(str(v))}</td></tr>"
+                                  for k, v in rows) + "</table>"
+
+
 def _html(run: Run, images: list[Path]) -> str:
     s = run.summary
+    io = s.get("io") or {}
+    sizes = [f"{k.split('_')[0]} {s[k]}" for k in ("save_world_size", "load_world_size") if k in s]
     rows = [("workload", s.get("workload")), ("mode", s.get("mode", "emulated")), ("status", s.get("status")),
             ("processes / hosts", f"{processes(run)} / {s.get('num_hosts')}"),
-            ("storage", json.dumps(s.get("io", {}).get("storage"))), ("format", s.get("io", {}).get("format")),
+            ("ranks", ", ".join(sizes) or s.get("num_accelerators")),
+            ("layout", run.layout), ("format", io.get("format")), ("checkpoint folder", _checkpoint_folder(run)),
+            ("storage", json.dumps(io.get("storage"))),
             ("start / end", f"{s.get('start')} / {s.get('end')}"), ("command", s.get("command"))]
     rows += [(k, f"{v:.6g}" if isinstance(v, float) else v) for k, v in s.get("metric", {}).items()]
-    table = "\n".join(f"<tr><th>{html.escape(str(k))}</th><td>{html.escape(str(v))}</td></tr>" for k, v in rows)
+    table = _table(rows)
+    restore = restore_rows(run)
+    if restore:
+        table += "\n<h2>load (restore)</h2>\n" + _table(restore)
     figures = "\n".join(
         f'<figure><img alt="{p.stem}" src="data:image/png;base64,{base64.b64encode(p.read_bytes()).decode()}">'
         f"<figcaption>{p.name}</figcaption></figure>" for p in images)
@@ -288,7 +372,7 @@ def _html(run: Run, images: list[Path]) -> str:
 th,td{{border:1px solid #ccc;padding:2px 8px;text-align:left;font-size:13px}} img{{max-width:100%}}
 figure{{margin:1.5em 0}}</style></head>
 <body><h1>dlio_ckpt report</h1><p>{html.escape(str(run.folder))}</p>
-<table>{table}</table>
+{table}
 {figures}
 </body></html>
 """

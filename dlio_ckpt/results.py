@@ -5,6 +5,11 @@ Why our own fields too: DLIO's ``GB`` keys are GiB, and its duration is rank 0's
 keys and values for comparability, take each checkpoint's duration from the slowest process (as
 MLPerf Storage's rules define it), and add bytes, GiB and GB named as such. JSON is strict: a
 figure that does not exist is left out, never written as NaN.
+
+A load's figure is DLIO's: the checkpoint's bytes over the load's duration, not the bytes its ranks read.
+Why: a restore that reads more (Megatron's replicas, DCP's resharding reading whole stored chunks) would
+otherwise look faster the more it reads; what it read stays beside (``bytes``, ``read_GiB_per_second``,
+and ``io.restore``), and the time a restart waits is the duration.
 """
 
 from __future__ import annotations
@@ -78,11 +83,17 @@ def iso(t: float) -> str:
     return datetime.fromtimestamp(t).isoformat()
 
 
+SYNC_TIMES = {"load": "evict_times"}  # a phase's second pass over its files: fsync (saves, drains), eviction (loads)
+
+
 def per_epoch_stats(records: list[OpRecord], run_start: float, run_end: float, run_id: str | None = None,
                     ) -> dict[str, Any]:
     """DLIO's per-rank file: epoch "1" holding save_ckpt{i} / load_ckpt{i}. Duration and throughput
     here are this process's own (its bytes over its time); summary.json has the job's. ``run_id``
-    (also in summary.json) lets a reader tell the files of one run from another's."""
+    (also in summary.json) lets a reader tell the files of one run from another's. Each file's data is
+    in ``file_times`` once, with its bytes; its fsync (or a load's cache eviction first) in ``fsync_times``
+    (``evict_times``): the engine records those as 0-byte passes, which listed every file twice, once
+    with no bytes."""
     epoch: dict[str, Any] = {"start": iso(run_start), **({"run_id": run_id} if run_id else {})}
     for r in records:
         epoch[f"{r.phase}_ckpt{r.index}"] = {
@@ -97,14 +108,23 @@ def per_epoch_stats(records: list[OpRecord], run_start: float, run_end: float, r
         if r.held is not None:
             epoch[f"{r.phase}_ckpt{r.index}"].update(held=r.held, stalled=r.stalled)
         if r.file_times:  # seconds from this operation's start: the report's timeline
-            epoch[f"{r.phase}_ckpt{r.index}"]["file_times"] = [
-                [name, round(s - r.start, 6), round(e - r.start, 6), n] for name, s, e, n in r.file_times]
+            data = [(name, s, e, n) for name, s, e, n in r.file_times if n]
+            passes = [(name, s, e) for name, s, e, n in r.file_times if not n]
+            entry = epoch[f"{r.phase}_ckpt{r.index}"]
+            entry["file_times"] = [[name, round(s - r.start, 6), round(e - r.start, 6), n] for name, s, e, n in data]
+            if passes:
+                entry[SYNC_TIMES.get(r.phase, "fsync_times")] = [
+                    [name, round(s - r.start, 6), round(e - r.start, 6)] for name, s, e in passes]
     epoch["end"] = iso(run_end)
     return {"1": epoch}
 
 
-def checkpoint_figures(records: list[OpRecord], phase: str) -> list[dict[str, Any]]:
-    """One entry per checkpoint: the slowest process's duration, all processes' bytes."""
+def checkpoint_figures(records: list[OpRecord], phase: str, checkpoint_bytes: int | None = None,
+                       ) -> list[dict[str, Any]]:
+    """One entry per checkpoint: the slowest process's duration, all processes' bytes. With
+    ``checkpoint_bytes`` (loads: the stored bytes the load restores, as the save wrote them) the throughput
+    is those over the duration, DLIO's figure, and ``read_GiB_per_second`` what the processes read
+    (``bytes``) over it: a load that reads more is not faster for it."""
     by_index: dict[int, list[OpRecord]] = {}
     for r in records:
         if r.phase == phase:
@@ -115,13 +135,17 @@ def checkpoint_figures(records: list[OpRecord], phase: str) -> list[dict[str, An
         slowest = max(group, key=lambda r: r.duration)
         total = sum(r.bytes for r in group)
         duration = slowest.duration
+        moved = total if checkpoint_bytes is None else checkpoint_bytes
         out.append({
             "index": index, "step": group[0].step, "bytes": total, "files": sum(r.files for r in group),
+            **({} if checkpoint_bytes is None else {"checkpoint_bytes": checkpoint_bytes}),
             "duration_seconds": duration, "slowest_process": slowest.process,
             "fastest_process_duration_seconds": min(r.duration for r in group),
             "start": iso(min(r.start for r in group)), "end": iso(max(r.end for r in group)),
-            "throughput_GiB_per_second": total / GIB / duration if duration > 0 else 0.0,
-            "throughput_GB_per_second": total / GB / duration if duration > 0 else 0.0,
+            "throughput_GiB_per_second": moved / GIB / duration if duration > 0 else 0.0,
+            "throughput_GB_per_second": moved / GB / duration if duration > 0 else 0.0,
+            **({} if checkpoint_bytes is None else
+               {"read_GiB_per_second": total / GIB / duration if duration > 0 else 0.0}),
             "coordination": coordination(group),
             "cpu": cpu_figures(group, total),
         })
@@ -191,15 +215,19 @@ def _mean_std(values: list[float]) -> tuple[float, float]:
     return statistics.fmean(values), statistics.pstdev(values)
 
 
-def summary(records: list[OpRecord], *, checkpoint_bytes: int, meta: dict[str, Any]) -> dict[str, Any]:
-    """DLIO's summary keys (``metric.*``, ``checkpoint_size_GB`` in GiB as DLIO has it) and ours."""
+def summary(records: list[OpRecord], *, checkpoint_bytes: int, meta: dict[str, Any],
+            loaded_bytes: int | None = None) -> dict[str, Any]:
+    """DLIO's summary keys (``metric.*``, ``checkpoint_size_GB`` in GiB as DLIO has it) and ours.
+    ``loaded_bytes``: the stored bytes one load restores (the checkpoint as saved, or its model alone),
+    over which the load figures are taken; None: the bytes the loads read (modes whose loads read the
+    checkpoint whole, once)."""
     metric: dict[str, Any] = {
         "checkpoint_size_GB": checkpoint_bytes / GIB,
         "checkpoint_size_bytes": checkpoint_bytes,
         "checkpoint_size_GiB": checkpoint_bytes / GIB,
         "checkpoint_size_GB_decimal": checkpoint_bytes / GB,
     }
-    figures = {phase: checkpoint_figures(records, phase) for phase in ("save", "load")}
+    figures = {"save": checkpoint_figures(records, "save"), "load": checkpoint_figures(records, "load", loaded_bytes)}
     for phase, items in figures.items():
         if not items:
             continue
@@ -253,13 +281,13 @@ def dumps(obj: Any) -> str:
 
 
 def finish_run(comm: Comm, run_dir: str, meta: dict[str, Any], run_start: float, records: list[OpRecord],
-               checkpoint_bytes: int, mine: Any, describe: Callable[[list[Any]], dict[str, Any]]
-               ) -> dict[str, Any] | None:
+               checkpoint_bytes: int, mine: Any, describe: Callable[[list[Any]], dict[str, Any]],
+               loaded_bytes: int | None = None) -> dict[str, Any] | None:
     """Gather every process's records and facts; rank 0 writes ``{process}_per_epoch_stats.json`` and
     ``summary.json`` and returns the summary (None elsewhere). ``mine`` is this process's own facts
     (retries, set-up time...); ``describe`` turns every process's into the mode's summary fields.
-    ``checkpoint_bytes``: one checkpoint, all processes. Every mode ends here, so their result
-    files agree."""
+    ``checkpoint_bytes``: one checkpoint, all processes; ``loaded_bytes``: what one load restores (see
+    :func:`summary`). Every mode ends here, so their result files agree."""
     gathered = comm.gather((records, hostname(), host_memory(), peak_rss(), mine))
     if gathered is None:
         return None
@@ -275,7 +303,8 @@ def finish_run(comm: Comm, run_dir: str, meta: dict[str, Any], run_start: float,
         "memory": {"peak_rss_bytes_max": max(rss), "peak_rss_bytes_per_process": rss},
         **describe([g[4] for g in gathered]),
     }
-    result = summary([r for g in gathered for r in g[0]], checkpoint_bytes=checkpoint_bytes, meta=meta)
+    result = summary([r for g in gathered for r in g[0]], checkpoint_bytes=checkpoint_bytes, meta=meta,
+                     loaded_bytes=loaded_bytes)
     write_result(f"{run_dir}/summary.json", dumps(result))
     return result
 

@@ -98,3 +98,16 @@ def test_world_sizes_out_of_range_are_named_as_given(tmp_path, size, said):
         r = dlio([*head, "workload=tiny", "--world-size", size], tmp_path, timeout=30)
         assert r.returncode == 2 and said in r.stderr and "world size 1" not in r.stderr, r.stderr
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_read_only_run_says_nothing_of_saves_and_a_write_only_run_nothing_of_loads(tmp_path):
+    args = ["workload=tiny", "--world-size", "2", "++workload.storage.storage_root=data"]
+    write = dlio([*args, "++workload.checkpoint.num_checkpoints_read=0", "++hydra.run.dir=w"], tmp_path)
+    read = dlio([*args, "++workload.checkpoint.num_checkpoints_write=0", "++hydra.run.dir=r"], tmp_path)
+    assert write.returncode == read.returncode == 0, write.stderr + read.stderr
+    (wrote,) = [line for line in write.stdout.splitlines() if "] done: " in line]
+    (done,) = [line for line in read.stdout.splitlines() if "] done: " in line]
+    assert "save" not in done and "load" not in wrote, (wrote, done)
+    m = load(tmp_path / "r" / "summary.json")["metric"]
+    assert re.search(rf"load {m['load_checkpoint_duration_mean_seconds']:.3f} s mean "
+                     rf"\({m['load_checkpoint_io_mean_GiB_per_second']:.3f} GiB/s of the checkpoint\)", done), done

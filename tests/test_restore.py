@@ -192,3 +192,59 @@ def test_a_scaled_megatron_save_loads_at_another_tensor_parallelism_with_the_sha
     assert {t.fqn: t.shape for t in loaded.tensors()} == {t.fqn: t.shape for t in plan.layout.tensors()}
     restore = restore_plan(w, plan)
     assert all(r.needed <= sum(n for f in r.files for _, n in f.ranges) < 1.05 * r.needed for r in restore.ranks)
+
+
+def test_a_loads_figure_is_the_checkpoint_over_its_duration_and_its_world_size_is_the_loads(tmp_path):
+    """Megatron saved at 4 ranks (TP 2 x DP 2) and loaded at 2 with TP 1: each loading rank reads the whole model
+    and its optimizer state, twice the checkpoint in all. DLIO's load figure is the checkpoint over the load's
+    time, not what the ranks read; the load's world size is the load's (the save's stays the save's); a run that
+    only loads is a job of the load's ranks."""
+    args = ["workload=tiny", "++workload.checkpoint.layout=megatron", "++workload.restore.tensor=1",
+            "++workload.restore.world_size=2", "--world-size", "4", "++workload.storage.storage_root=data",
+            "++workload.checkpoint.num_checkpoints_read=1"]
+    r = dlio([*args, "++workload.checkpoint.num_checkpoints_write=1", "++hydra.run.dir=run"], tmp_path)
+    assert r.returncode == 0, r.stderr
+    summary = load(tmp_path / "run" / "summary.json")
+    m, restore = summary["metric"], summary["io"]["restore"]
+    (saved,), (loaded,) = summary["checkpoints"]["save"], summary["checkpoints"]["load"]
+    assert restore["bytes_restored"] == saved["bytes"] == loaded["checkpoint_bytes"]
+    assert loaded["bytes"] == restore["bytes_read"] > 1.9 * saved["bytes"]  # what was read stays in io.restore
+    for unit, size in (("GB", 2**30), ("GiB", 2**30), ("GB_decimal", 10**9)):
+        assert m[f"load_checkpoint_io_mean_{unit}_per_second"] == pytest.approx(
+            saved["bytes"] / size / m["load_checkpoint_duration_mean_seconds"])
+    assert loaded["read_GiB_per_second"] == pytest.approx(loaded["bytes"] / 2**30 / loaded["duration_seconds"])
+    assert (summary["num_accelerators"], summary["world_size"]) == (4, 4)  # DLIO's key: the job that saved
+    assert (summary["save_world_size"], summary["load_world_size"]) == (4, 2)
+    r = dlio([*args, "++workload.checkpoint.num_checkpoints_write=0", "++hydra.run.dir=again"], tmp_path)
+    assert r.returncode == 0, r.stderr
+    again = load(tmp_path / "again" / "summary.json")
+    assert (again["num_accelerators"], again["world_size"], again["load_world_size"]) == (2, 2, 2)
+    assert "save_world_size" not in again and again["io"]["restore"]["saved_world_size"] == 4
+
+
+def test_a_load_not_held_to_its_frameworks_own_says_so_on_the_console_and_in_the_summary(tmp_path):
+    """Megatron's load of a mixture of experts is not modelled: each rank reads its own files whole. The run says
+    so beside "verified", once, and summary.json beside ``follows``."""
+    r = dlio(["workload=tiny_moe", "++workload.checkpoint.layout=megatron", "--world-size", "4",
+              "++workload.checkpoint.num_checkpoints_write=1", "++workload.checkpoint.num_checkpoints_read=1",
+              "++workload.storage.storage_root=data", "++hydra.run.dir=run"], tmp_path)
+    assert r.returncode == 0, r.stderr
+    said = [line for line in r.stdout.splitlines() if "not the framework's own load" in line]
+    assert len(said) == 1 and said[0].split("] ", 1)[1].startswith("load: not the framework's own load (") \
+        and said[0].endswith("each rank reads its own files whole"), r.stdout
+    restore = load(tmp_path / "run" / "summary.json")["io"]["restore"]
+    assert restore["caveat"] == said[0].split("load: ", 1)[1] and restore["frameworks_own_load"] is False
+
+
+@pytest.mark.parametrize(("extra", "caveat"), [
+    (["workload=tiny_moe", "++workload.checkpoint.layout=dcp", "++workload.model.mtp_layers=0"],
+     "not held to the framework's own load"),
+    (["workload=tiny_moe", "++workload.checkpoint.layout=deepspeed"], "not the framework's own load (DeepSpeed"),
+    (DCP, None), (["workload=tiny", "++workload.checkpoint.layout=megatron"], None), (["workload=tiny"], None),
+])
+def test_which_loads_are_not_held_to_their_frameworks_own(extra, caveat):
+    from dlio_ckpt.runner import load_caveat
+
+    w, _, _ = compose(extra, None)
+    said = load_caveat(w, restore_plan(w, make_plan(w, 4)))
+    assert said == caveat if caveat is None else said.startswith(caveat), said

@@ -226,12 +226,15 @@ def test_check_a_real_llama3_8b_run_scaled_down(tmp_path):
     failed = [line for line in r.stdout.splitlines() if line.startswith("FAIL")]
     assert len(failed) == 1 and "full-size checkpoint" in failed[0], r.stdout
     assert "scale=0.0001" in r.stdout and "80 checkpoints" not in r.stdout
-    # 4.0's rules too: what this machine cannot meet is the size and one file system for both folders;
-    # the accelerator, the invocation and the provenance the run recorded hold
+    # 4.0's rules too: what this machine cannot meet is the size and one file system for both folders, and a
+    # scaled run with no wait between checkpoints is not the CLOSED class's configuration (its hash differs);
+    # the accelerator and the invocation hold, and the recorded hash is recomputed equal
     r = cli("check", tmp_path / "run")
     verdicts = {line[6:].split("  expected:")[0].strip(): line[:4] for line in r.stdout.splitlines()
                 if line[:4] in ("PASS", "FAIL", "WARN")}
-    assert {k for k, v in verdicts.items() if v != "PASS"} == {"checkpoint size", "separate file systems"}, r.stdout
+    assert {k for k, v in verdicts.items() if v != "PASS"} == {"checkpoint size", "separate file systems",
+                                                                "provenance"}, r.stdout
+    assert "checkpoint.scale=0.0001 (not in DLIO's template)" in r.stdout
     assert "8 x b200 at 180 GB = 1440 vs a 0.01 GiB checkpoint" in r.stdout
     assert "core_config " in r.stdout and "recomputed equal" in r.stdout
 
@@ -259,3 +262,72 @@ def test_check_reads_a_dlio_run_folder_and_says_what_it_cannot_show(tmp_path):
     assert "PASS  model" in out and "PASS  process count" in out and "PASS  10 writes then 10 reads" in out
     assert "FAIL  fsync" in out and "DLIO ignores checkpoint.fsync" in out
     assert "FAIL  max duration" in out and "rank 0's clock" in out
+
+
+# -- a load is judged by its duration ---------------------------------------------------------------
+
+def test_diff_judges_a_phase_by_its_duration_and_never_calls_one_change_better_and_a_regression():
+    """A Megatron load that read 8 times the checkpoint in 3.56 times the time once showed "+278% better" (bytes
+    read over time) beside "+256% regression" (its duration) in one table; and a mean of per-checkpoint rates can
+    move against the mean duration even for the same bytes. A phase's rates take its mean duration's verdict."""
+    from dlio_ckpt.compare import compare_metrics, regressions
+    from dlio_ckpt.runfiles import Run
+
+    a = Run("a", None, {"metric": {"load_checkpoint_io_mean_GB_per_second": 1.0,
+                                   "load_checkpoint_io_mean_GiB_per_second": 1.0,
+                                   "load_checkpoint_duration_mean_seconds": 1.0,
+                                   "save_checkpoint_io_mean_GB_per_second": 0.667,  # durations 1 s and 3 s
+                                   "save_checkpoint_duration_mean_seconds": 2.0}})
+    b = Run("b", None, {"metric": {"load_checkpoint_io_mean_GB_per_second": 3.78,
+                                   "load_checkpoint_io_mean_GiB_per_second": 3.78,
+                                   "load_checkpoint_duration_mean_seconds": 3.56,
+                                   "save_checkpoint_io_mean_GB_per_second": 0.526,  # 1.9 s and 1.9 s
+                                   "save_checkpoint_duration_mean_seconds": 1.9}})
+    verdicts = {c.name: c.verdict for c in compare_metrics(a, b, 5.0)}
+    assert verdicts == {"load_checkpoint_io_mean_GB_per_second": "regression",
+                        "load_checkpoint_io_mean_GiB_per_second": "regression",
+                        "load_checkpoint_duration_mean_seconds": "regression",
+                        "save_checkpoint_io_mean_GB_per_second": "better",
+                        "save_checkpoint_duration_mean_seconds": "better"}
+    selected = compare_metrics(a, b, 5.0, "^load_.*io_mean_GiB")  # a gate on the rate alone still closes
+    assert [c.name for c in regressions(selected)] == ["load_checkpoint_io_mean_GiB_per_second"]
+    assert {c.judged_by for c in selected} == {"load_checkpoint_duration_mean_seconds"}
+
+
+def test_a_sweep_names_the_quickest_load_best_not_the_one_that_read_most(tmp_path):
+    from dlio_ckpt.sweep import Point, _row
+    from dlio_ckpt.sweep_results import best, draw, short_line
+
+    def summary(load_gib: float, load_s: float, amplification: float) -> dict:
+        return {"metric": {"checkpoint_size_GiB": 1.0, "load_checkpoint_io_mean_GiB_per_second": load_gib,
+                           "load_checkpoint_io_mean_GB_decimal_per_second": load_gib * 1.074,
+                           "load_checkpoint_duration_mean_seconds": load_s},
+                "checkpoints": {"load": [{"slowest_process": 0}]}, "memory": {"peak_rss_bytes_max": 2**26},
+                "io": {"restore": {"read_amplification": amplification}}, "run_dir": "x"}
+
+    rows = [_row(Point(1, {"layout": "megatron"}, [], None), summary(4.1, 0.20, 8.0), None),
+            _row(Point(2, {"layout": "dcp"}, [], None), summary(3.0, 0.10, 1.0), None)]
+    assert rows[0]["load_read_amplification"] == 8.0
+    assert best(rows, "load")["point"] == 2  # 0.10 s against 0.20 s
+    assert "load 0.100 s" in short_line(["layout"], rows[1])
+    draw(str(tmp_path), ["layout"], rows)
+    assert (tmp_path / "sweep.png").stat().st_size > 0
+
+
+def test_report_shows_the_layout_the_restore_and_the_checkpoint_folder(tmp_path):
+    """report.html says whose files, where they were and what the load read, not only the metrics."""
+    from dlio_ckpt.report import write_report
+
+    folder = tmp_path / "elsewhere" / "ck"
+    r = dlio(["workload=tiny", "++workload.checkpoint.layout=dcp", "++workload.model.parallelism.tensor=1",
+              "--world-size", "4", "++workload.restore.world_size=2", "++workload.checkpoint.num_checkpoints_write=1",
+              "++workload.checkpoint.num_checkpoints_read=1", f"++workload.checkpoint.checkpoint_folder={folder}",
+              "++hydra.run.dir=run"], tmp_path)
+    assert r.returncode == 0, r.stderr
+    write_report(str(tmp_path / "run"))
+    page = (tmp_path / "run" / "report.html").read_text()
+    restore = load(tmp_path / "run" / "summary.json")["io"]["restore"]
+    assert "<th>layout</th><td>dcp</td>" in page and f"<td>{folder}</td>" in page
+    assert "<th>load world size</th><td>2 (saved at 4: resharded)</td>" in page
+    assert f"{restore['read_amplification']:.3f}" in page and "FileSystemReader" in page
+    assert "bytes read per rank" in page and "heaviest rank" in page

@@ -170,3 +170,33 @@ def test_hydras_own_keys_and_a_tier_typo(tmp_path):
     assert r.returncode == 2, r.stderr
     assert "workload.tiers[0].keep_lst=1: unknown key (did you mean 'keep_last'?); allowed keys here: keep_last, " \
            "replicas, replication, scope, storage_options, storage_root, storage_type" in r.stderr
+
+
+# -- where the run wrote, said right ---------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def elsewhere(tmp_path_factory):
+    """One run from a folder of its own into an absolute checkpoint folder elsewhere, for the tests below."""
+    tmp = tmp_path_factory.mktemp("elsewhere")
+    (tmp / "cwd").mkdir()
+    r = run(tmp / "cwd", f"++workload.checkpoint.checkpoint_folder={tmp / 'far' / 'ck'}", "++hydra.run.dir=run")
+    assert r.returncode == 0, r.stderr
+    return tmp
+
+
+def test_an_absolute_checkpoint_folder_is_where_the_summary_says_the_storage_is(elsewhere):
+    io = load(elsewhere / "cwd" / "run" / "summary.json")["io"]
+    assert io["storage"]["root"] == str(elsewhere / "far")  # not the folder the run started in
+    assert io["checkpoint_folder"] == str(elsewhere / "far" / "ck")
+
+
+def test_each_file_is_listed_once_with_its_bytes_and_its_fsync_or_eviction_beside(elsewhere):
+    """The engine times a file's fsync (a load's eviction) as a pass of 0 bytes: it was listed as the file again."""
+    stats = load(elsewhere / "cwd" / "run" / "0_per_epoch_stats.json")["1"]
+    for name, later in (("save_ckpt1", "fsync_times"), ("load_ckpt1", "evict_times")):
+        entry = stats[name]
+        names = [f[0] for f in entry["file_times"]]
+        assert len(names) == len(set(names)) == entry["files"], (name, entry["file_times"])
+        assert all(f[3] > 0 for f in entry["file_times"]) and sum(f[3] for f in entry["file_times"]) == entry["bytes"]
+        assert sorted(f[0] for f in entry[later]) == sorted(names)  # tiny fsyncs; a load evicts each file first
+        assert all(len(f) == 3 and f[1] <= f[2] for f in entry[later])
