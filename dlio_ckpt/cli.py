@@ -373,17 +373,11 @@ def _restore_asked(workload: Any) -> bool:
 
 
 def _restore(workload: Any, plan: Any, fmt: Any) -> dict[str, Any]:
-    """The restore a run of this workload would read (``io.restore`` of its summary.json), from the same plan
-    and the same figures (:func:`dlio_ckpt.restore.restore_plan`, :func:`dlio_ckpt.restore.figures`), and
-    the heaviest rank's needed bytes; a load the layout cannot do is refused as a run refuses it (exit 2)."""
-    from .formats import planned_size
-    from .restore import figures, restore_plan
+    """The restore a run of this workload would read, as its summary.json's ``io.restore`` says it
+    (:func:`dlio_ckpt.restore.described`); a load the layout cannot do is refused as a run refuses it (exit 2)."""
+    from .restore import described, restore_plan
 
-    reads = restore_plan(workload, plan)
-    out = figures(reads, lambda rank, k: planned_size(fmt, plan.ranks[rank].files[k]),
-                  sum(c.size for c in plan.coordinator), workload.checkpoint.chunk_size)
-    out["heaviest_rank_bytes_needed"] = reads.ranks[out["heaviest_rank"]].needed
-    return out
+    return described(workload, restore_plan(workload, plan), plan, fmt)
 
 
 _UNITS = {"B": 1, "KB": 1e3, "MB": 1e6, "GB": 1e9, "TB": 1e12, "KIB": 2**10, "MIB": 2**20, "GIB": 2**30, "TIB": 2**40}

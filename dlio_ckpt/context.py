@@ -264,7 +264,16 @@ def finished_line(result: dict[str, Any], run_dir: str) -> str:
     if "load_checkpoint_io_mean_GiB_per_second" in m:
         said.append(f"load {m['load_checkpoint_duration_mean_seconds']:.3f} s mean "
                     f"({m['load_checkpoint_io_mean_GiB_per_second']:.3f} GiB/s of the checkpoint)")
-    return f"done: {'; '.join(said)}; results in {run_dir}"
+    line = f"done: {'; '.join(said)}; results in {run_dir}"
+    if (scaled := result.get("io", {}).get("scaled")) is not None:
+        full, ahead = scaled["full_size"], scaled["projected_full_size"]
+        times = "; ".join(f"{phase} {ahead[f'{phase}_seconds']:.1f} s" for phase in ("save", "load")
+                          if f"{phase}_seconds" in ahead)
+        line += (f"\nscaled: this run wrote 1/{1 / scaled['bytes_ratio']:,.0f} of the job's "
+                 f"{full['checkpoint_size_GiB']:,.2f} GiB per checkpoint ({scaled['this_run']['headers_share']:.0%} of "
+                 f"it the format's headers, {full['headers_share']:.1%} at full size)"
+                 + (f"; projected at full size, not measured (times x bytes): {times}" if times else ""))
+    return line
 
 
 REQUESTS_NOTE = ("per kind: count, bytes, latency percentiles of requests seen (ms), requests per second over "

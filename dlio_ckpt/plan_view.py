@@ -21,6 +21,7 @@ def plan_json(plan: Plan, fmt: Format) -> dict[str, Any]:
         "format": fmt.name,
         "coordinator_files": [{"name": c.name, "bytes": c.size, "written_as": c.staged or c.name, "rank": 0}
                               for c in plan.coordinator],
+        **({"scaled": scaled} if (scaled := scaled_figures(plan, fmt)) is not None else {}),
         "ranks": [
             {"rank": r.rank, "tp": r.tp, "pp": r.pp, "dp": r.dp, "files": [
                 {"name": f.stem + fmt.extension, "payload_bytes": f.payload_bytes, "tensors": f.num_tensors,
@@ -66,6 +67,13 @@ def plan_table(plan: Plan, fmt: Format) -> str:
     for c in plan.coordinator:
         lines.append(f"rank 0 then writes {c.name} ({c.size:,} B{f', as {c.staged}, renamed' if c.staged else ''}), "
                      "which every rank reads first on load")
+    if (scaled := scaled_figures(plan, fmt)) is not None:
+        here, full = scaled["this_run"], scaled["full_size"]
+        lines.append(f"scaled: {here['bytes_per_checkpoint']:,} B per checkpoint stand for the job's "
+                     f"{full['bytes_per_checkpoint']:,} B ({full['checkpoint_size_GiB']:,.2f} GiB of payload), "
+                     f"1/{1 / scaled['bytes_ratio']:,.0f}; every rank's share and files as at full size; the "
+                     f"format's headers are {here['headers_share']:.1%} of the bytes here, "
+                     f"{full['headers_share']:.2%} at full size")
     return "\n".join(lines)
 
 
@@ -107,3 +115,22 @@ def restore_table(restore: dict[str, Any], plan: Plan) -> str:
         f"{_gib(restore['heaviest_rank_bytes_needed'])} needed, {restore['imbalance']:.2f} x the mean rank's reads",
     ]
     return "\n".join(lines)
+
+
+def scaled_figures(plan: Plan, fmt: Format) -> dict[str, Any] | None:
+    """What a scaled plan stands for (None at full size): this run's bytes per checkpoint beside the full
+    size's, with the share of each that is the format's headers (a ``torch.save`` archive's records do not
+    shrink with the tensors: at small scales they are a visible part of what is written), and the ratio of
+    the two by which :func:`dlio_ckpt.results.summary` projects the measured times."""
+    if plan.full_size is None:
+        return None
+
+    def figures(p: Plan) -> dict[str, Any]:
+        stored = sum(planned_size(fmt, f) for r in p.ranks for f in r.files) + sum(c.size for c in p.coordinator)
+        headers = stored - p.total_payload_bytes - sum(c.size for c in p.coordinator)
+        return {"checkpoint_size_GiB": p.checkpoint_size_GB, "bytes_per_checkpoint": stored,
+                "coordinator_bytes": sum(c.size for c in p.coordinator), "headers_share": headers / stored}
+
+    here, full = figures(plan), figures(plan.full_size.plan)
+    return {"bytes_ratio": here["bytes_per_checkpoint"] /
+            full["bytes_per_checkpoint"], "this_run": here, "full_size": full}

@@ -165,17 +165,20 @@ class LayoutFacts(Protocol):
         """The layout's own consistency checks of a whole plan."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class FullSize:
-    """What a scaled plan stands for: the full-size plan's payload (DLIO's checkpoint size) and its
-    coordinator's files, for the figures a scaled run reports beside its own and its projection."""
+    """What a scaled plan stands for: the full-size plan, for the figures a scaled run reports beside its
+    own (DLIO's checkpoint size, the bytes stored) and the projection of its times."""
 
-    payload_bytes: int
-    coordinator_bytes: int
+    plan: Plan
 
     @property
-    def total_bytes(self) -> int:
-        return self.payload_bytes + self.coordinator_bytes
+    def payload_bytes(self) -> int:
+        return self.plan.total_payload_bytes
+
+    @property
+    def coordinator_bytes(self) -> int:
+        return sum(c.size for c in self.plan.coordinator)
 
 
 @dataclass(frozen=True)
@@ -193,8 +196,7 @@ class Plan:
         ratio = self.stored_bytes / full.stored_bytes
         coordinator = tuple(CoordinatorFile(c.name, max(1, round(f.size * ratio)), c.staged)
                             for c, f in zip(self.coordinator, full.coordinator, strict=True))
-        return replace(self, coordinator=coordinator,
-                       full_size=FullSize(full.total_payload_bytes, sum(c.size for c in full.coordinator)))
+        return replace(self, coordinator=coordinator, full_size=FullSize(full))
 
     @cached_property
     def stored_bytes(self) -> int:

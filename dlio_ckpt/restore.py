@@ -127,6 +127,65 @@ def figures(restore: Restore, file_size: Callable[[int, int], int], metadata_byt
             "heaviest_rank": read.index(max(read))}
 
 
+NOT_MODELLED = {  # whole-file loads standing in for a framework's own, and why
+    "deepspeed": "DeepSpeed's load_checkpoint is not modelled",
+    "megatron": "megatron-core's load of a mixture of experts is not modelled yet",
+}
+
+
+def load_caveat(workload: Any, restore: Restore) -> str | None:
+    """In plain words, where the read phase is not held to the framework's own load (None where it is, or
+    where the layout is DLIO's, whose read phase is its own). Why said: such a load is verified byte for byte
+    all the same, and "verified" alone reads as if its pattern were the framework's. A load where every rank
+    reads its own files whole, in a layout whose framework loads otherwise, stands in for a load not modelled;
+    DCP's plan of a mixture of experts with expert parallelism applies FSDP2's rules at the save's placement,
+    which no real ``dcp.load`` of torchtitan's expert mesh has been held to."""
+    layout, model = workload.checkpoint.layout, workload.model
+    own_whole = all(f.rank == r.rank and not f.ranges for r in restore.ranks for f in r.files)
+    if layout != "dlio" and own_whole:
+        why = NOT_MODELLED.get(layout, f"checkpoint.layout={layout}'s load is not modelled")
+        return f"not the framework's own load ({why}): each rank reads its own files whole"
+    if layout == "dcp" and model.family == "moe" and model.parallelism.expert > 1:
+        return ("not held to the framework's own load (no real dcp.load of torchtitan's expert-parallel placement "
+                "was compared): each rank reads its own stored shards and the replicated items, by FSDP2's rules")
+    return None
+
+
+def restored_bytes(restore: Restore, file_size: Callable[[int, int], int], metadata_bytes: int) -> int:
+    """The stored bytes a load restores, each once however many ranks read it: every byte of the files or
+    ranges some rank reads, and the metadata every rank reads first. A whole load's is what the save wrote
+    (held to it in the tests); with ``restore.model_only``, the model's part. The load's DLIO figures are
+    these over its duration: what a restart gets back, not what its ranks read to get it."""
+    ranges: dict[tuple[int, int], list[tuple[int, int]]] = {}
+    for r in restore.ranks:
+        for f in r.files:
+            ranges.setdefault((f.rank, f.index), []).extend(f.ranges or [(0, file_size(f.rank, f.index))])
+    return metadata_bytes + sum(hi - lo for each in ranges.values() for lo, hi in spans(tuple(sorted(each))))
+
+
+def described(workload: Any, restore: Restore, plan: Plan, fmt: Any) -> dict[str, Any]:
+    """summary.json's ``io.restore``, and what ``plan`` prints of a restore: what each rank needs and reads
+    (:func:`figures`), the heaviest rank's need, what the load restores (``bytes_restored``, over which the load's
+    figures are taken), and whether it is the framework's own load (``frameworks_own_load``, ``caveat`` beside
+    ``follows``). One function for both, so that a plan and a run say the same of the same restore."""
+    from .formats import planned_size
+
+    def size(rank: int, k: int) -> int:
+        return planned_size(fmt, plan.ranks[rank].files[k])
+
+    metadata = sum(c.size for c in plan.coordinator)
+    caveat = load_caveat(workload, restore)
+    out: dict[str, Any] = {}
+    for key, value in figures(restore, size, metadata, workload.checkpoint.chunk_size).items():
+        if key == "bytes_needed":
+            out["bytes_restored"] = restored_bytes(restore, size, metadata)
+        out[key] = value
+        if key == "follows":  # the plain words beside the reader they qualify
+            out.update(frameworks_own_load=caveat is None, caveat=caveat)
+    out["heaviest_rank_bytes_needed"] = restore.ranks[out["heaviest_rank"]].needed
+    return out
+
+
 def restore_plan(workload: Any, plan: Plan) -> Restore:
     """What each rank of the read phase reads: the layout's own ``restore`` where its framework reshards or
     loads the model alone (DCP); elsewhere each rank's own files whole, at the save's world size, and a load

@@ -262,7 +262,23 @@ def summary(records: list[OpRecord], *, checkpoint_bytes: int, meta: dict[str, A
             meta["goodput"]["interval_seconds"], statistics.fmean(held), durable,
             statistics.fmean(c["duration_seconds"] for c in loads) if loads else 0.0, meta["goodput"]["mtbf_hours"]),
             "durable_on_tiers": read}
+    if (scaled := meta.get("io", {}).get("scaled")) is not None:
+        scaled["projected_full_size"] = projected(scaled["bytes_ratio"], metric)
     return {**meta, "metric": metric, "checkpoints": figures}
+
+
+PROJECTION_BASIS = ("a projection, not a measurement: this run's mean times x the full size's bytes per checkpoint / "
+                    "this run's; it assumes time grows with bytes at the bandwidth this run reached (no fixed cost "
+                    "per file or request grows with it) and no more processes than this run's")
+
+
+def projected(bytes_ratio: float, metric: dict[str, Any]) -> dict[str, Any]:
+    """A scaled run's times projected to the full size (``io.scaled.projected_full_size``), labelled as such."""
+    out: dict[str, Any] = {}
+    for phase in ("save", "load"):
+        if (mean := metric.get(f"{phase}_checkpoint_duration_mean_seconds")) is not None:
+            out[f"{phase}_seconds"] = mean / bytes_ratio
+    return {**out, "basis": PROJECTION_BASIS}
 
 
 def hosts_summary(per_process: list[tuple[str, int]]) -> dict[str, Any]:

@@ -12,7 +12,6 @@ import logging
 import secrets
 import time
 from collections import Counter
-from collections.abc import Callable
 from typing import Any
 
 from . import references
@@ -22,13 +21,14 @@ from .context import GIB, RunContext, record, say_done, timed, write_results
 from .emulation import EmulatedRun, check_manifest, expected_files, held_files, io_options, shard_bytes
 from .engine import Engine, FileTask, IOOptions, check_capabilities, io_buffer_bytes
 from .errors import ConfigError
-from .formats import Format, planned_size
+from .formats import Format
 from .host import available_memory, hostname
 from .layouts import file_format, make_plan
 from .peers import LostShares
 from .placement import holder
+from .plan_view import scaled_figures
 from .progress import progress_display
-from .restore import RankReads, Restore, figures, restore_plan, spans
+from .restore import RankReads, described, load_caveat, restore_plan
 from .steps import Writes
 from .tiers import Tiers
 
@@ -202,63 +202,6 @@ def _sources(read_from: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [out[k] for k in sorted(out)]
 
 
-NOT_MODELLED = {  # whole-file loads standing in for a framework's own, and why
-    "deepspeed": "DeepSpeed's load_checkpoint is not modelled",
-    "megatron": "megatron-core's load of a mixture of experts is not modelled yet",
-}
-
-
-def load_caveat(workload: Any, restore: Restore) -> str | None:
-    """In plain words, where the read phase is not held to the framework's own load (None where it is, or
-    where the layout is DLIO's, whose read phase is its own). Why said: such a load is verified byte for byte
-    all the same, and "verified" alone reads as if its pattern were the framework's. A load where every rank
-    reads its own files whole, in a layout whose framework loads otherwise, stands in for a load not modelled;
-    DCP's plan of a mixture of experts with expert parallelism applies FSDP2's rules at the save's placement,
-    which no real ``dcp.load`` of torchtitan's expert mesh has been held to."""
-    layout, model = workload.checkpoint.layout, workload.model
-    own_whole = all(f.rank == r.rank and not f.ranges for r in restore.ranks for f in r.files)
-    if layout != "dlio" and own_whole:
-        why = NOT_MODELLED.get(layout, f"checkpoint.layout={layout}'s load is not modelled")
-        return f"not the framework's own load ({why}): each rank reads its own files whole"
-    if layout == "dcp" and model.family == "moe" and model.parallelism.expert > 1:
-        return ("not held to the framework's own load (no real dcp.load of torchtitan's expert-parallel placement "
-                "was compared): each rank reads its own stored shards and the replicated items, by FSDP2's rules")
-    return None
-
-
-def restored_bytes(restore: Restore, file_size: Callable[[int, int], int], metadata_bytes: int) -> int:
-    """The stored bytes a load restores, each once however many ranks read it: every byte of the files or
-    ranges some rank reads, and the metadata every rank reads first. A whole load's is what the save wrote
-    (held to it in the tests); with ``restore.model_only``, the model's part. The load's DLIO figures are
-    these over its duration: what a restart gets back, not what its ranks read to get it."""
-    ranges: dict[tuple[int, int], list[tuple[int, int]]] = {}
-    for r in restore.ranks:
-        for f in r.files:
-            ranges.setdefault((f.rank, f.index), []).extend(f.ranges or [(0, file_size(f.rank, f.index))])
-    return metadata_bytes + sum(hi - lo for each in ranges.values() for lo, hi in spans(tuple(sorted(each))))
-
-
-def _restore_figures(ctx: RunContext, fmt: Format) -> dict[str, Any]:
-    """summary.json's ``io.restore``: the read phase's plan, what each rank needs and reads, what it restores
-    (``bytes_restored``, over which the load's figures are taken), and whether it is the framework's own load
-    (``frameworks_own_load``, ``caveat`` beside ``follows``)."""
-    plan = ctx.plan
-
-    def size(rank: int, k: int) -> int:
-        return planned_size(fmt, plan.ranks[rank].files[k])
-
-    metadata = sum(c.size for c in plan.coordinator)
-    caveat = load_caveat(ctx.workload, ctx.restore)
-    out: dict[str, Any] = {}
-    for key, value in figures(ctx.restore, size, metadata, ctx.ck.chunk_size).items():
-        if key == "bytes_needed":
-            out["bytes_restored"] = restored_bytes(ctx.restore, size, metadata)
-        out[key] = value
-        if key == "follows":  # the plain words beside the reader they qualify
-            out.update(frameworks_own_load=caveat is None, caveat=caveat)
-    return out
-
-
 def run(ctx: RunContext) -> dict[str, Any] | None:
     """Run the benchmark; returns the summary on rank 0 (None elsewhere)."""
     ck, comm, state, fmt = ctx.ck, ctx.comm, ctx.state, file_format(ctx.workload)
@@ -389,6 +332,7 @@ def run(ctx: RunContext) -> dict[str, Any] | None:
           **({"tiers": tiers.describe(), "read_tier": ck.read_tier} if tiers.active else {}),
           **({"placement": ctx.placement.describe()} if ctx.placement.simulated else {}),
           **({"reference": references.describe(ck.reference)} if ck.reference != "none" else {}),
-          **({"restore": _restore_figures(ctx, fmt)} if ck.num_checkpoints_read else {})}
+          **({"restore": described(ctx.workload, ctx.restore, ctx.plan, fmt)} if ck.num_checkpoints_read else {}),
+          **({"scaled": scaled_figures(ctx.plan, fmt)} if ctx.plan.full_size else {})}
     return write_results(ctx, records, ctx.plan.total_payload_bytes, io, retries, describe,
                          io["restore"]["bytes_restored"] if ck.num_checkpoints_read else None)

@@ -243,7 +243,7 @@ def test_a_load_not_held_to_its_frameworks_own_says_so_on_the_console_and_in_the
     (DCP, None), (["workload=tiny", "++workload.checkpoint.layout=megatron"], None), (["workload=tiny"], None),
 ])
 def test_which_loads_are_not_held_to_their_frameworks_own(extra, caveat):
-    from dlio_ckpt.runner import load_caveat
+    from dlio_ckpt.restore import load_caveat
 
     w, _, _ = compose(extra, None)
     said = load_caveat(w, restore_plan(w, make_plan(w, 4)))
