@@ -122,7 +122,14 @@ class PointComm:
     fault on one rank ends the point on every rank instead of leaving them in a collective (MPI
     cannot cancel a blocking one) and the sweep goes on. The failing rank calls :meth:`abort_point`;
     the others raise :class:`PointAborted` at their next collective. Objects travel point to point
-    (pickled, in order per sender), which is plenty for the few small messages of a run."""
+    (pickled, in order per sender); the barrier too is messages through rank 0, not ``Ibarrier``, so
+    that the point's communicator carries exactly one collective, :meth:`close`'s, on every rank (a
+    rank that leaves a point's ``Ibarrier`` on an abort would otherwise have one more pending than a
+    rank that failed before it, and the next barrier would pair the wrong calls and never end).
+
+    Every rank calls :meth:`close` when the point ends (ok, failed or aborted): see there why no
+    message may outlive the point and why closing cannot hang. Used as a context manager, it closes
+    on leaving the ``with``."""
 
     _DATA, _ABORT = 1, 2
 
@@ -131,7 +138,23 @@ class PointComm:
 
         self._MPI, self._c = MPI, parent._c.Dup()
         self.rank, self.size, self.local_rank = parent.rank, parent.size, parent.local_rank
-        self._sent: list[Any] = []  # sends need not complete: a rank may leave the point first
+        # this rank's sends not yet known complete; each Request alone keeps its pickled bytes alive
+        self._sent: list[Any] = []
+        self._prune_at = 64  # the finished ones are dropped when the list doubles: amortised O(1) a send
+
+    def __enter__(self) -> PointComm:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _send(self, obj: Any, dest: int, tag: int) -> None:
+        """Send without waiting. Synchronous mode (``issend``): it completes only once ``dest`` has
+        matched the message, which is what lets :meth:`close` say that nothing is left in flight."""
+        if len(self._sent) >= self._prune_at:  # a long point (many steps) keeps no finished buffers
+            self._sends_done()
+            self._prune_at = max(64, 2 * len(self._sent))
+        self._sent.append(self._c.issend(obj, dest=dest, tag=tag))
 
     def _check(self) -> None:
         """Leave the point if another rank aborted it."""
@@ -142,17 +165,18 @@ class PointComm:
         return patiently(lambda: self._c.improbe(source=source, tag=self._DATA), self._check).recv()
 
     def barrier(self) -> None:
-        patiently(self._c.Ibarrier().Test, self._check)
+        self.allgather(None)  # no rank has rank 0's answer before rank 0 has every rank's message
 
     def bcast(self, obj: Any) -> Any:
         if self.rank == 0:
-            self._sent += [self._c.isend(obj, dest=r, tag=self._DATA) for r in range(1, self.size)]
+            for r in range(1, self.size):
+                self._send(obj, r, self._DATA)
             return obj
         return self._recv(0)
 
     def gather(self, obj: Any) -> list[Any] | None:
         if self.rank != 0:
-            self._sent.append(self._c.isend(obj, dest=0, tag=self._DATA))
+            self._send(obj, 0, self._DATA)
             return None
         return [obj, *(self._recv(r) for r in range(1, self.size))]
 
@@ -160,10 +184,58 @@ class PointComm:
         return self.bcast(self.gather(obj))
 
     def abort_point(self, reason: str) -> None:
-        self._sent += [self._c.isend(reason, dest=r, tag=self._ABORT) for r in range(self.size) if r != self.rank]
+        for r in range(self.size):
+            if r != self.rank:
+                self._send(reason, r, self._ABORT)
 
     def abort(self, code: int) -> None:
         self._c.Abort(code)
+
+    def close(self) -> None:
+        """End the point on this rank: wait until this rank's sends are complete, then until every
+        rank is here, receiving and throwing away whatever arrives meanwhile, then free the point's
+        communicator. Every rank calls it once, however its point ended; a second call does nothing.
+
+        Why wait for the sends: mpi4py's lowercase ``isend``/``issend`` pickles the object into a
+        bytes object that only the returned Request holds (``Request.ob_buf``, dropped when a
+        ``Test``/``Wait`` sees it complete), and collecting a Request frees neither the MPI request
+        nor waits for it. A rank that left a point with a large message (a rank's results, ~88 kB
+        for llama3_70b over 32 logical ranks a process: above MPICH's eager limit, so moved only when
+        rank 0 receives it) still in flight had those bytes freed and reused under MPI, and rank 0
+        unpickled garbage (``UnpicklingError: invalid load key``, ``UnicodeDecodeError``: a sweep of
+        12 such points lost point 7 on every try). And freeing the communicator with messages still
+        unmatched could let them land on a later point's communicator, MPI being free to reuse its
+        context id (a late ABORT would end the wrong point).
+
+        Why it cannot hang: sends are synchronous, so a send completes once its receiver has matched
+        it. Every message is sent before its sender calls ``close``, and is addressed to a rank that
+        is either still in the point or in ``close``. One still in the point reaches ``close`` too:
+        it received everything a finished sender owed it, or, if the sender failed or was aborted,
+        an ABORT that :meth:`abort_point` sent to every rank makes its next collective raise
+        :class:`PointAborted` (a rank stalled in its own I/O is the watchdog's, which ends the job,
+        as in a run). One in ``close`` matches whatever arrives, DATA or ABORT, until its barrier
+        completes. The barrier completes only once every rank has entered it (the only collective on
+        this communicator, so every rank's is the same call), and a rank enters only when its own
+        sends are complete: so no rank stops receiving while a message to it is unmatched, and when
+        any rank leaves, every message of the point has been received and no request or buffer is
+        left on the communicator. Both waits poll (:func:`patiently`) rather than block, so a waiting
+        rank does not spin a core the others need. A job that is ending (SystemExit, Ctrl-C) does not
+        close: the other ranks may never come."""
+        if self._c == self._MPI.COMM_NULL:
+            return
+        patiently(self._sends_done, self._discard_arrivals)
+        patiently(self._c.Ibarrier().Test, self._discard_arrivals)
+        self._c.Free()
+
+    def _sends_done(self) -> bool:
+        self._sent = [r for r in self._sent if not r.Test()]
+        return not self._sent
+
+    def _discard_arrivals(self) -> None:
+        """Receive, as raw bytes (never unpickled), every message now waiting on the point's communicator."""
+        mpi, status = self._MPI, self._MPI.Status()
+        while (message := self._c.improbe(source=mpi.ANY_SOURCE, tag=mpi.ANY_TAG, status=status)) is not None:
+            message.Recv([bytearray(status.Get_count(mpi.BYTE)), mpi.BYTE])
 
 
 class TorchComm:

@@ -31,7 +31,7 @@ from .context import RunContext
 from .errors import ConfigError, DlioCkptError
 from .failure import RunState, Watchdog, on_signals, write_failed_summary
 from .host import hostname, reset_peak_rss
-from .launch import execute, probe_folder, start
+from .launch import execute, probe_folder, redact, start
 from .steps import remove_ours, survey
 from .sweep_results import write_sweep_files
 
@@ -138,9 +138,13 @@ def run_sweep(overrides: list[str], world_sizes: str | None, config_dir: str | N
 
 
 def sweep(overrides: list[str], world_sizes: str | None, config_dir: str | None, comm: Comm,
-          stop_on_failure: bool = False, keep_checkpoints: bool = False, deadline: float | None = None) -> Outcome:
-    """The sweep, and what it found. ``deadline`` (rank 0's ``time.time()``): no point starts after it."""
-    points = grid(overrides, world_sizes, config_dir)
+          stop_on_failure: bool = False, keep_checkpoints: bool = False, deadline: float | None = None,
+          points: list[Point] | None = None) -> Outcome:
+    """The sweep, and what it found. ``deadline`` (rank 0's ``time.time()``): no point starts after it.
+    ``points``: run these instead of the grid of ``overrides`` (which ``sweep.json`` still records), for
+    a list of chosen combinations that is no grid: tune's re-runs of its finalists; the folder is the
+    first point's ``hydra.sweep.dir``."""
+    points = points or grid(overrides, world_sizes, config_dir)
     checked = validate(points, config_dir, comm.size)
     state = RunState()
     on_signals(comm, state)  # SIGINT/SIGTERM end the whole sweep, as a run
@@ -181,7 +185,8 @@ def sweep(overrides: list[str], world_sizes: str | None, config_dir: str | None,
             _say(comm, sweep_dir, "stopping: --stop-on-failure")
             break
     if comm.rank == 0:
-        write_sweep_files(sweep_dir, points, rows, figures=True)
+        if rows:  # none when out of time before the first point
+            write_sweep_files(sweep_dir, points, rows, figures=True)
         _say(comm, sweep_dir, f"sweep done: {sum(r['status'] == 'ok' for r in rows)} of {len(points)} points ok; "
              f"results in {sweep_dir}")
     return Outcome(1 if failed else 0, sweep_dir, rows)
@@ -191,18 +196,22 @@ def _run_point(p: Point, workload: Workload, raw: dict, run_dir: str, comm: Comm
                watchdog: Watchdog | None) -> tuple[str | None, list[Backend]]:
     """One point as an ordinary run; returns this rank's reason when the point failed here, and the
     storages it may have written to that this rank cleans up (rank 0 a shared tier, every host's acting
-    rank its own copy of a node or peer tier; none when it failed before choosing them)."""
+    rank its own copy of a node or peer tier; none when it failed before choosing them). On MPI the
+    point's communicator is closed however the point ended, so no message of this point is still in
+    flight when the next one starts (:meth:`~dlio_ckpt.comm.PointComm.close`), except when the job
+    itself is ending (SystemExit, KeyboardInterrupt): the other ranks may never come to close it."""
     point_comm: Any = PointComm(comm) if isinstance(comm, MPIComm) else comm
     state.phase, state.step, state.file, state.run_dir, state.committed = "starting", None, None, None, None
     reset_peak_rss()
-    ctx = None
+    ctx, job_ending = None, False
     try:
         mode, ctx = start(workload, point_comm, p.world_size or comm.size, state, watchdog)
         execute(mode, ctx, run_dir, raw, p.overrides, ["sweep", *sys.argv[2:]], replace=True)  # a failed attempt's
-        return None, _cleaned_here(ctx)
+        outcome: tuple[str | None, list[Backend]] = None, _cleaned_here(ctx)
     except PointAborted as exc:
-        return str(exc), _cleaned_here(ctx)
+        outcome = str(exc), _cleaned_here(ctx)
     except (SystemExit, KeyboardInterrupt):
+        job_ending = True
         raise
     except BaseException as exc:  # a fault: this point fails on every rank, the sweep goes on
         text = str(exc) if isinstance(exc, DlioCkptError) else f"unexpected error: {traceback.format_exc()}"
@@ -213,7 +222,11 @@ def _run_point(p: Point, workload: Workload, raw: dict, run_dir: str, comm: Comm
             write_failed_summary(state, comm.rank, reason)
         if isinstance(point_comm, PointComm):
             point_comm.abort_point(reason)
-        return reason, _cleaned_here(ctx)
+        outcome = reason, _cleaned_here(ctx)
+    finally:  # ok, failed or aborted: this rank's messages delivered, the point's communicator freed
+        if isinstance(point_comm, PointComm) and not job_ending:
+            point_comm.close()
+    return outcome
 
 
 def _cleaned_here(ctx: RunContext | None) -> list[Backend]:
@@ -234,6 +247,10 @@ def _remove_checkpoints(tiers: list[Backend], folder: str) -> None:
 
 
 def _row(p: Point, summary: dict[str, Any] | None, failure: str | None) -> dict[str, Any]:
+    """A point's row of sweep.csv from its summary: DLIO's means (a load's GiB/s are the checkpoint's bytes
+    over its duration, and the sweep judges loads by the duration: sweep_results.JUDGED_BY) and how much more
+    the load's ranks read than they needed (``load_read_amplification``: ``io.restore.read_amplification``),
+    which a point's load figures no longer show."""
     row: dict[str, Any] = {"point": p.index, **p.values, "status": "ok" if summary else "failed",
                            "reason": failure or ""}
     if summary:
@@ -245,6 +262,11 @@ def _row(p: Point, summary: dict[str, Any] | None, failure: str | None) -> dict[
                 row[f"{phase}_seconds"] = m[f"{phase}_checkpoint_duration_mean_seconds"]
                 slowest = [c["slowest_process"] for c in summary["checkpoints"][phase]]
                 row[f"{phase}_slowest_process"] = max(set(slowest), key=slowest.count)
+        amplification = summary.get("io", {}).get("restore", {}).get("read_amplification")
+        if "load_seconds" in row and amplification is not None:
+            row["load_read_amplification"] = amplification
+        if reads := [c["read_GiB_per_second"] for c in summary["checkpoints"]["load"] if "read_GiB_per_second" in c]:
+            row["load_read_GiB_per_s"] = sum(reads) / len(reads)  # what the storage delivered: bytes read / time
         row["checkpoint_GiB"] = m["checkpoint_size_GiB"]
         row["peak_rss_MiB"] = summary["memory"]["peak_rss_bytes_max"] / 2**20
         retries = summary.get("retries", {})
@@ -256,7 +278,8 @@ def _row(p: Point, summary: dict[str, Any] | None, failure: str | None) -> dict[
 def _open_folder(sweep_dir: str, points: list[Point], overrides: list[str], world_sizes: str | None) -> None:
     """The sweep folder and its grid; a folder holding another grid is refused (no mixing)."""
     path = os.path.join(sweep_dir, "sweep.json")
-    grid_now = [p.overrides + ([f"--world-size={p.world_size}"] if p.world_size else []) for p in points]
+    # credentials in overrides are recorded as '***' (launch.redact), and compared so on a resumed sweep
+    grid_now = [redact(p.overrides) + ([f"--world-size={p.world_size}"] if p.world_size else []) for p in points]
     if os.path.exists(path):
         with open(path) as fh:
             before = json.load(fh)
@@ -266,8 +289,8 @@ def _open_folder(sweep_dir: str, points: list[Point], overrides: list[str], worl
     probe_folder("hydra.sweep.dir", sweep_dir)
     os.makedirs(sweep_dir, exist_ok=True)
     with open(path, "w") as fh:
-        json.dump({"overrides": overrides, "world_sizes": world_sizes, "grid": grid_now, "first_point": FIRST_POINT,
-                   "keys": list(points[0].values), "points": []}, fh, indent=2)
+        json.dump({"overrides": redact(overrides), "world_sizes": world_sizes, "grid": grid_now,
+                   "first_point": FIRST_POINT, "keys": list(points[0].values), "points": []}, fh, indent=2)
 
 
 def _say(comm: Comm, sweep_dir: str, line: str) -> None:

@@ -6,8 +6,13 @@ settings, and those differ by storage (an NVMe array wants many requests in flig
 system large ones, an object store large parts and several objects at once). A sweep over the
 storage's own axes (``backends.REGISTRY``'s ``tuning``) finds them; bounded in bytes (the workload is
 scaled to ``--max-gib`` per point) and in time (no point starts after ``--max-seconds``). Each point
-is an ordinary sweep point (its own folder, its summary.json); the winner, the least save plus load
-time, is printed as overrides to paste. On a file system with fio installed, fio's best
+is an ordinary sweep point (its own folder, its summary.json). One point is one sample of a noisy
+figure (the page cache, another job, a server's background work), so the leading points of the grid
+(:func:`finalists`) are run again, alternating, until each has :data:`SAMPLES` samples (points of the
+same size, started no later than ``--max-seconds`` either), and the winner is the least median save
+plus load time; every sample is printed and kept in ``tune.json``. The winner
+is printed as overrides to paste and as the command that reproduces it, with this environment's own
+Python and mpiexec. On a file system with fio installed, fio's best
 configuration (:mod:`dlio_ckpt.fio`) is found on the same folder with the winner's bytes per process
 and the winner's durability (O_DIRECT, or buffered with the workload's fsync), and the ratios printed.
 A key the user sets (fixed, or a list of their own) replaces that axis.
@@ -16,9 +21,12 @@ A key the user sets (fixed, or a list of their own) replaces that axis.
 from __future__ import annotations
 
 import json
+import math
 import os
 import shlex
 import socket
+import statistics
+import sys
 import time
 from typing import Any
 
@@ -27,14 +35,18 @@ from .backends import REGISTRY, get_backend
 from .comm import Comm
 from .config import check_world_size, compose, parse_overrides
 from .errors import ConfigError
+from .launch import redact
 from .layouts import make_plan
-from .sweep import short_key, sweep
+from .sweep import FIRST_POINT, Point, grid, short_key, sweep
 
 GIB = 1 << 30
 FIXED = {"checkpoint.num_checkpoints_write": 1, "checkpoint.num_checkpoints_read": 1,
          "checkpoint.time_between_checkpoints": 0}  # one save and one load per point, back to back
 OURS = {*FIXED, "checkpoint.scale"}  # the keys tune sets itself; the user's values of them are dropped
 FIO_SECONDS = 2  # at most, per fio point (72 of them at most)
+SAMPLES = 3  # each finalist's, the first pass's included: the median of 3 outvotes one lucky or unlucky run
+FINALISTS = (2, 3)  # the best quarter of the points that ran, at least 2 and at most 3 (but never more than ran)
+MPIEXEC_PLACEHOLDER = "<mpiexec-of-the-MPI-mpi4py-uses>"
 
 
 def _key(override: str) -> str:
@@ -43,7 +55,7 @@ def _key(override: str) -> str:
 
 def run_tune(overrides: list[str], config_dir: str | None, comm: Comm, world_size: int | None,
              max_gib: float, max_seconds: float, use_fio: bool) -> int:
-    """Exit status as a sweep's: 0 when every point ran (2, raised, for bad input)."""
+    """Exit status as a sweep's: 0 when every point ran, the finalists' re-runs too (2, raised, for bad input)."""
     start = time.time()
     single = _fixed(overrides)
     workload, _, _ = compose(single, config_dir)  # the swept keys' values: checked by the sweep
@@ -74,21 +86,81 @@ def run_tune(overrides: list[str], config_dir: str | None, comm: Comm, world_siz
                           f"{backend.join(ck.checkpoint_folder)} has {free / GIB:.2f} GiB free: lower --max-gib")
     kept = [o for o in overrides if _key(o) not in OURS]
     ours = [f"++workload.{k}={v}" for k, v in FIXED.items()] + [f"++workload.checkpoint.scale={scale}"]
-    grid = [f"++workload.{k}={','.join(str(v) for v in values)}" for k, values in entry.tuning
-            if k in axes and k not in given]
-    outcome = sweep(kept + ours + grid, str(world_size) if world_size else None, config_dir, comm,
-                    deadline=start + max_seconds)
+    swept = [f"++workload.{k}={','.join(str(v) for v in values)}" for k, values in entry.tuning
+             if k in axes and k not in given]
+    sizes = str(world_size) if world_size else None
+    deadline = start + max_seconds
+    outcome = sweep(kept + ours + swept, sizes, config_dir, comm, deadline=deadline)
+    chosen = comm.bcast(finalists(outcome.rows) if comm.rank == 0 else None)  # rows: rank 0's
+    again = None
+    if chosen:
+        rerun_dir, points = _rerun_points(grid(kept + ours + swept, sizes, config_dir), chosen, outcome.sweep_dir)
+        if comm.rank == 0:
+            print(f"\ntune: running the best {len(chosen)} points ({', '.join(map(str, chosen))}) again, alternating, "
+                  f"for {SAMPLES} samples each; the winner is the least median save + load time", flush=True)
+        again = sweep(kept + ours + [f"++hydra.sweep.dir={rerun_dir}"], sizes, config_dir, comm, deadline=deadline,
+                      points=points)
+    status = max(outcome.status, again.status if again else 0)  # a re-run failed or not reached: as a sweep's
     if comm.rank != 0:
         comm.barrier()
-        return outcome.status
+        return status
     try:
         same = [o for o in single if _key(o) not in OURS and _key(o) not in axes
                 and not _key(o).startswith("hydra.sweep.")]
-        sizes = ["--world-size", str(world_size)] if world_size else []
-        _report(outcome, same + ours + sizes, axes, entry.local_folder and use_fio, backend, ck, comm.size)
+        _report(outcome, chosen, again.rows if again else [], same + ours + (["--world-size", sizes] if sizes else []),
+                axes, entry.local_folder and use_fio, backend, ck, comm.size)
     finally:
         comm.barrier()
-    return outcome.status
+    return status
+
+
+def finalists(rows: list[dict[str, Any]]) -> list[int]:
+    """The first pass's leading points (their numbers, best first): the best quarter of those that ran,
+    :data:`FINALISTS` bounding how many. Why more than one: a single sample's rank among close settings is
+    chance; why so few: each costs ``SAMPLES - 1`` more points of the same size."""
+    ok = sorted(_finished(rows), key=_seconds)
+    low, high = FINALISTS
+    return [r["point"] for r in ok[:min(len(ok), max(low, min(high, math.ceil(len(ok) / 4))))]]
+
+
+def _finished(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [r for r in rows if r["status"] == "ok" and "load_seconds" in r]
+
+
+def _seconds(row: dict[str, Any]) -> float:
+    """What tune minimises: one save plus one load, in seconds."""
+    return row["save_seconds"] + row["load_seconds"]
+
+
+def _rerun_points(points: list[Point], chosen: list[int], sweep_dir: str) -> tuple[str, list[Point]]:
+    """The re-runs of the chosen points, ``SAMPLES - 1`` rounds, in a sweep folder of their own inside
+    the first pass's (named by the points, so a resumed tune finds its own). The order alternates
+    (1 2 3, 3 2 1...): a drift over time (a cache filling, a neighbour starting) then weighs on every
+    finalist alike. Each keeps its settings and says which first-pass point and which sample it is."""
+    rerun_dir = os.path.join(sweep_dir, "finalists_" + "_".join(map(str, chosen)))
+    order = [n for round_ in range(SAMPLES - 1) for n in (chosen[::-1] if round_ % 2 else chosen)]
+    seen: dict[int, int] = {}
+    out = []
+    for i, number in enumerate(order, start=FIRST_POINT):
+        first = points[number - FIRST_POINT]
+        seen[number] = sample = seen.get(number, 1) + 1
+        out.append(Point(i, {"finalist": str(number), "sample": str(sample), **first.values},
+                         [o for o in first.overrides if not _key(o).startswith("hydra.sweep.")]
+                         + [f"++hydra.sweep.dir={rerun_dir}"], first.world_size))
+    return rerun_dir, out
+
+
+def reproduce_command(processes: int, args: list[str]) -> list[str]:
+    """The command that runs ``args`` again as this run ran: this Python (a bare ``python`` may lack
+    dlio_ckpt) under the mpiexec beside it, the MPI mpi4py was built with (a Debian mpiexec on PATH
+    belongs to another MPI, and its processes would each be a world of one); a placeholder where this
+    environment has none."""
+    launcher = os.path.join(os.path.dirname(sys.executable), "mpiexec")
+    if processes > 1:
+        launch = [launcher if os.path.exists(launcher) else MPIEXEC_PLACEHOLDER, "-n", str(processes)]
+    else:
+        launch = []
+    return [*launch, sys.executable, "-m", "dlio_ckpt", *args]
 
 
 def _fixed(overrides: list[str]) -> list[str]:
@@ -101,33 +173,68 @@ def _applies(key: str, backend: Any) -> bool:
     return key != "checkpoint.odirect" or backend.capabilities.odirect
 
 
-def _report(outcome: Any, fixed: list[str], axes: list[str], with_fio: bool,
-            backend: Any, ck: Any, processes: int) -> None:
-    ok = [r for r in outcome.rows if r["status"] == "ok" and "load_seconds" in r]
-    result: dict[str, Any] = {"points": len(outcome.rows), "ok": len(ok)}
+def _report(outcome: Any, chosen: list[int], reruns: list[dict[str, Any]], fixed: list[str], axes: list[str],
+            with_fio: bool, backend: Any, ck: Any, processes: int) -> None:
+    ok = _finished(outcome.rows)
+    result: dict[str, Any] = {"points": len(outcome.rows), "ok": len(ok), "chosen": chosen, "reruns": len(reruns),
+                              "reruns_ok": len(_finished(reruns))}
     if not ok:
         print("tune: no point finished; see the sweep's log in " + outcome.sweep_dir, flush=True)
         _write(outcome.sweep_dir, result)
         return
-    win = min(ok, key=lambda r: r["save_seconds"] + r["load_seconds"])
-    paste = [f"++workload.{k}={win[k]}" for k in axes]  # the swept keys, as the sweep recorded them
-    result |= {"winner": {"point": win["point"], "settings": {k: win[k] for k in axes},
-                          "save_GiB_per_second": win["save_GiB_per_s"], "load_GiB_per_second": win["load_GiB_per_s"],
-                          "run_dir": win["run_dir"]}, "overrides": paste,
-               "reproduce": [*(["mpiexec", "-n", str(processes)] if processes > 1 else []), "python", "-m",
-                             "dlio_ckpt", *fixed, *paste]}
-    print(f"\ntune: best of {len(ok)} points (least save + load time): point {win['point']}, "
-          f"save {win['save_GiB_per_s']:.3f} GiB/s, load {win['load_GiB_per_s']:.3f} GiB/s", flush=True)
+    ranked = _medians([r for r in ok if r["point"] in chosen], reruns, axes)
+    result["finalists"] = ranked
+    print(f"\ntune: {len(ok)} points ran; the finalists by their median save + load time "
+          f"(least first; {SAMPLES} samples each unless out of time):", flush=True)
+    for f in ranked:
+        spread = ", ".join(f"{s['save_seconds'] + s['load_seconds']:.3f}" for s in f["samples"])
+        print(f"  point {f['point']} [{' '.join(f'{k}={v}' for k, v in f['settings'].items())}]: median "
+              f"{f['median_seconds']:.3f} s of {len(f['samples'])} samples ({spread} s); save "
+              f"{f['save_GiB_per_second']:.3f} GiB/s, load {f['load_GiB_per_second']:.3f} GiB/s (medians)")
+    win = ranked[0]
+    if len(win["samples"]) < SAMPLES:
+        print(f"tune: the winner has {len(win['samples'])} of {SAMPLES} samples (--max-seconds reached): its "
+              "place is less certain")
+    paste = [f"++workload.{k}={v}" for k, v in win["settings"].items()]  # as the sweep recorded them
+    # credentials given as overrides are shown and kept as '***' (launch.redact): give your own to re-run
+    result |= {"winner": win, "overrides": paste, "reproduce": reproduce_command(processes, [*redact(fixed), *paste])}
+    print(f"\ntune: the winner is point {win['point']}: save {win['save_GiB_per_second']:.3f} GiB/s, load "
+          f"{win['load_GiB_per_second']:.3f} GiB/s (medians of {len(win['samples'])})", flush=True)
     print("settings to paste:  " + " ".join(paste))
     print("to reproduce the figure:  " + shlex.join(result["reproduce"]))
+    if MPIEXEC_PLACEHOLDER in result["reproduce"]:
+        print(f"  ({MPIEXEC_PLACEHOLDER}: no mpiexec beside {sys.executable}; use the one of the MPI that mpi4py "
+              "was built with)")
     if with_fio and fio.available():
-        odirect = str(win.get("checkpoint.odirect", ck.odirect)) == "True"
+        odirect = str(win["settings"].get("checkpoint.odirect", ck.odirect)) == "True"
         result["fio"] = _fio(backend, ck, processes, int(win["checkpoint_GiB"] * GIB / processes), odirect,
                              ck.fsync, win)
     elif with_fio:
         result["fio"] = "fio is not installed: no yardstick"
         print("fio is not installed here: no yardstick (apt-get install fio)")
     _write(outcome.sweep_dir, result)
+
+
+def _medians(finals: list[dict[str, Any]], reruns: list[dict[str, Any]], axes: list[str]) -> list[dict[str, Any]]:
+    """Each finalist with all its samples that finished, the first pass's first, and their medians; the
+    least median save + load time first. A finalist whose re-runs were not reached (``--max-seconds``)
+    or failed has fewer samples, and says so."""
+    again = _finished(reruns)
+    out = []
+    for first in finals:
+        rows = [first, *(r for r in again if int(r["finalist"]) == first["point"])]
+        samples = [{k: r[k] for k in ("save_seconds", "load_seconds", "save_GiB_per_s", "load_GiB_per_s", "run_dir")}
+                   for r in rows]
+        out.append({"point": first["point"], "settings": {k: first[k] for k in axes}, "samples": samples,
+                    "median_seconds": statistics.median(_seconds(r) for r in rows),
+                    "save_GiB_per_second": statistics.median(r["save_GiB_per_s"] for r in rows),
+                    "load_GiB_per_second": statistics.median(r["load_GiB_per_s"] for r in rows),
+                    # bytes read over the load's time: what fio's reads are compared with (a load may read more
+                    # than the checkpoint it restores)
+                    "load_read_GiB_per_second": statistics.median(r.get("load_read_GiB_per_s", r["load_GiB_per_s"])
+                                                                  for r in rows),
+                    "checkpoint_GiB": first["checkpoint_GiB"], "run_dir": first["run_dir"]})
+    return sorted(out, key=lambda f: f["median_seconds"])
 
 
 def _fio(backend: Any, ck: Any, processes: int, size: int, odirect: bool, fsync: bool,
@@ -143,7 +250,7 @@ def _fio(backend: Any, ck: Any, processes: int, size: int, odirect: bool, fsync:
     out = {"processes": processes, "bytes_per_process": size, "odirect": odirect, "fsync": fsync and not odirect}
     for op, phase in (("write", "save"), ("read", "load")):
         speed, job = best[op]
-        ratio = win[f"{phase}_GiB_per_s"] / speed
+        ratio = win["save_GiB_per_second" if phase == "save" else "load_read_GiB_per_second"] / speed
         out[op] = {"GiB_per_second": speed, "engine": job.engine, "iodepth": job.iodepth, "bs": job.bs,
                    f"{phase}_ratio": ratio}
         print(f"fio's best {op} here ({job}): {speed:.3f} GiB/s; the winner's {phase} is {ratio:.2f} of it")

@@ -70,7 +70,8 @@ def test_a_scaled_run_reports_the_full_size_beside_its_own_and_a_labelled_projec
     args = ["workload=llama3_8b", "++workload.checkpoint.layout=dcp", "++workload.model.parallelism.tensor=1",
             "--world-size", "8", "++workload.checkpoint.scale=0.001"]
     r = dlio([*args, "++workload.storage.storage_root=data", "++hydra.run.dir=run",
-              "++workload.checkpoint.num_checkpoints_write=1", "++workload.checkpoint.num_checkpoints_read=1"], tmp_path)
+              "++workload.checkpoint.num_checkpoints_write=1", "++workload.checkpoint.num_checkpoints_read=1"],
+             tmp_path)
     assert r.returncode == 0, r.stderr
     summary = load(tmp_path / "run" / "summary.json")
     scaled, metric = summary["io"]["scaled"], summary["metric"]

@@ -4,23 +4,52 @@ own; bad input refused before anything is written."""
 
 from __future__ import annotations
 
+import csv
+import os
 import shutil
+import statistics
+import subprocess
+import sys
 
 import pytest
 
-from .conftest import dlio, load, tmpfs
+from dlio_ckpt.sweep import Point
+from dlio_ckpt.tune import SAMPLES, _rerun_points, finalists
+
+from .conftest import MPIEXEC, REPO, dlio, load, tmpfs
 
 pytestmark = pytest.mark.mpi
 TINY = ["workload=tiny", "++workload.checkpoint.checkpoint_folder=ck"]
 
 
 def rerun(result: dict, tmp_path, env: dict | None = None) -> dict:
-    """The printed command to reproduce the winner's figure, run as printed (its own run folder)."""
+    """The printed command to reproduce the winner's figure, run as printed (its own run folder): this
+    environment's mpiexec and Python, never a bare ``mpiexec`` (a Debian one belongs to another MPI)."""
     cmd = result["reproduce"]
-    assert cmd[:6] == ["mpiexec", "-n", "2", "python", "-m", "dlio_ckpt"]
-    r = dlio([*cmd[6:], "++hydra.run.dir=again"], tmp_path, nprocs=2, env=env, timeout=240)
+    assert cmd[:6] == [str(MPIEXEC), "-n", "2", sys.executable, "-m", "dlio_ckpt"]
+    r = subprocess.run([*cmd, "++hydra.run.dir=again"], cwd=tmp_path, capture_output=True, text=True, timeout=240,
+                       env={**os.environ, **(env or {}), "PYTHONPATH": str(REPO)})
     assert r.returncode == 0, r.stderr
     return load(tmp_path / "again" / "summary.json")
+
+
+def chosen_by_median(result: dict, folder) -> dict:
+    """Every finalist has its samples (the first pass's and its re-runs, in their own sweep folder); the
+    winner is the one of least median save + load time, and its figures are its medians."""
+    final = result["finalists"]
+    assert len(final) == 2  # a 4-point grid: its best quarter, but 2 at least
+    for f in final:
+        totals = [s["save_seconds"] + s["load_seconds"] for s in f["samples"]]
+        assert len(totals) == SAMPLES >= 3 and f["median_seconds"] == statistics.median(totals)
+        assert f["save_GiB_per_second"] == statistics.median(s["save_GiB_per_s"] for s in f["samples"])
+    win = result["winner"]
+    assert win["point"] == final[0]["point"] and win["median_seconds"] == min(f["median_seconds"] for f in final)
+    with open(folder / f"finalists_{'_'.join(str(f) for f in result['chosen'])}" / "sweep.csv") as fh:
+        again = list(csv.DictReader(fh))
+    assert [(r["finalist"], r["sample"], r["status"]) for r in again] == [
+        (str(result["chosen"][0]), "2", "ok"), (str(result["chosen"][1]), "2", "ok"),
+        (str(result["chosen"][1]), "3", "ok"), (str(result["chosen"][0]), "3", "ok")]  # alternating
+    return win
 
 
 def close(a: float, b: float) -> bool:
@@ -36,10 +65,11 @@ def test_tune_on_local_files_finds_settings_that_reproduce_their_figure_beside_f
              tmp_path, nprocs=2, timeout=400)
     assert r.returncode == 0, r.stderr
     result = load(tmp_path / "tn" / "tune.json")
-    assert result["points"] == result["ok"] == 4
-    win = result["winner"]
+    assert result["points"] == result["ok"] == 4 and result["reruns"] == result["reruns_ok"] == 4
+    win = chosen_by_median(result, tmp_path / "tn")
     assert set(win["settings"]) == {"checkpoint.chunk_size", "storage.storage_options.queue_depth"}
     assert "settings to paste:  " + " ".join(result["overrides"]) in r.stdout
+    assert f"median {win['median_seconds']:.3f} s of 3 samples" in r.stdout
     summary = load(tmp_path / "tn" / str(win["point"]) / "summary.json")
     assert summary["io"]["odirect"] is True and 0.04 < summary["metric"]["checkpoint_size_GiB"] <= 0.05
     if shutil.which("fio"):
@@ -65,7 +95,7 @@ def test_tune_on_s3_tries_part_sizes_and_objects_in_flight(tmp_path, s3_server):
     assert r.returncode == 0, r.stderr
     result = load(tmp_path / "tn" / "tune.json")
     assert result["ok"] == 4 and "fio" not in result  # no fio on an object store
-    win = result["winner"]
+    win = chosen_by_median(result, tmp_path / "tn")
     assert set(win["settings"]) == {"storage.storage_options.part_size", "storage.storage_options.threads"}
     again = rerun(result, tmp_path, env)
     assert again["io"]["storage"]["part_size"] == int(win["settings"]["storage.storage_options.part_size"])
@@ -93,3 +123,19 @@ def test_tune_refuses_a_grid_the_storage_has_no_room_for(tmp_path):
                   "--world-size", "2"], tmp_path)
         assert r.returncode == 2 and "--max-gib" in r.stderr and "GiB free: lower --max-gib" in r.stderr, r.stderr
         assert not any(small.iterdir()) and not (tmp_path / "tn").exists()
+
+
+def test_the_finalists_are_the_best_quarter_and_run_again_alternating():
+    """Which points are run again and in what order (no processes: the rule itself)."""
+    rows = [{"point": i, "status": "ok", "save_seconds": 1.0, "load_seconds": float(s)}
+            for i, s in enumerate([5, 3, 9, 1, 7, 2, 8, 6, 4, 10, 11, 12], start=1)]
+    assert finalists(rows[:4]) == [4, 2]  # 4 points: 2 at least
+    assert finalists(rows) == [4, 6, 2]  # 12: the best quarter, 3
+    assert finalists(rows[:1]) == [1] and finalists([{**rows[0], "status": "failed"}]) == []
+    grid = [Point(i, {"k": str(i)}, [f"++workload.k={i}", "++hydra.sweep.dir=sw"], None) for i in range(1, 13)]
+    folder, again = _rerun_points(grid, [4, 6, 2], "/sw")
+    assert folder == "/sw/finalists_4_6_2"
+    assert [(p.values["finalist"], p.values["sample"]) for p in again] == [
+        ("4", "2"), ("6", "2"), ("2", "2"), ("2", "3"), ("6", "3"), ("4", "3")]
+    assert [p.index for p in again] == [1, 2, 3, 4, 5, 6] and again[0].values["k"] == "4"
+    assert again[0].overrides == ["++workload.k=4", "++hydra.sweep.dir=/sw/finalists_4_6_2"]
