@@ -137,6 +137,7 @@ class PointComm:
         from mpi4py import MPI
 
         self._MPI, self._c = MPI, parent._c.Dup()
+        self._peers = parent._c.Dup()  # a peer tier's copies, apart from the collectives (MPIComm's reason)
         self.rank, self.size, self.local_rank = parent.rank, parent.size, parent.local_rank
         # this rank's sends not yet known complete; each Request alone keeps its pickled bytes alive
         self._sent: list[Any] = []
@@ -155,6 +156,10 @@ class PointComm:
             self._sends_done()
             self._prune_at = max(64, 2 * len(self._sent))
         self._sent.append(self._c.issend(obj, dest=dest, tag=tag))
+
+    def peer_communicator(self) -> Any:
+        """The point's communicator of peer copies (:meth:`MPIComm.peer_communicator`), freed with the point."""
+        return self._peers
 
     def _check(self) -> None:
         """Leave the point if another rank aborted it."""
@@ -225,6 +230,7 @@ class PointComm:
             return
         patiently(self._sends_done, self._discard_arrivals)
         patiently(self._c.Ibarrier().Test, self._discard_arrivals)
+        self._peers.Free()  # the point's drains are over: its run waited for them
         self._c.Free()
 
     def _sends_done(self) -> bool:

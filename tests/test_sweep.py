@@ -204,3 +204,15 @@ def test_a_sweep_over_storage_types_includes_the_s3_server(tmp_path, s3_server):
     table = rows(tmp_path / "sw")
     assert [(t["storage.storage_type"], t["status"]) for t in table] == [("local_fs", "ok"), ("s3", "ok")]
     assert load(tmp_path / "sw" / "2" / "summary.json")["io"]["storage_type"] == "s3"
+
+
+def test_a_sweep_with_a_peer_tier_runs_every_point(tmp_path):
+    """Each point's peer copies travel on a communicator of the point's own (PointComm had none: every point
+    failed in setup with an AttributeError)."""
+    r = dlio(["sweep", "workload=tiny", "++workload.hosts.simulate=2", "++workload.storage.storage_root=node",
+              "++workload.storage.scope=node",
+              "++workload.tiers=[{storage_type: local_fs, storage_root: peer, scope: peer}]",
+              "++workload.checkpoint.num_checkpoints_write=1", "++workload.checkpoint.num_checkpoints_read=1",
+              "++workload.checkpoint.async_save=True", "++workload.checkpoint.chunk_size=1048576,2097152",
+              "++hydra.sweep.dir=sw"], tmp_path, nprocs=2)
+    assert r.returncode == 0 and "sweep done: 2 of 2 points ok" in r.stdout, r.stdout + r.stderr
