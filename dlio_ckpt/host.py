@@ -12,8 +12,10 @@ import os
 import re
 import resource
 import socket
-from pathlib import Path
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+T = TypeVar("T")
 
 
 def hostname() -> str:
@@ -58,14 +60,24 @@ def reset_peak_rss() -> None:
         pass
 
 
+def on_nearest(path: str, call: Callable[[str], T]) -> T:
+    """``call`` on ``path`` or, where it does not exist, its nearest existing parent. A parent removed between
+    the look and the call is walked past: another process's probe may remove a folder it made (pretend hosts
+    on one machine each probe their own folder under a parent that one of them made and removes)."""
+    probe = os.path.abspath(path)
+    while True:
+        try:
+            return call(probe)
+        except FileNotFoundError:
+            if probe == os.path.dirname(probe):
+                raise
+            probe = os.path.dirname(probe)
+
+
 def file_system(path: str) -> dict[str, Any]:
     """The file system holding ``path`` (or its nearest existing parent): device, type, mount point,
     from the kernel's mount table, so two folders are on one file system exactly when devices match."""
-    probe = Path(os.path.abspath(path))
-    while not probe.exists() and probe != probe.parent:
-        probe = probe.parent
-    real = os.path.realpath(probe)
-    dev = os.stat(real).st_dev
+    real, dev = on_nearest(path, lambda p: (os.path.realpath(p), os.stat(os.path.realpath(p)).st_dev))
     best: tuple[str, str, str] = ("/", "unknown", "unknown")
     try:
         with open("/proc/self/mountinfo") as fh:

@@ -7,7 +7,7 @@ import os
 from typing import Any
 
 from ..errors import ConfigError, StorageError
-from ..host import in_memory
+from ..host import in_memory, on_nearest
 from ..inflight import temporary
 from .base import Backend, Capabilities, probe_name
 from .options import LocalFSOptions
@@ -191,10 +191,7 @@ class LocalFSBackend(Backend):
 
     def free_bytes(self, path: str) -> int | None:
         """Free space of the file system holding ``path`` (its nearest existing parent)."""
-        path = os.path.abspath(path)
-        while not os.path.exists(path):
-            path = os.path.dirname(path)
-        st = os.statvfs(path)
+        st = on_nearest(path, os.statvfs)
         return st.f_bavail * st.f_frsize
 
     def sync(self, path: str) -> None:
