@@ -4,40 +4,37 @@ set against the preset is refused."""
 
 from __future__ import annotations
 
+import json
 import os
-import re
 import shutil
 import subprocess
 import sys
 
 import pytest
 
-from .conftest import REPO, dlio, load
+from . import strace_calls
+from .conftest import MPIEXEC, REPO, dlio, load
+from .oracles.dlio_reference_trace import workload_yaml
 
 MIB = 1 << 20
-CALL = re.compile(r"^(\w+)\((.*)\) = (-?\d+)")
+DLIO_TRACE = REPO / "tests" / "data" / "dlio_reference_trace.json"  # tests/oracles/dlio_reference_trace.py
 
 
-def traced(tmp_path, name: str) -> dict[str, list[tuple[str, str, int]]]:
-    """A 2-rank tiny run with ``reference=name`` under strace; per thread, its calls on checkpoint
-    files as (call, arguments, result)."""
+def traced(tmp_path, name: str, *args: str, nprocs: int | None = None) -> dict[str, list[strace_calls.Call]]:
+    """A 2-rank run (tiny, or ``args``) with ``reference=name`` under strace; per thread, its calls on the
+    checkpoint's files as (call, arguments, result): every kind of write, read and sync (tests/strace_calls.py)."""
     if shutil.which("strace") is None and not os.environ.get("CI"):
         pytest.skip("strace is not installed (scripts/setup.sh installs it)")
-    cmd = ["strace", "-f", "-ff", "-y", "-qq", "-o", str(tmp_path / "trace"),
-           "-e", "trace=openat,pwrite64,preadv,preadv2,pread64,fsync,fdatasync,fadvise64",
-           sys.executable, "-m", "dlio_ckpt", "workload=tiny", f"++workload.checkpoint.reference={name}",
-           "++workload.checkpoint.num_checkpoints_write=1", "++workload.checkpoint.num_checkpoints_read=1",
-           "++workload.checkpoint.checkpoint_folder=ck", "++hydra.run.dir=out", "--world-size", "2"]
-    r = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=300,
-                       env={**os.environ, "PYTHONPATH": str(REPO)})
+    run = [sys.executable, "-m", "dlio_ckpt", *(args or ["workload=tiny", "--world-size", "2"]),
+           f"++workload.checkpoint.reference={name}", "++workload.checkpoint.num_checkpoints_write=1",
+           "++workload.checkpoint.num_checkpoints_read=1", "++workload.checkpoint.checkpoint_folder=ck",
+           "++hydra.run.dir=out"]
+    if nprocs:
+        run = [str(MPIEXEC), "-n", str(nprocs), *run]
+    r = subprocess.run([*strace_calls.command(tmp_path / "trace"), *run], cwd=tmp_path, capture_output=True,
+                       text=True, timeout=300, env={**os.environ, "PYTHONPATH": str(REPO)})
     assert r.returncode == 0, r.stderr[-3000:]
-    calls = {}
-    for f in tmp_path.glob("trace.*"):
-        mine = [(m[1], m[2], int(m[3])) for line in f.read_text().splitlines()
-                if (m := CALL.match(line)) and "/ck/global_epoch1_step1/" in m[2]]
-        if mine:
-            calls[f.name] = mine
-    return calls
+    return strace_calls.calls_on(tmp_path / "trace", "/ck/global_epoch1_step1/")
 
 
 def _each(calls: dict[str, list[tuple[str, str, int]]], name: str) -> list[tuple[str, str, int, tuple | None]]:
@@ -85,10 +82,42 @@ def test_dlio_2_0_writes_pt_archives_and_never_syncs(tmp_path):
     planned = {f for f, _ in _sizes(tmp_path)}
     assert {_path(a) for _, a, _, _ in _each(calls, "pwrite64")} == planned
     assert all(p.endswith(".pt") for p in planned)
-    assert not _each(calls, "fsync") and not _each(calls, "fdatasync") and not _each(calls, "fadvise64")
+    files = strace_calls.summary(calls, (".pt",))
+    assert strace_calls.synced_or_sync_opened(files) == [] and not _each(calls, "fadvise64")
+    assert not strace_calls.unattached_syncs(tmp_path / "trace")
     assert {_path(a) for _, a, _, _ in _reads(calls)} == planned  # read back from the page cache
     io = load(tmp_path / "out" / "summary.json")["io"]
     assert io["reference"]["name"] == "dlio-2.0" and io["fsync"] is False and io["verified"] is False
+
+
+def test_dlio_2_0_does_to_the_files_what_upstream_dlio_did_in_its_system_calls(tmp_path):
+    """Upstream DLIO v2.0.1 itself, traced (recorded by tests/oracles/dlio_reference_trace.py in its own venv:
+    DLIO imports TensorFlow), beside the preset on the same workload YAML, 2 processes each: the same files of
+    the same sizes, each written by one thread and read back whole, no durability call of any kind (its
+    ``fsync: True`` has no effect in DLIO), no synchronous or direct open, no advice to the page cache.
+    The write calls themselves differ (torch.save writes record by record: 13-37 writes a file here; the preset
+    streams chunks): DLIO's pattern is recorded beside the preset's, not held to it."""
+    upstream = json.loads(DLIO_TRACE.read_text())
+    cfg = tmp_path / "cfg" / "workload"
+    cfg.mkdir(parents=True)
+    (cfg / "tiny_llama_ckpt.yaml").write_text(workload_yaml("ck"))
+    calls = traced(tmp_path, "dlio-2.0", "--config-dir", str(tmp_path / "cfg"), "workload=tiny_llama_ckpt", nprocs=2)
+    ours = strace_calls.summary(calls, (".pt",))
+    theirs = upstream["files"]
+    step = tmp_path / "ck" / "global_epoch1_step1"
+    assert {p.name: p.stat().st_size for p in step.iterdir()} == {n: f["size"] for n, f in theirs.items()}
+    assert sorted(ours) == sorted(theirs)
+    for name, f in theirs.items():
+        mine = ours[name]
+        print(f"{name}: DLIO {f['writes']} writes, {f['reads']} reads; preset {mine['writes']} writes, "
+              f"{mine['reads']} reads")
+        assert mine["written"] == f["written"] == f["size"]  # written once, whole
+        assert mine["writer_threads"] == f["writer_threads"] == 1
+        assert mine["read"] >= f["size"] and f["read"] >= f["size"]  # read back whole (DLIO's zip reader re-reads)
+        assert mine["open_flags"] == f["open_flags"]  # created, truncated, then opened to read; no sync flags
+    assert strace_calls.synced_or_sync_opened(theirs) == strace_calls.synced_or_sync_opened(ours) == []
+    assert upstream["unattached_syncs"] == dict(strace_calls.unattached_syncs(tmp_path / "trace")) == {}
+    assert all(f["fadvise"] == 0 for f in (*theirs.values(), *ours.values()))
 
 
 def _reads(calls: dict[str, list[tuple[str, str, int]]]) -> list[tuple[str, str, int, tuple | None]]:
@@ -97,8 +126,8 @@ def _reads(calls: dict[str, list[tuple[str, str, int]]]) -> list[tuple[str, str,
 
 
 def _path(args: str) -> str:
-    """The file a call was on (strace -y shows it beside the descriptor), by its name."""
-    return os.path.basename(args.split("<", 1)[1].split(">", 1)[0])
+    """The file a call on a descriptor was on (strace -y shows it beside the descriptor), by its name."""
+    return strace_calls.path_of("", args)
 
 
 def _sizes(tmp_path) -> list[tuple[str, int]]:

@@ -16,6 +16,7 @@ Generic zip tools (``unzip -t``) will report CRC mismatches.
 from __future__ import annotations
 
 import struct
+from collections.abc import Callable
 from hashlib import blake2b
 
 from ..planner import FilePlan
@@ -27,7 +28,7 @@ _STORAGE = {"fp16": "HalfStorage", "bf16": "BFloat16Storage", "fp32": "FloatStor
 _U32 = 0xFFFFFFFF
 
 
-# -- pickle (protocol 2, no memo: a fixed, tiny vocabulary of opcodes) ---------------------------
+# -- pickle (protocol 2, as torch.save's pickler writes it) ------------------------------------------
 
 def _str(s: str) -> bytes:
     b = s.encode()
@@ -45,33 +46,63 @@ def _global(module: str, name: str) -> bytes:
     return b"c" + module.encode() + b"\n" + name.encode() + b"\n"
 
 
-def _tensor(storage_key: str, storage_type: str, numel: int) -> bytes:
-    # torch._utils._rebuild_tensor_v2(storage, 0, (numel,), (1,), False, OrderedDict())
-    pid = b"(" + _str("storage") + _global("torch", storage_type) + _str(storage_key) + _str("cpu") + _int(numel) + b"t"
-    return (_global("torch._utils", "_rebuild_tensor_v2") + b"(" + pid + b"Q" + _int(0)
-            + _int(numel) + b"\x85" + _int(1) + b"\x85" + b"\x89"
-            + _global("collections", "OrderedDict") + b")R" + b"tR")
-
-
 def pickle_state(file: FilePlan) -> bytes:
-    """data.pkl: the file's (possibly nested) dict of 1-D tensors, storages keyed 0, 1, 2, ..."""
-    storage_type, key = _STORAGE[file.dtype], 0
+    """data.pkl of ``torch.save`` of the file's (possibly nested) dict of 1-D tensors, storages keyed 0, 1,
+    2, ..., byte for byte as Python's protocol-2 pickler writes it under torch.save (held to DLIO's own files
+    in tests/test_references.py): every dict, string, tuple and reduced object memoized as it first appears;
+    what is the same object each time (``torch._utils._rebuild_tensor_v2``, the storage class,
+    ``OrderedDict``, the strings "storage" and "cpu") fetched from the memo after; dict items set one by
+    ``SETITEM``, more in batches of 1000 by ``SETITEMS``."""
+    m, seen = _Memo(), {}
     out = [b"\x80\x02"]
-    nested = file.groups[0].key is not None
-    if nested:
-        out.append(b"}(")
-    for group in file.groups:
-        if nested:
-            out.append(_str(group.key))
-        out.append(b"}(")
-        for i, numel in enumerate(group.numels):
-            out.append(_str(str(i)) + _tensor(str(key), storage_type, numel))
-            key += 1
-        out.append(b"u")
-    if nested:
-        out.append(b"u")
+
+    def once(key: tuple[str, ...], first: bytes) -> None:
+        """A shared object: pickled and memoized the first time, fetched from the memo after."""
+        if key in seen:
+            out.append(_get(seen[key]))
+        else:
+            seen[key] = m.n
+            out.append(first + m.put())
+
+    def tensor(storage_key: str, numel: int) -> None:
+        once(("torch._utils", "_rebuild_tensor_v2"), _global("torch._utils", "_rebuild_tensor_v2"))
+        out.append(b"((")
+        once(("storage",), _str("storage"))
+        once(("torch", _STORAGE[file.dtype]), _global("torch", _STORAGE[file.dtype]))
+        out.append(m.str(storage_key))
+        once(("cpu",), _str("cpu"))
+        out.append(_small_int(numel) + b"t" + m.put() + b"Q" + _small_int(0) + m.tuple((numel,)) + m.tuple((1,))
+                   + b"\x89")
+        once(("collections", "OrderedDict"), _global("collections", "OrderedDict"))
+        out.append(b")R" + m.put() + b"t" + m.put() + b"R" + m.put())
+
+    def items(entries: list[tuple[str, object]], value: Callable[[object], None]) -> None:
+        out.append(b"}" + m.put())
+        for start in range(0, len(entries), 1000):
+            batch = entries[start:start + 1000]
+            out.append(b"(" if len(batch) > 1 else b"")
+            for k, v in batch:
+                out.append(m.str(k))
+                value(v)
+            out.append(b"u" if len(batch) > 1 else b"s")
+
+    key = iter(range(sum(len(g.numels) for g in file.groups)))
+
+    def group(numels: object) -> None:
+        items([(str(i), n) for i, n in enumerate(numels)], lambda n: tensor(str(next(key)), n))  # type: ignore
+
+    if file.groups[0].key is not None:
+        items([(g.key, g.numels) for g in file.groups], group)  # type: ignore[misc]
+    else:
+        for g in file.groups:
+            group(g.numels)
     out.append(b".")
     return b"".join(out)
+
+
+def _get(index: int) -> bytes:
+    """BINGET / LONG_BINGET: a memoized object again."""
+    return b"h" + bytes([index]) if index < 256 else b"j" + struct.pack("<I", index)
 
 
 class _Memo:
@@ -207,4 +238,5 @@ class PtFormat:
 
     def segments(self, file: FilePlan) -> list[Segment]:
         storages = [numel * file.itemsize for group in file.groups for numel in group.numels]
-        return archive(pickle_state(file), storages, blake2b(file.stem.encode(), digest_size=10).hexdigest().encode())
+        # torch.save's serialization id is 40 characters
+        return archive(pickle_state(file), storages, blake2b(file.stem.encode(), digest_size=20).hexdigest().encode())

@@ -1,0 +1,111 @@
+"""Reading strace's record of a run: the system calls made on a checkpoint's files, per thread, and a
+summary per file that two tools' runs can be compared by (the reference presets' tests and the recording of
+upstream DLIO's own calls, ``tests/oracles/dlio_reference_trace.py``, share it: one reading of a trace).
+
+Every kind of durability call is traced, not only ``fsync``: a tool that never syncs must show none of
+``fdatasync``, ``sync_file_range``, ``syncfs``, ``sync`` or ``msync``, nor open a file ``O_SYNC``/``O_DSYNC``.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+SYNCS = ("fsync", "fdatasync", "sync_file_range", "syncfs", "sync", "msync")
+WRITES = ("write", "pwrite64", "writev", "pwritev", "pwritev2")
+READS = ("read", "pread64", "readv", "preadv", "preadv2")
+TRACED = ("openat", "open", "creat", "close", "rename", "renameat", "renameat2", "fadvise64", "mmap",
+          *WRITES, *READS, *SYNCS)
+SYNC_FLAGS = ("O_SYNC", "O_DSYNC", "O_DIRECT")
+CALL = re.compile(r"^(\w+)\((.*)\) = (-?\d+|0x[0-9a-f]+)")
+
+Call = tuple[str, str, int]  # (call, its arguments as strace prints them, its result)
+
+
+def command(prefix: Path) -> list[str]:
+    """strace's options: every thread (``-ff`` a file each, named ``prefix.PID``), paths beside descriptors."""
+    return ["strace", "-f", "-ff", "-y", "-qq", "-o", str(prefix), "-e", "trace=" + ",".join(TRACED)]
+
+
+def calls_on(prefix: Path, marker: str) -> dict[str, list[Call]]:
+    """Per thread (its trace file's name), the calls whose arguments hold ``marker`` (a folder of the
+    checkpoint), in order."""
+    calls = {}
+    for f in sorted(prefix.parent.glob(prefix.name + ".*")):
+        mine = [(m[1], m[2], int(m[3], 0)) for line in f.read_text(errors="replace").splitlines()
+                if (m := CALL.match(line)) and marker in m[2]]
+        if mine:
+            calls[f.name] = mine
+    return calls
+
+
+def unattached_syncs(prefix: Path) -> Counter[str]:
+    """``sync()`` and ``syncfs()`` anywhere in the run, by kind: a sync of everything names no checkpoint file."""
+    seen: Counter[str] = Counter()
+    for f in prefix.parent.glob(prefix.name + ".*"):
+        for line in f.read_text(errors="replace").splitlines():
+            if (m := CALL.match(line)) and m[1] in ("sync", "syncfs"):
+                seen[m[1]] += 1
+    return seen
+
+
+OPENS = ("openat", "open", "creat")
+
+
+def path_of(call: str, args: str) -> str:
+    """The file a call was on, by its name: an open's quoted path; else the path strace -y prints beside the
+    descriptor (a rename: its first path)."""
+    if call in OPENS or call.startswith("rename"):
+        return os.path.basename(args.split('"')[1])
+    return os.path.basename(args.split("<", 1)[1].split(">", 1)[0]) if "<" in args else ""
+
+
+def open_flags(args: str) -> str:
+    """An open's flags, sorted and joined by ``|`` (after its quoted path)."""
+    found = re.search(r"O_[A-Z0-9_|]+", args.split('"', 2)[2])
+    return "|".join(sorted(found[0].split("|"))) if found else ""
+
+
+def summary(calls: dict[str, list[Call]], suffixes: tuple[str, ...]) -> dict[str, dict[str, Any]]:
+    """Per checkpoint file (names ending in one of ``suffixes``): how it was opened (the flags of each open,
+    as a sorted list of distinct sets), written (calls, bytes), read (calls, bytes), synced (calls by kind),
+    advised (fadvise64 calls), mapped (mmap calls), and by how many threads written."""
+    out: dict[str, dict[str, Any]] = {}
+    writers: dict[str, set[str]] = {}
+    for thread, seq in calls.items():
+        for call, args, result in seq:
+            name = path_of(call, args)
+            if not name.endswith(suffixes) or result < 0:
+                continue
+            f = out.setdefault(name, {"open_flags": [], "writes": 0, "written": 0, "reads": 0, "read": 0,
+                                      "syncs": {}, "fadvise": 0, "mmap": 0})
+            if call in OPENS:
+                if (flags := open_flags(args)) not in f["open_flags"]:
+                    f["open_flags"] = sorted([*f["open_flags"], flags])
+            elif call in WRITES:
+                f["writes"] += 1
+                f["written"] += result
+                writers.setdefault(name, set()).add(thread)
+            elif call in READS:
+                f["reads"] += 1
+                f["read"] += result
+            elif call in SYNCS:
+                f["syncs"][call] = f["syncs"].get(call, 0) + 1
+            elif call == "fadvise64":
+                f["fadvise"] += 1
+            elif call == "mmap":
+                f["mmap"] += 1
+    for name, threads in writers.items():
+        out[name]["writer_threads"] = len(threads)
+    return out
+
+
+def synced_or_sync_opened(files: dict[str, dict[str, Any]]) -> list[str]:
+    """Each file with any durability call or a synchronous/direct open, said: empty for a tool that never syncs."""
+    said = [f"{name}: {kind} x{n}" for name, f in files.items() for kind, n in f["syncs"].items()]
+    said += [f"{name}: opened {flags}" for name, f in files.items() for flags in f["open_flags"]
+             if any(s in flags.split("|") for s in SYNC_FLAGS)]
+    return said
