@@ -250,13 +250,58 @@ def test_a_server_that_never_answers_ends_the_job_after_io_timeout(tmp_path):
     assert not (tmp_path / "out").exists()
 
 
-def test_waiting_is_not_a_stall(tmp_path):
-    """Only a process's own I/O is watched: sleeping between checkpoints, or waiting in a barrier
-    for a slower rank, longer than io_timeout must not end the job."""
-    res = dlio([*BASE, "++workload.checkpoint.io_timeout=1", "++workload.checkpoint.time_between_checkpoints=2.5"],
-               tmp_path, nprocs=2)
-    assert res.returncode == 0, res.stderr
-    assert load(tmp_path / "out" / "summary.json")["status"] == "ok"
+def test_waiting_is_not_a_stall_the_rank_whose_request_is_held_is(tmp_path, s3_server, monkeypatch):
+    """Only a process's own I/O is watched. A sleep between checkpoints longer than io_timeout does not end
+    the job; then a proxy holds the first request of step 2 (an event, never released): the rank that sent
+    it (the plan says whose file it is) is the one that ends the job, while the other rank waits in the step's
+    barrier as long and is not called stalled. io_timeout is 3 s, so a loaded machine's step 1 has room.
+    About 15 s."""
+    from urllib.parse import unquote
+
+    from .proxy import Proxy, s3_kind
+
+    for key, value in s3_server.env.items():
+        monkeypatch.setenv(key, value)
+    held: list[str] = []
+    release = threading.Event()
+
+    class Holding(Proxy):
+        def _forward(self, h) -> None:  # noqa: ANN001 - http.server's handler
+            path = unquote(h.path)
+            with self._lock:
+                hold = not held and "/global_epoch1_step2/" in path
+                if hold:
+                    held.append(path.split("?")[0])
+            if hold:
+                release.wait(120)  # the job ends first; then the test lets the thread go
+                h.close_connection = True
+                return
+            super()._forward(h)
+
+    root = f"{s3_server.bucket}/held-{time.monotonic_ns()}"
+    p = Holding(s3_server.endpoint, s3_kind)
+    threading.Thread(target=p.server.serve_forever, daemon=True).start()
+    try:
+        proc = start([*BASE, "++workload.storage.storage_type=s3", f"++workload.storage.storage_root={root}",
+                      f"++workload.storage.storage_options.endpoint_url={p.endpoint}",
+                      "++workload.checkpoint.num_checkpoints_write=2", "++workload.checkpoint.io_timeout=3",
+                      "++workload.checkpoint.time_between_checkpoints=3.5"], tmp_path, env=s3_server.env)
+        code, err, _ = ended(proc, 60)
+    finally:
+        release.set()
+        p.server.shutdown()
+        p.server.server_close()
+    from dlio_ckpt.config import compose
+    from dlio_ckpt.layouts import make_plan
+
+    workload, _, _ = compose(["workload=tiny"], None)
+    (sender,) = [r.rank for r in make_plan(workload, 2).ranks
+                 if any(held[0].rsplit("/", 1)[1].startswith(f"{f.stem}.") for f in r.files)]
+    stalled = [line for line in err.splitlines() if "no I/O progress for" in line]
+    assert code != 0 and len(stalled) == 1, err
+    assert f"rank {sender} on " in stalled[0] and "during save of step 2" in stalled[0], (held, stalled)
+    summary = no_ok_summary(tmp_path / "out")
+    assert summary is None or summary["steps_committed"] == [1]
 
 
 INTERRUPTED_MARKER = """

@@ -216,3 +216,34 @@ def test_ring_and_clique_partners_and_who_keeps_a_lost_hosts_part():
     assert sorted(partners(6, 4, 2, "clique").send_to) == [3, 5]  # host 4's clique: hosts 3, 4, 5
     assert holder(4, 2, 1, "ring", [2]) == 3 and holder(4, 2, 1, "ring", [2, 3]) is None
     assert holder(4, 2, 2, "ring", [2, 3]) == 0 and holder(4, 2, 1, "clique", [2]) == 3
+
+
+def test_clique_replication_with_two_replicas_puts_each_hosts_part_on_both_partners_byte_for_byte(tmp_path):
+    """6 simulated hosts, a peer tier with ``replication: clique`` and ``replicas: 2``: cliques of 3
+    consecutive hosts ({0, 1, 2}, {3, 4, 5}), each keeping both other members' parts (a ring would have
+    host 0 keep hosts 5 and 4). Every peer copy holds exactly its partners' parts, each file equal to the
+    byte to the node copy its owner wrote; a restore that loses host 1 reads its part back from a partner.
+    About 5 s (6 processes, one tiny step)."""
+    r = dlio(["workload=tiny", "++workload.hosts.simulate=6", "++workload.checkpoint.checkpoint_folder=ck",
+              "++workload.storage.storage_root=node", "++workload.storage.scope=node", "++hydra.run.dir=run",
+              "++workload.checkpoint.num_checkpoints_write=1", "++workload.checkpoint.num_checkpoints_read=1",
+              "++workload.restore.lost_hosts=[1]",
+              "++workload.tiers=[{storage_type: local_fs, storage_root: peer, scope: peer, replicas: 2, "
+              "replication: clique}]"], tmp_path, nprocs=6, timeout=120)
+    assert r.returncode == 0, r.stderr
+    step = STEPS[0]
+    parts = {h: marker(tmp_path / "node" / f"simhost{h}" / "ck", step)["files"] for h in range(6)}
+    assert all(parts.values()) and len({n for p in parts.values() for n in p}) == sum(map(len, parts.values()))
+    for h in range(6):
+        partners = sorted({3 * (h // 3) + i for i in range(3)} - {h})
+        folder = tmp_path / "peer" / f"simhost{h}" / "ck"
+        m = marker(folder, step)
+        assert sorted(m["holds"]) == [f"simhost{p}" for p in partners] and m["tier"] == 1, m
+        assert m["files"] == {n: s for p in partners for n, s in parts[p].items()}
+        assert sorted(p.name for p in (folder / step).iterdir()) == sorted(m["files"])
+        for p in partners:
+            for name in parts[p]:
+                written = tmp_path / "node" / f"simhost{p}" / "ck" / step / name
+                assert (folder / step / name).read_bytes() == written.read_bytes(), (h, p, name)
+    sources = {s["tier"]: s for s in load(tmp_path / "run" / "summary.json")["restore_sources"]}
+    assert sources[1]["hosts"] == ["simhost1"] and sources[1]["bytes"] == sum(parts[1].values())

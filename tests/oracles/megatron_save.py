@@ -3,9 +3,15 @@
     python tests/oracles/megatron_save.py OUT WORLD TP LAYERS HIDDEN FFN HEADS KV_HEADS VOCAB DTYPE THREADS [MOE]
     python tests/oracles/megatron_save.py load OUT_JSON STEP TP:WORLD:MODEL_ONLY[,...] TP LAYERS ... (the model)
 
+TP is ``TP``, ``TPxPP`` or ``TPxPPxFIRST``: pipeline parallelism PP (a GPTModel per stage, its pre_process
+and post_process as Megatron-LM sets them), FIRST the first stage's blocks (Megatron's uneven split,
+``num_layers_in_first_pipeline_stage``).
+
 The second form loads a saved step as Megatron-LM loads by default (``dist_checkpointing.load``, no fully
-parallel load) at each TP and world size given, the model alone when MODEL_ONLY is 1, and writes what DCP's
-``FileSystemReader`` read on each rank: ``.metadata``, then (file, offset, length) per item, in order.
+parallel load) at each TP and world size given (the save's stages kept), the model alone when MODEL_ONLY is 1,
+and writes what each rank read, in order: every file it opened in the step folder, whole (``metadata.json``,
+``common.pt``, ``.metadata``: whichever library opens them), and (file, offset, length) per item DCP's
+``FileSystemReader`` reads of the ``.distcp`` files.
 
 MOE, a JSON object, makes it a mixture of experts (``layout=megatron`` with ``family=moe``): ``experts``,
 ``moe_ffn``, ``shared`` (the shared experts' width, 0: none), ``freq`` (Megatron's ``moe_layer_freq``: an int or
@@ -90,7 +96,9 @@ def _mla_spec(spec: object) -> None:
 
 def build(rank: int, world: int, port: int, args: list[str]) -> tuple:
     """The process group, the model and its distributed optimizer after one step, as the save has them."""
-    tp, layers, hidden, ffn, heads, kv, vocab, dtype, threads = args[:9]
+    tp_pp, layers, hidden, ffn, heads, kv, vocab, dtype, threads = args[:9]
+    parts = tp_pp.split("x")  # TP, TPxPP or TPxPPxFIRST (the first stage's blocks, Megatron's uneven split)
+    tp, pp, first = (parts + ["1", ""][len(parts) - 1:])[:3]
     moe = json.loads(args[9]) if len(args) > 9 else None
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world),
                       LOCAL_RANK=str(rank))
@@ -110,7 +118,7 @@ def build(rank: int, world: int, port: int, args: list[str]) -> tuple:
     from megatron.core.transformer.transformer_config import MLATransformerConfig, TransformerConfig
 
     moe_keys = _moe_config(moe) if moe else {}
-    ps.initialize_model_parallel(tensor_model_parallel_size=int(tp), pipeline_model_parallel_size=1,
+    ps.initialize_model_parallel(tensor_model_parallel_size=int(tp), pipeline_model_parallel_size=int(pp),
                                  expert_model_parallel_size=moe_keys.get("expert_model_parallel_size", 1),
                                  expert_tensor_parallel_size=moe_keys.get("expert_tensor_parallel_size"))
     bf16 = dtype == "bf16"
@@ -119,6 +127,8 @@ def build(rank: int, world: int, port: int, args: list[str]) -> tuple:
                   num_attention_heads=int(heads), gated_linear_unit=True,
                   activation_func=F.silu, normalization="RMSNorm", add_bias_linear=False,
                   use_cpu_initialization=True, tensor_model_parallel_size=int(tp),
+                  pipeline_model_parallel_size=int(pp), pipeline_dtype=params_dtype,
+                  num_layers_in_first_pipeline_stage=int(first) if first else None,
                   params_dtype=params_dtype, bf16=bf16, bias_activation_fusion=False,
                   masked_softmax_fusion=False, persist_layer_norm=False,
                   gradient_accumulation_fusion=False, bias_dropout_fusion=False, apply_rope_fusion=False, **moe_keys)
@@ -137,7 +147,8 @@ def build(rank: int, world: int, port: int, args: list[str]) -> tuple:
         spec = get_gpt_layer_local_spec(normalization="RMSNorm")
     mtp = get_gpt_mtp_block_spec(cfg, spec, use_transformer_engine=False) if (moe or {}).get("mtp") else None
     gpt = GPTModel(config=cfg, transformer_layer_spec=spec, vocab_size=int(vocab), max_sequence_length=64,
-                   share_embeddings_and_output_weights=False, position_embedding_type="rope", mtp_block_spec=mtp)
+                   share_embeddings_and_output_weights=False, position_embedding_type="rope", mtp_block_spec=mtp,
+                   pre_process=ps.is_pipeline_first_stage(), post_process=ps.is_pipeline_last_stage())
     model = Float16Module(cfg, gpt) if bf16 else gpt
     ddp = DistributedDataParallel(config=cfg, module=model, ddp_config=DistributedDataParallelConfig(
         use_distributed_optimizer=True, overlap_grad_reduce=False, grad_reduce_in_fp32=True))
@@ -175,20 +186,29 @@ def worker(rank: int, world: int, port: int, out: str, args: list[str]) -> None:
 def load_worker(rank: int, world: int, port: int, out: str, args: list[str]) -> None:
     """Megatron-LM's default load of what ``worker`` saved (TorchDistLoadShardedStrategy, no fully parallel
     load), at this run's tensor parallelism, recording every slice DCP's FileSystemReader reads."""
+    import builtins
+    import io
+
     from torch.distributed.checkpoint import FileSystemReader
 
     step, model_only, rest = args[0], args[1] == "1", args[2:]
+    folder = os.path.realpath(step)
     reads: list[tuple[str, int, int]] = []
-    read_metadata, slice_file = FileSystemReader.read_metadata, FileSystemReader._slice_file
+    slice_file, plain_open = FileSystemReader._slice_file, builtins.open
 
-    def recorded_metadata(self, *a, **k):  # noqa: ANN001, ANN002, ANN003, ANN202
-        reads.append((".metadata", 0, os.path.getsize(os.path.join(str(self.path), ".metadata"))))
-        return read_metadata(self, *a, **k)
+    def recorded_open(file, *a, **k):  # noqa: ANN001, ANN002, ANN003, ANN202
+        """Every whole file opened in the step folder (json's metadata.json, torch.load's common.pt, DCP's
+        .metadata), by whichever library: its name and size; a .distcp's slices are recorded below."""
+        if isinstance(file, str | os.PathLike) and os.path.dirname(os.path.realpath(file)) == folder and \
+                not str(file).endswith(".distcp"):
+            reads.append((os.path.basename(file), 0, os.path.getsize(file)))
+        return plain_open(file, *a, **k)
 
     def recorded_slice(self, file, sinfo):  # noqa: ANN001, ANN202
         reads.append((os.path.basename(file.name), sinfo.offset, sinfo.length))
         return slice_file(self, file, sinfo)
-    FileSystemReader.read_metadata, FileSystemReader._slice_file = recorded_metadata, recorded_slice
+    builtins.open = io.open = recorded_open
+    FileSystemReader._slice_file = recorded_slice
     from megatron.core import dist_checkpointing
 
     gpt, opt, _ = build(rank, world, port, rest)
@@ -226,7 +246,8 @@ def main() -> None:
     for load in loads:
         tp, world, model_only = load.split(":")
         part = f"{out}.{tp}-{world}-{model_only}"
-        mp.start_processes(load_worker, args=(int(world), _port(), part, [step, model_only, tp, *model[1:]]),
+        stages = model[0][len(model[0].split("x")[0]):]  # the save's stages, kept
+        mp.start_processes(load_worker, args=(int(world), _port(), part, [step, model_only, tp + stages, *model[1:]]),
                            nprocs=int(world), join=True, start_method="fork")
         with open(part) as f:
             found[load] = json.load(f)
