@@ -31,7 +31,7 @@ setup(
         "hdf5": ["h5py>=3.10"],
         # real modes (install torch==2.13.0 first where only that wheel is local)
         "lightning": ["torch>=2.4", "lightning>=2.4,<3", "s3torchconnector[lightning]>=1.4,<2", "s3fs>=2025.1"],
-        "fsdp": ["torch>=2.6", "s3torchconnector[dcp]>=1.4,<2", "tenacity>=8"],
+        "fsdp": ["torch>=2.6", "s3torchconnector[dcp]>=1.4,<2", "tenacity>=8", "transformers>=5.0,<6"],
         # lightning.checkpoint_io=dataflux, in an environment without the gcs extra's newest gcsfs:
         # gcs-torch-dataflux 1.4 imports google-cloud-storage 2.x internals, gcsfs 2026 needs 3.x
         "dataflux": ["torch>=2.4", "lightning>=2.4,<3", "gcs-torch-dataflux>=1.4,<2", "google-cloud-storage>=2.18,<3",

@@ -65,14 +65,19 @@ class TransformerShape:
         )
 
     def named_shapes(self) -> tuple[tuple[str, tuple[int, ...]], ...]:
-        """Every parameter's name and 2-D (or 1-D) shape, in module order: the tensors a framework
-        saves (``real/llama.py`` builds exactly these; fused QKV and gate/up, untied head)."""
+        """Every parameter's name and 2-D (or 1-D) shape in module order, as a real FSDP2 Llama saves them:
+        Hugging Face transformers' ``LlamaForCausalLM`` (``real/llama.py`` is that class), nine weights a block
+        (q, k, v, o; gate, up, down; two norms), an untied ``lm_head``. The other layouts keep their own
+        tensors (Megatron's fused QKV and fc1, DLIO's arithmetic in :meth:`layer_numels`)."""
         h, f, v, dkv = self.hidden_size, self.ffn_hidden_size, self.vocab_size, self.kv_dim
-        block = (("input_norm.weight", (h,)), ("qkv.weight", (h + 2 * dkv, h)), ("out.weight", (h, h)),
-                 ("post_norm.weight", (h,)), ("gate_up.weight", (2 * f, h)), ("down.weight", (h, f)))
-        return (("embedding.weight", (v, h)),
-                *((f"layers.{i}.{name}", shape) for i in range(self.num_layers) for name, shape in block),
-                ("norm.weight", (h,)), ("head.weight", (v, h)))
+        dq = (h // self.num_attention_heads) * self.num_attention_heads
+        block = (("self_attn.q_proj.weight", (dq, h)), ("self_attn.k_proj.weight", (dkv, h)),
+                 ("self_attn.v_proj.weight", (dkv, h)), ("self_attn.o_proj.weight", (h, dq)),
+                 ("mlp.gate_proj.weight", (f, h)), ("mlp.up_proj.weight", (f, h)), ("mlp.down_proj.weight", (h, f)),
+                 ("input_layernorm.weight", (h,)), ("post_attention_layernorm.weight", (h,)))
+        return (("model.embed_tokens.weight", (v, h)),
+                *((f"model.layers.{i}.{name}", shape) for i in range(self.num_layers) for name, shape in block),
+                ("model.norm.weight", (h,)), ("lm_head.weight", (v, h)))
 
     def stage_layers(self, pp_rank: int, pipeline: int) -> range:
         """Layers owned by pipeline stage ``pp_rank``; the first and last stages take the extras."""

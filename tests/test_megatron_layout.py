@@ -79,8 +79,10 @@ def assert_same_files(real: dict[str, int], workload, world: int) -> None:
     assert sorted(emulated) == sorted(real)
     for name, size in real.items():
         print(f"{name}: emulated {emulated[name]} real {size} ({(emulated[name] - size) / size:+.2%})")
-        bound = 0.10 if name == ".metadata" else 0.005
-        assert abs(emulated[name] - size) <= bound * size, (name, emulated[name], size)
+        if name == ".metadata":  # its pickle's size is derived, not built: the README states this bound
+            assert abs(emulated[name] - size) <= 0.10 * size, (name, emulated[name], size)
+        else:  # every .distcp, common.pt and metadata.json: to the byte
+            assert emulated[name] == size, (name, emulated[name], size)
 
 
 MLA = {"q_lora": 24, "kv_lora": 16, "nope": 16, "rope": 8, "v": 16}

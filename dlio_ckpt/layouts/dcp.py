@@ -3,8 +3,15 @@ with its ``FileSystemWriter``), as torchtitan and Lightning's FSDP strategy save
 
 Derived from torch 2.13.0 (``torch/distributed/checkpoint/filesystem.py``, ``_dedup_save_plans.py``,
 ``default_planner.py``, ``torch/distributed/fsdp/_fully_shard/_fsdp_param.py``) and held to the files a
-real ``dcp.save`` writes here (``tests/test_dcp_layout.py``):
+real ``dcp.save`` writes here (``tests/test_dcp_layout.py``: every ``.distcp`` equal to the byte, item by item):
 
+- The model is a real FSDP2 job's Llama, tensor by tensor: Hugging Face transformers' ``LlamaForCausalLM``
+  (:meth:`~dlio_ckpt.model.TransformerShape.named_shapes`; ``mode=fsdp`` trains and saves that class), nine
+  weights a block (``self_attn.q_proj``, ``k_proj``, ``v_proj``, ``o_proj``, ``mlp.gate_proj``, ``up_proj``,
+  ``down_proj``, two norms), ``model.embed_tokens``, ``model.norm``, an untied ``lm_head``; in the state dict
+  they sit under ``model.`` (``model.model.layers.0.self_attn.q_proj.weight``), their Adam state under
+  ``optim.state.``. Not torchtitan 0.3.0's own: its Llama 3 fuses ``wqkv`` as a parameter (the optimizer's
+  state stays fused) and splits it into ``wq``/``wk``/``wv`` only in the model's state dict, gathered whole.
 - FSDP2 shards every parameter on dim 0 over the ranks in chunks of ``ceil(dim0 / world)`` rows: the last
   ranks get fewer, possibly none. Adam's ``exp_avg`` and ``exp_avg_sq`` are sharded like their parameter;
   its ``step`` (a 0-d fp32 tensor per parameter) and the param group's settings are the same on every rank.

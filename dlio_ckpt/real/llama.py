@@ -1,73 +1,51 @@
-"""A llama-shaped decoder built from the workload's transformer keys, for ``mode=fsdp``.
+"""The decoder ``mode=fsdp`` trains and saves: Hugging Face transformers' ``LlamaForCausalLM`` itself, shaped by the
+workload's transformer keys.
 
-Why our own and not a model hub's: it must have exactly the tensors the emulator plans (fused QKV,
-fused gate/up, RMSNorm weights, untied embedding and head: :class:`~dlio_ckpt.model.TransformerShape`),
-so a real DCP checkpoint and an emulated one of the same workload hold the same parameters. It is
-built on the meta device and materialized shard by shard after ``fully_shard``, so no process ever
-holds the whole model.
+Why a framework's class and not our own: the real ``dcp.save`` it makes is the oracle of ``checkpoint.layout=dcp``,
+and a module written to match the emulator would only prove the emulator agrees with itself. transformers'
+Llama holds what a real FSDP2 Llama job saves: nine weights a block (``q_proj``, ``k_proj``, ``v_proj``,
+``o_proj``, ``gate_proj``, ``up_proj``, ``down_proj`` and two RMSNorms), the embedding, the final norm and an
+untied ``lm_head``; its rotary ``inv_freq`` buffers are not persistent (not saved).
+:meth:`~dlio_ckpt.model.TransformerShape.named_shapes` lists the same names and shapes, and
+``tests/test_dcp_layout.py`` holds the two together. This subclass adds no parameter: only the interface
+``fsdp_mode`` drives (``layers`` to shard block by block, ``forward`` from tokens to logits, ``init_weights``).
+It is built on the meta device and materialized shard by shard after ``fully_shard``, so no process ever holds
+the whole model.
 """
 
 from __future__ import annotations
 
 import torch
 from torch import nn
-from torch.nn import functional
+from transformers import LlamaConfig, LlamaForCausalLM
 
 from ..model import TransformerShape
 
 
-class RMSNorm(nn.Module):
-    def __init__(self, dim: int) -> None:
-        super().__init__()
-        self.weight = nn.Parameter(torch.ones(dim))
+def llama_config(s: TransformerShape) -> LlamaConfig:
+    """transformers' config of this shape: grouped-query attention with ``hidden // heads`` per head, no biases,
+    an untied head (DCP then saves embedding and head apart, as the layout plans)."""
+    return LlamaConfig(vocab_size=s.vocab_size, hidden_size=s.hidden_size, intermediate_size=s.ffn_hidden_size,
+                       num_hidden_layers=s.num_layers, num_attention_heads=s.num_attention_heads,
+                       num_key_value_heads=s.num_kv_heads, head_dim=s.hidden_size // s.num_attention_heads,
+                       tie_word_embeddings=False, attention_bias=False, mlp_bias=False, use_cache=False,
+                       attn_implementation="sdpa")
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        normed = x.float() * torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + 1e-6)
-        return normed.to(x.dtype) * self.weight
 
+class Llama(LlamaForCausalLM):
+    """``LlamaForCausalLM`` with the few calls ``fsdp_mode`` makes; its parameters are transformers' own."""
 
-class Block(nn.Module):
     def __init__(self, s: TransformerShape) -> None:
-        super().__init__()
-        h, f = s.hidden_size, s.ffn_hidden_size
-        self.heads, self.kv_heads, self.head_dim = s.num_attention_heads, s.num_kv_heads, h // s.num_attention_heads
-        self.input_norm = RMSNorm(h)
-        self.qkv = nn.Linear(h, h + 2 * s.kv_dim, bias=False)
-        self.out = nn.Linear(h, h, bias=False)
-        self.post_norm = RMSNorm(h)
-        self.gate_up = nn.Linear(h, 2 * f, bias=False)
-        self.down = nn.Linear(f, h, bias=False)
+        super().__init__(llama_config(s))
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        b, t, h = x.shape
-        q, k, v = self._qkv(self.input_norm(x))
-        attn = functional.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
-        x = x + self.out(attn.transpose(1, 2).reshape(b, t, h))
-        gate, up = self.gate_up(self.post_norm(x)).chunk(2, dim=-1)
-        return x + self.down(functional.silu(gate) * up)
+    @property
+    def layers(self) -> nn.ModuleList:
+        """The decoder blocks: FSDP2 shards each apart, as torchtitan and Lightning do."""
+        return self.model.layers
 
-    def _qkv(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        b, t, h = x.shape
-        kv = self.kv_heads * self.head_dim
-        q, k, v = self.qkv(x).split([h, kv, kv], dim=-1)
-        return (q.view(b, t, self.heads, self.head_dim).transpose(1, 2),
-                k.view(b, t, self.kv_heads, self.head_dim).transpose(1, 2),
-                v.view(b, t, self.kv_heads, self.head_dim).transpose(1, 2))
-
-
-class Llama(nn.Module):
-    def __init__(self, s: TransformerShape) -> None:
-        super().__init__()
-        self.embedding = nn.Embedding(s.vocab_size, s.hidden_size)
-        self.layers = nn.ModuleList(Block(s) for _ in range(s.num_layers))
-        self.norm = RMSNorm(s.hidden_size)
-        self.head = nn.Linear(s.hidden_size, s.vocab_size, bias=False)
-
-    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
-        x = self.embedding(tokens)
-        for layer in self.layers:
-            x = layer(x)
-        return self.head(self.norm(x))
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:  # type: ignore[override]
+        """Logits of ``tokens`` (batch, sequence): what the training step's loss needs, no cache."""
+        return super().forward(input_ids=tokens, use_cache=False).logits
 
     @torch.no_grad()
     def init_weights(self) -> None:
