@@ -38,6 +38,48 @@ def pytest_runtest_makereport(item, call):
         report.longrepr = f"skipped under CI, where only GPU cases may skip: {reason}"
 
 
+@pytest.hookimpl(hookwrapper=True)
+def pytest_make_collect_report(collector):
+    """The same rule for a module skipped while it is collected (``pytest.importorskip`` or
+    ``pytest.skip(allow_module_level=True)`` at its top): that skip has no test to hang on, so the
+    per-test hook above never sees it and CI would pass a whole file of nothing. Under CI it becomes a
+    collection error, unless the module says it is a GPU module (``pytestmark`` holding ``pytest.mark.gpu``)."""
+    outcome = yield
+    report = outcome.get_result()
+    if report.skipped and under_ci() and not _marked_gpu(collector):
+        reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
+        report.outcome = "failed"
+        report.longrepr = f"skipped under CI, where only GPU cases may skip: {reason.removeprefix('Skipped: ')}"
+
+
+def _marked_gpu(collector: pytest.Collector) -> bool:
+    """Whether a module that skipped while importing carries ``pytestmark = pytest.mark.gpu`` (or a list with it).
+    Its markers are lost with the failed import, so its source is read: the assignment, not the import, decides."""
+    if collector.get_closest_marker("gpu") is not None:  # a package or class above it marked gpu
+        return True
+    path = getattr(collector, "path", None)
+    if not isinstance(collector, pytest.Module) or path is None:
+        return False
+    import ast
+
+    try:
+        tree = ast.parse(path.read_text())
+    except (OSError, SyntaxError, ValueError):
+        return False
+    for node in tree.body:
+        if isinstance(node, ast.Assign):
+            targets, value = node.targets, node.value
+        elif isinstance(node, ast.AnnAssign) and node.value is not None:
+            targets, value = [node.target], node.value
+        else:
+            continue
+        if any(isinstance(t, ast.Name) and t.id == "pytestmark" for t in targets) and any(
+                isinstance(n, ast.Attribute) and n.attr == "gpu" and isinstance(n.value, ast.Attribute)
+                and n.value.attr == "mark" for n in ast.walk(value)):
+            return True
+    return False
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """The slowest tests first: the frameworks' real saves and loads (marked ``real``) and tune's grids. With two
     workers stealing work, the suite then ends on short tests on both, not on one long test running alone."""

@@ -63,13 +63,16 @@ def test_our_mlperf_workloads_hash_into_mlpstorages_classes(name):
 
 def conforming(folder: Path, config: dict | None = None, processes: int = 8, size_gib: float = 105, *,
                accelerator: str | None = "b200", invocation: tuple[float, float] = (0.0, 130.0),
-               file_systems: dict | None = SEPARATE, stamped: bool = True, **made) -> Path:
+               file_systems: dict | None = SEPARATE, stamp: str | None = CLASS_HASHES["llama3_8b"],
+               checkpoints: int = 10, **made) -> Path:
     """A run that meets 4.0's rules (one invocation of 10 writes and 10 reads of llama3_8b on b200s,
-    folders apart, provenance stamped, our llama3_8b.yaml as shipped), less what the arguments change."""
+    folders apart, our llama3_8b.yaml as shipped), less what the arguments change. Its provenance.json holds
+    ``stamp`` (None: no file), by default mlpstorage's recorded class of the 8B written literally above, never a
+    hash computed by the code under test: a PASS then needs the run's config to hash to mlpstorage's value."""
     config = shipped() if config is None else config
     files = 6
-    run = make_run(folder, processes, 10, config=config, bytes_per_process=int(size_gib * GIB / processes) // files
-                   * files, files=files, **made)
+    run = make_run(folder, processes, checkpoints, config=config,
+                   bytes_per_process=int(size_gib * GIB / processes) // files * files, files=files, **made)
     summary = load(run / "summary.json")
     begin = datetime(2026, 11, 24, 8, 0, 0)
     summary.update(accelerator_type=accelerator,
@@ -78,8 +81,9 @@ def conforming(folder: Path, config: dict | None = None, processes: int = 8, siz
     if file_systems is not None:
         summary["file_systems"] = file_systems
     (run / "summary.json").write_text(json.dumps(summary))
-    if stamped:
-        (run / "provenance.json").write_text(json.dumps({"core_config": core_config(config)}))
+    if stamp is not None:
+        (run / "provenance.json").write_text(json.dumps({"core_config": {
+            "algorithm": "core-config-v1", "allowlist": "checkpointing@1", "hash": stamp}}))
     return run
 
 
@@ -98,6 +102,98 @@ def test_a_conforming_run_passes_every_rule_of_both_editions(tmp_path):
         assert set(verdicts([run], edition).values()) == {"PASS"}, verdicts([run], edition)
     assert "8 x b200 at 180 GB = 1440 vs a 105.00 GiB checkpoint" in said([run], "accelerator memory")
     assert "105.00 GiB (112.74 GB decimal)" in said([run], "checkpoint size")
+
+
+def _retimed(run: Path) -> Path:
+    """The summary's first save reported at half its slowest process's duration (a figure not recomputed)."""
+    summary = load(run / "summary.json")
+    summary["checkpoints"]["save"][0]["duration_seconds"] /= 2
+    (run / "summary.json").write_text(json.dumps(summary))
+    return run
+
+
+def _two(tmp_path: Path, gap: float) -> list[Path]:
+    write = keep_phase(conforming(tmp_path / "w", invocation=(0.0, 130.0)), "save")
+    return [write, keep_phase(conforming(tmp_path / "r", invocation=(130.0 + gap, 200.0)), "load")]
+
+
+# Each rule made to fail by one change to a conforming run: the rule's verdict per edition (absent: the edition
+# has no such rule), words of its "actual" that name the cause, and the other rules the same change breaks.
+BROKEN = {
+    "model": (lambda t: [conforming(t, shipped("llama3_8b", "++workload.model.num_layers=31"))],
+              {"2.0": "FAIL", "3.0": "FAIL", "4.0": "FAIL"}, "closest is llama3_8b, but num_layers=31 (not 32)",
+              {"process count", "checkpoint size", "provenance"}),
+    "process count": (lambda t: [conforming(t, processes=16)], {"2.0": "FAIL", "3.0": "FAIL", "4.0": "FAIL"},
+                      "16 processes for 16 simulated accelerators", set()),
+    "subset": (lambda t: [conforming(t, shipped("llama3_8b", "++workload.checkpoint.mode=subset",
+                                                "++workload.model.parallelism.data=2"), 16)],
+               {"3.0": "FAIL", "4.0": "FAIL"}, "subset run of llama3_8b on 16 processes",
+               {"process count", "provenance"}),
+    "accelerators per host": (lambda t: [conforming(t, per_host=4)], {"3.0": "FAIL", "4.0": "FAIL"},
+                              "4 per host (8 on 2 hosts)", set()),
+    "emulated I/O": (lambda t: [conforming(t, shipped("llama3_8b", "++workload.mode=fsdp"))],
+                     {"2.0": "FAIL", "3.0": "FAIL", "4.0": "FAIL"},
+                     "workload.mode='fsdp': the rules emulate DLIO's I/O (mode=emulated)", set()),
+    "checkpoint size": (lambda t: [conforming(t, size_gib=100)], {"3.0": "FAIL", "4.0": "FAIL"},
+                        "100.00 GiB", set()),
+    "accelerator memory": (lambda t: [conforming(t, accelerator="tpu")], {"3.0": "WARN", "4.0": "FAIL"},
+                           "tpu: not in Table 3", set()),
+    "10 writes then 10 reads": (lambda t: [conforming(t, checkpoints=9)], {"2.0": "FAIL", "3.0": "FAIL", "4.0": "FAIL"},
+                                "9 written, 9 read in one run", set()),
+    "write-to-read gap": (lambda t: _two(t, 45.0), {"3.0": "WARN", "4.0": "FAIL"},
+                          "45.0 s from the write's invocation end", set()),
+    "fsync": (lambda t: [conforming(t, fsync=False)], {"2.0": "FAIL", "3.0": "FAIL", "4.0": "FAIL"},
+              "checkpoint.fsync=True; False", set()),
+    "page cache": (lambda t: [conforming(t, read_cache="page cache")], {"2.0": "FAIL", "3.0": "WARN", "4.0": "WARN"},
+                   "105.00 GiB per host, 256.0 GiB memory; reads: page cache", set()),
+    "separate file systems": (lambda t: [conforming(t, file_systems={**SEPARATE, "same_file_system": True})],
+                              {"3.0": "WARN", "4.0": "FAIL"}, "the same file system", set()),
+    "provenance": (lambda t: [conforming(t, stamp=CLASS_HASHES["llama3_70b"])], {"3.0": "WARN", "4.0": "FAIL"},
+                   f"core_config {CLASS_HASHES['llama3_70b']}, but its config hashes to {CLASS_HASHES['llama3_8b']}",
+                   set()),
+    "max duration, min throughput": (lambda t: [_retimed(conforming(t))], {"2.0": "FAIL", "3.0": "FAIL", "4.0": "FAIL"},
+                                     "save_ckpt1: reported", set()),
+    "full-size checkpoint": (lambda t: [conforming(t, shipped("llama3_8b", "++workload.checkpoint.scale=0.5"))],
+                             {"2.0": "FAIL"}, "scale=0.5", {"provenance"}),
+}
+
+
+@pytest.mark.parametrize("edition", ["2.0", "3.0", "4.0"])
+def test_every_rule_of_an_edition_is_shown_failing_here_and_passing_on_the_conforming_run(tmp_path, edition):
+    """The conforming run passes every rule of the edition; BROKEN below holds a failing case for each of them, so
+    a rule added to an edition without one fails this test."""
+    names = list(verdicts([conforming(tmp_path / "ok")], edition))
+    assert set(verdicts([conforming(tmp_path / "ok2")], edition).values()) == {"PASS"}
+    assert sorted(names) == sorted(rule for rule, (_, by, _, _) in BROKEN.items() if edition in by)
+
+
+@pytest.mark.parametrize("rule", sorted(BROKEN))
+def test_each_rule_fails_for_its_own_cause(tmp_path, rule):
+    """One change to a conforming run: that rule fails (or warns, where the edition reports it so) in each edition
+    that has it, saying why, and no rule but the ones that change breaks too leaves PASS."""
+    make, by, words, also = BROKEN[rule]
+    runs = make(tmp_path / "r")
+    for edition, verdict in by.items():
+        got = verdicts(runs, edition)
+        assert got[rule] == verdict, (edition, got)
+        assert {k for k, v in got.items() if v != "PASS"} == {rule} | (also & set(got)), (edition, got)
+        assert words in said(runs, rule, edition), said(runs, rule, edition)
+    for edition in {"2.0", "3.0", "4.0"} - set(by):
+        assert rule not in verdicts(runs, edition)
+
+
+@pytest.mark.parametrize("name", sorted(CLASS_HASHES))
+def test_a_closed_run_of_each_model_stamped_with_mlpstorages_class_passes_provenance(tmp_path, name):
+    """Our workload YAML of each model, stamped with the class hash mlpstorage's editions.yaml records for it
+    (written literally in CLASS_HASHES, not computed here), passes provenance in CLOSED; stamped with another
+    model's class, it fails."""
+    run = conforming(tmp_path / "r", shipped(name), stamp=CLASS_HASHES[name])
+    assert verdicts([run])["provenance"] == "PASS", said([run], "provenance")
+    assert said([run], "provenance").endswith(f"core_config {CLASS_HASHES[name]}, recomputed equal")
+    other = next(h for n, h in sorted(CLASS_HASHES.items()) if n != name)
+    wrong = conforming(tmp_path / "w", shipped(name), stamp=other)
+    assert verdicts([wrong])["provenance"] == "FAIL"
+    assert f"but its config hashes to {CLASS_HASHES[name]}" in said([wrong], "provenance")
 
 
 @pytest.mark.parametrize("accelerator, v3, v4, text", [
@@ -193,7 +289,7 @@ def test_the_gap_reads_times_with_an_offset_as_local_times(tmp_path):
 
 
 def test_provenance_must_be_stamped_and_agree_with_the_config(tmp_path):
-    missing = conforming(tmp_path / "none", stamped=False)
+    missing = conforming(tmp_path / "none", stamp=None)
     assert verdicts([missing], "3.0")["provenance"] == "WARN" and verdicts([missing])["provenance"] == "FAIL"
     forged = conforming(tmp_path / "forged", LLAMA3_8B)
     (forged / "provenance.json").write_text(json.dumps({"core_config": {"hash": CLASS_HASHES["llama3_8b"]}}))
@@ -254,7 +350,8 @@ def test_a_closed_run_hashes_to_its_models_class(tmp_path):
     """A stamp that the run's own config recomputes is not enough in CLOSED: mlpstorage compares a run with
     its class alone, and any hashed key changed makes another workload (3.0 warns, 4.0 fails; OPEN has no
     class). The keys that differ from DLIO's template are named."""
-    changed = conforming(tmp_path / "c", shipped("llama3_8b", "++workload.checkpoint.time_between_checkpoints=1"))
+    config = shipped("llama3_8b", "++workload.checkpoint.time_between_checkpoints=1")
+    changed = conforming(tmp_path / "c", config, stamp=core_config(config)["hash"])  # stamped as a run stamps
     assert verdicts([changed])["provenance"] == "FAIL" and verdicts([changed], "3.0")["provenance"] == "WARN"
     text = said([changed], "provenance")
     assert "recomputed equal" in text and f"not llama3_8b's CLOSED class {CLASS_HASHES['llama3_8b']}" in text
@@ -315,7 +412,9 @@ def test_a_write_run_then_a_read_run_records_its_gap(tmp_path):
     assert write["invocation_end_time"] < read["invocation_start_time"] < read["start"]
     assert write["file_systems"]["same_file_system"] is True and write["accelerator_type"] == "b200"
     gap = said([tmp_path / "w", tmp_path / "r"], "write-to-read gap")
-    assert float(gap.split(" s from")[0]) < 30, gap
+    between = (datetime.fromisoformat(read["invocation_start_time"]) -
+               datetime.fromisoformat(write["invocation_end_time"])).total_seconds()
+    assert gap.startswith(f"{between:.1f} s from"), gap  # the gap the two summaries record, not a wall clock
     stamp = load(tmp_path / "w" / "provenance.json")
     assert stamp["core_config"]["hash"] == core_config(yaml.safe_load((tmp_path / "w" / ".hydra" / "config.yaml")
                                                                      .read_text())["workload"])["hash"]

@@ -34,18 +34,18 @@ def run(where: Store, cwd, *extra: str, rundir: str = "run"):
     return dlio([*RUN, *where.overrides(), f"++hydra.run.dir={cwd / rundir}", *extra], cwd, env=where.env)
 
 
-def tree(where: Store) -> dict[str, bytes | None]:
+def tree(where: Store, folder: str = "ck") -> dict[str, bytes | None]:
     backend = where.backend()
-    return {p: backend.get_small(backend.join("ck", p)) for p in backend.list_tree(backend.join("ck"))
+    return {p: backend.get_small(backend.join(folder, p)) for p in backend.list_tree(backend.join(folder))
             if not p.endswith("/")}
 
 
-def put(where: Store, files: dict[str, bytes]) -> None:
+def put(where: Store, files: dict[str, bytes], folder: str = "ck") -> None:
     backend = where.backend()
     for name, data in files.items():
         if where.storage_type == "local_fs":
-            backend.makedirs(backend.join("ck", name.rsplit("/", 1)[0]) if "/" in name else backend.join("ck"))
-        backend.put_small(backend.join("ck", name), data)
+            backend.makedirs(backend.join(folder, name.rsplit("/", 1)[0]) if "/" in name else backend.join(folder))
+        backend.put_small(backend.join(folder, name), data)
 
 
 def steps_of(files) -> list[str]:
@@ -189,7 +189,7 @@ def test_the_storage_root_itself_as_checkpoint_folder_on_s3(tmp_path, s3_server,
     there is seen (refused without overwrite, replaced with it), with and without spread prefixes."""
     for key, value in s3_server.env.items():
         monkeypatch.setenv(key, value)
-    for spread in (4,):  # without spreading, refusal and overwrite are local files' code path (test_faults)
+    for spread in (4,):  # '.' without spreading, locally and with foreign files: the test below
         where = Store("s3", f"{s3_server.bucket}/dot-{time.monotonic_ns()}",
                       {"endpoint_url": s3_server.endpoint, "spread_prefixes": spread}, dict(s3_server.env))
         dot = ["++workload.checkpoint.checkpoint_folder=."]
@@ -206,3 +206,45 @@ def test_the_storage_root_itself_as_checkpoint_folder_on_s3(tmp_path, s3_server,
                 rundir="e")  # written without spreading, now asked to hash every key: named, not mistaken
     assert other.returncode == 2 and "written with another storage_options.spread_prefixes" in other.stderr, \
         other.stderr
+
+
+@pytest.mark.parametrize("kind, spread", [("local_fs", 0), ("s3", 0), ("s3", 4)], ids=["local", "s3", "s3-spread"])
+def test_the_storage_root_itself_as_checkpoint_folder_keeps_what_is_not_ours(tmp_path, request, monkeypatch, kind,
+                                                                            spread):
+    """checkpoint_folder='.': the storage root is the checkpoint folder, so whatever else lies there is beside our
+    steps. A user's files at the root, at a step's name and inside a folder of their own survive a run refused
+    without overwrite and a run with it, byte for byte; a file of theirs inside a step the run must replace refuses
+    that run (exit 2, naming it), and nothing is removed. Local files, and S3 with and without spread prefixes."""
+    if kind == "local_fs":
+        where = Store("local_fs", str(tmp_path / "storage"))
+    else:
+        server = request.getfixturevalue("s3_server")
+        for key, value in server.env.items():
+            monkeypatch.setenv(key, value)
+        where = Store("s3", f"{server.bucket}/dot-{time.monotonic_ns()}",
+                      {"endpoint_url": server.endpoint, **({"spread_prefixes": spread} if spread else {})},
+                      dict(server.env))
+    dot = ["++workload.checkpoint.checkpoint_folder=.", "++workload.checkpoint.num_checkpoints_write=3"]
+    first = run(where, tmp_path, *dot, rundir="a")
+    assert first.returncode == 0, first.stderr
+    theirs = {"notes.md": b"n", "global_epoch1_step1.txt": b"p", "mine/global_epoch1_step2/keep.bin": b"k"}
+    put(where, theirs, ".")
+    ours_before = {p for p in tree(where, ".") if p not in theirs}
+    assert "global_epoch1_step3.manifest.json" in ours_before and "dlio_ckpt_run.json" in ours_before
+    refused = run(where, tmp_path, *dot, rundir="b")
+    assert refused.returncode == 2 and "already holds checkpoints of an earlier run" in refused.stderr, refused.stderr
+    again = run(where, tmp_path, "++workload.checkpoint.checkpoint_folder=.", "++workload.checkpoint.overwrite=True",
+                rundir="c")  # two steps: the earlier run's third is removed, the user's files are not
+    assert again.returncode == 0, again.stderr
+    after = tree(where, ".")
+    assert {p: after.get(p) for p in theirs} == theirs
+    assert steps_of(after) == ["global_epoch1_step1", "global_epoch1_step2"]
+    assert json.loads(after["dlio_ckpt_run.json"])["steps"] == [1, 2]
+    put(where, {"global_epoch1_step2/mine.bin": b"the user's"}, ".")
+    before = tree(where, ".")
+    blocked = run(where, tmp_path, "++workload.checkpoint.checkpoint_folder=.", "++workload.checkpoint.overwrite=True",
+                  rundir="d")
+    assert blocked.returncode == 2, blocked.stderr
+    assert "holds global_epoch1_step2/mine.bin" in blocked.stderr and "nothing was removed" in blocked.stderr, \
+        blocked.stderr
+    assert tree(where, ".") == before and not (tmp_path / "d").exists()

@@ -5,6 +5,7 @@ produced for real by that proxy; and the coordination figures of each checkpoint
 from __future__ import annotations
 
 import uuid
+from urllib.parse import unquote
 
 import pytest
 
@@ -15,9 +16,10 @@ pytestmark = pytest.mark.mpi
 KINDS = {"s3": s3_kind, "gcs": gcs_kind}
 
 
-def run_through(tmp_path, server, p, kind: str, *extra: str):
+def run_through(tmp_path, server, p, kind: str, *extra: str, root: str | None = None):
+    root = root or f"{server.bucket}/{tmp_path.name}-{uuid.uuid4().hex[:8]}"
     args = ["workload=tiny", f"++workload.storage.storage_type={kind}", "++hydra.run.dir=out",
-            f"++workload.storage.storage_root={server.bucket}/{tmp_path.name}-{uuid.uuid4().hex[:8]}",
+            f"++workload.storage.storage_root={root}",
             f"++workload.storage.storage_options.endpoint_url={p.endpoint}",
             "++workload.checkpoint.checkpoint_folder=ck", *extra]
     return dlio(args, tmp_path, nprocs=2, env=server.env, timeout=240)
@@ -76,13 +78,65 @@ def test_request_counts_equal_the_servers_kind_by_kind(tmp_path, request, kind):
 def test_s3_ranged_reads_verify_and_count_as_the_server_saw(tmp_path, s3_server):
     """``read_size``: ranged GETs of our own (1 MiB: several per object, requested ahead) instead of
     the default one GET per object; every byte still verified, every range a GET the server saw."""
-    with proxy(s3_server.endpoint, s3_kind) as p:
-        r = run_through(tmp_path, s3_server, p, "s3", "++workload.storage.storage_options.read_size=1048576")
+    classify, seen = _recording(s3_kind)
+    root = f"{s3_server.bucket}/{tmp_path.name}-{uuid.uuid4().hex[:8]}"
+    with proxy(s3_server.endpoint, classify) as p:
+        r = run_through(tmp_path, s3_server, p, "s3", "++workload.storage.storage_options.read_size=1048576",
+                        root=root)
         assert r.returncode == 0, r.stderr
         summary = load(tmp_path / "out" / "summary.json")
         assert ours(summary) == dict(p.counts)
-    loaded = summary["checkpoints"]["load"][0]
-    assert loaded["requests"]["GetObject (ranged)"]["count"] == sum(-(-f // (1 << 20)) for f in _sizes(tmp_path))
+    # the server's view: every ranged GET the proxy forwarded, held to the objects' sizes as the server lists them
+    # (botocore straight to SeaweedFS, not through us): each object read is covered by 1 MiB ranges
+    # from offset 0 to its end, once per load of it, and nothing else is read in ranges
+    stored = _stored_sizes(s3_server, root)
+    got: dict[str, list[str]] = {}
+    for kind, key, wanted in seen:
+        if kind == "GetObject (ranged)":
+            got.setdefault(key, []).append(wanted)
+    steps = ("global_epoch1_step1", "global_epoch1_step2")  # tiny reads both checkpoints it wrote
+    manifests = {k: n for k, n in stored.items() if k.endswith(tuple(f"/ck/{s}.manifest.json" for s in steps))}
+    data = {k: n for k, n in stored.items() if k.split("/")[-2] in steps}
+    assert len(manifests) == 2 and len(data) == 2 * 4  # tiny at 4 ranks: a file each per step (DLIO's layout)
+    assert sorted(got) == sorted([*manifests, *data])  # no other object is read in ranges
+    for key, size in manifests.items():  # a small object: one GET from 0, past its end (the client's first part)
+        (wanted,) = got[key]
+        assert wanted.startswith("bytes=0-") and int(wanted.split("-")[1]) >= size - 1, (key, size, wanted)
+    for key, size in data.items():
+        tiles = [f"bytes={o}-{min(o + MIB, size) - 1}" for o in range(0, size, MIB)]
+        assert sorted(got[key]) == sorted(tiles), (key, size, got[key])  # each once (several in flight)
+    tiles = sum(-(-n // MIB) for n in data.values())
+    assert p.counts["GetObject (ranged)"] == len(manifests) + tiles
+    # the loads report those data GETs exactly (the manifests' reads precede each load's timing)
+    assert sum(c["requests"]["GetObject (ranged)"]["count"] for c in summary["checkpoints"]["load"]) == tiles
+
+
+MIB = 1 << 20
+
+
+def _recording(classify):
+    """The proxy's classifier, also keeping each request's (kind, object key, Range header) in order."""
+    seen: list[tuple[str, str, str | None]] = []
+
+    def kind_of(method: str, path: str, query: dict, headers: dict) -> str:
+        kind = classify(method, path, query, headers)
+        seen.append((kind, unquote(path).lstrip("/"), headers.get("range")))
+        return kind
+    return kind_of, seen
+
+
+def _stored_sizes(server, root: str) -> dict[str, int]:
+    """bucket/key -> size of every object under ``root``, listed by botocore straight from the server."""
+    import botocore.session
+
+    bucket, _, prefix = root.partition("/")
+    s3 = botocore.session.get_session().create_client(
+        "s3", endpoint_url=server.endpoint, region_name="us-east-1", aws_access_key_id=server.env["AWS_ACCESS_KEY_ID"],
+        aws_secret_access_key=server.env["AWS_SECRET_ACCESS_KEY"])
+    out: dict[str, int] = {}
+    for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix + "/"):
+        out.update({f"{bucket}/{o['Key']}": o["Size"] for o in page.get("Contents", [])})
+    return out
 
 
 def _sizes(tmp_path) -> list[int]:

@@ -35,6 +35,42 @@ def test_under_ci_only_gpu_cases_may_skip(tmp_path, ci, outcome):
         assert "skipped under CI, where only GPU cases may skip: mpiexec is not installed" in r.stdout
 
 
+MISSING = "a_package_no_one_installed_here"  # importorskip's target: absent everywhere
+SKIPPED_MODULES = {
+    "test_needs_a_package.py": f'import pytest\n\npytest.importorskip("{MISSING}")\n\n\ndef test_it():\n    pass\n',
+    "test_skips_itself.py": 'import pytest\n\npytest.skip("no tmpfs here", allow_module_level=True)\n',
+    "test_needs_a_gpu_package.py": f'import pytest\n\npytestmark = [pytest.mark.gpu]\n'
+                                   f'pytest.importorskip("{MISSING}_cuda")\n\n\ndef test_it():\n    pass\n',
+    "test_runs.py": "def test_plain():\n    pass\n",
+}
+
+
+def _pytest(folder, ci: str) -> subprocess.CompletedProcess:
+    (folder / "conftest.py").write_text(
+        "from tests.conftest import pytest_make_collect_report, pytest_runtest_makereport  # noqa: F401\n")
+    return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:xdist", "-W",
+                           "ignore", "-o", "markers=gpu: a GPU case", "-rs", str(folder)], capture_output=True,
+                          text=True, cwd=folder, timeout=120, env={**os.environ, "CI": ci, "PYTHONPATH": str(REPO)})
+
+
+@pytest.mark.parametrize("ci", ["true", "", "false"])
+def test_under_ci_a_module_skipped_at_collection_fails_too(tmp_path, ci):
+    """A module-level ``importorskip`` (or ``skip(allow_module_level=True)``) skips at collection, where no
+    test's report is made: under CI it is an error naming the reason, as a skipped test is a failure; a
+    module marked ``gpu`` still skips; outside CI all three skip and the plain test passes."""
+    for name, text in SKIPPED_MODULES.items():
+        (tmp_path / name).write_text(text)
+    r = _pytest(tmp_path, ci)
+    out = r.stdout
+    if ci == "true":
+        assert r.returncode != 0 and "2 errors" in out and "1 skipped" in out, out
+        assert f"skipped under CI, where only GPU cases may skip: could not import '{MISSING}'" in out, out
+        assert "skipped under CI, where only GPU cases may skip: no tmpfs here" in out, out
+        assert f"{MISSING}_cuda" in out and f"only GPU cases may skip: could not import '{MISSING}_cuda'" not in out
+    else:
+        assert r.returncode == 0 and "1 passed, 3 skipped" in out and "error" not in out, out
+
+
 def test_every_package_of_the_tool_is_installed_by_setup_py():
     """``pip install .`` installs the packages setup.py names: a new subpackage left out works in the
     editable checkout the tests use and fails for every user (dlio_ckpt.layouts once did)."""
