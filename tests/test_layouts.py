@@ -1,7 +1,10 @@
-"""The layouts side by side: DeepSpeed's names over DLIO's files (worked out by hand from DeepSpeed's
-source), the same bytes as DLIO's, and one registry behind the config's choices."""
+"""The layouts side by side: DeepSpeed's names and files held to its real saves (recorded by
+``tests/oracles/deepspeed_save.py``), the same bytes as DLIO's, and one registry behind the config's choices."""
 
 from __future__ import annotations
+
+import json
+from pathlib import Path
 
 import pytest
 
@@ -22,59 +25,71 @@ def names(p) -> list[list[str]]:
     return [[f.stem for f in r.files] for r in p.ranks]
 
 
-@pytest.mark.parametrize(("extra", "expected"), [
+# tiny's parameters counted by hand (configs/workload/tiny.yaml: hidden 256, FFN 688, vocab 1000, 8 heads and 4 KV
+# heads of 32): a block's TP-split weights (q and o 256x256, k and v 256x128, gate, up, down 256x688), its two
+# replicated RMSNorms, the embedding and output head (1000x256 each, split by vocabulary under TP) and the final norm
+H, FFN, VOCAB, KV = 256, 688, 1000, 4 * 32
+SPLIT, NORMS, TABLE = 2 * H * H + 2 * H * KV + 3 * H * FFN, 2 * H, VOCAB * H
+TP2 = 4 * (SPLIT // 2 + NORMS) + 2 * TABLE // 2 + H  # each TP rank's share of the 4 blocks: 1,708,288
+STAGE0, STAGE1 = TABLE + 2 * (SPLIT + NORMS), 2 * (SPLIT + NORMS) + H + TABLE  # PP 2: embedding+2, 2+norm+head
+
+
+@pytest.mark.parametrize(("extra", "expected", "parameters"), [
     (["++workload.model.model_datatype=bf16"],  # TP 2 x DP 2, ZeRO 1: DP rank 0 writes each TP rank's model states
      [["mp_rank_00_model_states", "bf16_zero_pp_rank_0_mp_rank_00_optim_states"],
       ["mp_rank_01_model_states", "bf16_zero_pp_rank_0_mp_rank_01_optim_states"],
-      ["bf16_zero_pp_rank_1_mp_rank_00_optim_states"], ["bf16_zero_pp_rank_1_mp_rank_01_optim_states"]]),
+      ["bf16_zero_pp_rank_1_mp_rank_00_optim_states"], ["bf16_zero_pp_rank_1_mp_rank_01_optim_states"]], [TP2] * 4),
     (["++workload.model.parallelism.zero_stage=3"],  # every rank its model and optimizer shards (fp16: no prefix)
      [["zero_pp_rank_0_mp_rank_00_model_states", "zero_pp_rank_0_mp_rank_00_optim_states"],
       ["zero_pp_rank_0_mp_rank_01_model_states", "zero_pp_rank_0_mp_rank_01_optim_states"],
       ["zero_pp_rank_1_mp_rank_00_model_states", "zero_pp_rank_1_mp_rank_00_optim_states"],
-      ["zero_pp_rank_1_mp_rank_01_model_states", "zero_pp_rank_1_mp_rank_01_optim_states"]]),
+      ["zero_pp_rank_1_mp_rank_01_model_states", "zero_pp_rank_1_mp_rank_01_optim_states"]], [TP2] * 4),
     (["++workload.model.parallelism.tensor=1", "++workload.model.parallelism.pipeline=2"],  # a file per layer
      [["layer_00-model_00-model_states", "layer_01-model_00-model_states", "layer_02-model_00-model_states",
        "zero_pp_rank_0_mp_rank_00_optim_states"],
       ["layer_03-model_00-model_states", "layer_04-model_00-model_states", "layer_05-model_00-model_states",
        "layer_06-model_00-model_states", "zero_pp_rank_0_mp_rank_01_optim_states"],
-      ["zero_pp_rank_1_mp_rank_00_optim_states"], ["zero_pp_rank_1_mp_rank_01_optim_states"]]),
+      ["zero_pp_rank_1_mp_rank_00_optim_states"], ["zero_pp_rank_1_mp_rank_01_optim_states"]],
+     [STAGE0, STAGE1, STAGE0, STAGE1]),
 ])
-def test_deepspeed_names_and_what_its_files_hold(extra, expected):
+def test_deepspeed_names_and_what_its_files_hold(extra, expected, parameters):
+    """``parameters``: each rank's model-parallel share of the model, counted by hand above, not by the layout."""
     ds = plan("deepspeed", 4, *extra)
     assert names(ds) == expected
     lay = ds.layout
-    for r in ds.ranks:  # every rank: its partition of its model-parallel rank's parameters, 12 bytes each and step
-        (optim,) = [f for f in r.files if f.kind == "optimizer"]
-        assert optim.payload_bytes == 4 * (3 * -(-lay.stage_elements(r.pp) // lay.data) + 1)
+    for r, mine in zip(ds.ranks, parameters, strict=True):  # DP 2: each rank half its share (rounded up), fp32
+        (optim,) = [f for f in r.files if f.kind == "optimizer"]  # master weight, exp_avg, exp_avg_sq, and a step
+        assert optim.payload_bytes == 4 * (3 * -(-mine // 2) + 1), (r.rank, optim.payload_bytes, mine)
         for f in r.files:  # ZeRO 3's model files are placeholders; ZeRO 1/2's hold the weights
             if f.kind == "model":
                 assert (f.payload_bytes == 0) is (lay.zero_stage == 3)
 
 
-# What DeepSpeed 0.19.8 wrote on this machine (CPU accelerator, gloo, torch 2.13.0) for a 3-Linear model of
-# 1,181,440 parameters (512->1024->512->256 with biases), AdamW, one step, save_checkpoint: ZeRO 1 and 2 alike.
-MLP = (1024 * 512, 1024, 512 * 1024, 512, 256 * 512, 256)
-DEEPSPEED_0_19_8 = [  # (file, dtype, ranks, its bytes)
-    ("model_states", "bf16", 1, 2366041), ("model_states", "fp32", 1, 4728857),
-    ("optim_states", "bf16", 1, 14181445), ("optim_states", "bf16", 2, 7092677),
-    ("optim_states", "fp32", 1, 14181395), ("optim_states", "fp32", 2, 7092627),
-    ("placeholder", "bf16", 2, 4361), ("placeholder", "fp32", 2, 4297),  # ZeRO 3
-]
+# What DeepSpeed 0.19.8 wrote (CPU accelerator, gloo, torch 2.13.0) for tiny's tensors at TP 2, ZeRO 1, 2 and 3,
+# bf16 and fp32, DP 2 and 3: recorded by tests/oracles/deepspeed_save.py (its docstring: how to record again)
+DEEPSPEED_DENSE = json.loads((Path(__file__).parent / "data" / "deepspeed_dense.json").read_text())
+# DeepSpeed's own keys, which we do not write (ds_config, param_shapes, ds_version, the optimizer's settings
+# and partition bookkeeping, ...), measured in those saves: the bytes its files hold beyond ours, at most
+THEIR_KEYS = {"model": 903, "placeholder": 7935, "optimizer": 2792}
 
 
-@pytest.mark.parametrize(("kind", "dtype", "ranks", "real"), DEEPSPEED_0_19_8)
-def test_deepspeed_files_hold_what_deepspeed_wrote_here(kind, dtype, ranks, real):
+@pytest.mark.parametrize("case", sorted(DEEPSPEED_DENSE["cases"]))
+def test_deepspeed_files_are_what_deepspeed_wrote(case):
+    """Rank by rank the names DeepSpeed's save wrote; every file's tensors to the byte (the storages in its
+    zip); the rest within the measured size of DeepSpeed's own keys."""
     from dlio_ckpt.formats import get_format, planned_size
-    from dlio_ckpt.layouts.deepspeed import model_states, optimizer_states, placeholder_states
 
-    stem = f"zero_pp_rank_0_mp_rank_00_{kind}"
-    file = {"model_states": lambda: model_states("mp_rank_00_model_states", dtype, MLP),
-            "optim_states": lambda: optimizer_states(stem, "fp32", sum(MLP), ranks),
-            "placeholder": lambda: placeholder_states(stem, dtype, len(MLP))}[kind]()
-    size = planned_size(get_format("pt"), file)
-    # DeepSpeed's own keys (ds_config, param_shapes, ...) are 3-4 KB we do not write: within 0.5%, and for
-    # ZeRO 3's placeholder files (no payload) within 4 KB
-    assert abs(size - real) <= max(0.005 * real, 4096), (size, real)
+    real = DEEPSPEED_DENSE["cases"][case]
+    p = plan("deepspeed", real["world"], f"++workload.model.parallelism.tensor={real['tensor']}",
+             f"++workload.model.parallelism.zero_stage={real['zero_stage']}",
+             f"++workload.model.model_datatype={real['dtype']}")
+    assert [[f"{f.stem}.pt" for f in r.files] for r in p.ranks] == real["ranks"]
+    for f in (f for r in p.ranks for f in r.files):
+        theirs = real["files"][f"{f.stem}.pt"]
+        assert f.payload_bytes == theirs["storage_bytes"], (f.stem, f.payload_bytes, theirs)
+        kind = "placeholder" if f.kind == "model" and f.payload_bytes == 0 else f.kind
+        extra = theirs["bytes"] - planned_size(get_format("pt"), f)
+        assert 0 <= extra <= THEIR_KEYS[kind], (f.stem, extra)
 
 
 def test_the_config_choices_are_the_registries():

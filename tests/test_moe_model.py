@@ -1,10 +1,13 @@
-"""Every MoE workload we ship, held to the published model class: transformers builds it on the meta
-device from the same values (no weights, no download), and its state dict's names and shapes, and its
-parameter count, equal ours exactly (:mod:`dlio_ckpt.moe`)."""
+"""Every MoE workload we ship, held to the published model: transformers builds each model's class on the meta
+device from its published config (written out below, not read from our workloads; no weights, no download),
+whose parameter count is the published total, and whose state dict's names and shapes, and parameter count,
+equal ours exactly (:mod:`dlio_ckpt.moe`, from the workload we ship)."""
 
 from __future__ import annotations
 
 import pytest
+import torch
+import transformers
 import yaml
 
 from dlio_ckpt.config import Model
@@ -12,10 +15,39 @@ from dlio_ckpt.moe import MoeShape
 
 from .conftest import REPO
 
-torch = pytest.importorskip("torch")
-transformers = pytest.importorskip("transformers")
-
-MOE_WORKLOADS = ("deepseek_v3", "mixtral_8x7b", "qwen3_235b_a22b", "qwen3_30b_a3b", "llama4_maverick")
+# Each model's config.json on the Hugging Face Hub, the values that shape its tensors (the rest: rope, eps,
+# ... change no tensor), with the total its model card or report publishes, in billions to one decimal
+PUBLISHED = {
+    # deepseek-ai/DeepSeek-V3 config.json; the technical report's 671B total (the MTP module's 14B aside:
+    # transformers leaves it out, see below)
+    "deepseek_v3": (transformers.DeepseekV3Config, transformers.DeepseekV3ForCausalLM, 671.0, dict(
+        vocab_size=129280, hidden_size=7168, intermediate_size=18432, moe_intermediate_size=2048,
+        num_hidden_layers=61, num_attention_heads=128, num_key_value_heads=128, n_shared_experts=1,
+        n_routed_experts=256, first_k_dense_replace=3, q_lora_rank=1536, kv_lora_rank=512, qk_rope_head_dim=64,
+        qk_nope_head_dim=128, v_head_dim=128, num_experts_per_tok=8, n_group=8, topk_group=4,
+        tie_word_embeddings=False)),
+    # mistralai/Mixtral-8x7B-v0.1 config.json; Mistral's "46.7B total parameters"
+    "mixtral_8x7b": (transformers.MixtralConfig, transformers.MixtralForCausalLM, 46.7, dict(
+        vocab_size=32000, hidden_size=4096, intermediate_size=14336, num_hidden_layers=32, num_attention_heads=32,
+        num_key_value_heads=8, num_local_experts=8, num_experts_per_tok=2, tie_word_embeddings=False)),
+    # Qwen/Qwen3-235B-A22B config.json; its model card's "235B in total"
+    "qwen3_235b_a22b": (transformers.Qwen3MoeConfig, transformers.Qwen3MoeForCausalLM, 235.1, dict(
+        vocab_size=151936, hidden_size=4096, intermediate_size=12288, moe_intermediate_size=1536,
+        num_hidden_layers=94, num_attention_heads=64, num_key_value_heads=4, head_dim=128, num_experts=128,
+        num_experts_per_tok=8, decoder_sparse_step=1, mlp_only_layers=[], tie_word_embeddings=False)),
+    # Qwen/Qwen3-30B-A3B config.json; its model card's "30.5B in total"
+    "qwen3_30b_a3b": (transformers.Qwen3MoeConfig, transformers.Qwen3MoeForCausalLM, 30.5, dict(
+        vocab_size=151936, hidden_size=2048, intermediate_size=6144, moe_intermediate_size=768,
+        num_hidden_layers=48, num_attention_heads=32, num_key_value_heads=4, head_dim=128, num_experts=128,
+        num_experts_per_tok=8, decoder_sparse_step=1, mlp_only_layers=[], tie_word_embeddings=False)),
+    # meta-llama/Llama-4-Maverick-17B-128E config.json's text_config (the language model alone: no vision
+    # encoder); 400.7B, the "400B total" of Meta's model card to one decimal
+    "llama4_maverick": (transformers.Llama4TextConfig, transformers.Llama4ForCausalLM, 400.7, dict(
+        vocab_size=202048, hidden_size=5120, intermediate_size=8192, intermediate_size_mlp=16384,
+        num_hidden_layers=48, num_attention_heads=40, num_key_value_heads=8, head_dim=128, num_local_experts=128,
+        num_experts_per_tok=1, interleave_moe_layer_step=2, tie_word_embeddings=False)),
+}
+MOE_WORKLOADS = tuple(PUBLISHED)
 
 
 def shipped(workload: str) -> MoeShape:
@@ -24,34 +56,11 @@ def shipped(workload: str) -> MoeShape:
     return MoeShape.from_model(Model.model_validate(raw["model"]))
 
 
-def hf_model(name: str, s: MoeShape):
-    """The transformers class and config a workload's published model is, from our workload's values."""
-    common = dict(vocab_size=s.vocab_size, hidden_size=s.hidden_size, num_hidden_layers=s.num_layers,
-                  num_attention_heads=s.num_attention_heads, num_key_value_heads=s.num_kv_heads,
-                  tie_word_embeddings=s.tie_embeddings)
-    if name == "deepseek_v3":
-        cfg = transformers.DeepseekV3Config(
-            **common, intermediate_size=s.ffn_hidden_size, moe_intermediate_size=s.expert_ffn_hidden_size,
-            n_routed_experts=s.num_experts, n_shared_experts=s.num_shared_experts,
-            first_k_dense_replace=s.first_dense_layers, q_lora_rank=s.q_lora_rank, kv_lora_rank=s.kv_lora_rank,
-            qk_rope_head_dim=s.qk_rope_head_dim, qk_nope_head_dim=s.qk_nope_head_dim, v_head_dim=s.v_head_dim,
-            num_experts_per_tok=8, n_group=8, topk_group=4)
-        return transformers.DeepseekV3ForCausalLM, cfg
-    if name == "mixtral_8x7b":
-        cfg = transformers.MixtralConfig(**common, intermediate_size=s.expert_ffn_hidden_size,
-                                         num_local_experts=s.num_experts, num_experts_per_tok=2)
-        return transformers.MixtralForCausalLM, cfg
-    if name.startswith("qwen3"):
-        cfg = transformers.Qwen3MoeConfig(**common, intermediate_size=s.ffn_hidden_size, head_dim=s.head_dim,
-                                          moe_intermediate_size=s.expert_ffn_hidden_size, num_experts=s.num_experts,
-                                          num_experts_per_tok=8, decoder_sparse_step=s.layer_step)
-        return transformers.Qwen3MoeForCausalLM, cfg
-    if name.startswith("llama4"):
-        cfg = transformers.Llama4TextConfig(**common, head_dim=s.head_dim, intermediate_size=s.expert_ffn_hidden_size,
-                                            intermediate_size_mlp=s.ffn_hidden_size, num_local_experts=s.num_experts,
-                                            num_experts_per_tok=1, interleave_moe_layer_step=s.layer_step)
-        return transformers.Llama4ForCausalLM, cfg
-    raise AssertionError(f"no transformers class for {name}")
+def published(name: str) -> tuple[torch.nn.Module, float]:
+    """The published model on the meta device (no memory, no weights), and its published total in billions."""
+    config, cls, total, values = PUBLISHED[name]
+    with torch.device("meta"):
+        return cls(config(**values)), total
 
 
 def ours_in_hf_terms(name: str, s: MoeShape) -> dict[str, tuple[int, ...]]:
@@ -72,27 +81,25 @@ def ours_in_hf_terms(name: str, s: MoeShape) -> dict[str, tuple[int, ...]]:
 
 
 @pytest.mark.parametrize("workload", MOE_WORKLOADS)
-def test_every_tensor_and_the_parameter_count_equal_the_published_model_class(workload):
+def test_the_published_config_is_the_published_total_and_every_tensor_is_ours(workload):
+    model, total = published(workload)
+    count = sum(p.numel() for p in model.parameters())
+    assert round(count / 1e9, 1) == total, count
     s = shipped(workload)
-    cls, cfg = hf_model(workload, s)
-    with torch.device("meta"):
-        model = cls(cfg)
     theirs = {k: tuple(t.shape) for k, t in model.state_dict().items()}
     ours = ours_in_hf_terms(workload, s)
     assert sorted(set(theirs) ^ set(ours)) == []
     assert {k: v for k, v in ours.items() if theirs[k] != v} == {}
-    assert s.num_parameters == sum(p.numel() for p in model.parameters())
+    assert s.num_parameters == count
 
 
 def test_deepseek_v3_is_671b_and_its_mtp_module_is_one_more_moe_block_beside_it():
     """The report's 671B main model; the MTP module, which transformers leaves out, is transformers' own MoE
-    block plus the projection of [normed embedding; normed hidden state] and three norms (the embedding and
-    head it shares with the model are saved once, with the model)."""
+    block plus the projection of [normed embedding; normed hidden state] and three norms
+    (the embedding and head it shares with the model are saved once, with the model)."""
     s = shipped("deepseek_v3")
     assert round(s.num_parameters / 1e9) == 671
-    cls, cfg = hf_model("deepseek_v3", s)
-    with torch.device("meta"):
-        model = cls(cfg)
+    model, _ = published("deepseek_v3")
     block = sum(p.numel() for p in model.model.layers[s.first_dense_layers].parameters())
     h = s.hidden_size
     assert s.mtp_parameters == block + 2 * h * h + 3 * h

@@ -1,8 +1,9 @@
 """DeepSpeed's own files: what its engine's ``save_checkpoint`` writes for ZeRO 1, 2 and 3, named as it
 names them, over the same model arithmetic and parallelism as DLIO's layout.
 
-Held to real saves of DeepSpeed 0.19.8 on this machine (CPU accelerator, gloo; ZeRO 1, 2, 3 at 1 and 2
-ranks, bf16 and fp32), recorded in ``tests/test_layouts.py``, and to its source for the names
+Held to real saves of DeepSpeed 0.19.8 (CPU accelerator, gloo; tiny at TP 2, DP 2 and 3, ZeRO 1, 2, 3, bf16
+and fp32: every name rank by rank, every tensor byte), recorded by ``tests/oracles/deepspeed_save.py``, and to
+its source for the names
 (``deepspeed/runtime/engine.py`` ``_get_ckpt_name``, ``_get_rank_zero_ckpt_name``; ``runtime/pipe/module.py``
 ``ckpt_layer_path``). What DeepSpeed writes, and where DLIO's arithmetic differs:
 
@@ -10,10 +11,11 @@ ranks, bf16 and fp32), recorded in ``tests/test_layouts.py``, and to its source 
   the module's weights in the training dtype (with pipeline parallelism
   ``layer_{i:02d}-model_{tp:02d}-model_states.pt`` per layer, from the source: not saved here).
 - ZeRO 3: every rank writes ``zero_pp_rank_{dp}_mp_rank_{mp:02d}_model_states.pt`` holding an empty placeholder
-  per parameter (about 4 KB): the weights are only in the optimizer files. DLIO's layout writes each rank's
+  per parameter (8 KB for tiny's 27): the weights are only in the optimizer files. DLIO's layout writes each rank's
   shard of the weights there, 2 bytes a parameter DeepSpeed does not write.
 - Every rank writes ``[bf16_]zero_pp_rank_{dp}_mp_rank_{mp:02d}_optim_states.pt``: its equal partition of the
-  model-parallel rank's parameters (padded to divide by the data-parallel size) as fp32 master weights and
+  model-parallel rank's parameters (ZeRO 1/2: flattened and padded to a multiple of twice the data-parallel
+  size, the model file holding that padded buffer; ZeRO 3: each parameter padded to divide) as fp32 master weights and
   Adam's two moments, and a one-element ``step``: 12 bytes a parameter (``bf16_`` when training in bf16).
 - ZeRO 0 keeps the optimizer inside the model files: not measured here, refused (use ``layout=dlio``).
 Left out (small, beside the step folder): ``latest`` (12 B), ``zero_to_fp32.py`` (38,580 B) and
@@ -30,7 +32,15 @@ from ..errors import ConfigError
 from ..formats import Format, get_format
 from ..planner import FilePlan, Plan, RankPlan
 from . import deepspeed_moe, dlio
-from .deepspeed_files import model_states, model_stem, optimizer_states, optimizer_stem, placeholder_states
+from .deepspeed_files import (
+    flat_partition,
+    model_states,
+    model_stem,
+    optimizer_states,
+    optimizer_stem,
+    per_parameter_partition,
+    placeholder_states,
+)
 from .rules import every_rank_writes, torch_save_only
 
 if TYPE_CHECKING:
@@ -82,10 +92,19 @@ class DeepSpeedLayout(dlio.DlioLayout):
                 problems.append(f"stage {pp}: optimizer partitions hold {held} of {need} parameters")
         return problems
 
-    def stage_elements(self, pp: int) -> int:
+    def stage_numels(self, pp: int) -> tuple[int, ...]:
         """The parameters of one model-parallel rank of stage ``pp`` (unsharded: ZeRO partitions them)."""
-        return sum(self.scaled(n) for layer in self.shape.stage_layers(pp, self.pipeline)
-                   for n in self.shape.layer_numels(layer, self.tensor, 1))
+        return tuple(self.scaled(n) for layer in self.shape.stage_layers(pp, self.pipeline)
+                     for n in self.shape.layer_numels(layer, self.tensor, 1))
+
+    def stage_elements(self, pp: int) -> int:
+        return sum(self.stage_numels(pp))
+
+    def partition(self, pp: int) -> int:
+        """Each data-parallel rank's share of stage ``pp``'s model-parallel rank, padded as DeepSpeed pads it."""
+        if self.zero_stage == 3:
+            return per_parameter_partition(self.stage_numels(pp), self.data)
+        return flat_partition(self.stage_elements(pp), self.data)
 
     def rank_plan(self, rank: int) -> RankPlan:
         tp, pp, dp, mp = self.coordinates(rank)
@@ -96,13 +115,14 @@ class DeepSpeedLayout(dlio.DlioLayout):
             for layer, group in zip(layers, self.stage_groups(pp, nested=False), strict=True):
                 files.append(model_states(self.layer_stem(layer, mp, tp), self.model_dtype, group.numels))
         elif self.zero_stage in (1, 2) and dp == 0:
-            numels = tuple(n for g in groups for n in g.numels)
-            files.append(model_states(self.model_stem(mp), self.model_dtype, numels))
+            # the weights are views of ZeRO's flat buffer, which torch.save writes whole, padding and all
+            numels = [n for g in groups for n in g.numels]
+            numels[-1] += self.data * self.partition(pp) - sum(numels)
+            files.append(model_states(self.model_stem(mp), self.model_dtype, tuple(numels)))
         elif self.zero_stage == 3:
             files.append(placeholder_states(self.sharded_model_stem(dp, mp), self.model_dtype,
                                             sum(len(g.numels) for g in groups)))
-        files.append(optimizer_states(self.optimizer_stem(dp, mp), self.optimizer_dtype, self.stage_elements(pp),
-                                      self.data))
+        files.append(optimizer_states(self.optimizer_stem(dp, mp), self.optimizer_dtype, (self.partition(pp),)))
         return RankPlan(rank, tp, pp, dp, mp, tuple(files))
 
 

@@ -31,11 +31,21 @@ def placeholder_states(stem: str, dtype: str, parameters: int) -> FilePlan:
     return FilePlan(stem, "model", dtype, (TensorGroup("module", (0,) * parameters),))
 
 
-def optimizer_states(stem: str, dtype: str, elements: int, data: int,
-                     experts: tuple[int, int] | None = None) -> FilePlan:
-    """A data-parallel rank's partition (padded to divide): fp32 master weights, exp_avg, exp_avg_sq, step;
-    ``experts`` (an MoE model): the EP rank's expert parameters and the expert-data-parallel size they are
-    partitioned over, a second param group alike."""
-    groups = [(elements, data), *([experts] if experts else [])]
-    return FilePlan(stem, "optimizer", dtype,
-                    (TensorGroup(None, tuple(n for e, d in groups for n in (-(-e // d),) * 3 + (1,))),))
+def flat_partition(elements: int, data: int) -> int:
+    """ZeRO 1 and 2: a rank's share of a param group flattened into one buffer, which DeepSpeed pads to a
+    multiple of twice the data-parallel size (``stage_1_and_2.py``: ``nccl_start_alignment_factor`` 2)."""
+    return -(-elements // (2 * data)) * 2
+
+
+def per_parameter_partition(numels: tuple[int, ...], data: int) -> int:
+    """ZeRO 3: a rank's share, each parameter partitioned on its own and padded to divide by the
+    data-parallel size (``partition_parameters.py``)."""
+    return sum(-(-n // data) for n in numels)
+
+
+def optimizer_states(stem: str, dtype: str, partitions: tuple[int, ...]) -> FilePlan:
+    """A data-parallel rank's partition of each param group (``partitions``: its elements, padded as
+    :func:`flat_partition` or :func:`per_parameter_partition` says): fp32 master weights, exp_avg, exp_avg_sq
+    and step; an MoE model's second group is the EP rank's expert parameters, over expert-data-parallel ranks."""
+    numels = tuple(n for e in partitions for n in (e,) * 3 + (1,))
+    return FilePlan(stem, "optimizer", dtype, (TensorGroup(None, numels),))

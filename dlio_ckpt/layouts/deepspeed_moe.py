@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, ClassVar
 from ..errors import ConfigError
 from ..moe import MoeShape, Param
 from ..planner import FilePlan, Plan, RankPlan, TensorGroup, scaled
-from .deepspeed_files import expert_stem, model_states, model_stem, optimizer_states, optimizer_stem
+from .deepspeed_files import expert_stem, flat_partition, model_states, model_stem, optimizer_states, optimizer_stem
 
 if TYPE_CHECKING:
     from ..config import Workload
@@ -126,19 +126,20 @@ class DeepSpeedMoeLayout:
 
     def optimizer_file(self, dp: int, tp: int) -> FilePlan:
         experts = sum(self.expert_numels) * self.local_experts * len(self.moe_blocks)
-        return optimizer_states(optimizer_stem(dp, tp, self.model_dtype), self.optimizer_dtype, self.dense_trainable,
-                                self.data, (experts, self.data // self.expert))
+        return optimizer_states(optimizer_stem(dp, tp, self.model_dtype), self.optimizer_dtype,
+                                (flat_partition(self.dense_trainable, self.data),
+                                 flat_partition(experts, self.data // self.expert)))
 
     def rank_plan(self, rank: int) -> RankPlan:
         tp, dp = rank % self.tensor, rank // self.tensor
-        files = []
-        if dp == 0:
-            files.append(model_states(model_stem(tp), self.model_dtype, self.dense_numels))
+        files = []  # in DeepSpeed's order (``_save_moe_checkpoint``): the experts, the model, the optimizer
         if dp < self.expert:  # expert-data-parallel rank 0 of EP rank dp
             for layer in range(len(self.moe_blocks)):
                 for j in range(self.local_experts):
                     files.append(FilePlan(expert_stem(layer, dp * self.local_experts + j, tp), "model",
                                           self.model_dtype, (TensorGroup(None, self.expert_numels),)))
+        if dp == 0:
+            files.append(model_states(model_stem(tp), self.model_dtype, self.dense_numels))
         files.append(self.optimizer_file(dp, tp))
         return RankPlan(rank, tp, 0, dp, tp, tuple(files))
 
