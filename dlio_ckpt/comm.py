@@ -196,10 +196,13 @@ class PointComm:
     def abort(self, code: int) -> None:
         self._c.Abort(code)
 
-    def close(self) -> None:
+    def close(self, peers_idle: bool = True) -> None:
         """End the point on this rank: wait until this rank's sends are complete, then until every
         rank is here, receiving and throwing away whatever arrives meanwhile, then free the point's
         communicator. Every rank calls it once, however its point ended; a second call does nothing.
+        ``peers_idle``: no drain thread of the point can still use its peer communicator (its run ended
+        and joined them); after a failed point one may still wait on a partner, so that communicator is
+        left to it rather than freed under it (one communicator kept per failed point with a peer tier).
 
         Why wait for the sends: mpi4py's lowercase ``isend``/``issend`` pickles the object into a
         bytes object that only the returned Request holds (``Request.ob_buf``, dropped when a
@@ -230,7 +233,8 @@ class PointComm:
             return
         patiently(self._sends_done, self._discard_arrivals)
         patiently(self._c.Ibarrier().Test, self._discard_arrivals)
-        self._peers.Free()  # the point's drains are over: its run waited for them
+        if peers_idle:
+            self._peers.Free()
         self._c.Free()
 
     def _sends_done(self) -> bool:

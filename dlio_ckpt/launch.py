@@ -20,6 +20,7 @@ from omegaconf import OmegaConf
 
 from . import provenance
 from .backends import REGISTRY, get_backend
+from .backends.base import SECRET_OPTIONS
 from .comm import Comm, on_root
 from .config import Workload
 from .context import Mode, RunContext, finished_line
@@ -32,7 +33,7 @@ from .results import dumps, write_result
 from .runfiles import results_in
 
 log = logging.getLogger("dlio_ckpt")
-_SECRETS = ("access_key_id", "secret_access_key", "session_token", "token")
+_SECRETS = SECRET_OPTIONS  # storage_options that hold credentials (backends.base)
 
 
 def start(workload: Workload, comm: Comm, world_size: int, state: RunState,

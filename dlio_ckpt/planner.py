@@ -36,7 +36,8 @@ def shrink(n: int, factor: float, unit: int = 1) -> int:
 
 def shrink_shape(shape: tuple[int, ...], scale: float, units: tuple[int, ...]) -> tuple[int, ...]:
     """``checkpoint.scale`` applied to a tensor as a miniature: its elements shrunk by ``scale`` over the
-    dimensions that may shrink (``units[d]``: dimension ``d`` stays a multiple of it; 0: it stays whole),
+    dimensions that may shrink (``units[d]``: dimension ``d`` stays a multiple of it; 0, or a unit that does
+    not divide the dimension: it stays whole),
     the coarsest first, each taking an equal share of what is left to shrink and the last absorbing the
     rounding. Why spread over dimensions: shrinking one dimension alone either empties the ranks it is
     split over (FSDP2's dim-0 chunks: at 64 ranks, rows scaled 1/500 left ranks 16-63 empty) or rounds a

@@ -225,7 +225,7 @@ def _run_point(p: Point, workload: Workload, raw: dict, run_dir: str, comm: Comm
         outcome = reason, _cleaned_here(ctx)
     finally:  # ok, failed or aborted: this rank's messages delivered, the point's communicator freed
         if isinstance(point_comm, PointComm) and not job_ending:
-            point_comm.close()
+            point_comm.close(peers_idle=outcome[0] is None)  # a failed point's drains may still wait
     return outcome
 
 

@@ -58,9 +58,14 @@ def parse_options(cls: type[Options], storage_type: str, raw: dict[str, Any]) ->
         raise ConfigError(key, _unsecret(cls, err["loc"], err.get("input")), rule) from None
 
 
+# the option names any storage's credentials go by: never shown or recorded, whichever storage type is
+# validating them (a local_fs told secret_access_key=... names the option unknown, and must not print the key)
+SECRET_OPTIONS = ("access_key_id", "secret_access_key", "session_token", "token")
+
+
 def secret_fields(cls: type[Options]) -> set[str]:
-    """The options that hold secrets (typed ``SecretStr``): shown as ``***`` in any message."""
-    return {name for name, f in cls.model_fields.items() if "SecretStr" in str(f.annotation)}
+    """The options that hold secrets (typed ``SecretStr``, or named as credentials are): shown as ``***``."""
+    return {name for name, f in cls.model_fields.items() if "SecretStr" in str(f.annotation)} | set(SECRET_OPTIONS)
 
 
 def _unsecret(cls: type[Options], loc: tuple, value: Any) -> Any:

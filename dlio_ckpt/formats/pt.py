@@ -51,8 +51,8 @@ def pickle_state(file: FilePlan) -> bytes:
     2, ..., byte for byte as Python's protocol-2 pickler writes it under torch.save (held to DLIO's own files
     in tests/test_references.py): every dict, string, tuple and reduced object memoized as it first appears;
     what is the same object each time (``torch._utils._rebuild_tensor_v2``, the storage class,
-    ``OrderedDict``, the strings "storage" and "cpu") fetched from the memo after; dict items set one by
-    ``SETITEM``, more in batches of 1000 by ``SETITEMS``."""
+    ``OrderedDict``, the strings "storage" and "cpu") fetched from the memo after; dict items as the C
+    pickler batches them (``items``)."""
     m, seen = _Memo(), {}
     out = [b"\x80\x02"]
 
@@ -77,14 +77,25 @@ def pickle_state(file: FilePlan) -> bytes:
         out.append(b")R" + m.put() + b"t" + m.put() + b"R" + m.put())
 
     def items(entries: list[tuple[str, object]], value: Callable[[object], None]) -> None:
+        """A dict as the C pickler (``batch_dict_exact``) writes one: a single item by ``SETITEM``; else batches
+        of 1000 by ``MARK ... SETITEMS``, a full batch followed by another, empty or not."""
         out.append(b"}" + m.put())
-        for start in range(0, len(entries), 1000):
+        if len(entries) == 1:
+            out.append(m.str(entries[0][0]))
+            value(entries[0][1])
+            out.append(b"s")
+            return
+        start = 0
+        while True:
             batch = entries[start:start + 1000]
-            out.append(b"(" if len(batch) > 1 else b"")
+            out.append(b"(")
             for k, v in batch:
                 out.append(m.str(k))
                 value(v)
-            out.append(b"u" if len(batch) > 1 else b"s")
+            out.append(b"u")
+            start += len(batch)
+            if len(batch) < 1000:
+                return
 
     key = iter(range(sum(len(g.numels) for g in file.groups)))
 
