@@ -126,11 +126,12 @@ def scaled_figures(plan: Plan, fmt: Format) -> dict[str, Any] | None:
         return None
 
     def figures(p: Plan) -> dict[str, Any]:
-        stored = sum(planned_size(fmt, f) for r in p.ranks for f in r.files) + sum(c.size for c in p.coordinator)
-        headers = stored - p.total_payload_bytes - sum(c.size for c in p.coordinator)
+        coordinator = sum(c.size for c in p.coordinator)
+        stored = sum(planned_size(fmt, f) for r in p.ranks for f in r.files) + coordinator
+        headers = stored - p.total_payload_bytes - coordinator
         return {"checkpoint_size_GiB": p.checkpoint_size_GB, "bytes_per_checkpoint": stored,
-                "coordinator_bytes": sum(c.size for c in p.coordinator), "headers_share": headers / stored}
+                "coordinator_bytes": coordinator, "headers_share": headers / stored}
 
-    here, full = figures(plan), figures(plan.full_size.plan)
+    here, full = figures(plan), figures(plan.full_size)
     return {"bytes_ratio": here["bytes_per_checkpoint"] /
             full["bytes_per_checkpoint"], "this_run": here, "full_size": full}

@@ -166,28 +166,12 @@ class LayoutFacts(Protocol):
         """The layout's own consistency checks of a whole plan."""
 
 
-@dataclass(frozen=True, eq=False)
-class FullSize:
-    """What a scaled plan stands for: the full-size plan, for the figures a scaled run reports beside its
-    own (DLIO's checkpoint size, the bytes stored) and the projection of its times."""
-
-    plan: Plan
-
-    @property
-    def payload_bytes(self) -> int:
-        return self.plan.total_payload_bytes
-
-    @property
-    def coordinator_bytes(self) -> int:
-        return sum(c.size for c in self.plan.coordinator)
-
-
 @dataclass(frozen=True)
 class Plan:
     layout: LayoutFacts
     ranks: tuple[RankPlan, ...]
     coordinator: tuple[CoordinatorFile, ...] = ()
-    full_size: FullSize | None = None  # a scaled plan's full size (None: this plan is full size)
+    full_size: Plan | None = None  # a scaled plan's full-size plan, for the figures it stands for (None: full size)
 
     def miniature_of(self, full: Plan) -> Plan:
         """This scaled plan with its coordinator's files at the full plan's sizes times the ratio of the
@@ -197,7 +181,7 @@ class Plan:
         ratio = self.stored_bytes / full.stored_bytes
         coordinator = tuple(CoordinatorFile(c.name, max(1, round(f.size * ratio)), c.staged)
                             for c, f in zip(self.coordinator, full.coordinator, strict=True))
-        return replace(self, coordinator=coordinator, full_size=FullSize(full))
+        return replace(self, coordinator=coordinator, full_size=full)
 
     @cached_property
     def stored_bytes(self) -> int:
@@ -208,7 +192,7 @@ class Plan:
     @property
     def scale_ratio(self) -> float:
         """The bytes planned over the full size's (1.0 unscaled): ``checkpoint.scale`` as rounding left it."""
-        return self.total_payload_bytes / self.full_size.payload_bytes if self.full_size else 1.0
+        return self.total_payload_bytes / self.full_size.total_payload_bytes if self.full_size else 1.0
 
     @property
     def world_size(self) -> int:

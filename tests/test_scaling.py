@@ -42,7 +42,7 @@ def test_a_scaled_plan_is_a_miniature_of_the_full_one(workload, world, extra, sc
     for r, r_full in zip(small.ranks, full.ranks, strict=True):  # each rank's share of the payload, within 1 %
         assert r.payload_bytes / total == pytest.approx(r_full.payload_bytes / total_full, rel=0.01)
     assert small.scale_ratio == pytest.approx(scale, rel=0.02)
-    assert small.full_size.payload_bytes == total_full
+    assert small.full_size.total_payload_bytes == total_full
     share = sum(c.size for c in small.coordinator) / small.stored_bytes
     share_full = sum(c.size for c in full.coordinator) / full.stored_bytes
     assert share == pytest.approx(share_full, rel=0.01)

@@ -18,6 +18,8 @@ from __future__ import annotations
 import struct
 from collections.abc import Callable
 from hashlib import blake2b
+from math import prod
+from typing import Any
 
 from ..planner import FilePlan
 from . import Segment
@@ -48,67 +50,75 @@ def _global(module: str, name: str) -> bytes:
 
 def pickle_state(file: FilePlan) -> bytes:
     """data.pkl of ``torch.save`` of the file's (possibly nested) dict of 1-D tensors, storages keyed 0, 1,
-    2, ..., byte for byte as Python's protocol-2 pickler writes it under torch.save (held to DLIO's own files
-    in tests/test_references.py): every dict, string, tuple and reduced object memoized as it first appears;
-    what is the same object each time (``torch._utils._rebuild_tensor_v2``, the storage class,
-    ``OrderedDict``, the strings "storage" and "cpu") fetched from the memo after; dict items as the C
-    pickler batches them (``items``)."""
-    m, seen = _Memo(), {}
-    out = [b"\x80\x02"]
+    2, ..., byte for byte as torch.save's pickler writes it (held to DLIO's own files in
+    tests/test_references.py and to torch.save in tests/test_pt_format.py)."""
+    p, key = _Pickler(), iter(range(sum(len(g.numels) for g in file.groups)))
 
-    def once(key: tuple[str, ...], first: bytes) -> None:
+    def group(numels: tuple[int, ...]) -> None:
+        p.dict([(str(i), n) for i, n in enumerate(numels)], lambda n: p.tensor(file.dtype, str(next(key)), (n,)))
+
+    if file.groups[0].key is not None:
+        p.dict([(g.key or "", g.numels) for g in file.groups], group)
+    else:
+        group(file.groups[0].numels)
+    return p.done()
+
+
+class _Pickler:
+    """Python's C pickler at protocol 2, as ``torch.save`` runs it, for the few objects a checkpoint holds:
+    every dict, string, tuple and reduced object memoized as it first appears; what is the same object each
+    time (``torch._utils._rebuild_tensor_v2``, the storage class, ``OrderedDict``, the strings "storage" and
+    "cpu") fetched from the memo after; dict items batched as ``batch_dict_exact`` batches them."""
+
+    def __init__(self) -> None:
+        self.m, self.seen, self.out = _Memo(), {}, [b"\x80\x02"]
+
+    def once(self, key: tuple[str, ...], first: bytes) -> None:
         """A shared object: pickled and memoized the first time, fetched from the memo after."""
-        if key in seen:
-            out.append(_get(seen[key]))
+        if key in self.seen:
+            self.out.append(_get(self.seen[key]))
         else:
-            seen[key] = m.n
-            out.append(first + m.put())
+            self.seen[key] = self.m.n
+            self.out.append(first + self.m.put())
 
-    def tensor(storage_key: str, numel: int) -> None:
-        once(("torch._utils", "_rebuild_tensor_v2"), _global("torch._utils", "_rebuild_tensor_v2"))
-        out.append(b"((")
-        once(("storage",), _str("storage"))
-        once(("torch", _STORAGE[file.dtype]), _global("torch", _STORAGE[file.dtype]))
-        out.append(m.str(storage_key))
-        once(("cpu",), _str("cpu"))
-        out.append(_small_int(numel) + b"t" + m.put() + b"Q" + _small_int(0) + m.tuple((numel,)) + m.tuple((1,))
-                   + b"\x89")
-        once(("collections", "OrderedDict"), _global("collections", "OrderedDict"))
-        out.append(b")R" + m.put() + b"t" + m.put() + b"R" + m.put())
+    def tensor(self, dtype: str, storage_key: str, shape: tuple[int, ...]) -> None:
+        """A contiguous CPU tensor: ``_rebuild_tensor_v2(storage, 0, shape, strides, False, OrderedDict())``."""
+        m, numel = self.m, prod(shape)
+        strides = tuple(prod(shape[i + 1:]) for i in range(len(shape)))
+        self.once(("torch._utils", "_rebuild_tensor_v2"), _global("torch._utils", "_rebuild_tensor_v2"))
+        self.out.append(b"((")
+        self.once(("storage",), _str("storage"))
+        self.once(("torch", _STORAGE[dtype]), _global("torch", _STORAGE[dtype]))
+        self.out.append(m.str(storage_key))
+        self.once(("cpu",), _str("cpu"))
+        self.out.append(_small_int(numel) + b"t" + m.put() + b"Q" + _small_int(0) + m.tuple(shape)
+                        + m.tuple(strides) + b"\x89")
+        self.once(("collections", "OrderedDict"), _global("collections", "OrderedDict"))
+        self.out.append(b")R" + m.put() + b"t" + m.put() + b"R" + m.put())
 
-    def items(entries: list[tuple[str, object]], value: Callable[[object], None]) -> None:
-        """A dict as the C pickler (``batch_dict_exact``) writes one: a single item by ``SETITEM``; else batches
-        of 1000 by ``MARK ... SETITEMS``, a full batch followed by another, empty or not."""
-        out.append(b"}" + m.put())
+    def dict(self, entries: list[tuple[str, Any]], value: Callable[[Any], None]) -> None:
+        """A dict of string keys: a single item by ``SETITEM``; else batches of 1000 by ``MARK ... SETITEMS``,
+        a full batch followed by another, empty or not."""
+        self.out.append(b"}" + self.m.put())
         if len(entries) == 1:
-            out.append(m.str(entries[0][0]))
+            self.out.append(self.m.str(entries[0][0]))
             value(entries[0][1])
-            out.append(b"s")
+            self.out.append(b"s")
             return
         start = 0
         while True:
             batch = entries[start:start + 1000]
-            out.append(b"(")
+            self.out.append(b"(")
             for k, v in batch:
-                out.append(m.str(k))
+                self.out.append(self.m.str(k))
                 value(v)
-            out.append(b"u")
+            self.out.append(b"u")
             start += len(batch)
             if len(batch) < 1000:
                 return
 
-    key = iter(range(sum(len(g.numels) for g in file.groups)))
-
-    def group(numels: object) -> None:
-        items([(str(i), n) for i, n in enumerate(numels)], lambda n: tensor(str(next(key)), n))  # type: ignore
-
-    if file.groups[0].key is not None:
-        items([(g.key, g.numels) for g in file.groups], group)  # type: ignore[misc]
-    else:
-        for g in file.groups:
-            group(g.numels)
-    out.append(b".")
-    return b"".join(out)
+    def done(self) -> bytes:
+        return b"".join([*self.out, b"."])
 
 
 def _get(index: int) -> bytes:
@@ -117,8 +127,8 @@ def _get(index: int) -> bytes:
 
 
 class _Memo:
-    """Python's protocol-2 pickler, as ``torch.save`` runs it: every string, global and non-empty
-    tuple is memoized (BINPUT), ints are encoded by size; one tensor's pickle is then byte-exact."""
+    """The pickler's memo: each object memoized gets the next index (BINPUT); strings and non-empty tuples
+    are written and memoized here, ints encoded by size."""
 
     def __init__(self) -> None:
         self.n = 0
@@ -130,9 +140,6 @@ class _Memo:
 
     def str(self, s: str) -> bytes:
         return _str(s) + self.put()
-
-    def global_(self, module: str, name: str) -> bytes:
-        return _global(module, name) + self.put()
 
     def tuple(self, ints: tuple[int, ...]) -> bytes:
         if not ints:
@@ -152,22 +159,9 @@ def _small_int(n: int) -> bytes:
 
 def tensor_pickle(dtype: str, shape: tuple[int, ...]) -> bytes:
     """``data.pkl`` of ``torch.save(tensor)`` for a contiguous CPU tensor of ``shape``: storage "0"."""
-    m, numel = _Memo(), 1
-    for d in shape:
-        numel *= d
-    strides = tuple(int(_prod(shape[i + 1:])) for i in range(len(shape)))
-    out = [b"\x80\x02", m.global_("torch._utils", "_rebuild_tensor_v2"), b"((", m.str("storage"),
-           m.global_("torch", _STORAGE[dtype]), m.str("0"), m.str("cpu"), _small_int(numel), b"t", m.put(),
-           b"Q", _small_int(0), m.tuple(shape), m.tuple(strides), b"\x89",
-           m.global_("collections", "OrderedDict"), b")R", m.put(), b"t", m.put(), b"R", m.put(), b"."]
-    return b"".join(out)
-
-
-def _prod(dims: tuple[int, ...]) -> int:
-    out = 1
-    for d in dims:
-        out *= d
-    return out
+    p = _Pickler()
+    p.tensor(dtype, "0", shape)
+    return p.done()
 
 
 # -- zip -------------------------------------------------------------------------------------
