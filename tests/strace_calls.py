@@ -3,7 +3,8 @@ summary per file that two tools' runs can be compared by (the reference presets'
 upstream DLIO's own calls, ``tests/oracles/dlio_reference_trace.py``, share it: one reading of a trace).
 
 Every kind of durability call is traced, not only ``fsync``: a tool that never syncs must show none of
-``fdatasync``, ``sync_file_range``, ``syncfs``, ``sync`` or ``msync``, nor open a file ``O_SYNC``/``O_DSYNC``.
+``fdatasync``, ``sync_file_range``, ``syncfs``, ``sync`` or ``msync``, nor open a file ``O_SYNC``/``O_DSYNC``
+(nor ``O_DIRECT``: what the presets' tools never do either).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ READS = ("read", "pread64", "readv", "preadv", "preadv2")
 TRACED = ("openat", "open", "creat", "close", "rename", "renameat", "renameat2", "fadvise64", "mmap",
           *WRITES, *READS, *SYNCS)
 SYNC_FLAGS = ("O_SYNC", "O_DSYNC", "O_DIRECT")
-CALL = re.compile(r"^(\w+)\((.*)\) = (-?\d+|0x[0-9a-f]+)")
+CALL = re.compile(r"^(\w+)\((.*)\)\s+= (-?\d+|0x[0-9a-f]+)")  # strace pads a short call to column 40
 
 Call = tuple[str, str, int]  # (call, its arguments as strace prints them, its result)
 

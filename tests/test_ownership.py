@@ -186,7 +186,7 @@ def test_what_only_looks_like_ours_is_never_taken_for_ours(tmp_path, case):
 
 def test_the_storage_root_itself_as_checkpoint_folder_on_s3(tmp_path, s3_server, monkeypatch):
     """checkpoint_folder='.': the steps lie directly under the bucket's prefix, and an earlier run
-    there is seen (refused without overwrite, replaced with it), with and without spread prefixes."""
+    there is seen (refused without overwrite, replaced with it), with spread prefixes (without them: the test below)."""
     for key, value in s3_server.env.items():
         monkeypatch.setenv(key, value)
     for spread in (4,):  # '.' without spreading, locally and with foreign files: the test below

@@ -37,7 +37,7 @@ def workload_yaml(checkpoint_folder: str) -> str:
     return re.sub(r"num_checkpoints_(write|read): 10", r"num_checkpoints_\1: 1", yaml)
 
 
-def record(venv: Path, out: Path) -> dict:
+def record(venv: Path) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         (work / "cfg" / "workload").mkdir(parents=True)
@@ -67,5 +67,5 @@ def record(venv: Path, out: Path) -> dict:
 
 if __name__ == "__main__":
     venv, out = Path(sys.argv[1]), Path(sys.argv[2])
-    out.write_text(json.dumps(record(venv, out), indent=1, sort_keys=True) + "\n")
+    out.write_text(json.dumps(record(venv), indent=1, sort_keys=True) + "\n")
     print(f"wrote {out}")
