@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from dlio_ckpt.synthetic import SyntheticData, file_key, first_difference  # noqa: E402
+from dlio_ckpt.io.synthetic import SyntheticData, file_key, first_difference  # noqa: E402
 
 GIB = 1 << 30
 

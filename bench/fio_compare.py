@@ -70,7 +70,7 @@ def dlio_round(folder: Path, procs: int, scale: float, mode: str, chunk: int, de
 
 def fio_round(folder: Path, procs: int, size: int, mode: str, best: dict, chunk: int) -> dict[str, float]:
     """fio's best write and read, then psync at dlio_ckpt's chunk size, on files of ``size`` bytes."""
-    from dlio_ckpt import fio
+    from dlio_ckpt.tools import fio
 
     flags = {"direct": mode == "direct", "fsync": mode == "fsync"}
     out = {}
@@ -110,10 +110,10 @@ def main() -> None:
     folder = Path(a.dir)
     folder.mkdir(parents=True, exist_ok=True)
     sys.path.insert(0, str(REPO))
-    from dlio_ckpt import fio
-    from dlio_ckpt.backends.options import LocalFSOptions
     from dlio_ckpt.config import compose
-    from dlio_ckpt.layouts import make_plan
+    from dlio_ckpt.io.backends.options import LocalFSOptions
+    from dlio_ckpt.plan.layouts import make_plan
+    from dlio_ckpt.tools import fio
 
     depth = a.depth or LocalFSOptions().queue_depth
     per_rank_full = make_plan(compose(["workload=llama_7b_zero3"])[0], a.procs).ranks[0].payload_bytes

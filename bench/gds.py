@@ -37,7 +37,7 @@ def device_data(seconds: float = 2.0) -> dict[str, float]:
     """Stamp 8 MiB windows on the device, then compare them on the device: GiB/s of each alone."""
     import cupy
 
-    from dlio_ckpt.synthetic import SyntheticData, first_difference_on_device
+    from dlio_ckpt.io.synthetic import SyntheticData, first_difference_on_device
 
     source = SyntheticData(1, CHUNK, device=cupy)
     expected = cupy.empty(CHUNK, dtype=cupy.uint8)
@@ -123,7 +123,7 @@ def main() -> None:
     if a.device_data_only:
         return
     from dlio_ckpt.config import compose
-    from dlio_ckpt.layouts import make_plan
+    from dlio_ckpt.plan.layouts import make_plan
 
     folder = Path(a.dir)
     folder.mkdir(parents=True, exist_ok=True)

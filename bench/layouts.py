@@ -27,8 +27,8 @@ sys.path.insert(0, str(REPO))
 
 from dlio_ckpt.config import check_world_size, compose  # noqa: E402
 from dlio_ckpt.errors import ConfigError  # noqa: E402
-from dlio_ckpt.formats import planned_size  # noqa: E402
-from dlio_ckpt.layouts import (  # noqa: E402
+from dlio_ckpt.plan.formats import planned_size  # noqa: E402
+from dlio_ckpt.plan.layouts import (  # noqa: E402
     NAMES,
     file_format,
     make_plan,  # noqa: E402

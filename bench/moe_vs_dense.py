@@ -24,7 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from layouts import GIB, overrides, run  # noqa: E402
 
 from dlio_ckpt.config import compose  # noqa: E402
-from dlio_ckpt.layouts import make_plan  # noqa: E402
+from dlio_ckpt.plan.layouts import make_plan  # noqa: E402
 
 
 def planned(workload: str, layout: str, ranks: int, scale: float) -> tuple[int, int]:

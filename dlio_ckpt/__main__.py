@@ -1,3 +1,3 @@
-from .cli import main
+from dlio_ckpt.cli.main import main
 
 raise SystemExit(main())

@@ -25,17 +25,17 @@ from pydantic import (
     model_validator,
 )
 
-from .backends import NAMES as BACKEND_NAMES
-from .backends import REGISTRY as BACKENDS
-from .errors import ConfigError
-from .layouts import NAMES as LAYOUT_NAMES
-from .layouts import load_layout
-from .mlperf import ACCELERATOR_MEMORY_GB
-from .modes import NAMES as MODE_NAMES
-from .modes import REGISTRY as MODES
-from .placement import holder
-from .references import NAMES as REFERENCE_NAMES
-from .references import expand as with_reference
+from dlio_ckpt.cluster.placement import holder
+from dlio_ckpt.errors import ConfigError
+from dlio_ckpt.io.backends import NAMES as BACKEND_NAMES
+from dlio_ckpt.io.backends import REGISTRY as BACKENDS
+from dlio_ckpt.plan.layouts import NAMES as LAYOUT_NAMES
+from dlio_ckpt.plan.layouts import load_layout
+from dlio_ckpt.references import NAMES as REFERENCE_NAMES
+from dlio_ckpt.references import expand as with_reference
+from dlio_ckpt.run.modes import NAMES as MODE_NAMES
+from dlio_ckpt.run.modes import REGISTRY as MODES
+from dlio_ckpt.tools.mlperf import ACCELERATOR_MEMORY_GB
 
 Datatype = Literal["fp16", "bf16", "fp32", "fp64", "int8", "uint8"]
 MIB = 1 << 20

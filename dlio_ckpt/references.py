@@ -34,7 +34,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from .errors import ConfigError
+from dlio_ckpt.errors import ConfigError
 
 MIB = 1 << 20
 

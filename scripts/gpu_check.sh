@@ -47,7 +47,7 @@ for step in $STEPS; do
       timeout 200 "$PY" -m pytest -q -p no:cacheprovider tests/test_gds_standin.py -k "not extras" ;;
     sizes)  # 8 processes, about 2 and 16 GiB: peak RSS per process must not grow with the checkpoint
       for gib in ${GIBS:-2 16}; do
-        scale=$("$PY" -c "from dlio_ckpt.config import compose; from dlio_ckpt.planner import make_plan
+        scale=$("$PY" -c "from dlio_ckpt.config import compose; from dlio_ckpt.plan.types import make_plan
 p = make_plan(compose(['workload=llama_7b_zero3'])[0], 8); print($gib * 2**30 / sum(r.payload_bytes for r in p.ranks))")
         run "gds_${gib}g" "$MPI" -n 8 "$PY" -m dlio_ckpt workload=llama_7b_zero3 --world-size 8 \
           ++workload.storage.storage_type=gds "++workload.storage.storage_root=$W/store" \

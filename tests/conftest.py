@@ -164,7 +164,7 @@ class Store:
         return out + [f"++workload.storage.storage_options.{k}={v}" for k, v in self.options.items()]
 
     def backend(self, **options):
-        from dlio_ckpt.backends import get_backend
+        from dlio_ckpt.io.backends import get_backend
 
         return get_backend(self.storage_type, self.root, {**self.options, **options})
 
@@ -198,11 +198,11 @@ def gpu_standin(monkeypatch):
     nvidia-fs (tests/standins/README.md); the real modules come back afterwards."""
     def purge() -> None:
         for name in list(sys.modules):
-            if name.split(".")[0] in ("cupy", "kvikio") or name == "dlio_ckpt.backends.gds":
+            if name.split(".")[0] in ("cupy", "kvikio") or name == "dlio_ckpt.io.backends.gds":
                 del sys.modules[name]
 
     saved = {k: v for k, v in sys.modules.items()
-             if k.split(".")[0] in ("cupy", "kvikio") or k == "dlio_ckpt.backends.gds"}
+             if k.split(".")[0] in ("cupy", "kvikio") or k == "dlio_ckpt.io.backends.gds"}
     purge()
     monkeypatch.syspath_prepend(str(STANDINS))
     yield {"PYTHONPATH": str(STANDINS)}

@@ -8,7 +8,7 @@ import json
 import random
 from pathlib import Path
 
-from dlio_ckpt.results import OpRecord, dumps, hosts_summary, per_epoch_stats, summary
+from dlio_ckpt.results.summary import OpRecord, dumps, hosts_summary, per_epoch_stats, summary
 
 GIB = 1 << 30
 

@@ -78,7 +78,7 @@ def test_async_saves_count_holds_and_stalls_as_the_records_show_them(tmp_path):
 
 
 def test_the_measured_goodput_on_values_worked_out_by_hand():
-    from dlio_ckpt.goodput import figures
+    from dlio_ckpt.results.goodput import figures
 
     g = figures(600, held=2, durable=10, load=30, mtbf_hours=10)  # M = 36000 s; lost = 300 + 10 + 30
     assert g["lost_per_failure_seconds"] == 340
@@ -105,7 +105,7 @@ def test_real_staging_larger_than_host_memory_is_refused(tmp_path):
 
 def test_the_what_if_model_on_values_worked_out_by_hand():
     """Round inputs, answers worked out on paper: M = 8 h = 28800 s."""
-    from dlio_ckpt.goodput import what_if
+    from dlio_ckpt.results.goodput import what_if
 
     sync = what_if(1800, write=5, load=2.5, mtbf_hours=8)  # held 5, durable 5, lost 900 + 5 + 2.5
     assert sync["held_seconds_per_checkpoint"] == 5 and sync["time_to_durable_seconds"] == 5

@@ -12,12 +12,12 @@ import json
 
 import pytest
 
-from dlio_ckpt.backends import get_backend
-from dlio_ckpt.engine import Engine, FileTask, IOOptions
 from dlio_ckpt.errors import StorageError, VerifyError
-from dlio_ckpt.formats import get_format
-from dlio_ckpt.planner import FilePlan, TensorGroup
-from dlio_ckpt.synthetic import file_key
+from dlio_ckpt.io.backends import get_backend
+from dlio_ckpt.io.engine import Engine, FileTask, IOOptions
+from dlio_ckpt.io.synthetic import file_key
+from dlio_ckpt.plan.formats import get_format
+from dlio_ckpt.plan.types import FilePlan, TensorGroup
 
 from .conftest import STORING, dlio, load
 

@@ -70,8 +70,8 @@ def tier_override(s: dict[str, str]) -> str:
 
 def run_here(args: list[str], cwd: Path, monkeypatch, capfd) -> tuple[int, str]:
     """``dlio_ckpt ARGS`` in this process, as a world of one; its exit status and output."""
-    from dlio_ckpt import cli
-    from dlio_ckpt.comm import SelfComm
+    from dlio_ckpt.cli.main import main as cli
+    from dlio_ckpt.cluster.comm import SelfComm
 
     monkeypatch.chdir(cwd)
     monkeypatch.setattr(cli, "get_comm", SelfComm)
@@ -93,7 +93,7 @@ def run_here(args: list[str], cwd: Path, monkeypatch, capfd) -> tuple[int, str]:
 def environment_seen(monkeypatch) -> list[tuple[dict[str, str], str]]:
     """Each S3 storage check of a run (both storages' clients built by then) records this process's
     environment and that of a child it starts, with the child's open files."""
-    from dlio_ckpt.backends.s3 import S3Backend
+    from dlio_ckpt.io.backends.s3 import S3Backend
 
     seen: list[tuple[dict[str, str], str]] = []
     check = S3Backend.check
@@ -195,8 +195,8 @@ def test_the_frameworks_clients_use_their_storages_keys(signed_s3, no_aws_chain,
     import fsspec
     import torch.distributed.checkpoint as dcp
 
-    from dlio_ckpt.backends import get_backend
-    from dlio_ckpt.real import fsdp_mode, lightning_mode
+    from dlio_ckpt.io.backends import get_backend
+    from dlio_ckpt.run.real import fsdp_mode, lightning_mode
 
     monkeypatch.setattr(fsspec.config, "conf", {})  # _checkpoint_io sets s3fs's options there, for Lightning
     for user, bucket, other in ((ALICE, "dlio-alice", "dlio-bob"), (BOB, "dlio-bob", "dlio-alice")):

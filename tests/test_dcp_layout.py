@@ -14,12 +14,12 @@ from pathlib import Path
 import pytest
 
 from dlio_ckpt.config import compose
-from dlio_ckpt.formats import file_size
-from dlio_ckpt.formats.pt import archive, tensor_pickle
-from dlio_ckpt.layouts import make_plan
-from dlio_ckpt.layouts.dcp import item_size
-from dlio_ckpt.model import TransformerShape
-from dlio_ckpt.planner import ItemFile, Plan
+from dlio_ckpt.model.dense import TransformerShape
+from dlio_ckpt.plan.formats import file_size
+from dlio_ckpt.plan.formats.pt import archive, tensor_pickle
+from dlio_ckpt.plan.layouts import make_plan
+from dlio_ckpt.plan.layouts.dcp import item_size
+from dlio_ckpt.plan.types import ItemFile, Plan
 
 from .conftest import dlio, load
 
@@ -133,8 +133,8 @@ def test_the_layouts_tensors_are_transformers_llama_and_mode_fsdps(model):
     import torch
     from transformers import LlamaForCausalLM
 
-    from dlio_ckpt.layouts.dcp import DcpLayout
-    from dlio_ckpt.real.llama import Llama, llama_config
+    from dlio_ckpt.plan.layouts.dcp import DcpLayout
+    from dlio_ckpt.run.real.llama import Llama, llama_config
 
     workload, _, _ = compose([*model, "++workload.checkpoint.layout=dcp", "++workload.model.parallelism.tensor=1",
                               "++workload.model.parallelism.pipeline=1"], None)

@@ -110,8 +110,8 @@ def test_a_full_file_system_ends_every_rank_naming_rank_file_and_cause(tmp_path)
 
 def test_a_write_that_runs_out_of_room_names_the_file_and_cause(tmp_path):
     """The byte-level ENOSPC of a file system that fills up under a write (a 1 MiB tmpfs, 2 MiB)."""
-    from dlio_ckpt.backends import get_backend
     from dlio_ckpt.errors import StorageError
+    from dlio_ckpt.io.backends import get_backend
 
     with tmpfs(tmp_path / "tiny", "size=1m") as tiny:
         writer = get_backend("local_fs", str(tiny), {}).open_write(str(tiny / "f.pt"), odirect=False)
@@ -200,7 +200,7 @@ def test_the_network_to_an_object_store_cut_mid_run_ends_the_job_naming_the_obje
     """The path to the server is cut at the first request of step 2 (an event of the run, not a
     moment): the job ends naming the object, and the store, still up behind the cut, holds exactly
     the steps the job reported committed."""
-    from dlio_ckpt.backends import get_backend
+    from dlio_ckpt.io.backends import get_backend
 
     from .proxy import gcs_kind, proxy, s3_kind
 
@@ -292,7 +292,7 @@ def test_waiting_is_not_a_stall_the_rank_whose_request_is_held_is(tmp_path, s3_s
         p.server.shutdown()
         p.server.server_close()
     from dlio_ckpt.config import compose
-    from dlio_ckpt.layouts import make_plan
+    from dlio_ckpt.plan.layouts import make_plan
 
     workload, _, _ = compose(["workload=tiny"], None)
     (sender,) = [r.rank for r in make_plan(workload, 2).ranks
@@ -306,9 +306,9 @@ def test_waiting_is_not_a_stall_the_rank_whose_request_is_held_is(tmp_path, s3_s
 
 INTERRUPTED_MARKER = """
 import os, signal, sys
-from dlio_ckpt.backends import get_backend
-from dlio_ckpt.comm import SelfComm
-from dlio_ckpt.failure import RunState, on_signals
+from dlio_ckpt.io.backends import get_backend
+from dlio_ckpt.cluster.comm import SelfComm
+from dlio_ckpt.run.failure import RunState, on_signals
 
 
 class Aborting(SelfComm):

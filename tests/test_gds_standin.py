@@ -15,12 +15,12 @@ from importlib import metadata
 import numpy as np
 import pytest
 
-from dlio_ckpt.backends import get_backend
-from dlio_ckpt.engine import Engine, FileTask, IOOptions
 from dlio_ckpt.errors import ConfigError
-from dlio_ckpt.formats import get_format
-from dlio_ckpt.planner import FilePlan, TensorGroup
-from dlio_ckpt.synthetic import SyntheticData, file_key
+from dlio_ckpt.io.backends import get_backend
+from dlio_ckpt.io.engine import Engine, FileTask, IOOptions
+from dlio_ckpt.io.synthetic import SyntheticData, file_key
+from dlio_ckpt.plan.formats import get_format
+from dlio_ckpt.plan.types import FilePlan, TensorGroup
 
 from .conftest import REPO, dlio, load
 
@@ -92,8 +92,8 @@ def test_each_process_takes_the_gpu_it_is_given_or_its_local_rank(gpu_standin, t
 
 
 def test_what_really_moved_the_bytes_is_said(gpu_standin, tmp_path):
-    from dlio_ckpt.backends.cufile_status import transport
-    from dlio_ckpt.backends.gds import configure_kvikio
+    from dlio_ckpt.io.backends.cufile_status import transport
+    from dlio_ckpt.io.backends.gds import configure_kvikio
 
     said = transport(str(tmp_path))
     assert said["transport"] == "posix (cuFile compatibility mode)" and "GDS unavailable" in said["why"]
@@ -122,9 +122,9 @@ def test_the_gds_extras_match_the_machines_cuda(extra, cuda):
 
 
 def _gds_mode_context(tmp_path, paths: list[str]):
-    from dlio_ckpt.comm import SelfComm
+    from dlio_ckpt.cluster.comm import SelfComm
     from dlio_ckpt.config import validate
-    from dlio_ckpt.context import RunContext
+    from dlio_ckpt.run.context import RunContext
 
     w = validate({"model": {"num_layers": 1}, "mode": "gds", "checkpoint": {"checkpoint_folder": str(tmp_path / "ck"),
                   "num_checkpoints_write": 2, "num_checkpoints_read": 2}, "gds": {"paths": paths, "size_mib": 2}})
@@ -133,7 +133,7 @@ def _gds_mode_context(tmp_path, paths: list[str]):
 
 def test_a_path_the_file_system_cannot_take_is_reported_unsupported_and_the_run_goes_on(tmp_path, monkeypatch):
     torch = pytest.importorskip("torch")
-    from dlio_ckpt.real import gds_mode
+    from dlio_ckpt.run.real import gds_mode
 
     ctx = _gds_mode_context(tmp_path, ["cpu", "torch_gds"])
     paths = gds_mode.Paths(ctx.workload.gds, None, torch.device("cpu"))
@@ -157,8 +157,8 @@ def test_a_path_the_file_system_cannot_take_is_reported_unsupported_and_the_run_
 FSDP_AS_ON_TORCH_2_11 = """
 import dataclasses, json, sys
 import torch.distributed.checkpoint as dcp
-from dlio_ckpt.real import fsdp_mode
-from dlio_ckpt.cli import main
+from dlio_ckpt.run.real import fsdp_mode
+from dlio_ckpt.cli.main import main
 save, shard, meshes = dcp.save, fsdp_mode.fully_shard, []
 dcp.save = lambda *a, **k: dataclasses.replace(save(*a, **k), storage_data=None)
 def recording(module, mesh=None, **k):
@@ -188,8 +188,8 @@ def test_fsdp_counts_bytes_without_storage_data_and_keeps_gloo_on_the_cpu(tmp_pa
 
 FSDP_FAILING_STEP = """
 import sys
-from dlio_ckpt.real import fsdp_mode
-from dlio_ckpt.cli import main
+from dlio_ckpt.run.real import fsdp_mode
+from dlio_ckpt.cli.main import main
 def step(*a, **k):
     raise RuntimeError("Expected all tensors to be on the same device")
 fsdp_mode.train_step = step
@@ -218,7 +218,7 @@ def test_lightning_on_a_gpu_needs_one(tmp_path):
 def test_device_compare_names_the_first_wrong_byte(gpu_standin):
     import cupy
 
-    from dlio_ckpt.synthetic import first_difference_on_device
+    from dlio_ckpt.io.synthetic import first_difference_on_device
 
     want = np.arange(10_000, dtype=np.uint8)
     got = cupy.asarray(want)

@@ -68,7 +68,7 @@ def test_four_hosts_node_peer_and_s3_tiers_and_lost_hosts_restored_from_a_peer_t
     assert r.returncode == 0, r.stderr
     summary = load(tmp_path / "run" / "summary.json")
     assert summary["num_hosts"] == 4 and "placement" not in summary["io"]  # real host names, one process each
-    from dlio_ckpt.backends import get_backend
+    from dlio_ckpt.io.backends import get_backend
 
     s3 = get_backend("s3", f"{s3_server.bucket}/{prefix}", {"endpoint_url": s3_server.endpoint})
     every = json.loads(s3.get_small(s3.join("ck", f"{STEPS[0]}.manifest.json")))["files"]
@@ -208,7 +208,7 @@ def test_plan_what_if_with_a_peer_tier_replicates_over_the_interconnect(tmp_path
 def test_ring_and_clique_partners_and_who_keeps_a_lost_hosts_part():
     """Ring: host h keeps h-1..h-R. Clique (NVIDIA resiliency extension's, jump one host): groups of R+1
     consecutive hosts, each keeping the others'. A lost host's part comes from its first keeper still there."""
-    from dlio_ckpt.placement import holder, partners
+    from dlio_ckpt.cluster.placement import holder, partners
 
     assert [partners(4, h, 1, "ring").receive_from for h in range(4)] == [(3,), (0,), (1,), (2,)]
     assert [partners(4, h, 2, "ring").send_to for h in range(4)] == [(1, 2), (2, 3), (3, 0), (0, 1)]

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from dlio_ckpt.config import Checkpoint, compose
-from dlio_ckpt.layouts import REGISTRY, file_format, make_plan
+from dlio_ckpt.plan.layouts import REGISTRY, file_format, make_plan
 
 from .conftest import dlio, load
 
@@ -77,7 +77,7 @@ THEIR_KEYS = {"model": 903, "placeholder": 7935, "optimizer": 2792}
 def test_deepspeed_files_are_what_deepspeed_wrote(case):
     """Rank by rank the names DeepSpeed's save wrote; every file's tensors to the byte (the storages in its
     zip); the rest within the measured size of DeepSpeed's own keys."""
-    from dlio_ckpt.formats import get_format, planned_size
+    from dlio_ckpt.plan.formats import get_format, planned_size
 
     real = DEEPSPEED_DENSE["cases"][case]
     p = plan("deepspeed", real["world"], f"++workload.model.parallelism.tensor={real['tensor']}",
@@ -93,8 +93,8 @@ def test_deepspeed_files_are_what_deepspeed_wrote(case):
 
 
 def test_the_config_choices_are_the_registries():
-    from dlio_ckpt import modes
     from dlio_ckpt.config import Workload
+    from dlio_ckpt.run import modes
 
     assert Checkpoint.model_fields["layout"].annotation.__args__ == tuple(REGISTRY)
     assert Workload.model_fields["mode"].annotation.__args__ == tuple(modes.REGISTRY)

@@ -9,8 +9,8 @@ import subprocess
 
 import pytest
 
-from dlio_ckpt.backends import get_backend
 from dlio_ckpt.errors import StorageError
+from dlio_ckpt.io.backends import get_backend
 
 
 def resident_bytes(path) -> int:
@@ -76,8 +76,8 @@ class _Flaky:
 
 @pytest.mark.parametrize("retries,failures,ok", [(2, 2, True), (1, 2, False), (0, 1, False)])
 def test_transient_errors_are_retried_a_bounded_number_of_times_and_counted(tmp_path, retries, failures, ok):
-    from dlio_ckpt.engine import Engine, FileTask, IOOptions
     from dlio_ckpt.errors import StorageError
+    from dlio_ckpt.io.engine import Engine, FileTask, IOOptions
 
     backend = _Flaky(get_backend("local_fs", str(tmp_path), {"retries": retries}), failures)
     task = FileTask(str(tmp_path / "f.bin"), (1 << 20,), 7)
@@ -98,7 +98,7 @@ def test_a_reader_that_lends_its_buffers_is_verified_where_they_landed(tmp_path)
     """Object stores' readers hand over the client's buffers (``views``) in sizes of their own; the
     engine compares them in place, across piece and buffer boundaries, and still names the exact
     offset of a wrong byte."""
-    from dlio_ckpt.engine import Engine, FileTask, IOOptions
+    from dlio_ckpt.io.engine import Engine, FileTask, IOOptions
 
     backend = get_backend("local_fs", str(tmp_path), {})
     task = FileTask(backend.join("v.bin"), (b"h" * 77, 3 << 20, b"t" * 5), 7)
@@ -139,8 +139,8 @@ def test_chunks_in_flight_write_and_verify_every_byte_around_the_formats_bytes(t
     """queue_depth chunks of a file in flight: the format's bytes (here across chunk boundaries and
     at unaligned offsets) land where they belong, a file of any size is written under O_DIRECT, a
     read at any depth verifies what any depth wrote, and a wrong byte is named by its offset."""
-    from dlio_ckpt.engine import Engine, FileTask, IOOptions
     from dlio_ckpt.errors import VerifyError
+    from dlio_ckpt.io.engine import Engine, FileTask, IOOptions
 
     segments = (b"h" * 77, 3 << 20, b"m" * 9000, (5 << 20) + 123, b"t" * 5)
     backend = get_backend("local_fs", str(tmp_path), {"queue_depth": depth})
@@ -173,7 +173,7 @@ def test_a_process_keeps_its_requests_in_flight_across_file_boundaries(tmp_path)
     import threading
     import time
 
-    from dlio_ckpt.engine import Engine, FileTask, IOOptions
+    from dlio_ckpt.io.engine import Engine, FileTask, IOOptions
 
     backend = get_backend("local_fs", str(tmp_path), {"queue_depth": 4})
     lock, now, most, events = threading.Lock(), [0], [0], []

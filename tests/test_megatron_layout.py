@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from dlio_ckpt.config import compose
-from dlio_ckpt.layouts import make_plan
+from dlio_ckpt.plan.layouts import make_plan
 
 pytestmark = pytest.mark.real
 ORACLE = Path(__file__).resolve().parent / "oracles" / "megatron_save.py"
@@ -59,7 +59,7 @@ def assert_same_items(step: Path, plan, ordered: bool = True) -> None:
     real save's ``.metadata`` lists them (megatron-core's state-dict order, not only the files' sizes).
     ``ordered=False`` (a mixture of experts): each rank holds the same items (tensor, chunk, length); which of
     its files holds one, and where, is not modelled for MoE (the files' sizes still equal the real ones)."""
-    from dlio_ckpt.layouts.dcp import item_size
+    from dlio_ckpt.plan.layouts.dcp import item_size
 
     stored = pickle.loads((step / ".metadata").read_bytes()).storage_data
     real = sorted((v.relative_path, v.offset, k.fqn, tuple(k.offset or ()), v.length) for k, v in stored.items())

@@ -13,9 +13,9 @@ import pytest
 import yaml
 
 from dlio_ckpt.config import compose
-from dlio_ckpt.mlperf import MODELS, check_runs
-from dlio_ckpt.provenance import core_config
-from dlio_ckpt.runfiles import load_run
+from dlio_ckpt.results.provenance import core_config
+from dlio_ckpt.tools.mlperf import MODELS, check_runs
+from dlio_ckpt.tools.runfiles import load_run
 
 from .conftest import dlio, load
 from .made_runs import GIB, keep_phase, make_run

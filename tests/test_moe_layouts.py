@@ -14,8 +14,8 @@ import pytest
 
 from dlio_ckpt.config import check_world_size, compose
 from dlio_ckpt.errors import ConfigError
-from dlio_ckpt.layouts import make_plan
-from dlio_ckpt.moe import MoeShape
+from dlio_ckpt.model.moe import MoeShape
+from dlio_ckpt.plan.layouts import make_plan
 
 from .conftest import dlio, load
 from .test_restore import _traced_load
@@ -66,7 +66,7 @@ def test_deepspeed_moe_files_are_what_deepspeed_wrote(case):
     DeepSpeed does that we do not: in a bf16 run it keeps fp32 buffers fp32 (``engine.py``
     ``_cast_module_mixed_precision``), here the router biases, which we write in the model's dtype; the
     rest within the measured size of DeepSpeed's own keys."""
-    from dlio_ckpt.formats import get_format, planned_size
+    from dlio_ckpt.plan.formats import get_format, planned_size
 
     real = DEEPSPEED_MOE["cases"][case]
     w = tiny("++workload.checkpoint.layout=deepspeed", *real["overrides"])

@@ -1,7 +1,7 @@
 """Every MoE workload we ship, held to the published model: transformers builds each model's class on the meta
 device from its published config (written out below, not read from our workloads; no weights, no download),
 whose parameter count is the published total, and whose state dict's names and shapes, and parameter count,
-equal ours exactly (:mod:`dlio_ckpt.moe`, from the workload we ship)."""
+equal ours exactly (:mod:`dlio_ckpt.model.moe`, from the workload we ship)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import transformers
 import yaml
 
 from dlio_ckpt.config import Model
-from dlio_ckpt.moe import MoeShape
+from dlio_ckpt.model.moe import MoeShape
 
 from .conftest import REPO
 

@@ -113,8 +113,8 @@ def test_an_interrupted_attempts_files_are_named_by_its_run_record_and_replaced(
 
 
 def test_keep_last_removes_a_steps_files_and_leaves_a_foreign_one_with_its_folder(tmp_path):
-    from dlio_ckpt.backends import get_backend
-    from dlio_ckpt.steps import Writes, remove_step
+    from dlio_ckpt.io.backends import get_backend
+    from dlio_ckpt.run.steps import Writes, remove_step
 
     backend = get_backend("local_fs", str(tmp_path), {})
     step = tmp_path / "ck" / "global_epoch1_step1"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from dlio_ckpt.config import compose
-from dlio_ckpt.layouts import make_plan
+from dlio_ckpt.plan.layouts import make_plan
 
 
 def plan(workload: str, world: int, *overrides: str):
@@ -135,9 +135,9 @@ def test_plan_prints_the_restore_it_would_read(tmp_path):
     and figures a run reports in summary.json's io.restore; what-if loads take the heaviest rank's reads."""
     import json
 
-    from dlio_ckpt.formats import planned_size
-    from dlio_ckpt.layouts import file_format
-    from dlio_ckpt.restore import figures, restore_plan
+    from dlio_ckpt.plan.formats import planned_size
+    from dlio_ckpt.plan.layouts import file_format
+    from dlio_ckpt.plan.restore import figures, restore_plan
 
     from .conftest import dlio
 

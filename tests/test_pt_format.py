@@ -10,8 +10,8 @@ import zipfile
 import pytest
 import torch
 
-from dlio_ckpt.formats.pt import pickle_state
-from dlio_ckpt.planner import FilePlan, TensorGroup
+from dlio_ckpt.plan.formats.pt import pickle_state
+from dlio_ckpt.plan.types import FilePlan, TensorGroup
 
 DTYPES = {"fp16": torch.float16, "fp32": torch.float32}
 

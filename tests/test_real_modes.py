@@ -56,7 +56,7 @@ def predicted_bytes(overrides: list[str]) -> int:
 
 
 def test_emulator_starts_without_torch(tmp_path):
-    code = ("import sys; from dlio_ckpt.cli import main; rc = main(['workload=tiny', '--world-size', '2']); "
+    code = ("import sys; from dlio_ckpt.cli.main import main; rc = main(['workload=tiny', '--world-size', '2']); "
             "heavy = sorted(m for m in ('torch', 'lightning') if m in sys.modules); "
             "print(rc, heavy); sys.exit(1 if rc or heavy else 0)")
     r = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True,
@@ -333,9 +333,9 @@ def test_gds_mode_host_path_and_table_row(tmp_path):
     the device paths run only where a GPU is (test_gds_mode_without_a_gpu_stops_cleanly)."""
     import torch
 
-    from dlio_ckpt.backends import get_backend
     from dlio_ckpt.config import validate
-    from dlio_ckpt.real.gds_mode import MIB, Paths, _row
+    from dlio_ckpt.io.backends import get_backend
+    from dlio_ckpt.run.real.gds_mode import MIB, Paths, _row
 
     w = validate({"model": {"num_layers": 1}, "mode": "gds", "checkpoint": {"fsync": True},
                   "gds": {"paths": ["cpu"], "io_size_mib": 1, "size_mib": 3}})

@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 
 from dlio_ckpt.config import compose
-from dlio_ckpt.layouts import make_plan
-from dlio_ckpt.model import TransformerShape
-from dlio_ckpt.restore import restore_plan
+from dlio_ckpt.model.dense import TransformerShape
+from dlio_ckpt.plan.layouts import make_plan
+from dlio_ckpt.plan.restore import restore_plan
 
 from .conftest import REPO, dlio, load
 from .test_dcp_layout import DCP, _dtype, real_save
@@ -238,7 +238,7 @@ def test_one_process_loading_for_two_ranks_reads_both_ranks_ranges(tmp_path):
 
 def test_a_scaled_megatron_save_loads_at_another_tensor_parallelism_with_the_shapes_it_saved():
     """checkpoint.scale rounds widths to the save's TP: a load at TP 1 asks for the tensors as saved."""
-    from dlio_ckpt.layouts.megatron_restore import load_layout
+    from dlio_ckpt.plan.layouts.megatron_restore import load_layout
 
     w, _, _ = compose(["workload=tiny", "++workload.checkpoint.layout=megatron", "++workload.checkpoint.scale=0.3",
                        "++workload.restore.tensor=1", "++workload.restore.world_size=2"], None)
@@ -303,7 +303,7 @@ def test_a_load_not_held_to_its_frameworks_own_says_so_on_the_console_and_in_the
     (DCP, None), (["workload=tiny", "++workload.checkpoint.layout=megatron"], None), (["workload=tiny"], None),
 ])
 def test_which_loads_are_not_held_to_their_frameworks_own(extra, caveat):
-    from dlio_ckpt.restore import load_caveat
+    from dlio_ckpt.plan.restore import load_caveat
 
     w, _, _ = compose(extra, None)
     said = load_caveat(w, restore_plan(w, make_plan(w, 4)))

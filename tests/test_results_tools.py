@@ -155,8 +155,8 @@ def test_report_of_a_real_four_process_run(tmp_path):
 
 
 def test_report_at_1024_processes_names_the_stragglers(tmp_path):
-    from dlio_ckpt.report import _durations
-    from dlio_ckpt.runfiles import load_run
+    from dlio_ckpt.tools.report import _durations
+    from dlio_ckpt.tools.runfiles import load_run
 
     run = make_run(tmp_path / "big", 1024, 10, stragglers={77: 1.6, 900: 1.3})
     r = cli("report", run)  # how long it takes is bench/'s to say, not a pass mark
@@ -270,8 +270,8 @@ def test_diff_judges_a_phase_by_its_duration_and_never_calls_one_change_better_a
     """A Megatron load that read 8 times the checkpoint in 3.56 times the time once showed "+278% better" (bytes
     read over time) beside "+256% regression" (its duration) in one table; and a mean of per-checkpoint rates can
     move against the mean duration even for the same bytes. A phase's rates take its mean duration's verdict."""
-    from dlio_ckpt.compare import compare_metrics, regressions
-    from dlio_ckpt.runfiles import Run
+    from dlio_ckpt.tools.compare import compare_metrics, regressions
+    from dlio_ckpt.tools.runfiles import Run
 
     a = Run("a", None, {"metric": {"load_checkpoint_io_mean_GB_per_second": 1.0,
                                    "load_checkpoint_io_mean_GiB_per_second": 1.0,
@@ -295,8 +295,8 @@ def test_diff_judges_a_phase_by_its_duration_and_never_calls_one_change_better_a
 
 
 def test_a_sweep_names_the_quickest_load_best_not_the_one_that_read_most(tmp_path):
-    from dlio_ckpt.sweep import Point, _row
-    from dlio_ckpt.sweep_results import best, draw, short_line
+    from dlio_ckpt.tools.sweep import Point, _row
+    from dlio_ckpt.tools.sweep_results import best, draw, short_line
 
     def summary(load_gib: float, load_s: float, amplification: float) -> dict:
         return {"metric": {"checkpoint_size_GiB": 1.0, "load_checkpoint_io_mean_GiB_per_second": load_gib,
@@ -316,7 +316,7 @@ def test_a_sweep_names_the_quickest_load_best_not_the_one_that_read_most(tmp_pat
 
 def test_report_shows_the_layout_the_restore_and_the_checkpoint_folder(tmp_path):
     """report.html says whose files, where they were and what the load read, not only the metrics."""
-    from dlio_ckpt.report import write_report
+    from dlio_ckpt.tools.report import write_report
 
     folder = tmp_path / "elsewhere" / "ck"
     r = dlio(["workload=tiny", "++workload.checkpoint.layout=dcp", "++workload.model.parallelism.tensor=1",

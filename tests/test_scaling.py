@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 
 from dlio_ckpt.config import check_world_size, compose
-from dlio_ckpt.layouts import make_plan
-from dlio_ckpt.planner import ItemFile, shrink, shrink_shape
+from dlio_ckpt.plan.layouts import make_plan
+from dlio_ckpt.plan.types import ItemFile, shrink, shrink_shape
 
 JOBS = [  # (workload, world size, overrides): every layout, dense and mixtures of experts
     ("llama3_70b", 64, ["++workload.checkpoint.layout=dcp", "++workload.model.parallelism.tensor=1"]),

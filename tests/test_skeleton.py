@@ -9,7 +9,7 @@ import shutil
 import pytest
 
 from dlio_ckpt.config import compose
-from dlio_ckpt.layouts import make_plan
+from dlio_ckpt.plan.layouts import make_plan
 
 from .conftest import dlio
 from .test_faults import tmpfs
@@ -74,7 +74,7 @@ def test_the_plan_is_validated_once_and_catches_a_broken_layout():
 
 
 def test_progress_falls_back_to_lines_without_rich(monkeypatch):
-    from dlio_ckpt import progress
+    from dlio_ckpt.run import progress
 
     monkeypatch.setattr(progress.sys.stdout, "isatty", lambda: True)
     assert isinstance(progress.progress_display(True), progress.ProgressBar)

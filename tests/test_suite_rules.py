@@ -73,7 +73,7 @@ def test_under_ci_a_module_skipped_at_collection_fails_too(tmp_path, ci):
 
 def test_every_package_of_the_tool_is_installed_by_setup_py():
     """``pip install .`` installs the packages setup.py names: a new subpackage left out works in the
-    editable checkout the tests use and fails for every user (dlio_ckpt.layouts once did)."""
+    editable checkout the tests use and fails for every user (dlio_ckpt.plan.layouts once did)."""
     from pathlib import Path
 
     root = Path(__file__).resolve().parents[1]

@@ -92,7 +92,7 @@ def test_a_failing_point_is_recorded_and_the_sweep_goes_on(tmp_path):
 
 POINT_ABORT = """
 import sys
-from dlio_ckpt.comm import MPIComm, PointAborted, PointComm
+from dlio_ckpt.cluster.comm import MPIComm, PointAborted, PointComm
 comm, seen = MPIComm(), []
 for point in range(3):
     try:
@@ -123,7 +123,7 @@ def test_a_fault_on_one_rank_ends_the_point_on_every_rank_and_the_next_point_run
 
 
 LATE_RESULTS = """
-from dlio_ckpt.comm import MPIComm, PointComm
+from dlio_ckpt.cluster.comm import MPIComm, PointComm
 comm, damaged = MPIComm(), 0
 for point in range(20):
     with PointComm(comm) as pc:                            # rank 1 leaves as soon as its results are delivered

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import zlib
 
-from dlio_ckpt.synthetic import BLOCK, SyntheticData, file_key, first_difference
+from dlio_ckpt.io.synthetic import BLOCK, SyntheticData, file_key, first_difference
 
 MIB = 1 << 20
 

@@ -34,7 +34,7 @@ def names(backend, *parts: str) -> list[str]:
 
 
 def test_async_saves_drained_to_s3_with_a_marker_per_tier_and_reads_from_s3(tmp_path, s3_server, monkeypatch):
-    from dlio_ckpt.backends import get_backend
+    from dlio_ckpt.io.backends import get_backend
 
     for key, value in s3_server.env.items():
         monkeypatch.setenv(key, value)
@@ -123,7 +123,7 @@ def test_the_network_to_the_s3_tier_cut_mid_drain_ends_the_job_and_the_markers_s
     """The path to SeaweedFS is cut at the drain's first request of step 3 (an event, not a moment):
     the job ends naming the tier and the object, and the markers on each tier, read from the stores
     themselves (S3 behind the cut), are exactly the steps the failed summary reports durable there."""
-    from dlio_ckpt.backends import get_backend
+    from dlio_ckpt.io.backends import get_backend
 
     from .proxy import proxy, s3_kind
 

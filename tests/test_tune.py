@@ -13,8 +13,8 @@ import sys
 
 import pytest
 
-from dlio_ckpt.sweep import Point
-from dlio_ckpt.tune import SAMPLES, _rerun_points, finalists
+from dlio_ckpt.tools.sweep import Point
+from dlio_ckpt.tools.tune import SAMPLES, _rerun_points, finalists
 
 from .conftest import MPIEXEC, REPO, dlio, load, tmpfs
 

@@ -4,7 +4,7 @@
     python tests/oracles/dcp_load_reads.py STEP_FOLDER OUT_JSON SHAPE_JSON DTYPE LOAD...
 
 LOAD: ``WORLD:MODEL_ONLY`` (``2:0``, ``4:1``), each a load by WORLD processes forked from this one (gloo, CPU;
-forked, so torch is imported once). Each builds the ``fsdp`` mode's model (``dlio_ckpt.real.llama`` of the
+forked, so torch is imported once). Each builds the ``fsdp`` mode's model (``dlio_ckpt.run.real.llama`` of the
 ``TransformerShape`` in SHAPE_JSON, in DTYPE; FSDP2 on every block and the root; Adam with its state made by
 one step on zero gradients), takes ``get_state_dict`` as the mode does (``{"model", "optim"}``, or the model
 alone when MODEL_ONLY is 1) and loads it with a ``FileSystemReader`` that records, in order, every file slice
@@ -28,9 +28,9 @@ from torch.distributed.checkpoint.state_dict import get_state_dict
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import fully_shard
 
-from dlio_ckpt.model import TransformerShape
-from dlio_ckpt.real.fsdp_mode import _TORCH_DTYPES
-from dlio_ckpt.real.llama import Llama
+from dlio_ckpt.model.dense import TransformerShape
+from dlio_ckpt.run.real.fsdp_mode import _TORCH_DTYPES
+from dlio_ckpt.run.real.llama import Llama
 
 
 class Recording(dcp.FileSystemReader):

@@ -7,7 +7,7 @@ the repository root::
     DS_ACCELERATOR=cpu PYTHONPATH=. /tmp/dsenv/bin/python tests/oracles/deepspeed_moe_save.py \
         tests/data/deepspeed_moe.json
 
-The model has tiny_moe's tensors (``dlio_ckpt.moe.MoeShape`` of the workload with the case's overrides: the
+The model has tiny_moe's tensors (``dlio_ckpt.model.moe.MoeShape`` of the workload with the case's overrides: the
 inputs only, their names and shapes held to transformers' classes in ``tests/test_moe_model.py``): each dense
 tensor a parameter of that shape, each MoE block a ``deepspeed.moe.layer.MoE`` (its gate is the router; each
 expert two linears, the gate and up projection fused and the down projection) with ``ep_size`` the workload's
@@ -68,7 +68,7 @@ def moe(rank: int, world: int, overrides: list[str]) -> tuple[nn.Module, dict, N
     from deepspeed.moe.utils import split_params_into_different_moe_groups_for_optimizer
 
     from dlio_ckpt.config import compose
-    from dlio_ckpt.moe import MoeShape
+    from dlio_ckpt.model.moe import MoeShape
 
     w, _, _ = compose(["workload=tiny_moe", "++workload.checkpoint.layout=deepspeed", *overrides], None)
     torch.manual_seed(0)

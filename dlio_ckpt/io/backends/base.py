@@ -1,0 +1,231 @@
+"""The small protocol every storage backend implements (fio's op table, fsspec's shape)."""
+
+from __future__ import annotations
+
+import os
+import socket
+from abc import ABC, abstractmethod
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from dlio_ckpt.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """What a backend can do; the engine asks these and never the backend's type."""
+
+    fsync: bool  # can make a written file durable on request (checkpoint.fsync)
+    durable_on_close: bool  # a file is durable once its writer finishes (object stores)
+    odirect: bool  # can bypass the page cache (then buffers and offsets must be aligned)
+    alignment: int  # required alignment of buffers, offsets and lengths under O_DIRECT
+    evict_cache: bool  # can drop a file's cached pages so reads hit storage
+    device_buffers: bool = False  # moves data from and to GPU memory (device_memory)
+    stores_data: bool = True  # False only for null: reads return nothing to verify
+    rename: bool = False  # can move a whole file into place (rename); object stores cannot
+    positional: bool = False  # writers have write_at, readers read_at and size: queue_depth requests per file
+
+
+def probe_name() -> str:
+    """A probe file's name, distinct per host and process (several hosts may probe one shared folder)."""
+    return f".dlio_ckpt_probe.{socket.gethostname()}.{os.getpid()}"
+
+
+class Options(BaseModel):
+    """``storage.storage_options`` of one backend: unknown keys are errors, like every section."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    threads: int = Field(1, ge=1, le=256, description="files in flight per process")
+    retries: int = Field(0, ge=0, le=20, description="times a file is rewritten or reread after a transient error")
+
+
+def parse_options(cls: type[Options], storage_type: str, raw: dict[str, Any]) -> Options:
+    """Validate a backend's options, naming the key, value and rule like the config does."""
+    try:
+        return cls.model_validate(raw)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        key = ".".join(["workload.storage.storage_options", *(str(p) for p in err["loc"])])  # no loc: a rule of several
+        if err["type"] == "extra_forbidden":
+            rule = (f"unknown option for storage_type={storage_type}; allowed: "
+                    f"{', '.join(sorted(cls.model_fields))}")
+        else:
+            rule = err["msg"]
+        raise ConfigError(key, _unsecret(cls, err["loc"], err.get("input")), rule) from None
+
+
+# the option names any storage's credentials go by: never shown or recorded, whichever storage type is
+# validating them (a local_fs told secret_access_key=... names the option unknown, and must not print the key)
+SECRET_OPTIONS = ("access_key_id", "secret_access_key", "session_token", "token")
+
+
+def secret_fields(cls: type[Options]) -> set[str]:
+    """The options that hold secrets (typed ``SecretStr``, or named as credentials are): shown as ``***``."""
+    return {name for name, f in cls.model_fields.items() if "SecretStr" in str(f.annotation)} | set(SECRET_OPTIONS)
+
+
+def _unsecret(cls: type[Options], loc: tuple, value: Any) -> Any:
+    """A rejected value as an error message may show it: a secret option's value (or, where a rule
+    about several options rejects them all, the secrets among them) as ``***``. Why: the message goes
+    to stderr, which mpiexec, CI and batch systems keep in their logs."""
+    hidden = secret_fields(cls)
+    if loc and loc[-1] in hidden:
+        return "***"
+    if isinstance(value, dict):
+        return {k: "***" if k in hidden and v is not None else v for k, v in value.items()}
+    return value
+
+
+class DeviceMemory(Protocol):
+    """The GPU a device-buffer backend (``capabilities.device_buffers``) lends the engine, so that
+    synthetic data is made and checked where the backend reads and writes it."""
+
+    xp: Any  # the array module of that memory (cupy)
+
+    def scope(self) -> AbstractContextManager:
+        """Select this process's GPU in the calling thread (CUDA's current device is per thread)."""
+        ...
+
+
+class Writer(Protocol):
+    """Sequential writes; a positional backend's writer (``capabilities.positional``) also takes
+    ``write_at(data, offset)`` from several threads at once."""
+
+    def write(self, data: memoryview) -> None: ...
+    def finish(self) -> None: ...  # the file is whole (an object is committed); durability is sync's
+    def abort(self) -> None: ...
+
+
+class Reader(Protocol):
+    """Sequential reads. A reader whose client hands over its own buffers (object stores) may also
+    offer ``views()``: the file's bytes, in order, in those buffers, so the engine verifies them
+    where they landed instead of copying each into its own buffer first. A positional backend's
+    reader also offers ``read_at(buf, offset)`` (from several threads at once) and ``size()``."""
+
+    def readinto(self, buf: memoryview) -> int: ...
+    def close(self) -> None: ...
+
+
+class RangedReader(Protocol):
+    """Byte ranges of one file, each read where asked (a ranged GET each on object stores)."""
+
+    def read_at(self, buf: Any, offset: int) -> int: ...  # fill buf from offset unless the file ends first
+    def close(self) -> None: ...
+
+
+class Backend(ABC):
+    """Every storage backend: the core each one implements (abstract here), and optional operations
+    whose defaults suit a store that lacks them (fsspec's AbstractFileSystem shape)."""
+
+    name: str
+    capabilities: Capabilities
+    options: Options  # options.threads: how many files each process moves at once
+    requests: Any = None  # object stores: a RequestLog of every request this process made
+
+    @abstractmethod
+    def check(self, writing: bool) -> None:
+        """Fail before anything is written when storage cannot be used (no bucket, no server)."""
+
+    @abstractmethod
+    def describe(self) -> dict[str, Any]:
+        """What summary.json records about the storage (never credentials)."""
+
+    @abstractmethod
+    def join(self, *parts: str) -> str: ...
+    @abstractmethod
+    def open_write(self, path: str, odirect: bool) -> Writer: ...
+    @abstractmethod
+    def open_read(self, path: str, odirect: bool) -> Reader:
+        """A missing file fails here (StorageError). Readers find the file's end by reading: the
+        engine checks sizes against the plan that way, asking nothing first."""
+    @abstractmethod
+    def size(self, path: str) -> int | None: ...
+
+    @abstractmethod
+    def list_tree(self, path: str) -> list[str]:
+        """Everything under a folder, as paths relative to it: every file, and (where the storage has
+        folders) every folder with a trailing ``/``; [] when there is none. Why one listing: what the
+        tool may remove is decided from all of it at once (:mod:`dlio_ckpt.run.steps`), and on an object
+        store a listing of the whole prefix costs the same requests as one of its top level."""
+
+    def list_names(self, path: str) -> list[str]:
+        """Names directly under a folder (files and sub-folders)."""
+        return sorted({p.split("/")[0] for p in self.list_tree(path)} - {""})
+
+    @abstractmethod
+    def put_small(self, path: str, data: bytes) -> None: ...
+    @abstractmethod
+    def get_small(self, path: str) -> bytes | None: ...
+    @abstractmethod
+    def remove(self, path: str) -> None: ...
+
+    # -- optional: the defaults are right for a store without folders, cache or fsync ----------
+
+    def makedirs(self, path: str) -> None:  # noqa: B027 (a no-op default, on purpose)
+        """Object stores have no folders."""
+
+    def probe_write(self, folder: str, keep_folders: bool = False) -> list[str]:
+        """Make sure ``folder`` (relative to the root, as ``join`` takes it) can be written: write and
+        remove a small object there. Returns the folders it created and left (``keep_folders``: so
+        that other hosts probe into them; the caller removes them once they have): none here.
+        Raises StorageError naming the path and cause."""
+        path = self.join(folder, probe_name())
+        self.put_small(path, b"dlio_ckpt probe")
+        self.remove(path)
+        return []
+
+    def rename(self, source: str, target: str) -> None:
+        """Move a whole file into place (as DCP renames ``.metadata.tmp``), where ``capabilities.rename``;
+        elsewhere (object stores) the framework's writer puts the final name directly."""
+        raise NotImplementedError(f"storage_type={self.name} cannot rename")
+
+    def remove_empty(self, path: str) -> None:  # noqa: B027
+        """Remove a folder if it is empty (object stores have none): the tool never removes a folder
+        that still holds something, whoever put it there."""
+
+    def evict(self, path: str) -> None:  # noqa: B027
+        """Drop a file's cached pages (where ``capabilities.evict_cache``)."""
+
+    def sync(self, path: str) -> None:  # noqa: B027
+        """Make a written file durable (where ``capabilities.fsync``; object stores are on close)."""
+
+    def free_bytes(self, path: str) -> int | None:
+        """Bytes that can still be written under ``path``; None where the storage cannot say."""
+        return None
+
+    def in_memory(self, path: str) -> bool:
+        """Whether what is written under ``path`` takes this host's memory (a tmpfs: a memory tier)."""
+        return False
+
+    @property
+    def queue_depth(self) -> int:
+        """Requests of one file in flight at once, where ``capabilities.positional``."""
+        return 1
+
+    @property
+    def read_queue_depth(self) -> int:
+        """The same when reading, where a storage's options set it apart."""
+        return self.queue_depth
+
+    def open_ranged(self, path: str, odirect: bool) -> RangedReader:
+        """A reader of byte ranges of ``path``, for restores that need slices of files: a positional
+        backend's own reader; object stores make a ranged GET per read."""
+        if self.capabilities.positional:
+            return self.open_read(path, odirect)  # type: ignore[return-value]
+        raise NotImplementedError(f"storage_type={self.name} cannot read byte ranges")
+
+    def url(self, path: str) -> str:
+        """What a framework opens: a local path, or ``s3://`` / ``gs://`` URL."""
+        return path
+
+    def fsspec_options(self) -> dict[str, Any]:
+        """fsspec's options for :meth:`url` (endpoint, credentials, path style), for frameworks."""
+        return {}
+
+    def device_memory(self) -> DeviceMemory:
+        """Only where ``capabilities.device_buffers``: the GPU memory writes come from and reads go to."""
+        raise NotImplementedError(f"storage_type={self.name} moves host memory only")

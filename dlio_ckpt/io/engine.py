@@ -1,0 +1,621 @@
+"""Runs one process's share of a checkpoint: writes or reads-and-verifies a list of files.
+
+Why it looks like this: memory must stay bounded whatever the checkpoint size, and writes must run
+at the storage's limit. So the engine cuts each file into chunks at fixed file offsets and takes each
+chunk straight from the synthetic pool (no copy, no per-write allocation: the format's few bytes are
+written over the window for the call and put back). A storage that reads and writes at offsets
+(file systems: ``capabilities.positional``) gets ``queue_depth`` chunks of a file in flight at once,
+as fio's iodepth, from buffers allocated once; a stream (object stores, GDS) gets them in order.
+It knows neither model shapes nor storage protocols: it gets segments from a format and moves them
+through a backend.
+"""
+
+from __future__ import annotations
+
+import logging
+import mmap
+import queue
+import threading
+import time
+from bisect import bisect_right
+from collections import deque
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor, wait
+from contextlib import contextmanager, nullcontext
+from dataclasses import dataclass
+from functools import cached_property
+from typing import Any, NamedTuple
+
+from dlio_ckpt.errors import ConfigError, StorageError, VerifyError
+from dlio_ckpt.io.backends import Backend, DeviceMemory, Reader, Writer
+from dlio_ckpt.io.synthetic import BLOCK, SLACK, SyntheticData, first_difference, first_difference_on_device
+from dlio_ckpt.plan.formats import Segment, file_size
+from dlio_ckpt.plan.restore import spans
+
+log = logging.getLogger("dlio_ckpt")
+_POPULATED = mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | getattr(mmap, "MAP_POPULATE", 0)
+
+
+@dataclass(frozen=True)
+class FileTask:
+    path: str
+    segments: tuple[Segment, ...]
+    key: int  # synthetic-data identity of the file (who wrote it, which step)
+
+    @cached_property
+    def size(self) -> int:
+        """The file's bytes (summed once: a restore asks it at every read of a file of many segments)."""
+        return file_size(list(self.segments))
+
+    @cached_property
+    def metadata(self) -> tuple[tuple[int, bytes], ...]:
+        """The format's bytes with their file offsets, in order; every other byte is payload."""
+        out, offset = [], 0
+        for seg in self.segments:
+            if isinstance(seg, bytes):
+                if seg:
+                    out.append((offset, seg))
+                offset += len(seg)
+            else:
+                offset += seg
+        return tuple(out)
+
+
+class _RangedRead(NamedTuple):
+    """One loading rank's reads of one file: the file, and the spans (start, end) asked of storage."""
+
+    task: FileTask
+    spans: tuple[tuple[int, int], ...]
+
+    @property
+    def path(self) -> str:
+        """The file, as :meth:`Engine._attempt` names what it retries or failed on."""
+        return self.task.path
+
+
+@dataclass(frozen=True)
+class IOOptions:
+    fsync: bool = False
+    odirect: bool = False
+    evict_before_read: bool = True
+    verify: bool = True  # compare every byte read; False: count bytes only (as DLIO, as fio)
+    chunk_size: int = 8 << 20
+
+
+def io_buffer_bytes(backend: Backend, chunk: int) -> int:
+    """Every buffer a process's I/O holds, allocated when its engine is made and never again: per
+    request in flight a synthetic pool (a chunk and a slack) and a chunk to read into."""
+    return backend.options.threads * _depths(backend)[2] * (2 * chunk + SLACK)
+
+
+def _depths(backend: Backend) -> tuple[int, int, int]:
+    """Requests of one file in flight when writing and when reading, and the slots that takes."""
+    if not backend.capabilities.positional:
+        return 1, 1, 1
+    write, read = backend.queue_depth, backend.read_queue_depth
+    return write, read, max(write, read)
+
+
+def check_capabilities(backend: Backend, options: IOOptions) -> None:
+    """Settings the storage cannot honour are bad input: refused before anything is written."""
+    caps = backend.capabilities
+    if options.fsync and not (caps.fsync or caps.durable_on_close):
+        raise ConfigError("workload.checkpoint.fsync", True,
+                          f"storage_type={backend.name} cannot make files durable; set it to False")
+    if options.odirect and not caps.odirect:
+        raise ConfigError("workload.checkpoint.odirect", True,
+                          f"storage_type={backend.name} has no O_DIRECT (its reads never come from "
+                          "this host's page cache anyway); set it to False")
+
+
+def _spans(window: Any, patches: list[tuple[int, bytes]]) -> Iterator[tuple[int, Any]]:
+    """A chunk's bytes in order as (offset in the chunk, bytes): payload from ``window``, the
+    format's bytes from ``patches``."""
+    at = 0
+    for offset, raw in patches:
+        if offset > at:
+            yield at, window[at:offset]
+        yield offset, memoryview(raw)
+        at = offset + len(raw)
+    if at < len(window):
+        yield at, window[at:]
+
+
+@contextmanager
+def _formatted(window: Any, patches: list[tuple[int, bytes]]) -> Iterator[None]:
+    """The format's bytes written over a pool window for one call (a write, a compare) and put back after:
+    a few hundred bytes moved, against a copy of the whole chunk; the pool stays as generated."""
+    saved = [(offset, bytes(window[offset:offset + len(raw)])) for offset, raw in patches]
+    try:
+        for offset, raw in patches:
+            window[offset:offset + len(raw)] = raw
+        yield
+    finally:
+        for offset, raw in saved:
+            window[offset:offset + len(raw)] = raw
+
+
+def _finish(writer: Writer) -> None:
+    writer.finish()
+
+
+def _close(reader: Reader) -> None:
+    reader.close()
+
+
+def _wrong(task: FileTask, offset: int) -> VerifyError:
+    return VerifyError(f"{task.path}: wrong data at offset {offset} (4 KiB block {offset // BLOCK})")
+
+
+def _chunks(reader: Reader, buf: Any) -> Iterator[Any]:
+    """A file's bytes as the reader delivers them: in its own buffers where it lends them
+    (``views``: verified where they landed, no copy), else read into ``buf`` one fill at a time."""
+    views = getattr(reader, "views", None)
+    if views is not None:
+        yield from views()
+        return
+    while filled := reader.readinto(buf):
+        yield buf[:filled]
+
+
+class _Slot:
+    """What one request in flight owns: a synthetic source (windows are restamped in place, so
+    requests cannot share one) and a chunk buffer to read into, both allocated once. With a backend
+    that moves device buffers (``device``), both live in GPU memory and reads are compared there:
+    bulk data never crosses PCIe except through the storage path being measured."""
+
+    def __init__(self, run_key: int, chunk: int, device: DeviceMemory | None, like: _Slot | None = None) -> None:
+        self.data = SyntheticData(run_key, chunk, device=device.xp if device else None,
+                                  like=like.data if like else None)
+        # page-aligned (usable under O_DIRECT) and faulted in now, not in the first timed read
+        self._readmap = None if device else mmap.mmap(-1, chunk, flags=_POPULATED)
+        self.readbuf: Any = device.xp.empty(chunk, dtype=device.xp.uint8) if device else \
+            memoryview(self._readmap)
+
+    def close(self) -> None:
+        self.data.close()
+        if self._readmap is not None:
+            self.readbuf.release()
+            try:
+                self._readmap.close()
+            except BufferError:  # a slice is still referenced (by a failed read's traceback): GC frees it
+                pass
+        self.readbuf = None
+
+
+class _Worker:
+    """What one file in flight owns: ``depth`` slots, one per request it keeps in flight, and the
+    threads that issue them (none at depth 1: the file's own thread does)."""
+
+    def __init__(self, run_key: int, chunk: int, depth: int, device: DeviceMemory | None) -> None:
+        self.device = device
+        with self.scope():
+            self.slots = [_Slot(run_key, chunk, device)]
+            self.slots += [_Slot(run_key, chunk, device, like=self.slots[0]) for _ in range(depth - 1)]
+        self.data, self.readbuf = self.slots[0].data, self.slots[0].readbuf  # the sequential path's
+        self.pool = ThreadPoolExecutor(depth, "dlio_ckpt_request") if depth > 1 else None
+
+    def scope(self) -> Any:
+        """Where this worker's arrays live: its GPU selected for the calling thread, or nothing."""
+        return self.device.scope() if self.device else nullcontext()
+
+    def first_difference(self, got: Any, want: Any) -> int | None:
+        return first_difference_on_device(self.device.xp, got, want) if self.device else \
+            first_difference(got, want)
+
+    def close(self) -> None:
+        if self.pool is not None:
+            self.pool.shutdown(cancel_futures=True)
+        for slot in self.slots:
+            slot.close()
+        self.data = self.readbuf = None
+
+
+class Engine:
+    """Moves a process's files through a backend, ``backend.options.threads`` files at a time."""
+
+    def __init__(self, backend: Backend, run_key: int, options: IOOptions,
+                 progress: Callable[[str, int], None] = lambda _path, _n: None) -> None:
+        caps = backend.capabilities
+        self.backend, self.options = backend, options
+        self._progress = progress  # told the file and its bytes at every chunk: watchdog, progress bar
+        self.file_times: list[tuple[str, float, float, int]] = []  # (path, start, end, bytes), wall clock
+        self.retries = 0  # files re-sent or re-read after a transient error, this process
+        self._lock = threading.Lock()
+        self._chunk = options.chunk_size
+        self._align = caps.alignment if options.odirect else 1  # O_DIRECT reads ask whole blocks
+        self._verify = caps.stores_data
+        self._threads = backend.options.threads
+        self._positional = caps.positional
+        self._write_depth, self._read_depth, depth = _depths(backend)
+        self.buffer_bytes = io_buffer_bytes(backend, self._chunk)
+        self._idle: queue.SimpleQueue[_Worker] = queue.SimpleQueue()
+        device = backend.device_memory() if caps.device_buffers else None
+        self._workers = [_Worker(run_key, self._chunk, depth, device) for _ in range(self._threads)]
+        for w in self._workers:
+            self._idle.put(w)
+        self._pool = ThreadPoolExecutor(self._threads, "dlio_ckpt_io") if self._threads > 1 else None
+
+    def _each(self, fn: Callable[[_Worker, FileTask], int], tasks: list[FileTask]) -> int:
+        """Run ``fn`` on every task, ``threads`` at a time; the first error cancels the rest."""
+        if self._pool is None:
+            return sum(self._attempt(fn, self._workers[0], t) for t in tasks)
+
+        def one(task: FileTask) -> int:
+            worker = self._idle.get()
+            try:
+                return self._attempt(fn, worker, task)
+            finally:
+                self._idle.put(worker)
+
+        futures = [self._pool.submit(one, t) for t in tasks]
+        try:
+            return sum(f.result() for f in futures)
+        finally:
+            for f in futures:
+                f.cancel()
+            wait(futures)
+
+    def _attempt(self, fn: Callable[[_Worker, FileTask], int], worker: _Worker, task: FileTask) -> int:
+        """One file, redone from its first byte after a transient storage error, at most
+        ``retries`` times (the client's own attempts come on top); counted in ``self.retries``."""
+        allowed = self.backend.options.retries
+        for attempt in range(allowed + 1):
+            self._progress(task.path, 0)
+            try:
+                start = time.time()
+                with worker.scope():
+                    nbytes = fn(worker, task)
+                self.file_times.append((task.path, start, time.time(), nbytes))  # list.append is atomic
+                return nbytes
+            except StorageError as exc:
+                if not exc.transient or attempt == allowed:
+                    if attempt:
+                        raise StorageError(f"{exc} (after {attempt} retries of the whole file)") from None
+                    raise
+                with self._lock:
+                    self.retries += 1
+                log.warning("retrying %s after: %s", task.path, exc)
+                time.sleep(min(0.5 * 2**attempt, 5.0))
+        raise AssertionError("unreachable")
+
+    # -- content -------------------------------------------------------------------------------
+
+    def _chunk_of(self, data: SyntheticData, task: FileTask, k: int, lo: int = 0, hi: int | None = None,
+                  ) -> tuple[Any, list[tuple[int, bytes]]]:
+        """Chunk ``k`` of the file (its bytes from ``k * chunk_size``): a window of the payload
+        stream, and the format's bytes that take the place of parts of it, as (offset in the chunk,
+        bytes). The stream's offsets are the file's, so a chunk of payload is one window, aligned
+        in memory and in the file: written and read under O_DIRECT with no copy. A caller that
+        looks only at the chunk's bytes [lo, hi) (a restore's range) gets those stamped and no more."""
+        start = k * self._chunk
+        end = min(start + self._chunk, task.size, start + hi if hi is not None else task.size)
+        window = data.window(task.key, start, end - start, lo - lo % BLOCK)
+        meta = task.metadata
+        patches = []
+        for i in range(max(bisect_right(meta, start + lo, key=lambda m: m[0]) - 1, 0), len(meta)):
+            offset, raw = meta[i]
+            if offset >= end:
+                break
+            lo, hi = max(offset, start), min(offset + len(raw), end)
+            if lo < hi:
+                patches.append((lo - start, raw[lo - offset:hi - offset]))
+        return window, patches
+
+    def _chunks_of(self, task: FileTask) -> range:
+        return range(-(-task.size // self._chunk))
+
+    def _pieces(self, data: SyntheticData, task: FileTask) -> Iterator[Any]:
+        """The file's bytes in order, as a stream's writer and reader take them."""
+        for k in self._chunks_of(task):
+            window, patches = self._chunk_of(data, task, k)
+            for _, piece in _spans(window, patches):
+                yield piece
+            self._progress(task.path, len(window))
+
+    def _pipeline(self, worker: _Worker, tasks: list[FileTask], open_file: Callable[[FileTask], Any],
+                  request: Callable[[Any, _Slot, FileTask, int], None], close_file: Callable[[Any], None],
+                  depth: int, timed: bool = False) -> int:
+        """``request(handle, slot, task, k)`` for every chunk ``k`` of every file, in file order,
+        ``depth`` in flight (fio's iodepth: the storage's queue_depth, or read_queue_depth for reads),
+        across file boundaries as fio's one job keeps its queue full: a file is opened (``open_file``)
+        when its first chunk is due, closed when its last is done, and its time recorded then
+        (``timed``: files not timed by :meth:`_attempt`).
+        Request n reuses the slot of request n - depth, done by then (they finish in order). The
+        first error cancels the rest and closes every open file."""
+        n = 0
+        pending: deque[tuple[Future[None] | None, int]] = deque()  # (request, index of its file)
+        handles: dict[int, Any] = {}
+        left = [len(self._chunks_of(t)) for t in tasks]
+        started = [0.0] * len(tasks)
+
+        def done(i: int) -> None:
+            close_file(handles.pop(i))
+            if timed:
+                self.file_times.append((tasks[i].path, started[i], time.time(), tasks[i].size))
+
+        def retire() -> None:
+            future, i = pending.popleft()
+            if future is not None:
+                future.result()
+            left[i] -= 1
+            if left[i] == 0:
+                done(i)
+
+        try:
+            for i, task in enumerate(tasks):
+                self._progress(task.path, 0)
+                started[i] = time.time()
+                handles[i] = open_file(task)
+                if left[i] == 0:
+                    done(i)
+                for k in self._chunks_of(task):
+                    if len(pending) == depth:
+                        retire()
+                    slot = worker.slots[n % depth]
+                    if worker.pool is None:
+                        request(handles[i], slot, task, k)
+                        pending.append((None, i))
+                    else:
+                        pending.append((worker.pool.submit(request, handles[i], slot, task, k), i))
+                    n += 1
+            while pending:
+                retire()
+            return sum(t.size for t in tasks)
+        except BaseException:
+            for future, _ in pending:
+                if future is not None:
+                    future.cancel()
+            wait([f for f, _ in pending if f is not None])
+            for handle in handles.values():
+                getattr(handle, "abort", handle.close)()
+            raise
+
+    # -- write ---------------------------------------------------------------------------------
+
+    def write_files(self, tasks: list[FileTask]) -> int:
+        """Write every file, then fsync each (``checkpoint.fsync``): the rank's end time follows the
+        last fsync, and the kernel writes one file back while the next is being written instead of
+        the stream stalling after every file. Stores that commit on close need no second pass."""
+        if self._positional:
+            nbytes = self._positioned(tasks, self._open_write, self._write_chunk, _finish, self._write_depth)
+        else:
+            nbytes = self._each(self._write_file, tasks)
+        if self.options.fsync and not self.backend.capabilities.durable_on_close:
+            self._each(lambda _, t: self.backend.sync(t.path) or 0, tasks)
+        return nbytes
+
+    def _positioned(self, tasks: list[FileTask], open_file: Callable[[FileTask], Any],
+                    request: Callable[[Any, _Slot, FileTask, int], None], close_file: Callable[[Any], None],
+                    depth: int) -> int:
+        """Positional storage: one stream of requests through all of a process's files where it has
+        one file in flight and no whole-file retries to interleave (the queue never drains between
+        files); else a stream per file, ``threads`` files at a time, each retried whole."""
+        if self._threads == 1 and self.backend.options.retries == 0:
+            return self._pipeline(self._workers[0], tasks, open_file, request, close_file, depth, timed=True)
+        return self._each(lambda worker, task: self._pipeline(worker, [task], open_file, request, close_file, depth),
+                          tasks)
+
+    def _open_write(self, task: FileTask) -> Writer:
+        return self.backend.open_write(task.path, self.options.odirect)
+
+    def _write_file(self, worker: _Worker, task: FileTask) -> int:
+        """A stream's file: its pieces in order."""
+        writer = self._open_write(task)
+        try:
+            for piece in self._pieces(worker.data, task):
+                writer.write(piece)
+            writer.finish()
+        except BaseException:
+            writer.abort()
+            raise
+        return task.size
+
+    def _write_chunk(self, writer: Writer, slot: _Slot, task: FileTask, k: int) -> None:
+        """One chunk at its offset, from its window with the format's bytes written over it for the
+        call and put back after (a few hundred bytes, against a copy of the whole chunk)."""
+        window, patches = self._chunk_of(slot.data, task, k)
+        with _formatted(window, patches):
+            writer.write_at(window, k * self._chunk)
+        self._progress(task.path, len(window))
+
+    # -- read ----------------------------------------------------------------------------------
+
+    def read_files(self, tasks: list[FileTask]) -> int:
+        caps = self.backend.capabilities
+        if self.options.evict_before_read and not self.options.odirect and caps.evict_cache:
+            self._each(lambda _, t: self.backend.evict(t.path) or 0, tasks)
+        if not self._verify:
+            return self._each(self._read_unverified, tasks)
+        if self._positional:
+            return self._positioned(tasks, self._open_read, self._read_chunk, _close, self._read_depth)
+        return self._each(self._read_file if self.options.verify else self._read_counted, tasks)
+
+    def _open_read(self, task: FileTask) -> Reader:
+        """A positional reader, the file's size checked first: the file system's answer (no I/O)."""
+        reader = self.backend.open_read(task.path, self.options.odirect)
+        if (size := reader.size()) != task.size:
+            reader.close()
+            raise VerifyError(f"{task.path}: has {size} bytes, planned {task.size}")
+        return reader
+
+    def _read_chunk(self, reader: Reader, slot: _Slot, task: FileTask, k: int) -> None:
+        start = k * self._chunk
+        n = min(self._chunk, task.size - start)
+        got = slot.readbuf[:-(-n // self._align) * self._align]  # O_DIRECT: whole blocks, short at the end
+        filled = reader.read_at(got, start)
+        if filled != n:
+            raise VerifyError(f"{task.path}: has {start + filled} bytes, planned {task.size}")
+        if self.options.verify:
+            window, patches = self._chunk_of(slot.data, task, k)
+            for offset, want in _spans(window, patches):
+                bad = first_difference(got[offset:offset + len(want)], want)
+                if bad is not None:
+                    raise _wrong(task, start + offset + bad)
+        self._progress(task.path, n)
+
+    def _read_file(self, worker: _Worker, task: FileTask, source: Backend | None = None,
+                   sink: Callable[[Any], None] | None = None) -> int:
+        """Read ``task`` back and compare every byte; from ``source`` instead of this engine's
+        storage, handing each verified buffer to ``sink`` (a drain to the next tier). The size is
+        checked by the read itself, not asked first: on S3 that would be a HEAD per object, a
+        request the load does not need (a missing file fails at its open)."""
+        source = source or self.backend
+        reader = source.open_read(task.path, self.options.odirect)
+        chunks = _chunks(reader, worker.readbuf)
+        try:
+            got, base, used = worker.readbuf[:0], 0, 0
+            for piece in self._pieces(worker.data, task):
+                while len(piece):  # a device array has no truth value
+                    if used == len(got):
+                        if sink is not None and len(got):
+                            sink(got)
+                        base += len(got)
+                        got, used = next(chunks, None), 0
+                        if got is None:
+                            raise VerifyError(f"{task.path}: has {base} bytes, planned {task.size}")
+                    n = min(len(piece), len(got) - used)
+                    bad = worker.first_difference(got[used:used + n], piece[:n])
+                    if bad is not None:
+                        raise _wrong(task, base + used + bad)
+                    used += n
+                    piece = piece[n:]
+            if sink is not None and len(got):
+                sink(got)
+            extra = len(got) - used + sum(len(c) for c in chunks)  # bytes beyond the plan: none, or an error
+            if extra:
+                raise VerifyError(f"{task.path}: has {task.size + extra} bytes, planned {task.size}")
+        finally:
+            chunks.close()
+            reader.close()
+        return task.size
+
+    def read_ranges(self, reads: list[tuple[FileTask, tuple[tuple[int, int], ...]]]) -> int:
+        """Read byte ranges of files, every byte compared with what was written there: a restore that
+        needs slices of other ranks' files (:mod:`dlio_ckpt.plan.restore`). Each file is opened once and its
+        ranges read in the order given, adjacent ones as one, each in requests of at most ``chunk_size``
+        (on object stores a ranged GET each), one in flight per file: DCP's ``FileSystemReader`` reads a
+        rank's items one after another from one stream. Under O_DIRECT a range is widened to whole
+        blocks, and the bytes read count them. Returns the bytes read."""
+        caps = self.backend.capabilities
+        if self.options.evict_before_read and not self.options.odirect and caps.evict_cache:
+            files = list({t.path: t for t, _ in reads}.values())  # a file many ranks read, evicted once
+            self._each(lambda _, t: self.backend.evict(t.path) or 0, files)
+        # one entry per (rank, file) read: several loading ranks of this process may read one file
+        jobs = [_RangedRead(task, self._spans_of(task, ranges)) for task, ranges in reads]
+        return self._each(lambda worker, job: self._read_ranges(worker, job.task, job.spans), jobs)  # type: ignore
+
+    def _spans_of(self, task: FileTask, ranges: tuple[tuple[int, int], ...]) -> tuple[tuple[int, int], ...]:
+        """What is asked of storage for ``ranges`` (:func:`~dlio_ckpt.plan.restore.spans`, blocks under O_DIRECT),
+        each within the file's planned size."""
+        for offset, length in ranges:
+            if offset + length > task.size:
+                raise VerifyError(f"{task.path}: a read of [{offset}, {offset + length}) passes its planned "
+                                  f"{task.size} bytes")
+        return spans(ranges, self._align)
+
+    def _read_ranges(self, worker: _Worker, task: FileTask, spans: tuple[tuple[int, int], ...]) -> int:
+        """Every byte of ``spans`` read and compared (bytes a widened span holds beyond the ranges asked
+        are the file's too: compared alike); the bytes read."""
+        reader = self.backend.open_ranged(task.path, self.options.odirect)
+        total = 0
+        try:
+            for pos, stop in spans:
+                end = min(stop, task.size)
+                while pos < stop:
+                    n = min(self._chunk, stop - pos)
+                    got = worker.readbuf[:n]
+                    filled = reader.read_at(got, pos)
+                    if filled < min(n, task.size - pos):
+                        raise VerifyError(f"{task.path}: has {pos + filled} bytes, planned {task.size}")
+                    if self._verify and self.options.verify:
+                        self._check_span(worker, task, got, pos, pos, min(end, pos + filled))
+                    total += filled
+                    pos += n
+                    self._progress(task.path, filled)
+        finally:
+            reader.close()
+        return total
+
+    def _check_span(self, worker: _Worker, task: FileTask, got: Any, base: int, lo: int, hi: int) -> None:
+        """Compare ``got`` (the file's bytes from ``base``) over file offsets [lo, hi) with what was
+        written there, one chunk of the file's grid at a time (a window starts on its grid). On the
+        host, the format's bytes are written over the window for one compare and put back (a restore
+        reads many small items, each mostly archive headers); on a device, span by span."""
+        for k in range(lo // self._chunk, -(-hi // self._chunk)):
+            start = k * self._chunk
+            window, patches = self._chunk_of(worker.data, task, k, max(lo - start, 0), hi - start)
+            if worker.device is None:
+                a, b = max(lo, start), min(hi, start + len(window))
+                with _formatted(window, patches):
+                    bad = first_difference(got[a - base:b - base], window[a - start:b - start])
+                if bad is not None:
+                    raise _wrong(task, a + bad)
+                continue
+            for offset, want in _spans(window, patches):
+                a, b = max(lo, start + offset), min(hi, start + offset + len(want))
+                if a >= b:
+                    continue
+                bad = worker.first_difference(got[a - base:b - base], want[a - start - offset:b - start - offset])
+                if bad is not None:
+                    raise _wrong(task, a + bad)
+
+    # -- drain -----------------------------------------------------------------------------------
+
+    def copy_files(self, tasks: list[FileTask], source: Backend, to: Callable[[str], str]) -> int:
+        """Copy each file from ``source`` (the tier above) into this engine's storage at ``to(path)``,
+        as a tiered checkpoint's drain does: read back, every byte compared with what was written, and
+        written on as it is read (one buffer per thread, whatever the file's size); then synced like
+        a save (``checkpoint.fsync``)."""
+        def one(worker: _Worker, task: FileTask) -> int:
+            writer = self.backend.open_write(to(task.path), False)
+            try:
+                self._read_file(worker, task, source, writer.write)
+                writer.finish()
+            except BaseException:
+                writer.abort()
+                raise
+            return task.size
+
+        nbytes = self._each(one, tasks)
+        if self.options.fsync and not self.backend.capabilities.durable_on_close:
+            self._each(lambda _, t: self.backend.sync(to(t.path)) or 0, tasks)
+        return nbytes
+
+    def _read_counted(self, worker: _Worker, task: FileTask) -> int:
+        """``checkpoint.verify=False``: read every byte, check only that the size is as planned."""
+        reader = self.backend.open_read(task.path, self.options.odirect)
+        chunks = _chunks(reader, worker.readbuf)
+        try:
+            total = 0
+            for got in chunks:
+                total += len(got)
+                self._progress(task.path, len(got))
+        finally:
+            chunks.close()
+            reader.close()
+        if total != task.size:
+            raise VerifyError(f"{task.path}: has {total} bytes, planned {task.size}")
+        return total
+
+    def _read_unverified(self, worker: _Worker, task: FileTask) -> int:
+        """A backend that keeps nothing (null): produce the expected bytes and request as many,
+        so the figure is our own cost of a read minus the compare."""
+        reader = self.backend.open_read(task.path, self.options.odirect)
+        try:
+            for piece in self._pieces(worker.data, task):
+                reader.readinto(worker.readbuf[:len(piece)])
+        finally:
+            reader.close()
+        return task.size
+
+    def take_file_times(self) -> tuple[tuple[str, float, float, int], ...]:
+        """The files finished since the last call, by file name (for the report's timeline)."""
+        out, self.file_times = self.file_times, []
+        return tuple((path.rsplit("/", 1)[-1], s, e, n) for path, s, e, n in out)
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(cancel_futures=True)
+        for w in self._workers:
+            w.close()

@@ -1,0 +1,247 @@
+"""The PyTorch checkpoint format (``torch.save``'s zip), streamed without torch and without RAM.
+
+Why by hand: DLIO builds every tensor and calls ``torch.save``, which is why it needs the whole state
+in memory. A torch file is a zip of stored (uncompressed) entries: ``data.pkl`` (the nested dict,
+whose tensors point at storages by key), one ``data/<key>`` entry per tensor, and a few small
+records. Every size is known from the plan, so all headers are computed up front and the payload
+flows straight from the synthetic source. Each storage starts 64-byte aligned with torch's own "FB"
+padding field, so the bytes beyond the payload stay near torch.save's (the engine writes them over
+the synthetic window of their chunk for the write, so O_DIRECT needs no staging copy).
+
+CRC-32 fields are written as 0: computing them would cost a pass over every byte, and PyTorch's zip
+reader is built with MINIZ_DISABLE_ZIP_READER_CRC32_CHECKS, so ``torch.load`` does not read them.
+Generic zip tools (``unzip -t``) will report CRC mismatches.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Callable
+from hashlib import blake2b
+from math import prod
+from typing import Any
+
+from dlio_ckpt.plan.formats import Segment
+from dlio_ckpt.plan.types import FilePlan
+
+ALIGN = 64  # torch.save's own storage alignment: overhead stays ~100-200 bytes per tensor
+_STORAGE = {"fp16": "HalfStorage", "bf16": "BFloat16Storage", "fp32": "FloatStorage",
+            "fp64": "DoubleStorage", "int8": "CharStorage", "uint8": "ByteStorage"}
+_U32 = 0xFFFFFFFF
+
+
+# -- pickle (protocol 2, as torch.save's pickler writes it) ------------------------------------------
+
+def _str(s: str) -> bytes:
+    b = s.encode()
+    return b"X" + struct.pack("<I", len(b)) + b
+
+
+def _int(n: int) -> bytes:
+    if 0 <= n < 1 << 31:
+        return b"J" + struct.pack("<i", n)
+    raw = n.to_bytes((n.bit_length() + 8) // 8, "little", signed=True)
+    return b"\x8a" + bytes([len(raw)]) + raw
+
+
+def _global(module: str, name: str) -> bytes:
+    return b"c" + module.encode() + b"\n" + name.encode() + b"\n"
+
+
+def pickle_state(file: FilePlan) -> bytes:
+    """data.pkl of ``torch.save`` of the file's (possibly nested) dict of 1-D tensors, storages keyed 0, 1,
+    2, ..., byte for byte as torch.save's pickler writes it (held to DLIO's own files in
+    tests/test_references.py and to torch.save in tests/test_pt_format.py)."""
+    p, key = _Pickler(), iter(range(sum(len(g.numels) for g in file.groups)))
+
+    def group(numels: tuple[int, ...]) -> None:
+        p.dict([(str(i), n) for i, n in enumerate(numels)], lambda n: p.tensor(file.dtype, str(next(key)), (n,)))
+
+    if file.groups[0].key is not None:
+        p.dict([(g.key or "", g.numels) for g in file.groups], group)
+    else:
+        group(file.groups[0].numels)
+    return p.done()
+
+
+class _Pickler:
+    """Python's C pickler at protocol 2, as ``torch.save`` runs it, for the few objects a checkpoint holds:
+    every dict, string, tuple and reduced object memoized as it first appears; what is the same object each
+    time (``torch._utils._rebuild_tensor_v2``, the storage class, ``OrderedDict``, the strings "storage" and
+    "cpu") fetched from the memo after; dict items batched as ``batch_dict_exact`` batches them."""
+
+    def __init__(self) -> None:
+        self.m, self.seen, self.out = _Memo(), {}, [b"\x80\x02"]
+
+    def once(self, key: tuple[str, ...], first: bytes) -> None:
+        """A shared object: pickled and memoized the first time, fetched from the memo after."""
+        if key in self.seen:
+            self.out.append(_get(self.seen[key]))
+        else:
+            self.seen[key] = self.m.n
+            self.out.append(first + self.m.put())
+
+    def tensor(self, dtype: str, storage_key: str, shape: tuple[int, ...]) -> None:
+        """A contiguous CPU tensor: ``_rebuild_tensor_v2(storage, 0, shape, strides, False, OrderedDict())``."""
+        m, numel = self.m, prod(shape)
+        strides = tuple(prod(shape[i + 1:]) for i in range(len(shape)))
+        self.once(("torch._utils", "_rebuild_tensor_v2"), _global("torch._utils", "_rebuild_tensor_v2"))
+        self.out.append(b"((")
+        self.once(("storage",), _str("storage"))
+        self.once(("torch", _STORAGE[dtype]), _global("torch", _STORAGE[dtype]))
+        self.out.append(m.str(storage_key))
+        self.once(("cpu",), _str("cpu"))
+        self.out.append(_small_int(numel) + b"t" + m.put() + b"Q" + _small_int(0) + m.tuple(shape)
+                        + m.tuple(strides) + b"\x89")
+        self.once(("collections", "OrderedDict"), _global("collections", "OrderedDict"))
+        self.out.append(b")R" + m.put() + b"t" + m.put() + b"R" + m.put())
+
+    def dict(self, entries: list[tuple[str, Any]], value: Callable[[Any], None]) -> None:
+        """A dict of string keys: a single item by ``SETITEM``; else batches of 1000 by ``MARK ... SETITEMS``,
+        a full batch followed by another, empty or not."""
+        self.out.append(b"}" + self.m.put())
+        if len(entries) == 1:
+            self.out.append(self.m.str(entries[0][0]))
+            value(entries[0][1])
+            self.out.append(b"s")
+            return
+        start = 0
+        while True:
+            batch = entries[start:start + 1000]
+            self.out.append(b"(")
+            for k, v in batch:
+                self.out.append(self.m.str(k))
+                value(v)
+            self.out.append(b"u")
+            start += len(batch)
+            if len(batch) < 1000:
+                return
+
+    def done(self) -> bytes:
+        return b"".join([*self.out, b"."])
+
+
+def _get(index: int) -> bytes:
+    """BINGET / LONG_BINGET: a memoized object again."""
+    return b"h" + bytes([index]) if index < 256 else b"j" + struct.pack("<I", index)
+
+
+class _Memo:
+    """The pickler's memo: each object memoized gets the next index (BINPUT); strings and non-empty tuples
+    are written and memoized here, ints encoded by size."""
+
+    def __init__(self) -> None:
+        self.n = 0
+
+    def put(self) -> bytes:
+        self.n += 1
+        n = self.n - 1
+        return b"q" + bytes([n]) if n < 256 else b"r" + struct.pack("<I", n)
+
+    def str(self, s: str) -> bytes:
+        return _str(s) + self.put()
+
+    def tuple(self, ints: tuple[int, ...]) -> bytes:
+        if not ints:
+            return b")"
+        body = b"".join(_small_int(i) for i in ints)
+        return (body + b"\x85\x86\x87"[len(ints) - 1:len(ints)] if len(ints) <= 3 else b"(" + body + b"t") + self.put()
+
+
+def _small_int(n: int) -> bytes:
+    """Python's pickler picks the shortest of BININT1, BININT2, BININT, LONG1."""
+    if 0 <= n < 256:
+        return b"K" + bytes([n])
+    if 0 <= n < 65536:
+        return b"M" + struct.pack("<H", n)
+    return _int(n)
+
+
+def tensor_pickle(dtype: str, shape: tuple[int, ...]) -> bytes:
+    """``data.pkl`` of ``torch.save(tensor)`` for a contiguous CPU tensor of ``shape``: storage "0"."""
+    p = _Pickler()
+    p.tensor(dtype, "0", shape)
+    return p.done()
+
+
+# -- zip -------------------------------------------------------------------------------------
+
+class _Zip:
+    """Lays out stored entries at known offsets as PyTorch's writer (miniz) does: local headers with
+    zero sizes and flag 0x0808, each entry's data padded to 64 bytes by an "FB" extra field and
+    followed by a data descriptor (none after an empty one), then the central directory and, always,
+    the zip64 end records. The size of a ``torch.save`` file is then the real one to the byte."""
+
+    def __init__(self) -> None:
+        self.offset = 0
+        self.entries: list[tuple[bytes, int, int]] = []  # name, size, local header offset
+        self.descriptor = b""  # the previous entry's, written before the next header
+
+    def header(self, name: str, size: int, align: int) -> bytes:
+        n, lead = name.encode(), self.descriptor
+        start = self.offset + len(lead)
+        big = size >= _U32 or start >= _U32
+        z64 = struct.pack("<HHQQ", 1, 16, 0, 0) if big else b""
+        pad = (-(start + 30 + len(n) + len(z64) + 4)) % align
+        extra = z64 + struct.pack("<HH", 0x4246, pad) + b"Z" * pad
+        head = struct.pack("<IHHHHHIIIHH", 0x04034B50, 45 if big else 0, 0x0808, 0, 0, 0, 0, 0, 0,
+                           len(n), len(extra)) + n + extra
+        # miniz writes no descriptor after an empty entry
+        self.descriptor = struct.pack("<IIQQ" if big else "<IIII", 0x08074B50, 0, size, size) if size else b""
+        self.entries.append((n, size, start))
+        self.offset = start + len(head) + size
+        return lead + head
+
+    def directory(self) -> bytes:
+        lead, self.descriptor = self.descriptor, b""
+        cd_start, parts = self.offset + len(lead), []
+        for name, size, off in self.entries:
+            big_size, big_off = size >= _U32, off >= _U32
+            z64 = (struct.pack("<QQ", size, size) if big_size else b"") + (struct.pack("<Q", off) if big_off else b"")
+            extra = struct.pack("<HH", 1, len(z64)) + z64 if z64 else b""
+            ver = 45 if z64 else 0
+            parts.append(struct.pack("<IHHHHHHIIIHHHHHII", 0x02014B50, ver, ver, 0x0808, 0, 0, 0, 0,
+                                     _U32 if big_size else size, _U32 if big_size else size, len(name),
+                                     len(extra), 0, 0, 0, 0, _U32 if big_off else off) + name + extra)
+        cd = b"".join(parts)
+        count, end = len(self.entries), cd_start + len(cd)
+        tail = (struct.pack("<IQHHIIQQQQ", 0x06064B50, 44, 0x031E, 45, 0, 0, count, count, len(cd), cd_start)
+                + struct.pack("<IIQI", 0x07064B50, 0, end, 1))
+        eocd = struct.pack("<IHHHHIIH", 0x06054B50, 0, 0, min(count, 0xFFFF), min(count, 0xFFFF),
+                           min(len(cd), _U32), min(cd_start, _U32), 0)
+        self.offset = end + len(tail) + len(eocd)
+        return lead + cd + tail + eocd
+
+
+def archive(pickled: bytes, storages: list[int], serialization_id: bytes) -> list[Segment]:
+    """The segments of one ``torch.save`` zip: ``data.pkl``, the small records, one stored entry of
+    payload per storage (the engine's synthetic bytes), the trailing records and the directory."""
+    z, out, pending = _Zip(), [], []
+    prefix = "archive/"
+
+    def small(name: str, data: bytes) -> None:
+        pending.append(z.header(prefix + name, len(data), 64) + data)
+
+    small("data.pkl", pickled)
+    small(".format_version", b"1")
+    small(".storage_alignment", b"64")
+    small("byteorder", b"little")
+    for key, nbytes in enumerate(storages):
+        pending.append(z.header(f"{prefix}data/{key}", nbytes, ALIGN))
+        out.extend([b"".join(pending), nbytes])
+        pending = []
+    small("version", b"3\n")
+    small(".data/serialization_id", serialization_id)
+    pending.append(z.directory())
+    out.append(b"".join(pending))
+    return out
+
+
+class PtFormat:
+    name = "pt"
+    extension = ".pt"
+
+    def segments(self, file: FilePlan) -> list[Segment]:
+        storages = [numel * file.itemsize for group in file.groups for numel in group.numels]
+        # torch.save's serialization id is 40 characters
+        return archive(pickle_state(file), storages, blake2b(file.stem.encode(), digest_size=20).hexdigest().encode())

@@ -1,0 +1,33 @@
+"""Rules several layouts share, with one wording: a format the framework does not write, and MLPerf's
+subset mode, which only DLIO's layout has."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from dlio_ckpt.errors import ConfigError
+
+if TYPE_CHECKING:
+    from dlio_ckpt.config import Workload
+
+
+def torch_save_only(workload: Workload, layout: str, framework: str) -> None:
+    """The framework writes every file (or item) with torch.save: checkpoint.format means nothing."""
+    if workload.checkpoint.format != "pt":
+        raise ConfigError("workload.checkpoint.format", workload.checkpoint.format,
+                          f"means nothing with checkpoint.layout={layout}: {framework} writes with torch.save "
+                          "(leave checkpoint.format out)")
+
+
+def every_rank_writes(workload: Workload, layout: str) -> None:
+    if workload.checkpoint.mode == "subset":
+        raise ConfigError("workload.checkpoint.mode", "subset", "is MLPerf's mode of DLIO's layout; with "
+                          f"checkpoint.layout={layout} every rank writes")
+
+
+def dense_only(workload: Workload, layout: str, why: str) -> None:
+    """A layout that does not (yet) write mixtures of experts says so, and which layout does."""
+    if workload.model.family != "dense":
+        raise ConfigError("workload.model.family", workload.model.family, f"is not modelled with "
+                          f"checkpoint.layout={layout}: {why}; checkpoint.layout=megatron, dcp or deepspeed writes "
+                          "one as that framework does")

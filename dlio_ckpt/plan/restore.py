@@ -1,0 +1,206 @@
+"""What each rank of a restore reads: whole files, or byte ranges of other ranks' files when the load
+runs at another world size than the save (resharding) or wants the model alone.
+
+Why a plan of its own: a real restore is not the save played backwards. A DCP load reads ``.metadata``
+on every rank, then, for every tensor it needs, the stored chunks that overlap its own shard, wherever
+they lie (ByteCheckpoint, NSDI 2025: the read pattern decides the restore's time). The layout decides
+what its framework reads (its ``restore``, asked by :func:`restore_plan`); this module holds the shape of
+the answer and what a reader needs to know of it, and no framework's rules.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from dlio_ckpt.errors import ConfigError
+from dlio_ckpt.plan.layouts import load_layout
+from dlio_ckpt.plan.types import Plan
+
+
+@dataclass(frozen=True)
+class FileReads:
+    """One file a rank reads: the ``index``-th file of writer ``rank``, whole (``ranges`` empty) or
+    the byte ranges (offset, length) it needs, in the order the framework reads them."""
+
+    rank: int
+    index: int
+    ranges: tuple[tuple[int, int], ...] = ()
+
+
+@dataclass(frozen=True)
+class RankReads:
+    """One reading rank's restore: its files in order, and the bytes of state it needs from them
+    (tensor elements; what it reads beyond is the read amplification)."""
+
+    rank: int
+    files: tuple[FileReads, ...]
+    needed: int
+
+
+@dataclass(frozen=True)
+class Restore:
+    """The whole load: every reading rank's reads, the world it runs at, what it loads, and which
+    framework's reader it follows (said in summary.json)."""
+
+    world_size: int
+    saved_world_size: int
+    model_only: bool
+    ranks: tuple[RankReads, ...]
+    follows: str
+
+
+def by_file(rank: int, reads: list[tuple[int, int, int, int]], needed: int) -> RankReads:
+    """A rank's reads, (writer rank, file, offset, length) in the order its framework issues them, grouped
+    as DCP's ``FileSystemReader.read_data`` reads them: file by file in the order each first appears,
+    each file's reads in their order (DCP's and Megatron's loads alike)."""
+    files: dict[tuple[int, int], list[tuple[int, int]]] = {}
+    for writer, k, offset, length in reads:
+        files.setdefault((writer, k), []).append((offset, length))
+    return RankReads(rank, tuple(FileReads(w, k, tuple(r)) for (w, k), r in files.items()), needed)
+
+
+def spans(ranges: tuple[tuple[int, int], ...], align: int = 1) -> tuple[tuple[int, int], ...]:
+    """What a sequential reader asks of storage for ``ranges`` (offset, length), read one after another:
+    each widened to whole ``align`` blocks (O_DIRECT), then those that overlap or touch joined into one
+    read, as (start, end)."""
+    out: list[tuple[int, int]] = []
+    for offset, length in ranges:
+        lo, hi = offset - offset % align, -(-(offset + length) // align) * align
+        if out and out[-1][0] <= lo <= out[-1][1]:
+            out[-1] = (out[-1][0], max(out[-1][1], hi))
+        else:
+            out.append((lo, hi))
+    return tuple(out)
+
+
+def whole_files(plan: Plan, follows: str) -> Restore:
+    """Each rank reads its own files whole at the save's world size: DLIO's read phase."""
+    ranks = tuple(RankReads(r.rank, tuple(FileReads(r.rank, k) for k in range(len(r.files))), r.payload_bytes)
+                  for r in plan.ranks)
+    return Restore(plan.world_size, plan.world_size, False, ranks, follows)
+
+
+def _spread(values: list[int]) -> dict[str, float]:
+    """min, median, mean, max of a non-empty list (of ranks' or reads' figures)."""
+    ordered = sorted(values)
+    return {"min": ordered[0], "median": ordered[len(ordered) // 2], "mean": sum(ordered) / len(ordered),
+            "max": ordered[-1]}
+
+
+def figures(restore: Restore, file_size: Callable[[int, int], int], metadata_bytes: int, chunk: int,
+            ) -> dict[str, Any]:
+    """summary.json's ``io.restore``: what the load needs and reads, per rank and in all, from its plan.
+    ``file_size(rank, index)``: a saved file's bytes; ``metadata_bytes``: what every rank reads first.
+    A read is what a rank asks for in one go: a whole file, or a run of adjacent ranges; a ranged read goes
+    to storage as requests of at most ``chunk`` bytes (on object stores a ranged GET each)."""
+    reads: list[list[int]] = []
+    requests: list[int] = []
+    for r in restore.ranks:
+        sizes, ranged = [metadata_bytes] if metadata_bytes else [], 0
+        for f in r.files:
+            runs = [end - start for start, end in spans(f.ranges)]
+            sizes += runs or [file_size(f.rank, f.index)]
+            ranged += sum(-(-n // chunk) for n in runs)
+        reads.append(sizes)
+        requests.append(ranged)
+    needed = [r.needed for r in restore.ranks]
+    read = [sum(s) for s in reads]
+    every = [n for sizes in reads for n in sizes]
+    histogram: dict[str, int] = {}
+    for n in every:  # by power of two: "<=4096" holds reads of 2049..4096 bytes
+        bound = 1 << max(n - 1, 0).bit_length()
+        histogram[f"<={bound}"] = histogram.get(f"<={bound}", 0) + 1
+    return {"world_size": restore.world_size, "saved_world_size": restore.saved_world_size,
+            "model_only": restore.model_only, "resharded": restore.world_size != restore.saved_world_size,
+            "follows": restore.follows, "bytes_needed": sum(needed), "bytes_read": sum(read),
+            "read_amplification": sum(read) / sum(needed) if sum(needed) else None,
+            "metadata_bytes_per_rank": metadata_bytes,
+            "bytes_read_per_rank": _spread(read), "bytes_needed_per_rank": _spread(needed),
+            "reads_per_rank": _spread([len(s) for s in reads]),
+            "ranged_requests_per_rank": _spread(requests), "files_per_rank": _spread([len(r.files) for r in
+                                                                                         restore.ranks]),
+            "read_bytes": {**_spread(every), "histogram": dict(sorted(histogram.items(),
+                                                                        key=lambda kv: int(kv[0][2:])))},
+            "imbalance": max(read) / (sum(read) / len(read)) if sum(read) else 1.0,
+            "heaviest_rank": read.index(max(read))}
+
+
+NOT_MODELLED = {  # whole-file loads standing in for a framework's own, and why
+    "deepspeed": "DeepSpeed's load_checkpoint is not modelled",
+    "megatron": "megatron-core's load of a mixture of experts is not modelled yet",
+}
+
+
+def load_caveat(workload: Any, restore: Restore) -> str | None:
+    """In plain words, where the read phase is not held to the framework's own load (None where it is, or
+    where the layout is DLIO's, whose read phase is its own). Why said: such a load is verified byte for byte
+    all the same, and "verified" alone reads as if its pattern were the framework's. A load where every rank
+    reads its own files whole, in a layout whose framework loads otherwise, stands in for a load not modelled;
+    DCP's plan of a mixture of experts with expert parallelism applies FSDP2's rules at the save's placement,
+    which no real ``dcp.load`` of torchtitan's expert mesh has been held to."""
+    layout, model = workload.checkpoint.layout, workload.model
+    own_whole = all(f.rank == r.rank and not f.ranges for r in restore.ranks for f in r.files)
+    if layout != "dlio" and own_whole:
+        why = NOT_MODELLED.get(layout, f"checkpoint.layout={layout}'s load is not modelled")
+        return f"not the framework's own load ({why}): each rank reads its own files whole"
+    if layout == "dcp" and model.family == "moe" and model.parallelism.expert > 1:
+        return ("not held to the framework's own load (no real dcp.load of torchtitan's expert-parallel placement "
+                "was compared): each rank reads its own stored shards and the replicated items, by FSDP2's rules")
+    return None
+
+
+def restored_bytes(restore: Restore, file_size: Callable[[int, int], int], metadata_bytes: int) -> int:
+    """The stored bytes a load restores, each once however many ranks read it: every byte of the files or
+    ranges some rank reads, and the metadata every rank reads first. A whole load's is what the save wrote
+    (held to it in the tests); with ``restore.model_only``, the model's part. The load's DLIO figures are
+    these over its duration: what a restart gets back, not what its ranks read to get it."""
+    ranges: dict[tuple[int, int], list[tuple[int, int]]] = {}
+    for r in restore.ranks:
+        for f in r.files:
+            ranges.setdefault((f.rank, f.index), []).extend(f.ranges or [(0, file_size(f.rank, f.index))])
+    return metadata_bytes + sum(hi - lo for each in ranges.values() for lo, hi in spans(tuple(sorted(each))))
+
+
+def described(workload: Any, restore: Restore, plan: Plan, fmt: Any) -> dict[str, Any]:
+    """summary.json's ``io.restore``, and what ``plan`` prints of a restore: what each rank needs and reads
+    (:func:`figures`), the heaviest rank's need, what the load restores (``bytes_restored``, over which the load's
+    figures are taken), and whether it is the framework's own load (``frameworks_own_load``, ``caveat`` beside
+    ``follows``). One function for both, so that a plan and a run say the same of the same restore."""
+    from dlio_ckpt.plan.formats import planned_size
+
+    def size(rank: int, k: int) -> int:
+        return planned_size(fmt, plan.ranks[rank].files[k])
+
+    metadata = sum(c.size for c in plan.coordinator)
+    caveat = load_caveat(workload, restore)
+    out: dict[str, Any] = {}
+    for key, value in figures(restore, size, metadata, workload.checkpoint.chunk_size).items():
+        if key == "bytes_needed":
+            out["bytes_restored"] = restored_bytes(restore, size, metadata)
+        out[key] = value
+        if key == "follows":  # the plain words beside the reader they qualify
+            out.update(frameworks_own_load=caveat is None, caveat=caveat)
+    out["heaviest_rank_bytes_needed"] = restore.ranks[out["heaviest_rank"]].needed
+    return out
+
+
+def restore_plan(workload: Any, plan: Plan) -> Restore:
+    """What each rank of the read phase reads: the layout's own ``restore`` where its framework reshards or
+    loads the model alone (DCP); elsewhere each rank's own files whole, at the save's world size, and a load
+    asked otherwise is refused with the layout's reason (its ``NO_RESTORE``), exit 2."""
+    module, asked, layout = load_layout(workload.checkpoint.layout), workload.restore, workload.checkpoint.layout
+    world = asked.world_size or plan.world_size
+    if asked.tensor is not None and asked.tensor != workload.model.parallelism.tensor and layout != "megatron":
+        raise ConfigError("workload.restore.tensor", asked.tensor, f"means nothing with checkpoint.layout={layout}: "
+                          "only Megatron's load changes tensor parallelism here (DCP's FSDP2 has none); leave it out")
+    if hasattr(module, "restore"):
+        return module.restore(workload, plan, world, asked.model_only)
+    if world != plan.world_size:
+        raise ConfigError("workload.restore.world_size", world, f"must be the save's ({plan.world_size}) with "
+                          f"checkpoint.layout={workload.checkpoint.layout}: {module.NO_RESTORE}")
+    if asked.model_only:
+        raise ConfigError("workload.restore.model_only", True, f"is not modelled with checkpoint.layout="
+                          f"{workload.checkpoint.layout}: {module.NO_RESTORE}")
+    return whole_files(plan, module.READS)

@@ -1,0 +1,305 @@
+"""One run as every mode sees it, and the skeleton they all share: one timed block per save or load,
+one way to write the results (the storage's preparation before a run is :mod:`dlio_ckpt.run.preparation`'s).
+
+Why once: emulated, Lightning, FSDP and GDS runs differ in what they save and how, not in the
+contract around it (start together, slowest process's time, a watchdog on this process's I/O,
+DLIO's result files). A mode gets a :class:`RunContext` and uses :func:`timed` for each operation;
+it never re-implements barrier, clock, watchdog or result writing.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
+from dataclasses import dataclass, field
+from typing import Any, Protocol, TypeVar
+
+from dlio_ckpt.cluster.comm import Comm, on_root
+from dlio_ckpt.cluster.placement import Placement
+from dlio_ckpt.config import Checkpoint, Workload
+from dlio_ckpt.io.backends import REGISTRY, Backend
+from dlio_ckpt.io.requests import Request, summarize
+from dlio_ckpt.plan.restore import Restore
+from dlio_ckpt.plan.types import Plan
+from dlio_ckpt.results.summary import OpRecord, ProcessCost, finish_run
+from dlio_ckpt.run.failure import RunState, Watchdog, watching
+from dlio_ckpt.run.steps import Found, Writes, step_name
+
+T = TypeVar("T")
+log = logging.getLogger("dlio_ckpt")
+GIB = 1 << 30
+
+
+@dataclass
+class RunContext:
+    """What one process knows of the run. ``plan`` is the emulated layout (built once, by the
+    emulated mode's preflight); ``run_dir`` and ``meta`` are set once the run folder exists."""
+
+    workload: Workload
+    comm: Comm
+    backend: Backend
+    world_size: int
+    state: RunState = field(default_factory=RunState)
+    watchdog: Watchdog | None = None
+    plan: Plan | None = None
+    restore: Restore | None = None  # what the read phase reads (the emulated mode's preflight)
+    outside_requests: list[Request] = field(default_factory=list)  # not during a timed operation
+    run_dir: str = ""
+    meta: dict[str, Any] = field(default_factory=dict)
+    started: float = field(default_factory=time.time)
+    tiers: list[Backend] = field(default_factory=list)  # [backend, then workload.tiers' backends]
+    alarm: threading.Event = field(default_factory=threading.Event)  # set by a failed background thread
+    writes: Writes = Writes(())  # what this run writes in the checkpoint folder (prepare_storage)
+    fsync_wording: str = ""  # the mode's: what checkpoint.fsync makes it do (summary.json io.fsync)
+    found: list[Found | None] = field(default_factory=list)  # each tier's acting rank: what its folder held before
+    placement: Placement = Placement(("",), 0, False)  # which host each process is on (launch.start places them)
+    memory_bytes: dict[int, int | None] = field(default_factory=dict)  # acting ranks: host memory a tier takes
+
+    def __post_init__(self) -> None:
+        self.tiers = self.tiers or [self.backend]
+
+    @property
+    def ck(self) -> Checkpoint:
+        return self.workload.checkpoint
+
+    def watch(self) -> AbstractContextManager:
+        return watching(self.watchdog)
+
+    def on_root_io(self, fn: Callable[[], T]) -> T:
+        """``on_root`` for a storage operation: rank 0 does it under the watchdog, the others wait."""
+        def watched() -> T:
+            with self.watch():
+                return fn()
+        return on_root(self.comm, watched)
+
+    def acts_on(self, k: int) -> bool:
+        """Whether this process does tier ``k``'s checks, markers and clean-up: rank 0 on a shared tier,
+        each host's acting rank on its own copy of a node-scoped one."""
+        own = self.workload.storages[k].scope != "shared"  # node or peer: each host's own storage
+        return self.placement.acts if own else self.comm.rank == 0
+
+    def on_tier_io(self, k: int, fn: Callable[[], T]) -> T:
+        """``on_root_io`` for tier ``k``: on a node or peer tier every host's acting rank runs ``fn`` on its
+        own copy, and a failure on any host ends every rank alike (reported by the rank it happened on).
+        Every rank gets the first answer other than None, in rank order (rank 0's where it gave one)."""
+        if self.workload.storages[k].scope == "shared":
+            return self.on_root_io(fn)
+        answer: tuple[bool, Any] = (True, None)
+        if self.acts_on(k):
+            try:
+                with self.watch():
+                    answer = (True, fn())
+            except Exception as exc:  # re-raised below, on every rank
+                answer = (False, exc)
+        answers = self.comm.allgather(answer)
+        for rank, (ok, value) in enumerate(answers):
+            if not ok:
+                value.raised_on = rank
+                raise value
+        return next((value for _, value in answers if value is not None), None)
+
+    @property
+    def counts_requests(self) -> bool:
+        """Whether any storage of the run logs its requests (object stores)."""
+        return any(b.requests is not None for b in self.tiers)
+
+    def take_requests(self, backend: Backend | None = None) -> list[Request]:
+        """Requests logged since the last call: of ``backend``, or of every tier (not the drains':
+        their clients are their own)."""
+        return [q for b in ([backend] if backend else self.tiers) if b.requests is not None for q in b.requests.take()]
+
+    def path(self, step: int, suffix: str = "", backend: Backend | None = None) -> str:
+        """The path of a step (a folder for files and DCP, a file for Lightning) on ``backend``
+        (a tier; the first by default)."""
+        return (backend or self.backend).join(self.ck.checkpoint_folder, step_name(step) + suffix)
+
+
+@dataclass
+class Clock:
+    """When a timed operation started (wall clock, for records; monotonic, for durations) and how
+    long it took once its block ended."""
+
+    start: float
+    t0: float
+    seconds: float = 0.0
+    waited: float = 0.0  # in the barrier before the clock started
+    cost: ProcessCost = field(default_factory=ProcessCost.now)  # this process's, when the clock started
+
+
+@contextmanager
+def timed(ctx: RunContext, phase: str, step: int, what: str = "") -> Iterator[Clock]:
+    """Every process starts the operation together (barrier), then the clock runs while the watchdog
+    watches this process's I/O. ``what`` names the path or file for messages."""
+    ctx.state.phase, ctx.state.step = f"{phase} ({what})" if what else phase, step
+    ctx.outside_requests += ctx.take_requests()  # requests since the last operation are not this one's
+    entered = time.perf_counter()
+    ctx.comm.barrier()
+    clock = Clock(time.time(), time.perf_counter())
+    clock.waited = clock.t0 - entered
+    with ctx.watch():
+        yield clock
+    clock.seconds = time.perf_counter() - clock.t0
+
+
+def record(ctx: RunContext, phase: str, index: int, clock: Clock, nbytes: int, files: int, *,
+           step: int | None = None, seconds: float | None = None,
+           file_times: tuple[tuple[str, float, float, int], ...] = (), held: float | None = None,
+           stalled: float = 0.0, backend: Backend | None = None, ended: ProcessCost | None = None,
+           metadata_seconds: float | None = None) -> OpRecord:
+    """This process's part of one operation. ``seconds`` replaces the clock's where the operation
+    ends after its block (an async save, finished in the background); ``held``: how long it held
+    training (async), ``stalled`` of which waiting for the previous background write (or a drain);
+    ``backend``: the tier it used, if not the first (whose requests it made); ``ended``: this process's
+    cost when the operation ended, where the record is made later (else now); ``metadata_seconds``: a load's
+    time reading the metadata every rank reads first (DCP's ``.metadata``)."""
+    seconds = clock.seconds if seconds is None else seconds
+    requests = tuple(ctx.take_requests(backend or ctx.backend))
+    cost = (ended or ProcessCost.now()).since(clock.cost)
+    return OpRecord(phase, index, index if step is None else step, ctx.comm.rank, clock.start,
+                    clock.start + seconds, seconds, nbytes, files, file_times, clock.waited, requests, held, stalled,
+                    cost, metadata_seconds)
+
+
+def say_done(ctx: RunContext, name: str, seconds: float, detail: str = "") -> None:
+    """The console line of one operation, with the duration summary.json reports for it: the slowest
+    process's, not rank 0's own (a collective: every process calls it)."""
+    everyone = ctx.comm.gather(seconds)
+    if everyone is not None:
+        log.info("%s: %.3f s%s", name, max(everyone), f", {detail}" if detail else "")
+
+
+def evict_before_read(ctx: RunContext, paths: list[str]) -> None:
+    """Unless ``checkpoint.read_from_page_cache``, a load reads from storage, not from the pages the
+    save left in this host's cache."""
+    if ctx.backend.capabilities.evict_cache and not ctx.ck.read_from_page_cache:
+        for path in paths:
+            ctx.backend.evict(path)
+
+
+def fsync_meaning(ctx: RunContext) -> str | bool:
+    """What ``checkpoint.fsync`` meant on this storage, said plainly, the same way for every mode
+    (``ctx.fsync_wording``: how the mode syncs)."""
+    caps = ctx.backend.capabilities
+    if not caps.stores_data:
+        return "nothing stored: null storage"
+    if caps.durable_on_close:
+        return "implicit: each object is committed when its upload completes"
+    return ctx.fsync_wording if ctx.ck.fsync else False
+
+
+def read_cache(ctx: RunContext) -> str:
+    """Where reads could have been served from, said plainly."""
+    caps, ck = ctx.backend.capabilities, ctx.ck
+    if not caps.stores_data:
+        return "none: null storage"
+    if not caps.evict_cache:
+        return "server: no client-side cache"
+    if ck.odirect:
+        return "odirect"
+    return "allowed" if ck.read_from_page_cache else "evicted"
+
+
+def world_sizes(ctx: RunContext) -> dict[str, int]:
+    """The ranks of each phase that ran, and of the job. A load may run at another world size than the save
+    (``restore.world_size``): ``save_world_size`` and ``load_world_size`` say each. DLIO's ``num_accelerators``
+    (and our ``world_size``) stay the job's: the save's where the run saves (its checkpoints are that job's, and
+    MLPerf's rules count its processes), the load's where it only loads (then the job is the load's)."""
+    ck, loads = ctx.ck, ctx.restore.world_size if ctx.restore is not None else ctx.world_size
+    out = {**({"save_world_size": ctx.world_size} if ck.num_checkpoints_write else {}),
+           **({"load_world_size": loads} if ck.num_checkpoints_read else {})}
+    job = loads if not ck.num_checkpoints_write and ck.num_checkpoints_read else ctx.world_size
+    return {"num_accelerators": job, "world_size": job, **out}
+
+
+def storage_facts(ctx: RunContext) -> dict[str, Any]:
+    """``io.storage`` (the backend's own account) and ``io.checkpoint_folder`` (where the steps are). Why the
+    root is corrected here: a checkpoint folder given as an absolute path on a local file system is not under
+    ``storage_root`` (which defaults to the current folder), and the backend would name the folder the run
+    started in; the real root is the one the checkpoint folder lies in."""
+    storage = ctx.backend.describe()
+    folder = ctx.backend.join(ctx.ck.checkpoint_folder)
+    if REGISTRY[ctx.backend.name].local_folder:
+        folder = os.path.normpath(os.path.abspath(folder))
+        if os.path.isabs(ctx.ck.checkpoint_folder) and "root" in storage:
+            storage["root"] = os.path.dirname(folder)
+    return {"storage": storage, "checkpoint_folder": folder}
+
+
+def write_results(ctx: RunContext, records: list[OpRecord], checkpoint_bytes: int, io: dict[str, Any],
+                  mine: Any = None, describe: Callable[[list[Any]], dict[str, Any]] | None = None,
+                  loaded_bytes: int | None = None) -> dict[str, Any] | None:
+    """``summary.json`` and the per-process files for any mode: ``io`` is what the mode says of its
+    I/O (what fsync and the read cache meant are said here, alike for every mode), ``mine`` this
+    process's own facts, listed as ``per_process`` unless ``describe`` turns them into other summary
+    fields. ``checkpoint_bytes``: one checkpoint, all processes, as written; ``loaded_bytes``: what one
+    load restores, the bytes its figures are taken over (None: what the loads read; see
+    :func:`dlio_ckpt.results.summary.summary`)."""
+    def fields(per_process: list[Any]) -> dict[str, Any]:
+        base = {"mode": ctx.workload.mode, **world_sizes(ctx),
+                "io": {"storage_type": ctx.backend.name, **storage_facts(ctx),
+                       "fsync": fsync_meaning(ctx), "read_cache": read_cache(ctx), **io}}
+        if ctx.counts_requests:  # results.summary adds the checkpoints' own
+            base["requests"] = {"outside_checkpoints": summarize([q for _, out in per_process for q in out]),
+                                "note": REQUESTS_NOTE}
+        mine_all = [m for m, _ in per_process]
+        return {**base, **(describe(mine_all) if describe else {"per_process": mine_all})}
+
+    ctx.outside_requests += ctx.take_requests()
+    return finish_run(ctx.comm, ctx.run_dir, ctx.meta, ctx.started, records, checkpoint_bytes,
+                      (mine if mine is not None else {}, ctx.outside_requests), fields, loaded_bytes)
+
+
+def finished_line(result: dict[str, Any], run_dir: str) -> str:
+    """The run's last console line: the checkpoint's size and a figure for each phase that ran, nothing for
+    a phase that did not (a read-only run once said ``save 0.000 GiB/s mean``). A load is said by its
+    duration first, the time a restart waits, then the checkpoint's bytes over it (DLIO's figure)."""
+    m = result["metric"]
+    said = [f"checkpoint {m['checkpoint_size_GiB']:.3f} GiB"]
+    if "save_checkpoint_io_mean_GiB_per_second" in m:
+        said.append(f"save {m['save_checkpoint_io_mean_GiB_per_second']:.3f} GiB/s mean")
+    if "load_checkpoint_io_mean_GiB_per_second" in m:
+        said.append(f"load {m['load_checkpoint_duration_mean_seconds']:.3f} s mean "
+                    f"({m['load_checkpoint_io_mean_GiB_per_second']:.3f} GiB/s of the checkpoint)")
+    line = f"done: {'; '.join(said)}; results in {run_dir}"
+    if (scaled := result.get("io", {}).get("scaled")) is not None:
+        full, ahead = scaled["full_size"], scaled["projected_full_size"]
+        times = "; ".join(f"{phase} {ahead[f'{phase}_seconds']:.1f} s" for phase in ("save", "load")
+                          if f"{phase}_seconds" in ahead)
+        line += (f"\nscaled: this run wrote 1/{1 / scaled['bytes_ratio']:,.0f} of the job's "
+                 f"{full['checkpoint_size_GiB']:,.2f} GiB per checkpoint ({scaled['this_run']['headers_share']:.0%} of "
+                 f"it the format's headers, {full['headers_share']:.1%} at full size)"
+                 + (f"; projected at full size, not measured (times x bytes): {times}" if times else ""))
+    return line
+
+
+REQUESTS_NOTE = ("per kind: count, bytes, latency percentiles of requests seen (ms), requests per second over "
+                 "the checkpoint's duration, failures by cause; 'derived': counted by the client's rule "
+                 "(s3torchconnector's CRT hides its part requests and retries), no latency; 'call: ...': our call "
+                 "into the client, not an HTTP request; checkpoints[] hold each checkpoint's requests, "
+                 "outside_checkpoints the storage checks, manifests and clean-up")
+
+
+class Mode(Protocol):
+    """What :mod:`dlio_ckpt.run.launch` needs of a mode to run the sequence every mode shares (checks,
+    storage prepared, the checkpoint folder replaced and recorded, the run, its result files)."""
+
+    FSYNC: str  # what checkpoint.fsync makes this mode do, said plainly (summary.json io.fsync)
+
+    def preflight(self, ctx: RunContext) -> None:
+        """Checks that need no storage (the emulated mode builds its plan here)."""
+
+    def writes(self, ctx: RunContext) -> Writes:
+        """What it may write in the checkpoint folder (the run record)."""
+
+    def needed_bytes(self, ctx: RunContext) -> int:
+        """Bytes of every checkpoint it writes, for the room check (asked on rank 0 only)."""
+
+    def check_reads(self, ctx: RunContext) -> None:
+        """Checks that need the storage checked first (a read-only run's steps)."""
+
+    def run(self, ctx: RunContext) -> dict[str, Any] | None:
+        """The run, ending with its result files (``context.write_results``); the summary on rank 0."""

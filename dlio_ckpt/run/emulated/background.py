@@ -1,0 +1,114 @@
+"""Async checkpoints in the emulator (``checkpoint.async_save``): training holds only while a
+checkpoint is staged, the write runs in the background during the next training interval, and the
+next checkpoint waits for it (as DCP's ``async_save``, Megatron or DataStates do).
+
+Why here and not a second runner: it is a way of running the save of :mod:`dlio_ckpt.run.emulated.runner`'s loop,
+through the same skeleton (``timed`` + ``record``); only when the write ends and what holds training
+change. Staging is modelled (the shard at ``staging_gb_per_second`` per accelerator: memory stays
+bounded) or a real copy into host memory (:class:`Staging`); training is a sleep, or one busy core
+(``training=cpu``). With tiers, a process's drain starts as soon as its background write ends.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from dlio_ckpt.io.engine import Engine, FileTask
+from dlio_ckpt.results.summary import OpRecord, ProcessCost
+from dlio_ckpt.run.context import Clock, record, timed
+from dlio_ckpt.run.emulated.checkpoints import EmulatedRun
+from dlio_ckpt.run.emulated.tiers import Tiers
+
+
+class Staging:
+    """The copy that holds training at each async checkpoint. ``modelled``: the largest shard of this
+    process's ranks at ``staging_gb_per_second`` (they stage at once, each from its own accelerator),
+    a sleep, memory bounded. ``real``: every byte of this process's shards copied into host memory
+    allocated (and faulted in) once before the run, from a source buffer standing for device memory:
+    a real memory-bandwidth cost, competing with the background write, at the shard's memory."""
+
+    SOURCE = 64 << 20  # the source is reused: a bigger one would only add memory
+
+    def __init__(self, kind: str, rate_gb_per_second: float, largest: int, total: int) -> None:
+        self.kind, self.seconds, self.bytes = kind, largest / (rate_gb_per_second * 1e9), total
+        if kind == "real":
+            self.buffer = np.ones(total, dtype=np.uint8)  # written once: every page is resident from now
+            self.source = np.random.default_rng(0).integers(0, 256, min(total, self.SOURCE), dtype=np.uint8)
+
+    def __call__(self) -> None:
+        if self.kind == "modelled":
+            time.sleep(self.seconds)
+            return
+        step = len(self.source)
+        for offset in range(0, self.bytes, step):
+            n = min(step, self.bytes - offset)
+            self.buffer[offset:offset + n] = self.source[:n]
+
+
+def train(seconds: float, kind: str, alarm: threading.Event) -> None:
+    """One training interval: a sleep, or a CPU-bound loop on this process's core; cut short when a
+    background thread failed (``alarm``), so the job ends now and not an interval later."""
+    if kind == "sleep":
+        alarm.wait(seconds)
+        return
+    a, end = np.random.default_rng(0).random((128, 128)), time.perf_counter() + seconds
+    while time.perf_counter() < end and not alarm.is_set():
+        a = np.tanh(a @ a)
+
+
+class BackgroundSaves:
+    """Checkpoints written in the background, one at a time; the run's ``commit(step)`` writes the
+    step's manifest (a collective: every process calls it at the same point, once the write is done
+    everywhere)."""
+
+    def __init__(self, run: EmulatedRun, engine: Engine, tiers: Tiers) -> None:
+        self.run, self.ctx, self.engine, self.tiers = run, run.ctx, engine, tiers
+        self.records: list[OpRecord] = []
+        self._pending: tuple[int, Clock, float, threading.Thread, dict[str, Any], int] | None = None
+
+    def save(self, step: int, todo: list[FileTask], stage: Callable[[], None]) -> None:
+        """Checkpoint ``step``: wait for (and commit) the previous one, stage, start the write."""
+        with timed(self.ctx, "save", step) as clock:
+            stalled = self.wait() + self.tiers.make_room(step)
+            stage()  # the device-to-host copy that holds training
+            self.run.prepare(step)
+            self.ctx.comm.barrier()  # the step's folder exists before any process writes into it
+            box: dict[str, Any] = {}
+            thread = threading.Thread(target=self._write, args=(step, todo, box), name="dlio_ckpt_async", daemon=True)
+            thread.start()
+        self._pending = (step, clock, stalled, thread, box, len(todo))
+
+    def _write(self, step: int, todo: list[FileTask], box: dict[str, Any]) -> None:
+        try:
+            with self.ctx.watch():
+                box["bytes"] = self.engine.write_files(todo)
+            box["end"], box["cost"] = time.perf_counter(), ProcessCost.now()
+            self.tiers.written(step)  # the drain to the next tier starts now, not at the commit
+        except BaseException as exc:  # raised again in the main thread, which reports it
+            box["error"] = exc
+            self.ctx.alarm.set()
+
+    def wait(self) -> float:
+        """The write in flight is done on this process, then committed by all; its record made.
+        Returns the seconds spent waiting for this process's write (the commit not included)."""
+        if self._pending is None:
+            return 0.0
+        step, clock, stalled, thread, box, files = self._pending
+        self._pending = None
+        self.ctx.state.phase, self.ctx.state.step = "background save", step
+        t = time.perf_counter()
+        thread.join()
+        waited = time.perf_counter() - t
+        if "error" in box:
+            raise box["error"]
+        self.records.append(record(self.ctx, "save", step, clock, box["bytes"], files, seconds=box["end"] - clock.t0,
+                                   file_times=self.engine.take_file_times(), held=clock.seconds, stalled=stalled,
+                                   ended=box["cost"]))
+        self.run.commit(step, self.records[-1].duration)
+        self.tiers.committed(step)
+        return waited

@@ -1,0 +1,217 @@
+"""One emulated run's checkpoints as an object: whose files each process writes, the tasks of a
+step on any tier, a step's manifest, its preparation and its commit.
+
+Why an object below :mod:`dlio_ckpt.run.emulated.background` and :mod:`dlio_ckpt.run.emulated.tiers`: async
+saves and drains need the same few facts of the run (its tasks, its manifest, how a step is prepared and committed).
+Handed this object, they ask it; nothing is passed down as a callback that calls back up, and the
+mode (:mod:`dlio_ckpt.run.emulated.runner`) is left with the choreography alone.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import Any
+
+from dlio_ckpt import __version__
+from dlio_ckpt.errors import ConfigError
+from dlio_ckpt.io.backends import Backend
+from dlio_ckpt.io.engine import Engine, FileTask, IOOptions
+from dlio_ckpt.io.synthetic import file_key
+from dlio_ckpt.plan.formats import Format
+from dlio_ckpt.plan.layouts import file_format
+from dlio_ckpt.plan.restore import RankReads
+from dlio_ckpt.plan.types import RankPlan
+from dlio_ckpt.run.context import RunContext
+from dlio_ckpt.run.steps import manifest_path, step_name
+
+log = logging.getLogger("dlio_ckpt")
+
+
+def io_options(ctx: RunContext) -> IOOptions:
+    ck = ctx.ck
+    return IOOptions(ck.fsync, ck.odirect, not ck.read_from_page_cache, ck.verify, ck.chunk_size)
+
+
+def mine(ctx: RunContext, process: int | None = None) -> list[RankPlan]:
+    """The logical ranks this process (or ``process``) emulates: a contiguous share of the plan."""
+    per, p = ctx.world_size // ctx.comm.size, ctx.comm.rank if process is None else process
+    return list(ctx.plan.ranks[p * per:(p + 1) * per])
+
+
+def shard_bytes(ctx: RunContext, process: int | None = None) -> list[int]:
+    """The payload of each logical rank this process (or ``process``) emulates: what async staging copies."""
+    return [p.payload_bytes for p in mine(ctx, process)]
+
+
+def tasks(ctx: RunContext, fmt: Format, step: int, plans: list[RankPlan], backend: Backend | None = None,
+          ) -> list[FileTask]:
+    """The files of ``plans`` at ``step`` on ``backend`` (a tier; the first by default)."""
+    base = ctx.path(step, backend=backend)
+    return [FileTask(f"{base}/{f.stem}{fmt.extension}", tuple(fmt.segments(f)), file_key(step, p.rank, i))
+            for p in plans for i, f in enumerate(p.files)]
+
+
+def coordinator_tasks(ctx: RunContext, step: int, backend: Backend | None = None, staged: bool = False,
+                      ) -> list[FileTask]:
+    """The files rank 0 writes after everyone's data (DCP's ``.metadata``), under the name they are
+    first written as when ``staged`` and the storage can rename."""
+    base, store = ctx.path(step, backend=backend), backend or ctx.backend
+    return [FileTask(f"{base}/{c.staged if staged and c.staged and store.capabilities.rename else c.name}",
+                     (c.size,), file_key(step, ctx.world_size, k)) for k, c in enumerate(ctx.plan.coordinator)]
+
+
+def expected_files(ctx: RunContext, fmt: Format, processes: list[int] | None = None) -> dict[str, int]:
+    """Every file of a step and its size (all ranks', or those of ``processes``: one host's part):
+    what a manifest lists (for pt this formats every file's headers, so it is made once per run)."""
+    plans = list(ctx.plan.ranks) if processes is None else [p for q in processes for p in mine(ctx, q)]
+    coordinator = coordinator_tasks(ctx, 0) if processes is None or 0 in processes else []
+    return {t.path.rsplit("/", 1)[1]: t.size for t in tasks(ctx, fmt, 0, plans) + coordinator}
+
+
+def held_hosts(ctx: RunContext, k: int) -> list[str]:
+    """The hosts whose parts this host keeps on peer tier ``k``."""
+    st, place = ctx.workload.storages[k], ctx.placement
+    return [place.hosts[h] for h in place.peers(st.replicas, st.replication).receive_from]
+
+
+def held_files(ctx: RunContext, fmt: Format, k: int) -> dict[str, int]:
+    """What this host keeps of a step on peer tier ``k``: the files of the hosts it keeps, with sizes."""
+    return expected_files(ctx, fmt, [r for h in held_hosts(ctx, k) for r in ctx.placement.members(h)])
+
+
+class EmulatedRun:
+    """The run's checkpoints: ``files`` (every file of a step and its size) is rank 0's, who writes
+    the manifests of shared tiers; ``host_files`` (this host's part) its acting rank's, who writes
+    those of its copy of a node-scoped tier; ``run_key`` stamps every block of the run's data."""
+
+    def __init__(self, ctx: RunContext, fmt: Format, run_key: int, files: dict[str, int],
+                 host_files: dict[str, int] | None = None) -> None:
+        self.ctx, self.fmt, self.run_key, self.files = ctx, fmt, run_key, files
+        self.host_files = host_files or {}
+        self._held: dict[int, dict[str, int]] = {}  # peer tier -> what this host keeps of a step (made once)
+
+    def tasks(self, step: int, backend: Backend | None = None, plans: list[RankPlan] | None = None,
+              coordinator: bool = True) -> list[FileTask]:
+        """This process's files of ``step`` (or those of ``plans``) on ``backend`` (the first tier by
+        default); rank 0's include the coordinator's files (``.metadata``) last, unless ``coordinator``
+        is False (a synchronous save writes them after everyone's data: :meth:`finish_save`)."""
+        own = tasks(self.ctx, self.fmt, step, mine(self.ctx) if plans is None else plans, backend)
+        if plans is None and coordinator and self.ctx.comm.rank == 0:
+            own += coordinator_tasks(self.ctx, step, backend)
+        return own
+
+    def finish_save(self, engine: Engine, step: int) -> int:
+        """After every rank's data, rank 0 writes the coordinator's files and renames them into place
+        where the framework does, and every rank waits for it (DCP's save returns after .metadata is
+        written on every rank). Bytes written by this process; nothing to do for a layout without them."""
+        ctx = self.ctx
+        if not ctx.plan.coordinator:
+            return 0
+        ctx.comm.barrier()
+        nbytes = 0
+        if ctx.comm.rank == 0:
+            staged = coordinator_tasks(ctx, step, staged=True)
+            nbytes = engine.write_files(staged)
+            for task, final in zip(staged, coordinator_tasks(ctx, step), strict=True):
+                if task.path != final.path:
+                    ctx.backend.rename(task.path, final.path)
+        ctx.comm.barrier()
+        return nbytes
+
+    def metadata_reads(self, step: int, backend: Backend, readers: int) -> list[FileTask]:
+        """What each of this process's ``readers`` (loading ranks) reads first: the coordinator's files
+        (DCP's ``.metadata``, read by every rank before its data)."""
+        return coordinator_tasks(self.ctx, step, backend) * readers
+
+    def restore_reads(self, step: int, backend: Backend, reads: list[RankReads],
+                      ) -> tuple[list[FileTask], list[tuple[FileTask, tuple[tuple[int, int], ...]]]]:
+        """The files ``reads`` (this process's loading ranks) read at ``step``: those read whole, and
+        those read in byte ranges (a resharded or partial load), in the order the ranks read them."""
+        whole, ranged, of = [], [], {}  # of: a writer's files, made once
+        for r in reads:
+            for f in r.files:
+                if f.rank not in of:
+                    of[f.rank] = tasks(self.ctx, self.fmt, step, [self.ctx.plan.ranks[f.rank]], backend)
+                task = of[f.rank][f.index]
+                if f.ranges:
+                    ranged.append((task, f.ranges))
+                else:
+                    whole.append(task)
+        return whole, ranged
+
+    def manifest(self, step: int, k: int = 0) -> dict[str, Any]:
+        """The marker of ``step`` on tier ``k``: on a node tier, of this host's part alone; on a peer
+        tier, of the other hosts' parts this host keeps (``holds``)."""
+        ctx, ck, st = self.ctx, self.ctx.ck, self.ctx.workload.storages[k]
+        files, about = self.files, {}
+        if st.scope == "node":
+            files, about = self.host_files, {"host": ctx.placement.host}
+        elif st.scope == "peer":
+            if k not in self._held:  # for pt this formats every file's headers: once per run, not per step
+                self._held[k] = held_files(ctx, self.fmt, k)
+            files, about = self._held[k], {"host": ctx.placement.host, "holds": held_hosts(ctx, k)}
+        return {"tool": "dlio_ckpt", "version": __version__, "step": step, "complete": True,
+                "workload": ctx.workload.model.name, "layout": ck.layout, "world_size": ctx.world_size,
+                "format": self.fmt.name, "scale": ck.scale, "run_key": self.run_key, "files": files,
+                **({"tier": k} if k else {}), **about}
+
+    def prepare(self, step: int) -> None:
+        """Before ``step`` is written: the first tier's acting rank removes its manifest (it is being
+        rewritten) and makes its folder."""
+        ctx = self.ctx
+        if ctx.acts_on(0):
+            with ctx.watch():
+                ctx.backend.remove(manifest_path(ctx.backend, ctx.ck.checkpoint_folder, step))
+                ctx.backend.makedirs(ctx.path(step))
+
+    def commit(self, step: int, seconds: float) -> None:
+        """Every process has finished ``step`` (``seconds``: this process's time for it): the first
+        tier's acting rank (each host's, on a node-scoped tier) writes its manifest, last, and every
+        process learns it is committed (or the failure). A collective."""
+        ctx = self.ctx
+        ctx.state.phase = "commit"
+        everyone = ctx.comm.gather(seconds)
+
+        def committed() -> None:
+            ctx.state.committed = [*(ctx.state.committed or []), step]
+
+        def put() -> None:
+            path = manifest_path(ctx.backend, ctx.ck.checkpoint_folder, step)
+            ctx.state.landing = (step, lambda: ctx.backend.get_small(path) is not None)
+            ctx.backend.put_small(path, json.dumps(self.manifest(step)).encode())
+            committed()  # at once: a signal's failed summary (rank 0's) must not lag the manifest on disk
+            ctx.state.landing = None  # (and between the two, the summary looks whether it landed)
+            if everyone is not None:  # rank 0: summary.json's figure
+                log.info("save_ckpt%d: %.3f s, %d files", step, max(everyone), len(self.files))
+        ctx.on_tier_io(0, put)
+        if not ctx.acts_on(0):
+            committed()
+
+
+def check_manifest(ctx: RunContext, files: dict[str, int], step: int, run_key: int | None,
+                   tier: int | None = None) -> int:
+    """The run key of a complete step on ``tier`` (the read tier by default) that matches this run's
+    layout (``files``: on a node-scoped tier, this host's part); an error (exit 2) otherwise."""
+    backend = ctx.tiers[ctx.ck.read_tier if tier is None else tier]
+    raw = backend.get_small(manifest_path(backend, ctx.ck.checkpoint_folder, step))
+    key, folder = "workload.checkpoint.num_checkpoints_read", backend.join(ctx.ck.checkpoint_folder)
+    if raw is None:
+        raise ConfigError(key, ctx.ck.num_checkpoints_read, f"step {step} has no complete checkpoint in {folder} "
+                          f"(no {step_name(step)}.manifest.json): write it first")
+    m = json.loads(raw)
+    layout = ctx.ck.layout
+    if m["files"] != files and m.get("layout", layout) != layout:  # an older manifest records none
+        raise ConfigError("workload.checkpoint.layout", layout, f"{step_name(step)} in {folder} was written with "
+                          f"checkpoint.layout={m['layout']}, and this run reads checkpoint.layout={layout}'s files: "
+                          f"set ++workload.checkpoint.layout={m['layout']} to read it, or write it first")
+    if m["files"] != files:
+        raise ConfigError(key, ctx.ck.num_checkpoints_read,
+                          f"{step_name(step)} in {folder} holds other files than this run's "
+                          f"(workload {m['workload']}, checkpoint.layout={m.get('layout', 'not recorded')}, world "
+                          f"size {m['world_size']}, format {m['format']}, scale {m['scale']}; this run: workload "
+                          f"{ctx.workload.model.name}, checkpoint.layout={layout}, world size {ctx.world_size}, "
+                          f"format {file_format(ctx.workload).name}, scale {ctx.ck.scale})")
+    if run_key is not None and m["run_key"] != run_key:
+        raise ConfigError(key, None, f"{step_name(step)} manifest does not belong to this run")
+    return int(m["run_key"])

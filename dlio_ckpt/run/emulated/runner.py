@@ -1,0 +1,345 @@
+"""The emulated mode: write ``num_checkpoints_write`` checkpoints in DLIO's layout, read back
+``num_checkpoints_read``, from the :class:`~dlio_ckpt.plan.types.Plan` built once in :func:`preflight`.
+
+Why here and not in the CLI: this is the choreography (steps, manifests, who reads what) and nothing
+else; the skeleton around it (barrier, clock, watchdog, results) is :mod:`dlio_ckpt.run.context`'s, so it
+runs the same on one process and on a thousand.
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+import time
+from collections import Counter
+from typing import Any
+
+from dlio_ckpt import references
+from dlio_ckpt.cluster.host import available_memory, hostname
+from dlio_ckpt.cluster.placement import holder
+from dlio_ckpt.config import tier_key
+from dlio_ckpt.errors import ConfigError
+from dlio_ckpt.io.engine import Engine, FileTask, IOOptions, check_capabilities, io_buffer_bytes
+from dlio_ckpt.plan.formats import Format
+from dlio_ckpt.plan.layouts import file_format, make_plan
+from dlio_ckpt.plan.restore import RankReads, described, load_caveat, restore_plan
+from dlio_ckpt.plan.view import scaled_figures
+from dlio_ckpt.run.context import GIB, RunContext, record, say_done, timed, write_results
+from dlio_ckpt.run.emulated.background import BackgroundSaves, Staging, train
+from dlio_ckpt.run.emulated.checkpoints import (
+    EmulatedRun,
+    check_manifest,
+    expected_files,
+    held_files,
+    io_options,
+    shard_bytes,
+)
+from dlio_ckpt.run.emulated.peers import LostShares
+from dlio_ckpt.run.emulated.tiers import Tiers
+from dlio_ckpt.run.progress import progress_display
+from dlio_ckpt.run.steps import Writes
+
+log = logging.getLogger("dlio_ckpt")
+
+
+FSYNC = "every file fsynced before the process's end time"
+
+
+def preflight(ctx: RunContext) -> None:
+    """The plan (built and validated once), what the read phase reads of it, and what the storages
+    must be able to do for both."""
+    ctx.plan = make_plan(ctx.workload, ctx.world_size)
+    ctx.plan.validate()
+    ctx.restore = restore_plan(ctx.workload, ctx.plan)
+    check_capabilities(ctx.backend, io_options(ctx))
+    ck = ctx.ck
+    for backend in ctx.tiers[1:]:  # drains write without O_DIRECT; the read phase reads as asked
+        check_capabilities(backend, IOOptions(fsync=ck.fsync))
+    check_capabilities(ctx.tiers[ck.read_tier], io_options(ctx))
+    own = [k for k, st in enumerate(ctx.workload.storages) if st.scope != "shared"]  # each host's own copy
+    if own and ctx.plan.coordinator:
+        names = ", ".join(c.name for c in ctx.plan.coordinator)
+        raise ConfigError(f"{tier_key(own[0])}.scope", ctx.workload.storages[own[0]].scope,
+                          f"checkpoint.layout={ck.layout} has rank 0 write {names} once for every rank to read, "
+                          "and a node or peer tier would hold it on one host alone (not supported yet): scope shared")
+    if ctx.workload.restore.lost_hosts:  # now that the hosts are known: every lost host's part is held somewhere
+        lost_source(ctx)
+    _check_io_buffers(ctx)
+    if ck.async_save and ck.staging == "real":
+        _check_staging_memory(ctx)
+
+
+def writes(ctx: RunContext) -> Writes:
+    fmt, plan = file_format(ctx.workload), ctx.plan
+    coordinator = tuple(name for c in plan.coordinator for name in (c.name, c.staged) if name)
+    return Writes.of_run(ctx.ck, files=(*(f"{f.stem}{fmt.extension}" for p in plan.ranks for f in p.files),
+                                        *coordinator))
+
+
+def needed_bytes(ctx: RunContext) -> int:
+    return ctx.ck.num_checkpoints_write * sum(expected_files(ctx, file_format(ctx.workload)).values())
+
+
+def check_reads(ctx: RunContext) -> None:
+    """A read-only run: every step it will read complete and of this layout, before anything is created."""
+    ck, fmt = ctx.ck, file_format(ctx.workload)
+    if ck.num_checkpoints_write == 0:
+        files = ctx.on_root_io(lambda: expected_files(ctx, fmt))
+        host_files = _host_files(ctx, fmt)
+        key = _check_step(ctx, files, host_files, 1, None)
+        for i in range(2, ck.num_checkpoints_read + 1):
+            _check_step(ctx, files, host_files, i, key)
+
+
+def _host_files(ctx: RunContext, fmt: Format) -> dict[str, int]:
+    """This host's part of a step, on its acting rank where a tier is node-scoped (their markers)."""
+    node = any(st.scope != "shared" for st in ctx.workload.storages)
+    return expected_files(ctx, fmt, ctx.placement.members()) if node and ctx.placement.acts else {}
+
+
+def lost(ctx: RunContext) -> bool:
+    """Whether this process's host is one the restore declares lost (``restore.lost_hosts``)."""
+    return ctx.placement.host_index in ctx.workload.restore.lost_hosts
+
+
+def lost_source(ctx: RunContext) -> int:
+    """The tier lost hosts read (config.Workload.lost_source, now that the hosts are known)."""
+    return ctx.workload.lost_source(len(ctx.placement.hosts))
+
+
+def read_tier(ctx: RunContext) -> int:
+    """Where this process reads: its host's copy of the read tier, or for a lost host the peer or shared
+    tier below it that still holds its part (:func:`lost_source`)."""
+    return lost_source(ctx) if lost(ctx) else ctx.ck.read_tier
+
+
+def _check_step(ctx: RunContext, files: dict[str, int], host_files: dict[str, int], step: int,
+                run_key: int | None) -> int:
+    """``step`` complete and of this layout everywhere the read phase reads it: each surviving host's
+    copy of a node-scoped read tier (its part), the shared tier lost hosts read (every file). Its run key."""
+    t = ctx.ck.read_tier
+    if ctx.workload.storages[t].scope == "node":  # a lost host's copy is gone with it: not asked
+        key = ctx.on_tier_io(t, lambda: None if lost(ctx) else check_manifest(ctx, host_files, step, run_key, t))
+    else:
+        key = ctx.on_root_io(lambda: check_manifest(ctx, files, step, run_key, t))
+    lost_hosts = ctx.workload.restore.lost_hosts
+    if lost_hosts:
+        source, place = lost_source(ctx), ctx.placement
+        st = ctx.workload.storages[source]
+        if st.scope == "peer":  # each host that keeps a lost host's part: its peer copy, all it keeps
+            keeps = place.host_index in {holder(len(place.hosts), h, st.replicas, st.replication, lost_hosts)
+                                         for h in lost_hosts}
+            fmt = file_format(ctx.workload)
+            key = ctx.on_tier_io(source, lambda: check_manifest(ctx, held_files(ctx, fmt, source), step,
+                                                                run_key or key, source) if keeps else None) or key
+        else:
+            key = ctx.on_root_io(lambda: check_manifest(ctx, files, step, run_key or key, source))
+    return key
+
+
+def _check_staging_memory(ctx: RunContext) -> None:
+    """``staging=real`` holds every process's shards in host memory for the whole run."""
+    _check_host_memory(ctx, sum(shard_bytes(ctx)), "workload.checkpoint.staging", "real",
+                       "holds each process's shards in host memory",
+                       "use staging=modelled, a smaller checkpoint.scale, or more hosts")
+
+
+def _check_io_buffers(ctx: RunContext) -> None:
+    """The engine's buffers (bytes in flight) are allocated up front for the whole run."""
+    need = io_buffer_bytes(ctx.backend, ctx.ck.chunk_size)
+    depth = "read_queue_depth" if ctx.backend.read_queue_depth > ctx.backend.queue_depth else "queue_depth"
+    _check_host_memory(ctx, need, f"workload.storage.storage_options.{depth}", getattr(ctx.backend, depth),
+                       f"holds {need / GIB:.2f} GiB of I/O buffers per process (threads x {depth} x "
+                       f"(2 x chunk_size + 1 MiB), chunk_size={ctx.ck.chunk_size})",
+                       f"lower {depth}, chunk_size or threads")
+
+
+def _check_host_memory(ctx: RunContext, need: int, key: str, value: object, what: str, advice: str) -> None:
+    """Refused where a host has not ``need`` bytes per process of it available (at most 80%): every
+    process decides alike, from everyone's figures."""
+    facts = ctx.comm.allgather((hostname(), need, available_memory()))
+    for host in {h for h, _, _ in facts}:
+        total = sum(n for h, n, _ in facts if h == host)
+        free = min(a for h, _, a in facts if h == host)
+        if total > 0.8 * free:
+            raise ConfigError(key, value, f"{what}: {total / GIB:.2f} GiB on {host}, which has {free / GIB:.2f} "
+                              f"GiB available (at most 80% may be used): {advice}")
+
+
+def _read_plans(ctx: RunContext, process: int | None = None) -> list[RankReads]:
+    """What each of my (or ``process``'s) loading ranks reads (a contiguous share of the restore's ranks):
+    its own, or with recovery_rank_shift those of the rank one host further on, so reads cannot come
+    from this host's page cache (a collective then: every process asks for its own)."""
+    ck, ranks = ctx.ck, ctx.restore.ranks
+    w, per = len(ranks), len(ranks) // ctx.comm.size
+    p = ctx.comm.rank if process is None else process
+    share = range(p * per, (p + 1) * per)
+    if not ck.recovery_rank_shift:
+        return [ranks[q] for q in share]
+    hosts = ctx.comm.allgather(hostname())
+    # a host's loading ranks: given for the save's world (ranks_per_host), scaled to the load's
+    per_host = (max(1, ck.ranks_per_host * w // ctx.world_size) if ck.ranks_per_host
+                else Counter(hosts)[hostname()] * per)
+    if per_host % w == 0 and ctx.comm.rank == 0:
+        log.warning("recovery_rank_shift: a shift of %d ranks (one host's) is the whole world of %d: every rank "
+                    "reads its own files; set checkpoint.ranks_per_host to emulate several hosts", per_host, w)
+    return [ranks[(q + per_host) % w] for q in share]
+
+
+def _lost_shares(ctx: RunContext, run: EmulatedRun) -> LostShares | None:
+    """With lost hosts restored from a peer tier: who sends whom their part (None otherwise)."""
+    if not ctx.workload.restore.lost_hosts:
+        return None
+    tier = lost_source(ctx)
+    if ctx.workload.storages[tier].scope != "peer":
+        return None
+    return LostShares(ctx, tier, lambda step, backend, p: run.restore_reads(step, backend, _read_plans(ctx, p))[0])
+
+
+def _sources(read_from: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Where a restore with lost hosts read, per tier: the hosts and processes that read there, their
+    bytes over all loads and the slowest process's load seconds."""
+    out: dict[int, dict[str, Any]] = {}
+    for process, r in enumerate(read_from):
+        s = out.setdefault(r["tier"], {"tier": r["tier"], "hosts": [], "processes": [], "bytes": 0, "seconds": 0.0})
+        s["hosts"] += [] if r["host"] in s["hosts"] else [r["host"]]
+        s["processes"].append(process)
+        s["bytes"] += r["bytes"]
+        s["seconds"] = max(s["seconds"], r["seconds"])
+    return [out[k] for k in sorted(out)]
+
+
+def run(ctx: RunContext) -> dict[str, Any] | None:
+    """Run the benchmark; returns the summary on rank 0 (None elsewhere)."""
+    ck, comm, state, fmt = ctx.ck, ctx.comm, ctx.state, file_format(ctx.workload)
+    files = expected_files(ctx, fmt) if comm.rank == 0 else {}  # shared tiers' manifests are rank 0's
+    host_files = _host_files(ctx, fmt)  # a node tier's, each host's acting rank's
+    state.committed = []
+    if ck.num_checkpoints_write > 0:
+        run_key = comm.bcast(secrets.randbits(63) if comm.rank == 0 else None)
+    else:
+        run_key = _check_step(ctx, files, host_files, 1, None)
+    # rank 0's share of each checkpoint (none for async saves: they run behind training)
+    shown = progress_display(comm.rank == 0 and ck.progress and not ck.async_save, ck.progress_interval)
+
+    def progress(path: str, nbytes: int) -> None:
+        if ctx.watchdog is not None:
+            ctx.watchdog.progress(path)
+        shown.advance(nbytes)
+    engine = Engine(ctx.backend, run_key, io_options(ctx), progress)
+    if comm.rank == 0 and "transport" in (storage := ctx.backend.describe()):  # GDS or POSIX, said up front
+        log.info("storage_type=%s moves bytes by %s: %s", ctx.backend.name, storage["transport"], storage["why"])
+    records, retries = [], {"save": 0, "load": 0}
+
+    def save(index: int, todo: list[FileTask], stalled: float = 0.0) -> None:
+        """One synchronous save (with the coordinator's files after everyone's data); ``stalled``:
+        seconds it waited first for a drain (keep_last)."""
+        before = engine.retries
+        shown.start(f"save_ckpt{index}", sum(t.size for t in todo))
+        try:
+            with timed(ctx, "save", index) as clock:
+                nbytes = engine.write_files(todo) + run.finish_save(engine, index)
+        finally:
+            shown.stop()
+        records.append(record(ctx, "save", index, clock, nbytes, len(todo), file_times=engine.take_file_times(),
+                              stalled=stalled, backend=engine.backend))
+        retries["save"] += engine.retries - before
+
+    run = EmulatedRun(ctx, fmt, run_key, files, host_files)
+    tiers = Tiers(run)
+    background = BackgroundSaves(run, engine, tiers) if ck.async_save else None
+    shards = shard_bytes(ctx)
+    stage = Staging(ck.staging, ck.staging_gb_per_second, max(shards), sum(shards)) if ck.async_save else None
+    for i in range(1, ck.num_checkpoints_write + 1):
+        state.phase, state.step = "train" if background else "wait before save", i
+        train(ck.time_between_checkpoints, ck.training, ctx.alarm)
+        tiers.check()
+        state.phase = "save"
+        if background is None:
+            stalled = tiers.make_room(i)
+            run.prepare(i)
+            save(i, run.tasks(i, coordinator=False), stalled)
+            tiers.written(i)
+            run.commit(i, records[-1].duration)
+            tiers.committed(i)
+        else:
+            background.save(i, run.tasks(i), stage)
+            records[:] = background.records  # the previous checkpoint's, once committed
+    if background is not None:
+        background.wait()
+        records[:] = background.records
+    state.phase, state.step = "drain", None
+    tiers.close()
+    records += tiers.records
+    read_plans = _read_plans(ctx) if ck.num_checkpoints_read else []
+    reader = ctx.tiers[read_tier(ctx)]  # where this process's files are named (and read, but from a peer)
+    handoff = _lost_shares(ctx, run) if ck.num_checkpoints_read else None
+    from_peer = handoff.source(1) if handoff is not None and lost(ctx) else None
+    read_engine = engine if reader is ctx.backend and from_peer is None else \
+        Engine(from_peer or reader, run_key, io_options(ctx), progress)
+    caveat = load_caveat(ctx.workload, ctx.restore) if ck.num_checkpoints_read else None
+    if caveat and comm.rank == 0:  # once, before the loads say "verified"
+        log.info("load: %s", caveat)
+    for i in range(1, ck.num_checkpoints_read + 1):
+        state.phase, state.step = "load", i
+        _check_step(ctx, files, host_files, i, run_key)
+        whole, ranged = run.restore_reads(i, reader, read_plans)
+        metadata = run.metadata_reads(i, reader, len(read_plans))
+        before = read_engine.retries
+        shown.start(f"load_ckpt{i}", sum(t.size for t in metadata + whole) + sum(n for _, r in ranged for _, n in r))
+        try:
+            with timed(ctx, "load", i) as clock:
+                sent = handoff.send(i, io_options(ctx).evict_before_read) if handoff is not None else None
+                if from_peer is not None:
+                    from_peer.expect()
+                nbytes = read_engine.read_files(metadata)
+                metadata_seconds = time.perf_counter() - clock.t0
+                nbytes += read_engine.read_files(whole) + read_engine.read_ranges(ranged)
+                if sent is not None:  # a keeper's load ends when the lost partner has its part too
+                    sent()
+        finally:
+            shown.stop()
+        records.append(record(ctx, "load", i, clock, nbytes, len(metadata) + len(whole) + len(ranged),
+                              file_times=read_engine.take_file_times(), backend=reader,
+                              metadata_seconds=metadata_seconds if metadata else None))
+        retries["load"] += read_engine.retries - before
+        say_done(ctx, f"load_ckpt{i}", records[-1].duration, "verified" if ck.verify else "read")
+    engine.close()
+    if read_engine is not engine:
+        read_engine.close()
+    state.phase, state.step = "results", None
+    backend = ctx.backend
+    if ck.num_checkpoints_read and ctx.workload.restore.lost_hosts:  # each process's source, for io.restore
+        loads = [r for r in records if r.phase == "load"]
+        retries["read_from"] = {"tier": read_tier(ctx), "host": ctx.placement.host,
+                                "bytes": sum(r.bytes for r in loads), "seconds": sum(r.duration for r in loads)}
+
+    def describe(tries: list[dict[str, int]]) -> dict[str, Any]:
+        restart_reads = [ck.read_tier]  # a step is restorable once durable on every tier a restart reads
+        if ctx.workload.restore.lost_hosts:
+            restart_reads = sorted({ck.read_tier, lost_source(ctx)})
+        asked = {"goodput": {"mtbf_hours": ck.mtbf_hours, "interval_seconds": ck.time_between_checkpoints,
+                             "tiers": restart_reads}} if ck.mtbf_hours else {}
+        staged = [sum(shard_bytes(ctx, p)) for p in range(comm.size)]
+        background_mode = {"staging": ck.staging, "training": ck.training,
+                           **({"staging_gb_per_second": ck.staging_gb_per_second} if ck.staging == "modelled" else
+                              {"staging_bytes_per_process": staged})}
+        sources = _sources([t.pop("read_from") for t in tries if "read_from" in t])
+        return {**asked, **({"restore_sources": sources} if sources else {}),
+                "async_save": background_mode if ck.async_save else False,
+                "retries": {"save": sum(t["save"] for t in tries), "load": sum(t["load"] for t in tries),
+                            "per_process": tries,
+                            "note": "files redone after a transient storage error; the client's own attempts "
+                                    "(S3 max_attempts, gcsfs) are not visible here"}}
+    io = {"layout": ck.layout, "format": fmt.name, "odirect": ck.odirect,
+          "verified": backend.capabilities.stores_data and ck.verify, "recovery_rank_shift": ck.recovery_rank_shift,
+          "scale": ck.scale, "chunk_size": ck.chunk_size,
+          "io_buffer_bytes_per_process": engine.buffer_bytes + (read_engine.buffer_bytes if read_engine is not engine
+                                                                else 0),
+          **({"tiers": tiers.describe(), "read_tier": ck.read_tier} if tiers.active else {}),
+          **({"placement": ctx.placement.describe()} if ctx.placement.simulated else {}),
+          **({"reference": references.describe(ck.reference)} if ck.reference != "none" else {}),
+          **({"restore": described(ctx.workload, ctx.restore, ctx.plan, fmt)} if ck.num_checkpoints_read else {}),
+          **({"scaled": scaled_figures(ctx.plan, fmt)} if ctx.plan.full_size else {})}
+    return write_results(ctx, records, ctx.plan.total_payload_bytes, io, retries, describe,
+                         io["restore"]["bytes_restored"] if ck.num_checkpoints_read else None)
