@@ -4,6 +4,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 .venv/bin/ruff check dlio_ckpt tests bench
+.venv/bin/lint-imports  # ARCHITECTURE.md's rules (pyproject.toml [tool.importlinter])
+.venv/bin/mypy  # the package's types (pyproject.toml [tool.mypy])
 # two workers on the two cores: the suite's processes mostly wait on storage, servers and each other; each
 # takes the next test when it is free (worksteal), the slowest first (tests/conftest.py)
 .venv/bin/python -m pytest -q -n 2 --dist worksteal

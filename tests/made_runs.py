@@ -30,7 +30,8 @@ def make_run(folder: Path, processes: int, checkpoints: int = 10, stragglers: di
                 per_file = bytes_per_process // files
                 spans = tuple((f"f{p}_{k}.pt", t + k * d / files, t + (k + 1) * d / files, per_file)
                               for k in range(files))
-                records[p].append(OpRecord(phase, i, i, p, t, t + d, d, per_file * files, files, spans))
+                records[p].append(OpRecord(phase=phase, index=i, step=i, process=p, start=t, end=t + d, duration=d,
+                                           bytes=per_file * files, files=files, file_times=spans))
             t += 12.0
     all_records = [r for rs in records.values() for r in rs]
     hosts = [(f"node{p // per_host:04d}", memory) for p in range(processes)]

@@ -30,8 +30,8 @@ def test_help_lists_commands_workloads_and_where_keys_are(tmp_path):
     assert version.returncode == 0 and version.stdout.strip() == f"dlio_ckpt {__version__}"
     keys = dlio(["keys", "checkpoint"], tmp_path)
     assert keys.returncode == 0
-    assert "++workload.checkpoint.chunk_size  (int, >= 4096, <= 67108864, a multiple of 4096; default 8388608)" \
-        in keys.stdout
+    assert ("++workload.checkpoint.chunk_size  (size: bytes, or with a unit (32MiB, 1.5GB), >= 4096, <= 67108864, "
+            "a multiple of 4096; default 8388608)") in keys.stdout
     assert "++workload.checkpoint.format  (one of pt|raw|safetensors|hdf5; default 'pt')" in keys.stdout
     assert "++workload.storage" not in keys.stdout
     tiers = dlio(["keys", "tiers"], tmp_path)

@@ -70,7 +70,7 @@ def tier_override(s: dict[str, str]) -> str:
 
 def run_here(args: list[str], cwd: Path, monkeypatch, capfd) -> tuple[int, str]:
     """``dlio_ckpt ARGS`` in this process, as a world of one; its exit status and output."""
-    from dlio_ckpt.cli.main import main as cli
+    from dlio_ckpt.cli import main as cli
     from dlio_ckpt.cluster.comm import SelfComm
 
     monkeypatch.chdir(cwd)

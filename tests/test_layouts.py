@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from dlio_ckpt.config import Checkpoint, compose
-from dlio_ckpt.plan.layouts import REGISTRY, file_format, make_plan
+from dlio_ckpt.plan.layouts import file_format, make_plan
 
 from .conftest import dlio, load
 
@@ -93,11 +93,16 @@ def test_deepspeed_files_are_what_deepspeed_wrote(case):
 
 
 def test_the_config_choices_are_the_registries():
-    from dlio_ckpt.config import Workload
-    from dlio_ckpt.run import modes
+    from dlio_ckpt.config import Storage, Workload
+    from dlio_ckpt.registry import BACKENDS, FORMATS, LAYOUTS, MODES
 
-    assert Checkpoint.model_fields["layout"].annotation.__args__ == tuple(REGISTRY)
-    assert Workload.model_fields["mode"].annotation.__args__ == tuple(modes.REGISTRY)
+    assert Checkpoint.model_fields["layout"].annotation.__args__ == ("dlio", "deepspeed", "dcp", "megatron")
+    assert Checkpoint.model_fields["layout"].annotation.__args__ == LAYOUTS.names
+    assert Checkpoint.model_fields["format"].annotation.__args__ == ("pt", "raw", "safetensors", "hdf5")
+    assert Checkpoint.model_fields["format"].annotation.__args__ == FORMATS.names
+    assert Workload.model_fields["mode"].annotation.__args__ == ("emulated", "lightning", "fsdp", "gds")
+    assert Workload.model_fields["mode"].annotation.__args__ == MODES.names
+    assert Storage.model_fields["storage_type"].annotation.__args__ == BACKENDS.names
 
 
 @pytest.mark.mpi

@@ -234,7 +234,7 @@ def test_fsdp_under_torchrun(tmp_path):
 # -- bad input and faults in real modes -----------------------------------------------------------
 
 @pytest.mark.parametrize("extra,message", [
-    (["++workload.storage.storage_type=null"], "mode=fsdp supports storage_type local_fs, s3, gcs"),
+    (["++workload.storage.storage_type=null"], "mode=fsdp supports storage_type local_fs, parallel_fs, s3, gcs"),
     (["++workload.checkpoint.num_checkpoints_write=0"], "must be >= 1 in mode=fsdp"),
     (["++workload.fsdp.thread_count=0"], "workload.fsdp.thread_count"),
     (["++workload.fsdp.backend=mpi"], "workload.fsdp.backend"),

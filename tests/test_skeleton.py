@@ -41,7 +41,7 @@ def test_overwrite_counts_the_room_the_old_checkpoints_free(tmp_path):
     (["++workload.storage.storage_options.spread_prefixes=4", "++workload.storage.storage_type=s3",
       "++workload.storage.storage_root=b"], "spread_prefixes=4: applies to emulated runs only"),
     (["++workload.model.model_datatype=int8"], "mode=fsdp trains in one of fp16, bf16, fp32, fp64"),
-    (["++workload.storage.storage_type=null"], "mode=fsdp supports storage_type local_fs, s3, gcs"),
+    (["++workload.storage.storage_type=null"], "mode=fsdp supports storage_type local_fs, parallel_fs, s3, gcs"),
 ])
 def test_real_mode_rules_need_only_the_config(tmp_path, extra, message):
     """Checked when the workload is composed: ``plan`` (which builds no backend) refuses them too."""

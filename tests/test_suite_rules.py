@@ -71,13 +71,28 @@ def test_under_ci_a_module_skipped_at_collection_fails_too(tmp_path, ci):
         assert r.returncode == 0 and "1 passed, 3 skipped" in out and "error" not in out, out
 
 
-def test_every_package_of_the_tool_is_installed_by_setup_py():
-    """``pip install .`` installs the packages setup.py names: a new subpackage left out works in the
-    editable checkout the tests use and fails for every user (dlio_ckpt.plan.layouts once did)."""
+def test_a_plain_pip_install_installs_every_package_and_the_workloads(tmp_path):
+    """``pip install .`` installs every package of the tool and the workloads: a subpackage or a YAML left
+    out works in the editable checkout the tests use and fails for every user (dlio_ckpt.plan.layouts once
+    did). The wheel pip would install is built and its files compared with the tree's."""
+    import shutil
+    import subprocess
+    import sys
+    import zipfile
     from pathlib import Path
 
     root = Path(__file__).resolve().parents[1]
-    named = (root / "setup.py").read_text()
-    for init in (root / "dlio_ckpt").rglob("__init__.py"):
-        package = ".".join(init.parent.relative_to(root).parts)
-        assert f'"{package}"' in named, f"{package} is not in setup.py's packages"
+    source = tmp_path / "source"  # a copy: setuptools builds in the tree, and leaves build/ there
+    for name in ("dlio_ckpt", "configs"):
+        shutil.copytree(root / name, source / name, ignore=shutil.ignore_patterns("__pycache__"))
+    for name in ("setup.py", "pyproject.toml", "README.md"):
+        shutil.copy(root / name, source / name)
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w",
+                    str(tmp_path), str(source)], check=True, capture_output=True, cwd=tmp_path)
+    (wheel,) = tmp_path.glob("dlio_ckpt-*.whl")
+    shipped = set(zipfile.ZipFile(wheel).namelist())
+    for source in (root / "dlio_ckpt").rglob("*.py"):
+        if "__pycache__" not in source.parts:
+            assert source.relative_to(root).as_posix() in shipped, f"{source.relative_to(root)} is not installed"
+    for workload in (root / "configs").rglob("*.yaml"):
+        assert f"dlio_ckpt/configs/{workload.relative_to(root / 'configs').as_posix()}" in shipped, workload

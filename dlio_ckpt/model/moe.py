@@ -18,11 +18,15 @@ from functools import cached_property
 from math import prod
 from typing import TYPE_CHECKING
 
-from dlio_ckpt.config import is_moe_block
-
 if TYPE_CHECKING:
     from dlio_ckpt.config import Model
 
+
+
+def is_moe_block(layer: int, first_dense: int, step: int) -> bool:
+    """Whether block ``layer`` (0-based) is MoE: DeepSeek's first dense blocks, Llama 4's interleaving (every
+    ``step``-th block). The configuration's rules ask it before a shape exists; :class:`MoeShape` asks it too."""
+    return layer >= first_dense and (layer + 1) % step == 0
 
 @dataclass(frozen=True)
 class Param:

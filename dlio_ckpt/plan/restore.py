@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from dlio_ckpt.errors import ConfigError
-from dlio_ckpt.plan.layouts import load_layout
+from dlio_ckpt.plan.layouts import get_layout
 from dlio_ckpt.plan.types import Plan
 
 
@@ -127,28 +127,17 @@ def figures(restore: Restore, file_size: Callable[[int, int], int], metadata_byt
             "heaviest_rank": read.index(max(read))}
 
 
-NOT_MODELLED = {  # whole-file loads standing in for a framework's own, and why
-    "deepspeed": "DeepSpeed's load_checkpoint is not modelled",
-    "megatron": "megatron-core's load of a mixture of experts is not modelled yet",
-}
-
-
 def load_caveat(workload: Any, restore: Restore) -> str | None:
-    """In plain words, where the read phase is not held to the framework's own load (None where it is, or
-    where the layout is DLIO's, whose read phase is its own). Why said: such a load is verified byte for byte
-    all the same, and "verified" alone reads as if its pattern were the framework's. A load where every rank
-    reads its own files whole, in a layout whose framework loads otherwise, stands in for a load not modelled;
-    DCP's plan of a mixture of experts with expert parallelism applies FSDP2's rules at the save's placement,
-    which no real ``dcp.load`` of torchtitan's expert mesh has been held to."""
-    layout, model = workload.checkpoint.layout, workload.model
+    """In plain words, where the read phase is not held to the framework's own load (None where it is).
+    Why said: such a load is verified byte for byte all the same, and "verified" alone reads as if its
+    pattern were the framework's. A load where every rank reads its own files whole, in a layout whose
+    framework loads otherwise, stands in for a load not modelled; a layout says which of its modelled loads
+    are not held to its framework's (:class:`~dlio_ckpt.plan.layouts.base.Layout`)."""
+    layout = get_layout(workload.checkpoint.layout)
     own_whole = all(f.rank == r.rank and not f.ranges for r in restore.ranks for f in r.files)
-    if layout != "dlio" and own_whole:
-        why = NOT_MODELLED.get(layout, f"checkpoint.layout={layout}'s load is not modelled")
-        return f"not the framework's own load ({why}): each rank reads its own files whole"
-    if layout == "dcp" and model.family == "moe" and model.parallelism.expert > 1:
-        return ("not held to the framework's own load (no real dcp.load of torchtitan's expert-parallel placement "
-                "was compared): each rank reads its own stored shards and the replicated items, by FSDP2's rules")
-    return None
+    if own_whole and layout.whole_file_load is not None:
+        return f"not the framework's own load ({layout.whole_file_load}): each rank reads its own files whole"
+    return layout.load_caveat(workload) if layout.load_caveat is not None else None
 
 
 def restored_bytes(restore: Restore, file_size: Callable[[int, int], int], metadata_bytes: int) -> int:
@@ -189,18 +178,15 @@ def described(workload: Any, restore: Restore, plan: Plan, fmt: Any) -> dict[str
 def restore_plan(workload: Any, plan: Plan) -> Restore:
     """What each rank of the read phase reads: the layout's own ``restore`` where its framework reshards or
     loads the model alone (DCP); elsewhere each rank's own files whole, at the save's world size, and a load
-    asked otherwise is refused with the layout's reason (its ``NO_RESTORE``), exit 2."""
-    module, asked, layout = load_layout(workload.checkpoint.layout), workload.restore, workload.checkpoint.layout
+    asked otherwise is refused with the layout's reason (its ``no_restore``), exit 2."""
+    layout, asked = get_layout(workload.checkpoint.layout), workload.restore
     world = asked.world_size or plan.world_size
-    if asked.tensor is not None and asked.tensor != workload.model.parallelism.tensor and layout != "megatron":
-        raise ConfigError("workload.restore.tensor", asked.tensor, f"means nothing with checkpoint.layout={layout}: "
-                          "only Megatron's load changes tensor parallelism here (DCP's FSDP2 has none); leave it out")
-    if hasattr(module, "restore"):
-        return module.restore(workload, plan, world, asked.model_only)
+    if layout.restore is not None:
+        return layout.restore(workload, plan, world, asked.model_only)
     if world != plan.world_size:
         raise ConfigError("workload.restore.world_size", world, f"must be the save's ({plan.world_size}) with "
-                          f"checkpoint.layout={workload.checkpoint.layout}: {module.NO_RESTORE}")
+                          f"checkpoint.layout={workload.checkpoint.layout}: {layout.no_restore}")
     if asked.model_only:
         raise ConfigError("workload.restore.model_only", True, f"is not modelled with checkpoint.layout="
-                          f"{workload.checkpoint.layout}: {module.NO_RESTORE}")
-    return whole_files(plan, module.READS)
+                          f"{workload.checkpoint.layout}: {layout.no_restore}")
+    return whole_files(plan, layout.reads)

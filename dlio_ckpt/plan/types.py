@@ -14,7 +14,8 @@ from functools import cached_property
 from math import prod
 from typing import Literal, Protocol
 
-from dlio_ckpt.model.dense import DATATYPE_BYTES, TransformerShape
+from dlio_ckpt.model.dense import TransformerShape
+from dlio_ckpt.model.dtypes import DATATYPE_BYTES
 from dlio_ckpt.plan.collector import collector_paused
 
 GIB = 1 << 30

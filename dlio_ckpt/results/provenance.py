@@ -26,7 +26,8 @@ from typing import Any
 
 from dlio_ckpt import INVOCATION_START, __version__
 from dlio_ckpt.cluster.host import file_system
-from dlio_ckpt.tools.runfiles import flatten
+from dlio_ckpt.registry import BACKENDS
+from dlio_ckpt.results.folder import flatten
 
 SCHEMA = "dlio_ckpt-run-provenance/1"
 CORE_CONFIG = {"algorithm": "core-config-v1", "allowlist": "checkpointing@1",
@@ -120,7 +121,8 @@ def run_facts(accelerator: str | None, storage_type: str, checkpoint_folder: str
 
 def storage_library(storage: dict[str, Any]) -> dict[str, str]:
     """The client that moved the bytes and its version (``io.storage`` of summary.json in)."""
-    name = storage.get("library") or {"gcs": "gcsfs", "gds": "kvikio"}.get(storage.get("storage_type", ""), "posix")
+    kind = storage.get("storage_type", "")
+    name = storage.get("library") or (BACKENDS[kind].library if kind in BACKENDS else "posix")
     try:
         return {"name": name, "version": metadata.version(name)}
     except metadata.PackageNotFoundError:

@@ -29,6 +29,24 @@ from dlio_ckpt.cluster.host import host_memory, hostname, peak_rss
 from dlio_ckpt.inflight import temporary
 from dlio_ckpt.io.requests import Request, summarize
 from dlio_ckpt.results import goodput
+from dlio_ckpt.results.schema import (
+    FSYNC_TIMES,
+    SECOND_PASS,
+    AsyncFigures,
+    CheckpointFigures,
+    Checkpoints,
+    Coordination,
+    CpuFigures,
+    Goodput,
+    HostShare,
+    MemoryFigures,
+    Metric,
+    Projection,
+    Section,
+    Summary,
+    TierFigures,
+    written,
+)
 
 GIB = 1 << 30
 GB = 10**9
@@ -56,11 +74,13 @@ class ProcessCost:
                            self.minor_faults - earlier.minor_faults)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class OpRecord:
-    """One process's part of one checkpoint save or load."""
+    """One process's part of one checkpoint save or load. Built by keyword only: eight of its fields are
+    plain numbers (five ints, three floats), and a positional call that swapped two (start and end, bytes
+    and files) would write wrong figures that still look right."""
 
-    phase: str  # "save" or "load"
+    phase: str  # "save", "load" or "drain_tier{k}"
     index: int  # 1-based position within its phase: save_ckpt{index}
     step: int  # the step folder it wrote or read
     process: int
@@ -83,7 +103,14 @@ def iso(t: float) -> str:
     return datetime.fromtimestamp(t).isoformat()
 
 
-SYNC_TIMES = {"load": "evict_times"}  # a phase's second pass over its files: fsync (saves, drains), eviction (loads)
+@dataclass(frozen=True)
+class GoodputAsked:
+    """``checkpoint.mtbf_hours`` asked for goodput: the figures summary.json's ``goodput`` is worked out from,
+    with the tiers a restart reads (a step counts as durable once it is on all of them)."""
+
+    mtbf_hours: float
+    interval_seconds: float
+    tiers: tuple[int, ...] = (0,)
 
 
 def per_epoch_stats(records: list[OpRecord], run_start: float, run_end: float, run_id: str | None = None,
@@ -113,14 +140,18 @@ def per_epoch_stats(records: list[OpRecord], run_start: float, run_end: float, r
             entry = epoch[f"{r.phase}_ckpt{r.index}"]
             entry["file_times"] = [[name, round(s - r.start, 6), round(e - r.start, 6), n] for name, s, e, n in data]
             if passes:
-                entry[SYNC_TIMES.get(r.phase, "fsync_times")] = [
+                entry[SECOND_PASS.get(r.phase, FSYNC_TIMES)] = [
                     [name, round(s - r.start, 6), round(e - r.start, 6)] for name, s, e in passes]
     epoch["end"] = iso(run_end)
     return {"1": epoch}
 
 
+def _rate(nbytes: int, unit: int, seconds: float) -> float:
+    return nbytes / unit / seconds if seconds > 0 else 0.0
+
+
 def checkpoint_figures(records: list[OpRecord], phase: str, checkpoint_bytes: int | None = None,
-                       ) -> list[dict[str, Any]]:
+                       ) -> list[CheckpointFigures]:
     """One entry per checkpoint: the slowest process's duration, all processes' bytes. With
     ``checkpoint_bytes`` (loads: the stored bytes the load restores, as the save wrote them) the throughput
     is those over the duration, DLIO's figure, and ``read_GiB_per_second`` what the processes read
@@ -136,49 +167,48 @@ def checkpoint_figures(records: list[OpRecord], phase: str, checkpoint_bytes: in
         total = sum(r.bytes for r in group)
         duration = slowest.duration
         moved = total if checkpoint_bytes is None else checkpoint_bytes
-        out.append({
-            "index": index, "step": group[0].step, "bytes": total, "files": sum(r.files for r in group),
-            **({} if checkpoint_bytes is None else {"checkpoint_bytes": checkpoint_bytes}),
-            "duration_seconds": duration, "slowest_process": slowest.process,
-            "fastest_process_duration_seconds": min(r.duration for r in group),
-            "start": iso(min(r.start for r in group)), "end": iso(max(r.end for r in group)),
-            "throughput_GiB_per_second": moved / GIB / duration if duration > 0 else 0.0,
-            "throughput_GB_per_second": moved / GB / duration if duration > 0 else 0.0,
-            **({} if checkpoint_bytes is None else
-               {"read_GiB_per_second": total / GIB / duration if duration > 0 else 0.0}),
-            "coordination": coordination(group),
-            "cpu": cpu_figures(group, total),
-        })
         requests = [q for r in group for q in r.requests]
-        if requests:
-            out[-1]["requests"] = summarize(requests, duration)
+        # a load: the metadata every rank read first, and how uneven the processes were
         metadata = [r.metadata_seconds for r in group if r.metadata_seconds is not None]
-        if metadata:  # a load: the metadata every rank read first, and how uneven the processes were
-            out[-1]["metadata_read_seconds_max"] = max(metadata)
-            out[-1]["metadata_read_seconds_mean"] = statistics.fmean(metadata)
-            out[-1]["duration_imbalance"] = duration / statistics.fmean(r.duration for r in group) if duration else 1.0
-        if group[0].held is None and any(r.stalled for r in group):  # a sync save that waited for a drain
-            out[-1]["drain_wait_seconds_max"] = max(r.stalled for r in group)
-        if group[0].held is not None:
-            held, stalled = [r.held for r in group], [r.stalled for r in group]
-            out[-1]["async"] = {"held_seconds_max": max(held), "held_seconds_mean": statistics.fmean(held),
-                                "stalled_seconds_max": max(stalled), "time_to_durable_seconds": duration,
-                                "overlapped": max(stalled) < 0.001}
+        drain_waits = [r.stalled for r in group] if group[0].held is None and any(r.stalled for r in group) else []
+        out.append(CheckpointFigures(
+            index=index, step=group[0].step, bytes=total, files=sum(r.files for r in group),
+            checkpoint_bytes=checkpoint_bytes, duration_seconds=duration, slowest_process=slowest.process,
+            fastest_process_duration_seconds=min(r.duration for r in group),
+            start=iso(min(r.start for r in group)), end=iso(max(r.end for r in group)),
+            throughput_GiB_per_second=_rate(moved, GIB, duration), throughput_GB_per_second=_rate(moved, GB, duration),
+            read_GiB_per_second=None if checkpoint_bytes is None else _rate(total, GIB, duration),
+            coordination=coordination(group), cpu=cpu_figures(group, total),
+            requests=summarize(requests, duration) if requests else None,
+            metadata_read_seconds_max=max(metadata) if metadata else None,
+            metadata_read_seconds_mean=statistics.fmean(metadata) if metadata else None,
+            duration_imbalance=(duration / statistics.fmean(r.duration for r in group) if duration else 1.0)
+            if metadata else None,
+            drain_wait_seconds_max=max(drain_waits) if drain_waits else None,  # a sync save that waited for a drain
+            async_=async_figures(group, duration) if group[0].held is not None else None))
     return out
 
 
-def cpu_figures(group: list[OpRecord], nbytes: int) -> dict[str, float | int]:
+def async_figures(group: list[OpRecord], duration: float) -> AsyncFigures:
+    """An asynchronous save's hold on training, over its processes, and when it was durable."""
+    held, stalled = [r.held or 0.0 for r in group], [r.stalled for r in group]
+    return AsyncFigures(held_seconds_max=max(held), held_seconds_mean=statistics.fmean(held),
+                        stalled_seconds_max=max(stalled), time_to_durable_seconds=duration,
+                        overlapped=max(stalled) < 0.001)
+
+
+def cpu_figures(group: list[OpRecord], nbytes: int) -> CpuFigures:
     """The processes' CPU time and first-touched pages during one operation, summed, and per GiB
     moved (see :class:`ProcessCost`)."""
     seconds = sum(r.cost.user + r.cost.system for r in group)
-    return {"seconds": seconds, "system_seconds": sum(r.cost.system for r in group),
-            "seconds_per_GiB": seconds / (nbytes / GIB) if nbytes else 0.0,
-            "minor_page_faults": sum(r.cost.minor_faults for r in group)}
+    return CpuFigures(seconds=seconds, system_seconds=sum(r.cost.system for r in group),
+                      seconds_per_GiB=seconds / (nbytes / GIB) if nbytes else 0.0,
+                      minor_page_faults=sum(r.cost.minor_faults for r in group))
 
 
-def tier_figures(records: list[OpRecord], saves: list[dict[str, Any]]) -> dict[int, list[float]]:
-    """Tiered runs: each save's ``tiers`` entry (per tier: seconds from the checkpoint's start until
-    every process's files were on it, bytes there); returns each lower tier's times to durable."""
+def tier_figures(records: list[OpRecord], saves: list[CheckpointFigures]) -> dict[int, list[float]]:
+    """Tiered runs: each save's ``tiers`` (per tier: seconds from the checkpoint's start until every
+    process's files were on it, bytes there); returns each lower tier's times to durable."""
     starts: dict[int, float] = {}
     drains: dict[tuple[int, int], list[OpRecord]] = {}
     for r in records:
@@ -188,83 +218,91 @@ def tier_figures(records: list[OpRecord], saves: list[dict[str, Any]]) -> dict[i
             drains.setdefault((int(r.phase.removeprefix("drain_tier")), r.step), []).append(r)
     durable: dict[int, list[float]] = {}
     for c in saves if drains else []:
-        c["tiers"] = [{"tier": 0, "durable_seconds": c["duration_seconds"], "bytes": c["bytes"]}]
+        tiers = [TierFigures(tier=0, durable_seconds=c.duration_seconds, bytes=c.bytes)]
         for (k, step), group in sorted(drains.items()):
-            if step == c["step"]:
+            if step == c.step:
                 seconds = max(r.end for r in group) - starts[step]
                 slowest = max(r.duration for r in group)
                 nbytes = sum(r.bytes for r in group)
-                c["tiers"].append({"tier": k, "durable_seconds": seconds, "bytes": nbytes, "drain_seconds": slowest,
-                                   "drain_GiB_per_second": nbytes / GIB / slowest if slowest > 0 else 0.0})
+                tiers.append(TierFigures(tier=k, durable_seconds=seconds, bytes=nbytes, drain_seconds=slowest,
+                                         drain_GiB_per_second=_rate(nbytes, GIB, slowest)))
                 durable.setdefault(k, []).append(seconds)
+        c.tiers = tiers
     return durable
 
 
-def coordination(group: list[OpRecord]) -> dict[str, float]:
+def coordination(group: list[OpRecord]) -> Coordination:
     """How much of a checkpoint is skew rather than storage: the spread of the processes' starts
     (after the common barrier) and ends, the time they waited in that barrier for each other, and
     how far the slowest process's duration lies above the median one's."""
     waits = [r.waited for r in group]
-    return {"start_spread_seconds": max(r.start for r in group) - min(r.start for r in group),
-            "end_spread_seconds": max(r.end for r in group) - min(r.end for r in group),
-            "barrier_wait_seconds_max": max(waits), "barrier_wait_seconds_mean": statistics.fmean(waits),
-            "skew_seconds": max(r.duration for r in group) - statistics.median(r.duration for r in group)}
+    return Coordination(start_spread_seconds=max(r.start for r in group) - min(r.start for r in group),
+                        end_spread_seconds=max(r.end for r in group) - min(r.end for r in group),
+                        barrier_wait_seconds_max=max(waits), barrier_wait_seconds_mean=statistics.fmean(waits),
+                        skew_seconds=max(r.duration for r in group) - statistics.median(r.duration for r in group))
 
 
-def _mean_std(values: list[float]) -> tuple[float, float]:
-    return statistics.fmean(values), statistics.pstdev(values)
+def phase_means(phase: str, items: list[CheckpointFigures]) -> dict[str, float]:
+    """``metric``'s figures of one phase that ran, by name: DLIO's four (its ``GB`` is GiB) and ours."""
+    gib, durations = [c.throughput_GiB_per_second for c in items], [c.duration_seconds for c in items]
+    mean, stdev = statistics.fmean(gib), statistics.pstdev(gib)
+    return {f"{phase}_checkpoint_io_mean_GB_per_second": mean,  # DLIO's name; the value is GiB/s
+            f"{phase}_checkpoint_io_stdev_GB_per_second": stdev,
+            f"{phase}_checkpoint_duration_mean_seconds": statistics.fmean(durations),
+            f"{phase}_checkpoint_duration_stdev_seconds": statistics.pstdev(durations),
+            f"{phase}_checkpoint_io_mean_GiB_per_second": mean,
+            f"{phase}_checkpoint_io_mean_GB_decimal_per_second": mean * GIB / GB,
+            f"{phase}_checkpoint_io_median_GiB_per_second": statistics.median(gib)}
+
+
+def metric_figures(checkpoint_bytes: int, saves: list[CheckpointFigures], loads: list[CheckpointFigures],
+                   durable: dict[int, list[float]]) -> Metric:
+    """``metric``: the checkpoint's size (DLIO's ``checkpoint_size_GB`` in GiB, as DLIO has it), each phase
+    that ran (:func:`phase_means`), what async saves cost training (a figure ``metrics diff`` can gate on) and
+    each lower tier's mean time to durable."""
+    held = [c.async_ for c in saves if c.async_ is not None]
+    return Metric(
+        checkpoint_size_GB=checkpoint_bytes / GIB, checkpoint_size_bytes=checkpoint_bytes,
+        checkpoint_size_GiB=checkpoint_bytes / GIB, checkpoint_size_GB_decimal=checkpoint_bytes / GB,
+        **(phase_means("save", saves) if saves else {}), **(phase_means("load", loads) if loads else {}),
+        save_checkpoint_held_mean_seconds=statistics.fmean(h.held_seconds_max for h in held) if held else None,
+        save_checkpoint_time_to_durable_mean_seconds=statistics.fmean(h.time_to_durable_seconds for h in held)
+        if held else None,
+        **{f"save_checkpoint_time_to_durable_tier{k}_mean_seconds": statistics.fmean(seconds)
+           for k, seconds in durable.items()})
+
+
+def goodput_figures(asked: GoodputAsked, saves: list[CheckpointFigures], loads: list[CheckpointFigures],
+                    durable: dict[int, list[float]]) -> Goodput:
+    """``goodput`` from the measured times: training held per checkpoint (an async save's hold, else the save),
+    durable where a restart reads from (the read tier, and where lost hosts read theirs, the later of them)."""
+    held = [c.async_.held_seconds_max if c.async_ is not None else c.duration_seconds for c in saves]
+    first = statistics.fmean(c.duration_seconds for c in saves)  # tier 0: durable when the save ends
+    at = max(statistics.fmean(durable[k]) if k in durable else first for k in asked.tiers)
+    load = statistics.fmean(c.duration_seconds for c in loads) if loads else 0.0
+    return Goodput(**goodput.figures(asked.interval_seconds, statistics.fmean(held), at, load, asked.mtbf_hours),
+                   durable_on_tiers=list(asked.tiers))
 
 
 def summary(records: list[OpRecord], *, checkpoint_bytes: int, meta: dict[str, Any],
-            loaded_bytes: int | None = None) -> dict[str, Any]:
-    """DLIO's summary keys (``metric.*``, ``checkpoint_size_GB`` in GiB as DLIO has it) and ours.
-    ``loaded_bytes``: the stored bytes one load restores (the checkpoint as saved, or its model alone),
-    over which the load figures are taken; None: the bytes the loads read (modes whose loads read the
-    checkpoint whole, once)."""
-    metric: dict[str, Any] = {
-        "checkpoint_size_GB": checkpoint_bytes / GIB,
-        "checkpoint_size_bytes": checkpoint_bytes,
-        "checkpoint_size_GiB": checkpoint_bytes / GIB,
-        "checkpoint_size_GB_decimal": checkpoint_bytes / GB,
-    }
-    figures = {"save": checkpoint_figures(records, "save"), "load": checkpoint_figures(records, "load", loaded_bytes)}
-    for phase, items in figures.items():
-        if not items:
-            continue
-        gib, durations = [c["throughput_GiB_per_second"] for c in items], [c["duration_seconds"] for c in items]
-        (m, s), (dm, ds) = _mean_std(gib), _mean_std(durations)
-        metric[f"{phase}_checkpoint_io_mean_GB_per_second"] = m  # DLIO's name; the value is GiB/s
-        metric[f"{phase}_checkpoint_io_stdev_GB_per_second"] = s
-        metric[f"{phase}_checkpoint_duration_mean_seconds"] = dm
-        metric[f"{phase}_checkpoint_duration_stdev_seconds"] = ds
-        metric[f"{phase}_checkpoint_io_mean_GiB_per_second"] = m
-        metric[f"{phase}_checkpoint_io_mean_GB_decimal_per_second"] = m * GIB / GB
-        metric[f"{phase}_checkpoint_io_median_GiB_per_second"] = statistics.median(gib)
-    held = [c["async"] for c in figures["save"] if "async" in c]
-    if held:  # async saves: what they cost training, as metrics diff can gate on
-        metric["save_checkpoint_held_mean_seconds"] = statistics.fmean(h["held_seconds_max"] for h in held)
-        metric["save_checkpoint_time_to_durable_mean_seconds"] = statistics.fmean(
-            h["time_to_durable_seconds"] for h in held)
-    tiers = tier_figures(records, figures["save"])
-    for k, durable in tiers.items():
-        metric[f"save_checkpoint_time_to_durable_tier{k}_mean_seconds"] = statistics.fmean(durable)
-        figures[f"drain_tier{k}"] = checkpoint_figures(records, f"drain_tier{k}")
-    if "requests" in meta:
-        meta["requests"]["during_checkpoints"] = summarize([q for r in records for q in r.requests])
-    if "goodput" in meta and figures["save"]:  # asked for: {"mtbf_hours", "interval_seconds"}
-        saves, loads = figures["save"], figures["load"]
-        held = [c["async"]["held_seconds_max"] if "async" in c else c["duration_seconds"] for c in saves]
-        # durable where a restart reads from: the read tier, and where lost hosts read theirs, the later of them
-        read = meta["goodput"].get("tiers", [0])
-        first = statistics.fmean(c["duration_seconds"] for c in saves)  # tier 0: durable when the save ends
-        durable = max(statistics.fmean(tiers[k]) if k in tiers else first for k in read)
-        meta["goodput"] = {**goodput.figures(
-            meta["goodput"]["interval_seconds"], statistics.fmean(held), durable,
-            statistics.fmean(c["duration_seconds"] for c in loads) if loads else 0.0, meta["goodput"]["mtbf_hours"]),
-            "durable_on_tiers": read}
-    if (scaled := meta.get("io", {}).get("scaled")) is not None:
-        scaled["projected_full_size"] = projected(scaled["bytes_ratio"], metric)
-    return {**meta, "metric": metric, "checkpoints": figures}
+            loaded_bytes: int | None = None, goodput_asked: GoodputAsked | None = None) -> Summary:
+    """``summary.json`` of ``records``: ``meta`` is every other field of :class:`Summary` by name (the run's
+    facts, the mode's ``io``...), to which the checkpoints' figures and ``metric`` are added, and where asked,
+    ``goodput``, the requests during checkpoints and a scaled run's projection. ``loaded_bytes``: the stored
+    bytes one load restores (the checkpoint as saved, or its model alone), over which the load figures are
+    taken; None: the bytes the loads read (modes whose loads read the checkpoint whole, once)."""
+    saves, loads = checkpoint_figures(records, "save"), checkpoint_figures(records, "load", loaded_bytes)
+    durable = tier_figures(records, saves)
+    drains = {f"drain_tier{k}": checkpoint_figures(records, f"drain_tier{k}") for k in durable}
+    result = Summary(**meta, metric=metric_figures(checkpoint_bytes, saves, loads, durable),
+                     checkpoints=Checkpoints(save=saves, load=loads, **drains))
+    if result.requests is not None:
+        result.requests.during_checkpoints = summarize([q for r in records for q in r.requests])
+    if goodput_asked is not None and saves:
+        result.goodput = goodput_figures(goodput_asked, saves, loads, durable)
+    if result.io is not None and result.io.scaled is not None:
+        result.io.scaled.projected_full_size = projected(result.io.scaled.bytes_ratio, result.metric)
+    return result
 
 
 PROJECTION_BASIS = ("a projection, not a measurement: this run's mean times x the full size's bytes per checkpoint / "
@@ -272,36 +310,38 @@ PROJECTION_BASIS = ("a projection, not a measurement: this run's mean times x th
                     "per file or request grows with it) and no more processes than this run's")
 
 
-def projected(bytes_ratio: float, metric: dict[str, Any]) -> dict[str, Any]:
+def projected(bytes_ratio: float, metric: Metric) -> Projection:
     """A scaled run's times projected to the full size (``io.scaled.projected_full_size``), labelled as such."""
-    out: dict[str, Any] = {}
-    for phase in ("save", "load"):
-        if (mean := metric.get(f"{phase}_checkpoint_duration_mean_seconds")) is not None:
-            out[f"{phase}_seconds"] = mean / bytes_ratio
-    return {**out, "basis": PROJECTION_BASIS}
+    save, load = metric.save_checkpoint_duration_mean_seconds, metric.load_checkpoint_duration_mean_seconds
+    return Projection(save_seconds=None if save is None else save / bytes_ratio,
+                      load_seconds=None if load is None else load / bytes_ratio, basis=PROJECTION_BASIS)
 
 
 def hosts_summary(per_process: list[tuple[str, int]]) -> dict[str, Any]:
     """From each process's (host, memory): DLIO's ``host_memory_GB`` list (GiB, one per host) and
-    ours, naming hosts and their process counts (MLPerf's page-cache rule needs both)."""
-    hosts: dict[str, dict[str, int]] = {}
-    for host, memory in per_process:
-        entry = hosts.setdefault(host, {"processes": 0, "memory_bytes": memory})
-        entry["processes"] += 1
-    return {"host_memory_GB": [h["memory_bytes"] / GIB for h in hosts.values()], "hosts": hosts}
+    ours, ``hosts``, naming hosts and their process counts (MLPerf's page-cache rule needs both)."""
+    processes: dict[str, int] = {}
+    memory: dict[str, int] = {}
+    for host, nbytes in per_process:
+        processes[host] = processes.get(host, 0) + 1
+        memory.setdefault(host, nbytes)
+    return {"host_memory_GB": [memory[h] / GIB for h in memory],
+            "hosts": {h: HostShare(processes=processes[h], memory_bytes=memory[h]) for h in memory}}
 
 
 def dumps(obj: Any) -> str:
-    """Strict JSON: NaN and infinities are errors, not tokens other parsers reject."""
-    return json.dumps(obj, indent=2, allow_nan=False) + "\n"
+    """Strict JSON: NaN and infinities are errors, not tokens other parsers reject. A model is written as
+    ``summary.json`` holds it (:func:`dlio_ckpt.results.schema.written`)."""
+    return json.dumps(written(obj) if isinstance(obj, Section) else obj, indent=2, allow_nan=False) + "\n"
 
 
 def finish_run(comm: Comm, run_dir: str, meta: dict[str, Any], run_start: float, records: list[OpRecord],
                checkpoint_bytes: int, mine: Any, describe: Callable[[list[Any]], dict[str, Any]],
-               loaded_bytes: int | None = None) -> dict[str, Any] | None:
+               loaded_bytes: int | None = None, goodput_asked: GoodputAsked | None = None) -> Summary | None:
     """Gather every process's records and facts; rank 0 writes ``{process}_per_epoch_stats.json`` and
-    ``summary.json`` and returns the summary (None elsewhere). ``mine`` is this process's own facts
-    (retries, set-up time...); ``describe`` turns every process's into the mode's summary fields.
+    ``summary.json`` and returns the summary (None elsewhere). ``meta``: the launch's fields of
+    :class:`Summary` by name (workload, run_id, command...); ``mine`` is this process's own facts
+    (retries, set-up time...); ``describe`` turns every process's into the mode's summary fields, by name.
     ``checkpoint_bytes``: one checkpoint, all processes; ``loaded_bytes``: what one load restores (see
     :func:`summary`). Every mode ends here, so their result files agree."""
     gathered = comm.gather((records, hostname(), host_memory(), peak_rss(), mine))
@@ -312,15 +352,15 @@ def finish_run(comm: Comm, run_dir: str, meta: dict[str, Any], run_start: float,
         write_result(f"{run_dir}/{proc}_per_epoch_stats.json", dumps(per_epoch_stats(recs, run_start, run_end,
                                                                                     meta.get("run_id"))))
     rss = [g[3] for g in gathered]
-    meta = {
-        **meta, "status": "ok", "num_processes": comm.size, "num_hosts": len({g[1] for g in gathered}),
-        "hostname": hostname(), "start": iso(run_start), "end": iso(run_end), "invocation_end_time": iso(time.time()),
-        **hosts_summary([(g[1], g[2]) for g in gathered]),
-        "memory": {"peak_rss_bytes_max": max(rss), "peak_rss_bytes_per_process": rss},
-        **describe([g[4] for g in gathered]),
-    }
-    result = summary([r for g in gathered for r in g[0]], checkpoint_bytes=checkpoint_bytes, meta=meta,
-                     loaded_bytes=loaded_bytes)
+    ran = dict(status="ok", num_processes=comm.size, num_hosts=len({g[1] for g in gathered}), hostname=hostname(),
+               start=iso(run_start), end=iso(run_end), invocation_end_time=iso(time.time()),
+               **hosts_summary([(g[1], g[2]) for g in gathered]),
+               memory=MemoryFigures(peak_rss_bytes_max=max(rss), peak_rss_bytes_per_process=rss))
+    # one dict of fields, later ones winning: the mode's world_size (a read-only run's, at its own world size)
+    # replaces the launch's
+    result = summary([r for g in gathered for r in g[0]], checkpoint_bytes=checkpoint_bytes,
+                     meta={**meta, **ran, **describe([g[4] for g in gathered])}, loaded_bytes=loaded_bytes,
+                     goodput_asked=goodput_asked)
     write_result(f"{run_dir}/summary.json", dumps(result))
     return result
 

@@ -21,11 +21,13 @@ from typing import Any, Protocol, TypeVar
 from dlio_ckpt.cluster.comm import Comm, on_root
 from dlio_ckpt.cluster.placement import Placement
 from dlio_ckpt.config import Checkpoint, Workload
-from dlio_ckpt.io.backends import REGISTRY, Backend
+from dlio_ckpt.io.backends import Backend
 from dlio_ckpt.io.requests import Request, summarize
 from dlio_ckpt.plan.restore import Restore
 from dlio_ckpt.plan.types import Plan
-from dlio_ckpt.results.summary import OpRecord, ProcessCost, finish_run
+from dlio_ckpt.registry import BACKENDS
+from dlio_ckpt.results.schema import IO, RequestsSeen, Summary
+from dlio_ckpt.results.summary import GoodputAsked, OpRecord, ProcessCost, finish_run
 from dlio_ckpt.run.failure import RunState, Watchdog, watching
 from dlio_ckpt.run.steps import Found, Writes, step_name
 
@@ -159,9 +161,10 @@ def record(ctx: RunContext, phase: str, index: int, clock: Clock, nbytes: int, f
     seconds = clock.seconds if seconds is None else seconds
     requests = tuple(ctx.take_requests(backend or ctx.backend))
     cost = (ended or ProcessCost.now()).since(clock.cost)
-    return OpRecord(phase, index, index if step is None else step, ctx.comm.rank, clock.start,
-                    clock.start + seconds, seconds, nbytes, files, file_times, clock.waited, requests, held, stalled,
-                    cost, metadata_seconds)
+    return OpRecord(phase=phase, index=index, step=index if step is None else step, process=ctx.comm.rank,
+                    start=clock.start, end=clock.start + seconds, duration=seconds, bytes=nbytes, files=files,
+                    file_times=file_times, waited=clock.waited, requests=requests, held=held, stalled=stalled,
+                    cost=cost, metadata_seconds=metadata_seconds)
 
 
 def say_done(ctx: RunContext, name: str, seconds: float, detail: str = "") -> None:
@@ -215,63 +218,67 @@ def world_sizes(ctx: RunContext) -> dict[str, int]:
     return {"num_accelerators": job, "world_size": job, **out}
 
 
-def storage_facts(ctx: RunContext) -> dict[str, Any]:
+def storage_facts(ctx: RunContext) -> tuple[dict[str, Any], str]:
     """``io.storage`` (the backend's own account) and ``io.checkpoint_folder`` (where the steps are). Why the
     root is corrected here: a checkpoint folder given as an absolute path on a local file system is not under
     ``storage_root`` (which defaults to the current folder), and the backend would name the folder the run
     started in; the real root is the one the checkpoint folder lies in."""
     storage = ctx.backend.describe()
     folder = ctx.backend.join(ctx.ck.checkpoint_folder)
-    if REGISTRY[ctx.backend.name].local_folder:
+    if BACKENDS[ctx.backend.name].local_folder:
         folder = os.path.normpath(os.path.abspath(folder))
         if os.path.isabs(ctx.ck.checkpoint_folder) and "root" in storage:
             storage["root"] = os.path.dirname(folder)
-    return {"storage": storage, "checkpoint_folder": folder}
+    return storage, folder
 
 
-def write_results(ctx: RunContext, records: list[OpRecord], checkpoint_bytes: int, io: dict[str, Any],
+def write_results(ctx: RunContext, records: list[OpRecord], checkpoint_bytes: int, io: IO,
                   mine: Any = None, describe: Callable[[list[Any]], dict[str, Any]] | None = None,
-                  loaded_bytes: int | None = None) -> dict[str, Any] | None:
+                  loaded_bytes: int | None = None, goodput_asked: GoodputAsked | None = None) -> Summary | None:
     """``summary.json`` and the per-process files for any mode: ``io`` is what the mode says of its
-    I/O (what fsync and the read cache meant are said here, alike for every mode), ``mine`` this
-    process's own facts, listed as ``per_process`` unless ``describe`` turns them into other summary
-    fields. ``checkpoint_bytes``: one checkpoint, all processes, as written; ``loaded_bytes``: what one
-    load restores, the bytes its figures are taken over (None: what the loads read; see
-    :func:`dlio_ckpt.results.summary.summary`)."""
-    def fields(per_process: list[Any]) -> dict[str, Any]:
-        base = {"mode": ctx.workload.mode, **world_sizes(ctx),
-                "io": {"storage_type": ctx.backend.name, **storage_facts(ctx),
-                       "fsync": fsync_meaning(ctx), "read_cache": read_cache(ctx), **io}}
-        if ctx.counts_requests:  # results.summary adds the checkpoints' own
-            base["requests"] = {"outside_checkpoints": summarize([q for _, out in per_process for q in out]),
-                                "note": REQUESTS_NOTE}
+    I/O, to which what every mode says alike is added here (the storage, and what fsync and the read
+    cache meant), ``mine`` this process's own facts, listed as ``per_process`` unless ``describe`` turns
+    them into other summary fields (by name). ``checkpoint_bytes``: one checkpoint, all processes, as
+    written; ``loaded_bytes``: what one load restores, the bytes its figures are taken over (None: what
+    the loads read; see :func:`dlio_ckpt.results.summary.summary`); ``goodput_asked``: the goodput section's
+    inputs, where checkpoint.mtbf_hours asks for one."""
+    def fields(per_process: list[Any]) -> dict[str, Any]:  # on rank 0, once every process's part is in
+        storage, folder = storage_facts(ctx)
+        io.storage_type, io.storage, io.checkpoint_folder = ctx.backend.name, storage, folder
+        io.fsync, io.read_cache = fsync_meaning(ctx), read_cache(ctx)
         mine_all = [m for m, _ in per_process]
-        return {**base, **(describe(mine_all) if describe else {"per_process": mine_all})}
+        outside = [q for _, out in per_process for q in out]
+        # results.summary adds the checkpoints' own requests
+        requests = RequestsSeen(outside_checkpoints=summarize(outside), note=REQUESTS_NOTE) \
+            if ctx.counts_requests else None
+        return {"mode": ctx.workload.mode, **world_sizes(ctx), "io": io, "requests": requests,
+                **(describe(mine_all) if describe else {"per_process": mine_all})}
 
     ctx.outside_requests += ctx.take_requests()
     return finish_run(ctx.comm, ctx.run_dir, ctx.meta, ctx.started, records, checkpoint_bytes,
-                      (mine if mine is not None else {}, ctx.outside_requests), fields, loaded_bytes)
+                      (mine if mine is not None else {}, ctx.outside_requests), fields, loaded_bytes, goodput_asked)
 
 
-def finished_line(result: dict[str, Any], run_dir: str) -> str:
+def finished_line(result: Summary, run_dir: str) -> str:
     """The run's last console line: the checkpoint's size and a figure for each phase that ran, nothing for
     a phase that did not (a read-only run once said ``save 0.000 GiB/s mean``). A load is said by its
     duration first, the time a restart waits, then the checkpoint's bytes over it (DLIO's figure)."""
-    m = result["metric"]
-    said = [f"checkpoint {m['checkpoint_size_GiB']:.3f} GiB"]
-    if "save_checkpoint_io_mean_GiB_per_second" in m:
-        said.append(f"save {m['save_checkpoint_io_mean_GiB_per_second']:.3f} GiB/s mean")
-    if "load_checkpoint_io_mean_GiB_per_second" in m:
-        said.append(f"load {m['load_checkpoint_duration_mean_seconds']:.3f} s mean "
-                    f"({m['load_checkpoint_io_mean_GiB_per_second']:.3f} GiB/s of the checkpoint)")
+    m = result.metric
+    said = [f"checkpoint {m.checkpoint_size_GiB:.3f} GiB"]
+    if m.save_checkpoint_io_mean_GiB_per_second is not None:
+        said.append(f"save {m.save_checkpoint_io_mean_GiB_per_second:.3f} GiB/s mean")
+    if m.load_checkpoint_io_mean_GiB_per_second is not None:
+        said.append(f"load {m.load_checkpoint_duration_mean_seconds:.3f} s mean "
+                    f"({m.load_checkpoint_io_mean_GiB_per_second:.3f} GiB/s of the checkpoint)")
     line = f"done: {'; '.join(said)}; results in {run_dir}"
-    if (scaled := result.get("io", {}).get("scaled")) is not None:
-        full, ahead = scaled["full_size"], scaled["projected_full_size"]
-        times = "; ".join(f"{phase} {ahead[f'{phase}_seconds']:.1f} s" for phase in ("save", "load")
-                          if f"{phase}_seconds" in ahead)
-        line += (f"\nscaled: this run wrote 1/{1 / scaled['bytes_ratio']:,.0f} of the job's "
-                 f"{full['checkpoint_size_GiB']:,.2f} GiB per checkpoint ({scaled['this_run']['headers_share']:.0%} of "
-                 f"it the format's headers, {full['headers_share']:.1%} at full size)"
+    if result.io is not None and (scaled := result.io.scaled) is not None:
+        full, ahead = scaled.full_size, scaled.projected_full_size
+        times = "; ".join(f"{phase} {seconds:.1f} s" for phase, seconds in
+                          (("save", ahead.save_seconds), ("load", ahead.load_seconds)) if seconds is not None) \
+            if ahead is not None else ""
+        line += (f"\nscaled: this run wrote 1/{1 / scaled.bytes_ratio:,.0f} of the job's "
+                 f"{full.checkpoint_size_GiB:,.2f} GiB per checkpoint ({scaled.this_run.headers_share:.0%} of "
+                 f"it the format's headers, {full.headers_share:.1%} at full size)"
                  + (f"; projected at full size, not measured (times x bytes): {times}" if times else ""))
     return line
 
@@ -301,5 +308,5 @@ class Mode(Protocol):
     def check_reads(self, ctx: RunContext) -> None:
         """Checks that need the storage checked first (a read-only run's steps)."""
 
-    def run(self, ctx: RunContext) -> dict[str, Any] | None:
+    def run(self, ctx: RunContext) -> Summary | None:
         """The run, ending with its result files (``context.write_results``); the summary on rank 0."""

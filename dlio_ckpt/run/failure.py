@@ -18,11 +18,11 @@ import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
-from typing import Any
 
 from dlio_ckpt import inflight
 from dlio_ckpt.cluster.comm import Comm
 from dlio_ckpt.cluster.host import hostname
+from dlio_ckpt.results.schema import FailedSummary
 from dlio_ckpt.results.summary import dumps, write_result
 
 
@@ -66,21 +66,20 @@ def write_failed_summary(state: RunState, rank: int, reason: str) -> None:
     (rank 0 creates it; on other hosts it may not exist and then nothing is written)."""
     if not state.run_dir or not os.path.isdir(state.run_dir):
         return
-    body: dict[str, Any] = {
-        "status": "failed", "run_id": state.run_id, "reason": reason, "failed_rank": rank, "host": hostname(),
-        "during": state.where(),
-        "time": time.strftime("%Y-%m-%dT%H:%M:%S"),
-        "note": "no throughput is reported for a failed run; steps without a manifest are incomplete",
-    }
-    if state.committed is not None:
-        body["steps_committed"] = state.committed
-        if state.landing is not None and state.landing[0] not in state.committed and _landed(state.landing[1]):
-            body["steps_committed"] = sorted([*state.committed, state.landing[0]])
-    if state.durable:  # every process keeps this account
-        body["steps_durable_per_tier"] = {str(k): steps for k, steps in state.durable.items()}
+    committed = state.committed
+    if committed is not None and state.landing is not None and state.landing[0] not in committed \
+            and _landed(state.landing[1]):
+        committed = sorted([*committed, state.landing[0]])
     try:
+        body = FailedSummary(
+            status="failed", run_id=state.run_id, reason=reason, failed_rank=rank, host=hostname(),
+            during=state.where(), time=time.strftime("%Y-%m-%dT%H:%M:%S"),
+            note="no throughput is reported for a failed run; steps without a manifest are incomplete",
+            steps_committed=committed,
+            # every process keeps this account
+            steps_durable_per_tier={str(k): steps for k, steps in state.durable.items()} if state.durable else None)
         write_result(os.path.join(state.run_dir, "summary.json"), dumps(body))
-    except OSError:
+    except (OSError, ValueError):  # a failing run must still end: the summary is the one thing left unsaid
         pass  # the run folder itself may be what failed; the message on stderr still says why
 
 

@@ -22,15 +22,16 @@ from dlio_ckpt.cluster.comm import Comm, on_root
 from dlio_ckpt.cluster.placement import place
 from dlio_ckpt.config import Workload
 from dlio_ckpt.errors import ConfigError, StorageError
-from dlio_ckpt.io.backends import REGISTRY, get_backend
+from dlio_ckpt.io.backends import get_backend
 from dlio_ckpt.io.backends.base import SECRET_OPTIONS
+from dlio_ckpt.registry import BACKENDS
 from dlio_ckpt.results import provenance
+from dlio_ckpt.results.folder import results_in
 from dlio_ckpt.results.summary import dumps, write_result
 from dlio_ckpt.run.context import Mode, RunContext, finished_line
 from dlio_ckpt.run.failure import RunState, Watchdog
 from dlio_ckpt.run.modes import load_mode
 from dlio_ckpt.run.preparation import prepare_storage, start_writing, tier_backend
-from dlio_ckpt.tools.runfiles import results_in
 
 log = logging.getLogger("dlio_ckpt")
 _SECRETS = SECRET_OPTIONS  # storage_options that hold credentials (backends.base)
@@ -85,7 +86,7 @@ def execute(mode: Mode, ctx: RunContext, run_dir: str, raw: dict, overrides: lis
     on_root(comm, lambda: _prepare_run_dir(run_dir, redact(raw), [redact(o) for o in overrides], replace))
     ctx.state.run_id = comm.bcast(secrets.token_hex(8) if comm.rank == 0 else None)
     _setup_logging(run_dir, comm.rank)
-    local = REGISTRY[ctx.backend.name].local_folder
+    local = BACKENDS[ctx.backend.name].local_folder
     ctx.meta = {"workload": ctx.workload.model.name, "run_id": ctx.state.run_id, "world_size": ctx.world_size,
                 "run_dir": run_dir, "command": " ".join(["dlio_ckpt", *(redact(a) for a in command)]),
                 **provenance.run_facts(ctx.workload.accelerator_type, ctx.backend.name,

@@ -74,8 +74,9 @@ def compare_metrics(a: Run, b: Run, threshold_pct: float, select: str | None = N
 def _each_metric(a: Run, b: Run, threshold_pct: float) -> list[MetricChange]:
     """Every metric judged by itself: its direction and the threshold."""
     out = []
-    for name in dict.fromkeys([*a.metric, *b.metric]):
-        va, vb = a.metric.get(name), b.metric.get(name)
+    in_a, in_b = a.metric.figures(), b.metric.figures()  # by name: DLIO's training metrics and tier figures too
+    for name in dict.fromkeys([*in_a, *in_b]):
+        va, vb = in_a.get(name), in_b.get(name)
         if isinstance(va, list | str) or isinstance(vb, list | str):
             continue  # per-epoch lists and verdict strings of DLIO's training metrics
         na, nb = number(va), number(vb)

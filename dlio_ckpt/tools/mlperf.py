@@ -36,21 +36,20 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from dlio_ckpt.references import REFERENCES
+from dlio_ckpt.config.accelerators import ACCELERATOR_MEMORY_GB
+from dlio_ckpt.config.references import REFERENCES
+from dlio_ckpt.registry import BACKENDS
 from dlio_ckpt.results.provenance import core_config, core_values
+from dlio_ckpt.results.schema import IO, FileSystem, FileSystems
 from dlio_ckpt.tools.runfiles import Run, number, operations
 
 GIB = 1 << 30
 EDITIONS = ("2.0", "3.0", "4.0")  # the newest is check's default
 DIVISIONS = ("closed", "open")
-# Table 3 of Rules.md at 0366ccf: each simulated accelerator's memory, in "GB" compared with the
-# checkpoint's size in GiB with no conversion, as mlpstorage compares them
-ACCELERATOR_MEMORY_GB = {"b200": 180, "mi355": 288, "h100": 80, "a100": 80}
 WHAT_IF_ONLY = ("h100", "a100")
 ROUND_3_BASELINE = "h100"  # the v3.0 round's checker assumed an 80 GB H100 for every run
 MAX_GAP_SECONDS = 30.0  # §4.7.1: the read invocation starts within this of the write invocation's end
 MIN_PER_HOST = 4  # §4.6.2: CLOSED runs put more than this many accelerators on each host
-OBJECT_STORES = ("s3", "gcs")  # §4.4.2 does not apply: checkpoints are on no file system of the host
 
 
 @dataclass(frozen=True)
@@ -87,7 +86,7 @@ MODELS = (
     _model("llama3_1t", 1024, 18000, "45fd627ad9dc5f4c", 128, 25872, 98304, 128256, 192, 32, 8, 64, 1, "fp16",
            "fp32"),
 )
-# What wrote an edition's results, as a checkpoint.reference preset (dlio_ckpt/references.py): the rules
+# What wrote an edition's results, as a checkpoint.reference preset (dlio_ckpt/config/references.py): the rules
 # run DLIO's workload in DLIO's layout; a run does its I/O as our own (none) or as the edition's tool does.
 # README "What the reference tools would report": v2.0's results come from upstream DLIO, 3.0's from the fork.
 EDITION_REFERENCE = {"2.0": "dlio-2.0", "3.0": "mlcommons", "4.0": "mlcommons"}
@@ -172,8 +171,8 @@ def _model_rule(run: Run, config: dict[str, Any], model: MLPerfModel | None) -> 
 
 
 def _process_rule(run: Run, config: dict[str, Any], model: MLPerfModel | None) -> Rule:
-    procs = _processes(run)
-    ranks = run.summary.get("num_accelerators")
+    procs = run.summary.processes
+    ranks = run.summary.num_accelerators
     if model is None:
         return Rule("process count", "the model's count (8, 64, 512, 1024)", f"{procs} (model not recognized)", False)
     one_each = f"{procs} processes for {ranks} simulated accelerators"
@@ -221,17 +220,17 @@ def _mode_rule(runs: list[Run], edition: str) -> Rule:
     return Rule("emulated I/O", expected, "; ".join(off) or actual, not off)
 
 
-def _io(run: Run) -> dict[str, Any]:
-    io = run.summary.get("io")
-    return io if isinstance(io, dict) else {}
+def _io(run: Run) -> IO:
+    """The run's ``io`` section; an empty one where the run has none (DLIO's): every fact "not recorded"."""
+    return run.summary.io if run.summary.io is not None else IO()
 
 
 def _count(run: Run, phase: str) -> int:
     """Checkpoints a run saved or loaded: ours lists them; DLIO's summary has only means, so its
     config says how many (when the mean exists at all: a read-only run's save mean is NaN)."""
-    if run.ours:
-        return len(run.summary.get("checkpoints", {}).get(phase, []))
-    if number(run.metric.get(f"{phase}_checkpoint_duration_mean_seconds")) is None:
+    if run.summary.checkpoints is not None:
+        return len(run.summary.checkpoints.phase(phase))
+    if number(getattr(run.metric, f"{phase}_checkpoint_duration_mean_seconds")) is None:
         return 0
     key = "checkpoint.num_checkpoints_write" if phase == "save" else "checkpoint.num_checkpoints_read"
     return int(number((run.config or {}).get(key, 1)) or 0)
@@ -252,11 +251,10 @@ def _count_rule(runs: list[Run]) -> Rule:
 
 def _fsync_rule(runs: list[Run]) -> Rule:
     writers = [r for r in runs if _count(r, "save")] or runs
-    said = [str(_io(r).get("fsync", "not recorded")) if r.ours else
+    said = [("not recorded" if _io(r).fsync is None else str(_io(r).fsync)) if r.ours else
             "DLIO's summary does not record it (and DLIO ignores checkpoint.fsync)" for r in writers]
     configured = [bool(_defaults(r.config or {}).get("checkpoint.fsync")) for r in writers]
-    done = [_io(r).get("fsync") not in (False, None, "nothing stored: null storage")
-            for r in writers]
+    done = [_io(r).fsync not in (False, None, "nothing stored: null storage") for r in writers]
     return Rule("fsync", "checkpoint.fsync=True, and every file synced within its write time",
                 f"checkpoint.fsync={configured[0]}; {said[0]}", all(configured) and all(done))
 
@@ -270,18 +268,21 @@ def _scale_rule(runs: list[Run]) -> Rule:
 def _cache_rule(runs: list[Run]) -> Rule:
     writer = next((r for r in runs if _count(r, "save")), runs[0])
     reader = next((r for r in runs if _count(r, "load")), runs[-1])
-    hosts = writer.summary.get("hosts")
-    memory = writer.summary.get("host_memory_GB")
+    hosts, memory = writer.summary.hosts, writer.summary.host_memory_GB
     size = _size_gib(writer)
-    n_hosts = writer.summary.get("num_hosts") or 1
+    n_hosts = writer.summary.num_hosts or 1
     per_host = size / n_hosts
-    cleared = _io(reader).get("read_cache") in ("evicted", "odirect", "server: no client-side cache")
-    how = _io(reader).get("read_cache", "not recorded")
-    if not memory and not hosts:
+    read_cache = _io(reader).read_cache
+    cleared = read_cache in ("evicted", "odirect", "server: no client-side cache")
+    how = "not recorded" if read_cache is None else read_cache
+    # DLIO's host_memory_GB (GiB, one per host; a number in some versions, NaN where unknown), else our hosts'
+    known = [float(m) for m in (memory if isinstance(memory, list) else [memory]) if number(m) is not None]
+    if not known and hosts:
+        known = [max(h.memory_bytes for h in hosts.values()) / GIB]
+    if not known:
         return Rule("page cache", f"data per host > {MEMORY_MULTIPLE}x host memory, or the cache cleared "
                     "before reads", f"host memory not recorded in summary.json; reads: {how}", cleared)
-    memory = [memory] if number(memory) is not None else [m for m in memory or [] if number(m) is not None]
-    mem = max(memory) if memory else max(h["memory_bytes"] for h in hosts.values()) / GIB
+    mem = max(known)
     big = per_host > MEMORY_MULTIPLE * mem
     return Rule("page cache", f"data per host > {MEMORY_MULTIPLE}x host memory ({MEMORY_MULTIPLE * mem:.1f} GiB), "
                 "or the cache cleared before reads",
@@ -294,7 +295,8 @@ def _timing_rule(runs: list[Run]) -> Rule:
     worst: list[str] = []
     checked = 0
     for run in runs:
-        if not run.ours:
+        checkpoints = run.summary.checkpoints  # ours only
+        if checkpoints is None:
             worst.append(f"{run.path}: DLIO's summary times each checkpoint on rank 0's clock alone")
             continue
         if not run.per_process:
@@ -305,24 +307,24 @@ def _timing_rule(runs: list[Run]) -> Rule:
             for name, entry in operations(stats).items():
                 ops.setdefault(name, []).append(entry)
         for phase in ("save", "load"):
-            for c in run.summary["checkpoints"].get(phase, []):
-                entries = ops.get(f"{phase}_ckpt{c['index']}", [])
+            for c in checkpoints.phase(phase):
+                entries = ops.get(f"{phase}_ckpt{c.index}", [])
                 if len(entries) != len(run.per_process):
-                    worst.append(f"{phase}_ckpt{c['index']}: {len(entries)} of {len(run.per_process)} processes")
+                    worst.append(f"{phase}_ckpt{c.index}: {len(entries)} of {len(run.per_process)} processes")
                     continue
                 slowest = max(e["duration"] for e in entries)
                 moved = sum(e["bytes"] for e in entries)
                 # a load's figure is the checkpoint over its time (DLIO's), whatever the ranks read for it
-                size = c.get("checkpoint_bytes", moved)
+                size = c.checkpoint_bytes if c.checkpoint_bytes is not None else moved
                 rate = size / GIB / slowest if slowest else 0.0
                 checked += 1
-                if moved != c["bytes"]:
-                    worst.append(f"{phase}_ckpt{c['index']}: reported {c['bytes']} B moved, the processes' sum {moved}")
-                if abs(c["duration_seconds"] - slowest) > 1e-9 * max(1.0, slowest):
-                    worst.append(f"{phase}_ckpt{c['index']}: reported {c['duration_seconds']:.6g} s, "
+                if moved != c.bytes:
+                    worst.append(f"{phase}_ckpt{c.index}: reported {c.bytes} B moved, the processes' sum {moved}")
+                if abs(c.duration_seconds - slowest) > 1e-9 * max(1.0, slowest):
+                    worst.append(f"{phase}_ckpt{c.index}: reported {c.duration_seconds:.6g} s, "
                                  f"slowest process {slowest:.6g} s")
-                if abs(c["throughput_GiB_per_second"] - rate) > 1e-9 * max(1.0, rate):
-                    worst.append(f"{phase}_ckpt{c['index']}: reported {c['throughput_GiB_per_second']:.6g} GiB/s, "
+                if abs(c.throughput_GiB_per_second - rate) > 1e-9 * max(1.0, rate):
+                    worst.append(f"{phase}_ckpt{c.index}: reported {c.throughput_GiB_per_second:.6g} GiB/s, "
                                  f"size / slowest duration = {rate:.6g}")
     actual = f"{checked} checkpoints recomputed from every process's file" + (
         "; " + "; ".join(worst[:3]) if worst else ": all agree")
@@ -330,21 +332,17 @@ def _timing_rule(runs: list[Run]) -> Rule:
                  "throughput the size over that (the minimum), as recomputed here", actual, not worst and checked > 0)
 
 
-def _processes(run: Run) -> int | None:
-    return run.summary.get("num_processes", run.summary.get("num_accelerators"))
-
-
 def _subset_rule(run: Run, config: dict[str, Any], model: MLPerfModel | None) -> Rule:
     expected = "subset mode only for llama3_8b with exactly 8 processes (§4.3.5)"
     if config.get("checkpoint.mode") != "subset":
         return Rule("subset", expected, "not a subset run (checkpoint.mode=default)", True)
-    procs, name = _processes(run), model.name if model else "an unrecognized model"
+    procs, name = run.summary.processes, model.name if model else "an unrecognized model"
     return Rule("subset", expected, f"subset run of {name} on {procs} processes",
                 model is not None and model.name == "llama3_8b" and procs == 8)
 
 
 def _division_rule(run: Run, config: dict[str, Any], model: MLPerfModel | None, division: str) -> Rule:
-    procs, ranks = _processes(run), run.summary.get("num_accelerators")
+    procs, ranks = run.summary.processes, run.summary.num_accelerators
     if model is None:
         return Rule("process count", "the model's count (CLOSED) or a multiple of its TP x PP (OPEN)",
                     f"{procs} (model not recognized)", False)
@@ -360,14 +358,14 @@ def _division_rule(run: Run, config: dict[str, Any], model: MLPerfModel | None, 
 
 
 def _per_host_rule(run: Run) -> Rule:
-    ranks, hosts = run.summary.get("num_accelerators") or 0, run.summary.get("num_hosts") or 1
+    ranks, hosts = run.summary.num_accelerators or 0, run.summary.num_hosts or 1
     per_host = ranks / hosts
     return Rule("accelerators per host", f"CLOSED: more than {MIN_PER_HOST} simulated accelerators per host (§4.6.2)",
                 f"{per_host:g} per host ({ranks} on {hosts} host{'s' if hosts != 1 else ''})", per_host > MIN_PER_HOST)
 
 
 def _size_gib(run: Run) -> float:
-    return number(run.metric.get("checkpoint_size_GB")) or 0.0  # GiB in DLIO's summary and ours
+    return number(run.metric.checkpoint_size_GB) or 0.0  # GiB in DLIO's summary and ours
 
 
 def _size_rule(runs: list[Run], model: MLPerfModel | None) -> Rule:
@@ -419,21 +417,20 @@ def _json(path: Any) -> dict[str, Any]:
 def facts(run: Run) -> Facts:
     s = run.summary
     if run.ours:
-        fs = s.get("file_systems") if isinstance(s.get("file_systems"), dict) else {}
-        checkpoint, results, storage = fs.get("checkpoint"), fs.get("results") or {}, fs.get("checkpoint_storage")
-        object_store = checkpoint is None and storage in OBJECT_STORES
-        if not fs:
+        fs = s.file_systems if s.file_systems is not None else FileSystems()
+        checkpoint, results, storage = fs.checkpoint, fs.results or FileSystem(), fs.checkpoint_storage
+        # §4.4.2 does not apply to an object store: checkpoints are on no file system of the host
+        object_store = checkpoint is None and storage in BACKENDS and BACKENDS[storage].kind == "object_store"
+        if s.file_systems is None:
             said = "not recorded"
         elif checkpoint is None:
             said = f"checkpoints on {storage} (an object store: no file system)" if object_store else \
                 f"checkpoints on {storage} storage: nothing written to compare"
         else:
-            said = (f"checkpoints on {checkpoint.get('mount_point')} ({checkpoint.get('type')}, device "
-                    f"{checkpoint.get('device')}), results on {results.get('mount_point')} ({results.get('type')}, "
-                    f"device {results.get('device')})")
-        accelerator = s.get("accelerator_type")
-        return Facts(accelerator if isinstance(accelerator, str) else None, _when(s.get("invocation_start_time")),
-                     _when(s.get("invocation_end_time")), fs.get("same_file_system"), object_store, said)
+            said = (f"checkpoints on {checkpoint.mount_point} ({checkpoint.type}, device {checkpoint.device}), "
+                    f"results on {results.mount_point} ({results.type}, device {results.device})")
+        return Facts(s.accelerator_type, _when(s.invocation_start_time), _when(s.invocation_end_time),
+                     fs.same_file_system, object_store, said)
     folder = run.folder
     meta = next((_json(p) for p in sorted(folder.glob("*_metadata.json"))), {}) if folder else {}
     separation = _json(folder / "fs_separation.json") if folder else {}
@@ -447,7 +444,7 @@ def facts(run: Run) -> Facts:
 def _accelerator_rule(runs: list[Run], seen: list[Facts], round3: bool) -> Rule:
     named = [f.accelerator for f in seen]
     declared = set(named)
-    procs, size = _processes(runs[0]) or 0, _size_gib(runs[0])
+    procs, size = runs[0].summary.processes or 0, _size_gib(runs[0])
     expected = ("accelerator memory x processes >= the checkpoint (§4.3.4; the v3.0 round checked an 80 GB "
                 "H100 where none was declared)" if round3 else
                 f"a declared accelerator of {', '.join(a for a in ACCELERATOR_MEMORY_GB if a not in WHAT_IF_ONLY)} "
@@ -478,10 +475,10 @@ def _gap_rule(runs: list[Run], seen: list[Facts]) -> Rule:
     write, read = seen[0], seen[1]
     end, said_end = write.invocation_end, "invocation end"
     if end is None:
-        end, said_end = _when(runs[0].summary.get("end")), "summary end (no invocation end recorded)"
+        end, said_end = _when(runs[0].summary.end), "summary end (no invocation end recorded)"
     start, said_start = read.invocation_start, "invocation start"
     if start is None:
-        start, said_start = _when(runs[1].summary.get("start")), "summary start (no invocation start recorded)"
+        start, said_start = _when(runs[1].summary.start), "summary start (no invocation start recorded)"
     if end is None or start is None:
         return Rule("write-to-read gap", expected, "not recorded: no end time of the write or start of the read",
                     False)

@@ -22,7 +22,9 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from dlio_ckpt.tools.runfiles import FIGURES, REPORT_FILES, Run, load_run, operations
+from dlio_ckpt.results.folder import FIGURES, REPORT_FILES
+from dlio_ckpt.results.schema import EVICT_TIMES, FSYNC_TIMES, RestoreFigures, Spread
+from dlio_ckpt.tools.runfiles import Run, load_run, operations
 
 GIB, MIB = 1 << 30, 1 << 20
 PHASE_COLOURS = {"save": "#1f77b4", "load": "#ff7f0e"}
@@ -31,7 +33,7 @@ HELD_COLOUR = "#d62728"
 TRAIN_COLOUR = "#e0e0e0"  # async runs: training between one checkpoint's hold and the next one's
 DRAIN_COLOUR = "#2ca02c"  # tiered runs: copies to the tiers below, in the lower band of each row
 DRAINS = r"drain_tier(\d+)_ckpt\d+"
-SYNC_TIMES = ("fsync_times", "evict_times")  # each file's second pass, beside its data (results.per_epoch_stats)
+SYNC_TIMES = (FSYNC_TIMES, EVICT_TIMES)  # each file's second pass, beside its data (results.per_epoch_stats)
 
 
 def _pyplot() -> Any:
@@ -60,21 +62,21 @@ def per_checkpoint(run: Run, phase: str) -> list[tuple[int, float]]:
     """(index, GiB/s) of each checkpoint: ours from summary.json; a DLIO run's recomputed from its
     per-rank files (its summary has only means, timed on rank 0), as the checkpoint's size over the
     slowest rank's duration, which is how MLPerf's rules define it."""
-    if run.ours:
-        return [(c["index"], c["throughput_GiB_per_second"]) for c in run.summary["checkpoints"].get(phase, [])]
-    size = run.metric.get("checkpoint_size_GB")  # GiB, as DLIO names it
+    if run.summary.checkpoints is not None:
+        return [(c.index, c.throughput_GiB_per_second) for c in run.summary.checkpoints.phase(phase)]
+    size = run.metric.checkpoint_size_GB  # GiB, as DLIO names it
     return [(int(name.split("ckpt")[1]), size / max(d.values())) for name, d in _durations(run).items()
             if name.startswith(phase) and size and max(d.values()) > 0]
 
 
 def _load_seconds(run: Run, phase: str) -> str:
     """A load's legend names its mean duration too: what a load is judged by (the time a restart waits)."""
-    seconds = run.metric.get(f"{phase}_checkpoint_duration_mean_seconds")
-    return f", mean {seconds:.3g} s" if phase == "load" and isinstance(seconds, int | float) else ""
+    seconds = run.metric.load_checkpoint_duration_mean_seconds
+    return f", mean {seconds:.3g} s" if phase == "load" and seconds is not None else ""
 
 
 def processes(run: Run) -> Any:
-    return run.summary.get("num_processes", run.summary.get("num_accelerators", "?"))
+    return run.summary.processes if run.summary.processes is not None else "?"
 
 
 def throughput_figure(run: Run, path: Path) -> None:
@@ -92,7 +94,7 @@ def throughput_figure(run: Run, path: Path) -> None:
     ax.set_xlabel("checkpoint")
     ax.set_ylabel("GiB/s (the checkpoint over the slowest process's time)")
     ax.set_ylim(bottom=0)
-    ax.set_title(f"{run.summary.get('workload', '') or 'DLIO run'}: throughput per checkpoint, "
+    ax.set_title(f"{run.summary.workload or 'DLIO run'}: throughput per checkpoint, "
                  f"{processes(run)} processes" + ("" if run.ours else " (recomputed from the per-rank files)"))
     ax.grid(alpha=0.3)
     ax.legend()
@@ -242,21 +244,24 @@ def _shade(colour: str, factor: float) -> tuple[float, float, float]:
 def requests_figure(run: Run, path: Path) -> None:
     """Object stores: requests per second of each kind at each checkpoint (left) and each kind's
     latency distribution over the run, p50 / p90 / p99 / max of the requests seen (right)."""
+    checkpoints, seen = run.summary.checkpoints, run.summary.requests
+    if checkpoints is None or seen is None or seen.during_checkpoints is None:  # write_report draws it only then
+        raise ValueError(f"{run.path}: no requests were counted (not an object store)")
     plt = _pyplot()
     fig, (rate, latency) = plt.subplots(1, 2, figsize=(13, 4.5))
-    ops = [(f"{phase}{c['index']}", c.get("requests", {})) for phase in PHASE_COLOURS
-           for c in run.summary["checkpoints"].get(phase, [])]
+    ops = [(f"{phase}{c.index}", c.requests or {}) for phase in PHASE_COLOURS for c in checkpoints.phase(phase)]
     kinds = sorted({k for _, reqs in ops for k in reqs if not k.startswith("call: ")})
     for kind in kinds:
-        rate.plot([name for name, _ in ops], [reqs.get(kind, {}).get("per_second", 0.0) for _, reqs in ops], "o-",
-                  label=kind + (" (derived)" if any(r.get(kind, {}).get("derived") for _, r in ops) else ""))
+        rate.plot([name for name, _ in ops], [reqs[kind].per_second or 0.0 if kind in reqs else 0.0 for _, reqs in ops],
+                  "o-", label=kind + (" (derived)" if any(kind in r and r[kind].derived for _, r in ops) else ""))
     rate.set_ylabel("requests per second")
     rate.set_xlabel("checkpoint")
     rate.legend(fontsize=7)
-    seen = run.summary["requests"]["during_checkpoints"]
-    timed = [k for k in sorted(seen) if "p50_ms" in seen[k]]
+    during = seen.during_checkpoints
+    timed = [k for k in sorted(during) if during[k].p50_ms is not None]
     for i, stat in enumerate(("p50_ms", "p90_ms", "p99_ms", "max_ms")):
-        latency.bar([x + 0.2 * i for x in range(len(timed))], [seen[k][stat] for k in timed], 0.2, label=stat)
+        latency.bar([x + 0.2 * i for x in range(len(timed))], [getattr(during[k], stat) for k in timed], 0.2,
+                    label=stat)
     latency.set_xticks([x + 0.3 for x in range(len(timed))], timed, rotation=20, ha="right", fontsize=7)
     latency.set_ylabel("latency (ms)")
     latency.set_yscale("log")
@@ -276,7 +281,8 @@ def write_report(path: str) -> list[Path]:
     run = load_run(path, need_stats=True)
     folder = run.folder
     written = []
-    figures = {name: draw for name, draw in DRAW.items() if draw is not requests_figure or "requests" in run.summary}
+    figures = {name: draw for name, draw in DRAW.items()
+               if draw is not requests_figure or run.summary.requests is not None}
     for name, draw in figures.items():
         draw(run, folder / name)
         written.append(folder / name)
@@ -288,16 +294,22 @@ def write_report(path: str) -> list[Path]:
 def _checkpoint_folder(run: Run) -> Any:
     """Where the steps were: ``io.checkpoint_folder``, or for older runs the file system record's path or
     the config's key (DLIO's own runs: its config's)."""
-    io, config = run.summary.get("io") or {}, run.config or {}
-    recorded = ((run.summary.get("file_systems") or {}).get("checkpoint") or {}).get("path")
-    return io.get("checkpoint_folder") or recorded or config.get("checkpoint.checkpoint_folder")
+    io, file_systems, config = run.summary.io, run.summary.file_systems, run.config or {}
+    recorded = file_systems.checkpoint.path if file_systems is not None and file_systems.checkpoint else None
+    return (io.checkpoint_folder if io is not None else None) or recorded or config.get("checkpoint.checkpoint_folder")
 
 
-def _sizes(value: Any) -> str:
+def _sizes(spread: Spread | None) -> str:
     """min / median / max of a per-rank spread (``io.restore``), in bytes shown as GiB or MiB."""
-    if not isinstance(value, dict):
-        return str(value)
-    return " / ".join(_bytes(value[k]) for k in ("min", "median", "max") if k in value) + " (min / median / max)"
+    if spread is None:
+        return str(spread)
+    return " / ".join(_bytes(n) for n in (spread.min, spread.median, spread.max)) + " (min / median / max)"
+
+
+def _counts(spread: Spread | None) -> str:
+    """min / median / max of a per-rank count (``io.restore``)."""
+    values = (spread.min, spread.median, spread.max) if spread is not None else (None, None, None)
+    return " / ".join(str(v) for v in values) + " (min / median / max)"
 
 
 def _bytes(n: Any) -> str:
@@ -310,30 +322,29 @@ def restore_rows(run: Run) -> list[tuple[str, Any]]:
     """What the load did, for the page: its world size against the save's, whose reader it follows (and
     where that is not the framework's own load, the caveat), what it restored, needed and read, the spread
     over ranks and the heaviest; its duration first, as loads are judged by it."""
-    r = (run.summary.get("io") or {}).get("restore")
-    if not r:
+    r: RestoreFigures | None = run.summary.io.restore if run.summary.io is not None else None
+    if r is None:
         return []
-    m, loads = run.metric, run.summary.get("checkpoints", {}).get("load", [])
-    saved = r.get("saved_world_size")
+    m = run.metric
+    loads = run.summary.checkpoints.load if run.summary.checkpoints is not None else []
     rows: list[tuple[str, Any]] = [
-        ("load duration (mean, the slowest process's)", _number(m.get("load_checkpoint_duration_mean_seconds"), "s")),
-        ("load GiB/s (the checkpoint over the duration)", _number(m.get("load_checkpoint_io_mean_GiB_per_second"))),
-        ("load world size", f"{r.get('world_size')} (saved at {saved}" + (": resharded)" if r.get("resharded")
-                                                                           else ")")),
-        ("model only", r.get("model_only")), ("follows", r.get("follows"))]
-    if r.get("caveat"):
-        rows.append(("caveat", r["caveat"]))
-    rows += [("bytes restored / needed / read", " / ".join(_bytes(r.get(k)) for k in ("bytes_restored",
-                                                                                      "bytes_needed", "bytes_read"))),
-             ("read amplification", _number(r.get("read_amplification"), digits=".3f")),
-             ("bytes read per rank", _sizes(r.get("bytes_read_per_rank"))),
-             ("reads per rank", " / ".join(str(r.get("reads_per_rank", {}).get(k)) for k in ("min", "median", "max"))
-              + " (min / median / max)"),
-             ("files per rank (max)", r.get("files_per_rank", {}).get("max")),
-             ("metadata read by every rank", _bytes(r.get("metadata_bytes_per_rank"))),
-             ("heaviest rank (its bytes read over the mean)", f"{r.get('heaviest_rank')} "
-                                                              f"({_number(r.get('imbalance'), digits='.3f')}x)")]
-    metadata = [c["metadata_read_seconds_max"] for c in loads if "metadata_read_seconds_max" in c]
+        ("load duration (mean, the slowest process's)", _number(m.load_checkpoint_duration_mean_seconds, "s")),
+        ("load GiB/s (the checkpoint over the duration)", _number(m.load_checkpoint_io_mean_GiB_per_second)),
+        ("load world size", f"{r.world_size} (saved at {r.saved_world_size}" + (": resharded)" if r.resharded
+                                                                                else ")")),
+        ("model only", r.model_only), ("follows", r.follows)]
+    if r.caveat:
+        rows.append(("caveat", r.caveat))
+    rows += [("bytes restored / needed / read", " / ".join(_bytes(n) for n in (r.bytes_restored, r.bytes_needed,
+                                                                               r.bytes_read))),
+             ("read amplification", _number(r.read_amplification, digits=".3f")),
+             ("bytes read per rank", _sizes(r.bytes_read_per_rank)),
+             ("reads per rank", _counts(r.reads_per_rank)),
+             ("files per rank (max)", r.files_per_rank.max if r.files_per_rank is not None else None),
+             ("metadata read by every rank", _bytes(r.metadata_bytes_per_rank)),
+             ("heaviest rank (its bytes read over the mean)", f"{r.heaviest_rank} "
+                                                              f"({_number(r.imbalance, digits='.3f')}x)")]
+    metadata = [c.metadata_read_seconds_max for c in loads if c.metadata_read_seconds_max is not None]
     if metadata:
         rows.append(("metadata read, slowest process (max over loads)", _number(max(metadata), "s")))
     return rows
@@ -350,15 +361,16 @@ def _table(rows: list[tuple[str, Any]]) -> str:
 
 def _html(run: Run, images: list[Path]) -> str:
     s = run.summary
-    io = s.get("io") or {}
-    sizes = [f"{k.split('_')[0]} {s[k]}" for k in ("save_world_size", "load_world_size") if k in s]
-    rows = [("workload", s.get("workload")), ("mode", s.get("mode", "emulated")), ("status", s.get("status")),
-            ("processes / hosts", f"{processes(run)} / {s.get('num_hosts')}"),
-            ("ranks", ", ".join(sizes) or s.get("num_accelerators")),
-            ("layout", run.layout), ("format", io.get("format")), ("checkpoint folder", _checkpoint_folder(run)),
-            ("storage", json.dumps(io.get("storage"))),
-            ("start / end", f"{s.get('start')} / {s.get('end')}"), ("command", s.get("command"))]
-    rows += [(k, f"{v:.6g}" if isinstance(v, float) else v) for k, v in s.get("metric", {}).items()]
+    sizes = [f"{phase} {size}" for phase, size in (("save", s.save_world_size), ("load", s.load_world_size))
+             if size is not None]
+    rows = [("workload", s.workload), ("mode", s.mode or "emulated"), ("status", s.status),
+            ("processes / hosts", f"{processes(run)} / {s.num_hosts}"),
+            ("ranks", ", ".join(sizes) or s.num_accelerators),
+            ("layout", run.layout), ("format", s.io.format if s.io is not None else None),
+            ("checkpoint folder", _checkpoint_folder(run)),
+            ("storage", json.dumps(s.io.storage if s.io is not None else None)),
+            ("start / end", f"{s.start} / {s.end}"), ("command", s.command)]
+    rows += [(k, f"{v:.6g}" if isinstance(v, float) else v) for k, v in s.metric.figures().items()]
     table = _table(rows)
     restore = restore_rows(run)
     if restore:
@@ -367,7 +379,7 @@ def _html(run: Run, images: list[Path]) -> str:
         f'<figure><img alt="{p.stem}" src="data:image/png;base64,{base64.b64encode(p.read_bytes()).decode()}">'
         f"<figcaption>{p.name}</figcaption></figure>" for p in images)
     return f"""<!doctype html>
-<html><head><meta charset="utf-8"><title>dlio_ckpt report: {html.escape(str(s.get('workload')))}</title>
+<html><head><meta charset="utf-8"><title>dlio_ckpt report: {html.escape(str(s.workload))}</title>
 <style>body{{font-family:sans-serif;max-width:1200px;margin:2em auto}} table{{border-collapse:collapse}}
 th,td{{border:1px solid #ccc;padding:2px 8px;text-align:left;font-size:13px}} img{{max-width:100%}}
 figure{{margin:1.5em 0}}</style></head>

@@ -4,6 +4,8 @@ folder or a summary.json, ours or DLIO's.
 Why lenient JSON: DLIO writes bare ``NaN`` (a read-only run's save metrics); Python's parser reads it
 and the commands that compare runs treat it as "no figure". Why one reader: ``diff``, ``report`` and
 ``check`` must agree on what a run is, and fail the same way (exit 2, one message) on what is not.
+Why through the model (:mod:`dlio_ckpt.results.schema`): the writer and every reader then name each
+figure once, and a file that is not a summary is refused here, not half-read by each tool.
 """
 
 from __future__ import annotations
@@ -15,7 +17,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pydantic import ValidationError
+
 from dlio_ckpt.errors import DlioCkptError
+from dlio_ckpt.results.folder import PER_PROCESS, flatten
+from dlio_ckpt.results.schema import FailedSummary, Metric, Summary, read_summary
 
 
 class UnreadableRunError(DlioCkptError):
@@ -26,39 +32,34 @@ class UnreadableRunError(DlioCkptError):
 
 @dataclass
 class Run:
+    """A finished run as the tools read it. ``summary`` may be given as parsed JSON (a test's figures): it is
+    validated into the model, as :func:`load_run` does."""
+
     path: str  # as the user gave it
     folder: Path | None
-    summary: dict[str, Any]
+    summary: Summary
     config: dict[str, Any] | None = None  # the workload section, flattened to dotted keys
     per_process: dict[int, dict[str, Any]] = field(default_factory=dict)  # {process: per_epoch_stats}
 
-    @property
-    def ours(self) -> bool:
-        return "checkpoints" in self.summary
+    def __post_init__(self) -> None:
+        if isinstance(self.summary, dict):
+            self.summary = Summary.model_validate(self.summary)
 
     @property
-    def metric(self) -> dict[str, Any]:
-        return self.summary.get("metric") or {}
+    def ours(self) -> bool:
+        return self.summary.ours
+
+    @property
+    def metric(self) -> Metric:
+        return self.summary.metric
 
     @property
     def layout(self) -> str:
         """Whose files the run wrote: DLIO's layout for DLIO's own runs and ours before layouts existed."""
-        return (self.summary.get("io") or {}).get("layout", "dlio")
+        io = self.summary.io
+        return io.layout if io is not None and io.layout is not None else "dlio"
 
 
-RESULT_FILES = ("summary.json", "provenance.json", "dlio_ckpt.log", ".hydra/config.yaml", ".hydra/overrides.yaml")
-FIGURES = ("throughput.png", "durations.png", "stragglers.png", "timeline.png", "requests.png")  # report's
-REPORT_FILES = (*FIGURES, "report.html")  # what report may write into a run folder
-PER_PROCESS = re.compile(r"(\d+)_per_epoch_stats\.json")
-
-
-def results_in(folder: Path) -> list[Path]:
-    """What a run and its report write in a run folder, of what is there now, and nothing else:
-    a folder holding any of it holds a run."""
-    if not folder.is_dir():
-        return []
-    named = [folder / n for n in (*RESULT_FILES, *REPORT_FILES)]
-    return sorted([p for p in named if p.is_file()] + [p for p in folder.iterdir() if PER_PROCESS.fullmatch(p.name)])
 
 
 def number(value: Any) -> float | None:
@@ -81,16 +82,23 @@ def load_run(path: str, *, need_stats: bool = False) -> Run:
     else:
         raise UnreadableRunError(f"{path}: no such file or folder")
     try:
-        summary = json.loads(summary_path.read_text())
+        data = json.loads(summary_path.read_text())
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise UnreadableRunError(f"{summary_path}: not readable JSON ({exc})") from None
-    if not isinstance(summary, dict):
+    if not isinstance(data, dict):
         raise UnreadableRunError(f"{summary_path}: not a summary (a JSON object was expected)")
-    if summary.get("status") == "failed":
-        raise UnreadableRunError(f"{summary_path}: this run failed ({summary.get('reason', 'no reason given')}); "
-                            "it has no figures")
-    if not isinstance(summary.get("metric"), dict):
+    if data.get("status") != "failed" and not isinstance(data.get("metric"), dict):
         raise UnreadableRunError(f"{summary_path}: no 'metric' section: not a DLIO or dlio_ckpt summary")
+    try:
+        summary = read_summary(data)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(part) for part in first["loc"])
+        raise UnreadableRunError(f"{summary_path}: not a DLIO or dlio_ckpt summary: {where}: {first['msg']}"
+                                 + (f" (and {exc.error_count() - 1} more)" if exc.error_count() > 1 else "")) from None
+    if isinstance(summary, FailedSummary):
+        raise UnreadableRunError(f"{summary_path}: this run failed ({summary.reason or 'no reason given'}); "
+                                 "it has no figures")
     run = Run(path, folder, summary, _config(folder))
     run.per_process = _stats(folder)
     _one_run(run, summary_path)
@@ -102,14 +110,14 @@ def load_run(path: str, *, need_stats: bool = False) -> Run:
 def _one_run(run: Run, summary_path: Path) -> None:
     """A folder whose files belong to different runs (a second run into the same ``hydra.run.dir``,
     by an older version or by hand) would mix their figures: refused, saying how they disagree."""
-    processes = run.summary.get("num_processes", run.summary.get("num_accelerators"))
+    processes = run.summary.processes
     found = sorted(run.per_process)
-    if found and isinstance(processes, int) and found != list(range(processes)):
+    if found and processes is not None and found != list(range(processes)):
         shown = f"{found[0]}-{found[-1]}" if found == list(range(found[0], found[-1] + 1)) else str(found)
         raise UnreadableRunError(f"{run.folder}: its files disagree on the run: {summary_path.name} counts {processes} "
                                  f"processes and the folder holds per_epoch_stats of processes {shown}; the results "
                                  "of different runs are mixed here (run again into an empty folder)")
-    run_id = run.summary.get("run_id")
+    run_id = run.summary.run_id
     other = [p for p, stats in run.per_process.items()
              if run_id and isinstance(stats.get("1"), dict) and stats["1"].get("run_id") != run_id]
     if other:
@@ -132,15 +140,6 @@ def _config(folder: Path) -> dict[str, Any] | None:
             if isinstance(data, dict):
                 return flatten(data.get("workload", data))
     return None
-
-
-def flatten(obj: Any, prefix: str = "") -> dict[str, Any]:
-    if isinstance(obj, dict):
-        out: dict[str, Any] = {}
-        for k, v in obj.items():
-            out.update(flatten(v, f"{prefix}.{k}" if prefix else str(k)))
-        return out
-    return {prefix: obj}
 
 
 def _stats(folder: Path) -> dict[int, dict[str, Any]]:

@@ -4,7 +4,7 @@ saves and loads the workload's own files fastest, and how close that comes to fi
 Why a command: the figure a storage team reads is worth something only at the storage's best
 settings, and those differ by storage (an NVMe array wants many requests in flight, a network file
 system large ones, an object store large parts and several objects at once). A sweep over the
-storage's own axes (``backends.REGISTRY``'s ``tuning``) finds them; bounded in bytes (the workload is
+storage's own axes (``registry.BACKENDS``' ``tuning``) finds them; bounded in bytes (the workload is
 scaled to ``--max-gib`` per point) and in time (no point starts after ``--max-seconds``). Each point
 is an ordinary sweep point (its own folder, its summary.json). One point is one sample of a noisy
 figure (the page cache, another job, a server's background work), so the leading points of the grid
@@ -33,8 +33,9 @@ from typing import Any
 from dlio_ckpt.cluster.comm import Comm
 from dlio_ckpt.config import check_world_size, compose, parse_overrides
 from dlio_ckpt.errors import ConfigError
-from dlio_ckpt.io.backends import REGISTRY, get_backend
+from dlio_ckpt.io.backends import get_backend
 from dlio_ckpt.plan.layouts import make_plan
+from dlio_ckpt.registry import BACKENDS
 from dlio_ckpt.run.launch import redact
 from dlio_ckpt.tools import fio
 from dlio_ckpt.tools.sweep import FIRST_POINT, Point, grid, short_key, sweep
@@ -60,10 +61,10 @@ def run_tune(overrides: list[str], config_dir: str | None, comm: Comm, world_siz
     single = _fixed(overrides)
     workload, _, _ = compose(single, config_dir)  # the swept keys' values: checked by the sweep
     storage, ck = workload.storage, workload.checkpoint
-    entry = REGISTRY[storage.storage_type]
+    entry = BACKENDS[storage.storage_type]
     if not entry.tuning:
         raise ConfigError("workload.storage.storage_type", storage.storage_type, "tune has no settings to try "
-                          f"there; it tunes {', '.join(n for n, e in REGISTRY.items() if e.tuning)}")
+                          f"there; it tunes {', '.join(n for n, e in BACKENDS.items() if e.tuning)}")
     if max_gib <= 0:
         raise ConfigError("--max-gib", max_gib, "must be more than 0")
     if max_seconds <= 0:

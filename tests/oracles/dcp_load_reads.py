@@ -29,7 +29,7 @@ from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import fully_shard
 
 from dlio_ckpt.model.dense import TransformerShape
-from dlio_ckpt.run.real.fsdp_mode import _TORCH_DTYPES
+from dlio_ckpt.model.dtypes import DTYPES
 from dlio_ckpt.run.real.llama import Llama
 
 
@@ -54,7 +54,7 @@ def worker(rank: int, world: int, port: int, folder: str, out: str, model_only: 
            dtype: str) -> None:
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
     with torch.device("meta"):
-        model = Llama(TransformerShape(**shape)).to(_TORCH_DTYPES[dtype])
+        model = Llama(TransformerShape(**shape)).to(getattr(torch, DTYPES[dtype].torch))
     mesh = init_device_mesh("cpu", (world,))
     for block in model.layers:
         fully_shard(block, mesh=mesh)

@@ -7,11 +7,10 @@ knows which format it writes, and a format never touches storage (DCP's split of
 
 from __future__ import annotations
 
-import importlib
 from typing import Protocol
 
-from dlio_ckpt.errors import ConfigError
 from dlio_ckpt.plan.types import FilePlan, ItemFile, PlannedFile
+from dlio_ckpt.registry import FORMATS
 
 Segment = bytes | int
 
@@ -33,26 +32,9 @@ class RawFormat:
         return [file.payload_bytes]
 
 
-_FORMATS = {  # name: (module, class, what to install)
-    "pt": ("dlio_ckpt.plan.formats.pt", "PtFormat", ""),
-    "safetensors": ("dlio_ckpt.plan.formats.safetensors", "SafetensorsFormat", ""),
-    "hdf5": ("dlio_ckpt.plan.formats.hdf5", "HDF5Format", "h5py"),
-}
-
-
 def get_format(name: str) -> Format:
-    if name == "raw":
-        return RawFormat()
-    if name not in _FORMATS:
-        raise ConfigError("workload.checkpoint.format", name,
-                          f"unknown format; choose one of raw, {', '.join(_FORMATS)}")
-    module, cls, needs = _FORMATS[name]
-    try:
-        return getattr(importlib.import_module(module), cls)()
-    except ImportError as exc:
-        raise ConfigError("workload.checkpoint.format", name,
-                          f"install {needs} to use format={name} (pip install 'dlio_ckpt[hdf5]'; "
-                          f"missing module: {exc.name})") from None
+    """The format registered as ``name`` (:data:`dlio_ckpt.registry.FORMATS`), imported on first use."""
+    return FORMATS.load(name)()
 
 
 def file_size(segments: list[Segment]) -> int:

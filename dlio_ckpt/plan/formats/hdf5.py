@@ -18,11 +18,9 @@ from functools import lru_cache
 import h5py
 import numpy as np
 
+from dlio_ckpt.model.dtypes import DTYPES
 from dlio_ckpt.plan.formats import Segment
 from dlio_ckpt.plan.types import FilePlan, TensorGroup
-
-_TYPES = {"fp16": h5py.h5t.IEEE_F16LE, "bf16": h5py.h5t.STD_U16LE, "fp32": h5py.h5t.IEEE_F32LE,
-          "fp64": h5py.h5t.IEEE_F64LE, "int8": h5py.h5t.STD_I8LE, "uint8": h5py.h5t.STD_U8LE}
 
 
 class _Recorder(io.RawIOBase):
@@ -106,8 +104,8 @@ def _layout(dtype: str, groups: tuple[TensorGroup, ...]) -> tuple[Segment, ...]:
                 dcpl.set_layout(h5py.h5d.CONTIGUOUS)
                 dcpl.set_alloc_time(h5py.h5d.ALLOC_TIME_EARLY)
                 dcpl.set_fill_time(h5py.h5d.FILL_TIME_NEVER)
-                ds = h5py.h5d.create(parent, str(i).encode(), _TYPES[dtype], h5py.h5s.create_simple((numel,)),
-                                     dcpl=dcpl)
+                h5type = getattr(h5py.h5t, DTYPES[dtype].hdf5)
+                ds = h5py.h5d.create(parent, str(i).encode(), h5type, h5py.h5s.create_simple((numel,)), dcpl=dcpl)
                 if dtype == "bf16":
                     h5py.AttributeManager(h5py.Dataset(ds))["dtype"] = np.bytes_(b"bf16")  # fixed length
                 extents.append((ds.get_offset(), ds.get_storage_size()))

@@ -21,12 +21,11 @@ from hashlib import blake2b
 from math import prod
 from typing import Any
 
+from dlio_ckpt.model.dtypes import DTYPES
 from dlio_ckpt.plan.formats import Segment
 from dlio_ckpt.plan.types import FilePlan
 
 ALIGN = 64  # torch.save's own storage alignment: overhead stays ~100-200 bytes per tensor
-_STORAGE = {"fp16": "HalfStorage", "bf16": "BFloat16Storage", "fp32": "FloatStorage",
-            "fp64": "DoubleStorage", "int8": "CharStorage", "uint8": "ByteStorage"}
 _U32 = 0xFFFFFFFF
 
 
@@ -88,7 +87,8 @@ class _Pickler:
         self.once(("torch._utils", "_rebuild_tensor_v2"), _global("torch._utils", "_rebuild_tensor_v2"))
         self.out.append(b"((")
         self.once(("storage",), _str("storage"))
-        self.once(("torch", _STORAGE[dtype]), _global("torch", _STORAGE[dtype]))
+        storage = DTYPES[dtype].storage
+        self.once(("torch", storage), _global("torch", storage))
         self.out.append(m.str(storage_key))
         self.once(("cpu",), _str("cpu"))
         self.out.append(_small_int(numel) + b"t" + m.put() + b"Q" + _small_int(0) + m.tuple(shape)

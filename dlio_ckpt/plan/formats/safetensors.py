@@ -11,10 +11,9 @@ from __future__ import annotations
 import json
 import struct
 
+from dlio_ckpt.model.dtypes import DTYPES
 from dlio_ckpt.plan.formats import Segment
 from dlio_ckpt.plan.types import FilePlan
-
-_DTYPE = {"fp16": "F16", "bf16": "BF16", "fp32": "F32", "fp64": "F64", "int8": "I8", "uint8": "U8"}
 
 
 def tensor_names(file: FilePlan) -> list[str]:
@@ -32,7 +31,8 @@ class SafetensorsFormat:
         numels = [n for g in file.groups for n in g.numels]
         for name, numel in zip(tensor_names(file), numels, strict=True):
             nbytes = numel * file.itemsize
-            header[name] = {"dtype": _DTYPE[file.dtype], "shape": [numel], "data_offsets": [offset, offset + nbytes]}
+            header[name] = {"dtype": DTYPES[file.dtype].safetensors, "shape": [numel],
+                            "data_offsets": [offset, offset + nbytes]}
             offset += nbytes
         text = json.dumps(header, separators=(",", ":")).encode()
         text += b" " * (-(8 + len(text)) % 8)  # the data starts 8-byte aligned, as the writer's

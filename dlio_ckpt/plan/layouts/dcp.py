@@ -44,11 +44,13 @@ from math import prod
 from typing import TYPE_CHECKING, ClassVar
 
 from dlio_ckpt.errors import ConfigError
-from dlio_ckpt.model.dense import DATATYPE_BYTES, TransformerShape
+from dlio_ckpt.model.dense import TransformerShape
+from dlio_ckpt.model.dtypes import DATATYPE_BYTES
 from dlio_ckpt.model.moe import MoeShape
 from dlio_ckpt.plan.formats import Format, Segment, file_size
 from dlio_ckpt.plan.formats.pt import archive, tensor_pickle
 from dlio_ckpt.plan.layouts import dcp_moe, dcp_restore
+from dlio_ckpt.plan.layouts.base import Layout
 from dlio_ckpt.plan.layouts.dcp_metadata import Tensor, fsdp_chunk, metadata_size
 from dlio_ckpt.plan.layouts.rules import every_rank_writes, torch_save_only
 from dlio_ckpt.plan.restore import Restore
@@ -403,3 +405,19 @@ def restore(workload: Workload, plan: Plan, world_size: int, model_only: bool) -
                           "a 2-D mesh whose shape changes with the world size, and that resharding is not modelled yet")
     lay: DcpLayout = plan.layout  # type: ignore[assignment]
     return dcp_restore.reads(plan, lay.tensors(), list(lay.group_items()), world_size, model_only, item_size)
+
+
+
+def load_caveat(workload: Workload) -> str | None:
+    """DCP's plan of a mixture of experts with expert parallelism applies FSDP2's rules at the save's
+    placement, which no real ``dcp.load`` of torchtitan's expert mesh has been held to."""
+    model = workload.model
+    if model.family == "moe" and model.parallelism.expert > 1:
+        return ("not held to the framework's own load (no real dcp.load of torchtitan's expert-parallel placement "
+                "was compared): each rank reads its own stored shards and the replicated items, by FSDP2's rules")
+    return None
+
+LAYOUT = Layout(make_plan=make_plan, file_format=file_format, check=check, check_world=check_world,
+                restore=restore,
+                reads_keys=frozenset({"checkpoint.files_per_rank", "model.master_weights", "model.moments_datatype"}),
+                load_caveat=load_caveat)

@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from math import prod
 
-from dlio_ckpt.model.dense import DATATYPE_BYTES
+from dlio_ckpt.model.dtypes import DATATYPE_BYTES
 from dlio_ckpt.plan.layouts.dcp_metadata import Tensor, fsdp_chunk
 from dlio_ckpt.plan.restore import Restore, by_file
 from dlio_ckpt.plan.types import Item, ItemFile, Plan

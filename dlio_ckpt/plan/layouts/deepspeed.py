@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, ClassVar
 from dlio_ckpt.errors import ConfigError
 from dlio_ckpt.plan.formats import Format, get_format
 from dlio_ckpt.plan.layouts import deepspeed_moe, dlio
+from dlio_ckpt.plan.layouts.base import Layout
 from dlio_ckpt.plan.layouts.deepspeed_files import (
     flat_partition,
     model_states,
@@ -139,3 +140,8 @@ def check_world(workload: Workload, world_size: int) -> None:
 
 def file_format(workload: Workload) -> Format:
     return get_format("pt")
+
+
+LAYOUT = Layout(make_plan=make_plan, file_format=file_format, check=check, check_world=check_world,
+                reads=READS, no_restore=NO_RESTORE,
+                whole_file_load="DeepSpeed's load_checkpoint is not modelled")

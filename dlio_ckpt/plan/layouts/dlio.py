@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, ClassVar
 
 from dlio_ckpt.model.dense import TransformerShape
 from dlio_ckpt.plan.formats import Format, get_format
+from dlio_ckpt.plan.layouts.base import Layout
 from dlio_ckpt.plan.layouts.rules import dense_only
 from dlio_ckpt.plan.types import FilePlan, Plan, RankPlan, TensorGroup, scaled
 
@@ -156,3 +157,7 @@ def check(workload: Workload) -> None:
     (``Workload._layout_rules``): they came first and hold for every layout that has them. DLIO has no
     mixture of experts: its MLPerf layout is a dense Llama's."""
     dense_only(workload, "dlio", "DLIO's layout (MLPerf Storage) has no mixture of experts")
+
+
+LAYOUT = Layout(make_plan=make_plan, file_format=file_format, check=check, reads=READS, no_restore=NO_RESTORE,
+                whole_file_load=None)

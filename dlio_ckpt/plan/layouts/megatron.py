@@ -40,6 +40,7 @@ from dlio_ckpt.errors import ConfigError
 from dlio_ckpt.model.dense import TransformerShape
 from dlio_ckpt.plan.formats import Format
 from dlio_ckpt.plan.layouts import megatron_moe, megatron_restore
+from dlio_ckpt.plan.layouts.base import Layout
 from dlio_ckpt.plan.layouts.dcp import DistcpFormat, item_size
 from dlio_ckpt.plan.layouts.dcp_metadata import Chunked
 from dlio_ckpt.plan.layouts.megatron_files import (
@@ -274,3 +275,10 @@ def check_world(workload: Workload, world_size: int) -> None:
 def file_format(workload: Workload) -> Format:
     return DistcpFormat()
 
+
+LAYOUT = Layout(make_plan=make_plan, file_format=file_format, check=check, check_world=check_world,
+                restore=restore, reads=READS,
+                reads_keys=frozenset({"checkpoint.files_per_rank", "model.moments_datatype",
+                                      "model.parallelism.first_stage_layers", "model.parallelism.last_stage_layers",
+                                      "restore.tensor"}),
+                whole_file_load="megatron-core's load of a mixture of experts is not modelled yet")

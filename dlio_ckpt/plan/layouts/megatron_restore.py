@@ -25,7 +25,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Protocol
 
 from dlio_ckpt.errors import ConfigError
-from dlio_ckpt.model.dense import DATATYPE_BYTES
+from dlio_ckpt.model.dtypes import DATATYPE_BYTES
 from dlio_ckpt.plan.layouts.megatron_files import not_split_by
 from dlio_ckpt.plan.restore import Restore, by_file
 from dlio_ckpt.plan.types import Item, ItemFile, Plan

@@ -14,16 +14,17 @@ import time
 from collections import Counter
 from typing import Any
 
-from dlio_ckpt import references
 from dlio_ckpt.cluster.host import available_memory, hostname
 from dlio_ckpt.cluster.placement import holder
-from dlio_ckpt.config import tier_key
+from dlio_ckpt.config import references, tier_key
 from dlio_ckpt.errors import ConfigError
 from dlio_ckpt.io.engine import Engine, FileTask, IOOptions, check_capabilities, io_buffer_bytes
 from dlio_ckpt.plan.formats import Format
 from dlio_ckpt.plan.layouts import file_format, make_plan
 from dlio_ckpt.plan.restore import RankReads, described, load_caveat, restore_plan
 from dlio_ckpt.plan.view import scaled_figures
+from dlio_ckpt.results.schema import IO, AsyncSave, RestoreSource, Retries, Summary
+from dlio_ckpt.results.summary import GoodputAsked
 from dlio_ckpt.run.context import GIB, RunContext, record, say_done, timed, write_results
 from dlio_ckpt.run.emulated.background import BackgroundSaves, Staging, train
 from dlio_ckpt.run.emulated.checkpoints import (
@@ -196,7 +197,7 @@ def _lost_shares(ctx: RunContext, run: EmulatedRun) -> LostShares | None:
     return LostShares(ctx, tier, lambda step, backend, p: run.restore_reads(step, backend, _read_plans(ctx, p))[0])
 
 
-def _sources(read_from: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def _sources(read_from: list[dict[str, Any]]) -> list[RestoreSource]:
     """Where a restore with lost hosts read, per tier: the hosts and processes that read there, their
     bytes over all loads and the slowest process's load seconds."""
     out: dict[int, dict[str, Any]] = {}
@@ -206,10 +207,10 @@ def _sources(read_from: list[dict[str, Any]]) -> list[dict[str, Any]]:
         s["processes"].append(process)
         s["bytes"] += r["bytes"]
         s["seconds"] = max(s["seconds"], r["seconds"])
-    return [out[k] for k in sorted(out)]
+    return [RestoreSource(**out[k]) for k in sorted(out)]
 
 
-def run(ctx: RunContext) -> dict[str, Any] | None:
+def run(ctx: RunContext) -> Summary | None:
     """Run the benchmark; returns the summary on rank 0 (None elsewhere)."""
     ck, comm, state, fmt = ctx.ck, ctx.comm, ctx.state, file_format(ctx.workload)
     files = expected_files(ctx, fmt) if comm.rank == 0 else {}  # shared tiers' manifests are rank 0's
@@ -314,32 +315,32 @@ def run(ctx: RunContext) -> dict[str, Any] | None:
         retries["read_from"] = {"tier": read_tier(ctx), "host": ctx.placement.host,
                                 "bytes": sum(r.bytes for r in loads), "seconds": sum(r.duration for r in loads)}
 
-    def describe(tries: list[dict[str, int]]) -> dict[str, Any]:
-        restart_reads = [ck.read_tier]  # a step is restorable once durable on every tier a restart reads
-        if ctx.workload.restore.lost_hosts:
-            restart_reads = sorted({ck.read_tier, lost_source(ctx)})
-        asked = {"goodput": {"mtbf_hours": ck.mtbf_hours, "interval_seconds": ck.time_between_checkpoints,
-                             "tiers": restart_reads}} if ck.mtbf_hours else {}
+    def describe(tries: list[dict[str, Any]]) -> dict[str, Any]:
         staged = [sum(shard_bytes(ctx, p)) for p in range(comm.size)]
-        background_mode = {"staging": ck.staging, "training": ck.training,
-                           **({"staging_gb_per_second": ck.staging_gb_per_second} if ck.staging == "modelled" else
-                              {"staging_bytes_per_process": staged})}
+        modelled = ck.staging == "modelled"
+        background_mode = AsyncSave(staging=ck.staging, training=ck.training,
+                                    staging_gb_per_second=ck.staging_gb_per_second if modelled else None,
+                                    staging_bytes_per_process=None if modelled else staged)
         sources = _sources([t.pop("read_from") for t in tries if "read_from" in t])
-        return {**asked, **({"restore_sources": sources} if sources else {}),
-                "async_save": background_mode if ck.async_save else False,
-                "retries": {"save": sum(t["save"] for t in tries), "load": sum(t["load"] for t in tries),
-                            "per_process": tries,
-                            "note": "files redone after a transient storage error; the client's own attempts "
-                                    "(S3 max_attempts, gcsfs) are not visible here"}}
-    io = {"layout": ck.layout, "format": fmt.name, "odirect": ck.odirect,
-          "verified": backend.capabilities.stores_data and ck.verify, "recovery_rank_shift": ck.recovery_rank_shift,
-          "scale": ck.scale, "chunk_size": ck.chunk_size,
-          "io_buffer_bytes_per_process": engine.buffer_bytes + (read_engine.buffer_bytes if read_engine is not engine
-                                                                else 0),
-          **({"tiers": tiers.describe(), "read_tier": ck.read_tier} if tiers.active else {}),
-          **({"placement": ctx.placement.describe()} if ctx.placement.simulated else {}),
-          **({"reference": references.describe(ck.reference)} if ck.reference != "none" else {}),
-          **({"restore": described(ctx.workload, ctx.restore, ctx.plan, fmt)} if ck.num_checkpoints_read else {}),
-          **({"scaled": scaled_figures(ctx.plan, fmt)} if ctx.plan.full_size else {})}
+        return {"restore_sources": sources or None, "async_save": background_mode if ck.async_save else False,
+                "retries": Retries(save=sum(t["save"] for t in tries), load=sum(t["load"] for t in tries),
+                                   per_process=tries,
+                                   note="files redone after a transient storage error; the client's own attempts "
+                                        "(S3 max_attempts, gcsfs) are not visible here")}
+    restart_reads = [ck.read_tier]  # a step is restorable once durable on every tier a restart reads
+    if ctx.workload.restore.lost_hosts:
+        restart_reads = sorted({ck.read_tier, lost_source(ctx)})
+    goodput = GoodputAsked(mtbf_hours=ck.mtbf_hours, interval_seconds=ck.time_between_checkpoints,
+                           tiers=tuple(restart_reads)) if ck.mtbf_hours else None
+    restore = described(ctx.workload, ctx.restore, ctx.plan, fmt) if ck.num_checkpoints_read else None
+    io = IO(layout=ck.layout, format=fmt.name, odirect=ck.odirect,
+            verified=backend.capabilities.stores_data and ck.verify,
+            recovery_rank_shift=ck.recovery_rank_shift, scale=ck.scale, chunk_size=ck.chunk_size,
+            io_buffer_bytes_per_process=engine.buffer_bytes + (read_engine.buffer_bytes if read_engine is not engine
+                                                               else 0),
+            tiers=tiers.describe() if tiers.active else None, read_tier=ck.read_tier if tiers.active else None,
+            placement=ctx.placement.describe() if ctx.placement.simulated else None,
+            reference=references.describe(ck.reference) if ck.reference != "none" else None,
+            restore=restore, scaled=scaled_figures(ctx.plan, fmt) if ctx.plan.full_size else None)
     return write_results(ctx, records, ctx.plan.total_payload_bytes, io, retries, describe,
-                         io["restore"]["bytes_restored"] if ck.num_checkpoints_read else None)
+                         restore["bytes_restored"] if restore is not None else None, goodput)

@@ -23,12 +23,12 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
 
 from dlio_ckpt.config import tier_key
 from dlio_ckpt.errors import DlioCkptError, StorageError, VerifyError
 from dlio_ckpt.io.backends import Backend
 from dlio_ckpt.io.engine import Engine, IOOptions
+from dlio_ckpt.results.schema import TierDescription
 from dlio_ckpt.results.summary import OpRecord, ProcessCost
 from dlio_ckpt.run.emulated.checkpoints import EmulatedRun, mine
 from dlio_ckpt.run.emulated.peers import PeerLink, PeerSource, in_background, partner_rank, send_files
@@ -131,8 +131,9 @@ class Drain:
         seconds = time.perf_counter() - t0
         requests = tuple(q for b in (source, target) if b.requests is not None for q in b.requests.take())
         times = self._engines[k - 1].take_file_times()
-        return OpRecord(f"drain_tier{k}", step, step, self.ctx.comm.rank, start, start + seconds, seconds,
-                        nbytes, len(todo), times, 0.0, requests, cost=ProcessCost.now().since(cost))
+        return OpRecord(phase=f"drain_tier{k}", index=step, step=step, process=self.ctx.comm.rank, start=start,
+                        end=start + seconds, duration=seconds, bytes=nbytes, files=len(todo), file_times=times,
+                        requests=requests, cost=ProcessCost.now().since(cost))
 
     def _replicate(self, step: int, k: int, source: Backend, target: Backend) -> OpRecord:
         """A peer tier: this process's files of ``step`` sent to its partner on each of ``replicas`` other
@@ -158,8 +159,9 @@ class Drain:
                 files += len(theirs)
                 times += self._engines[k - 1].take_file_times()
         seconds = time.perf_counter() - t0
-        return OpRecord(f"drain_tier{k}", step, step, ctx.comm.rank, start, start + seconds, seconds, nbytes, files,
-                        times, 0.0, (), cost=ProcessCost.now().since(cost))
+        return OpRecord(phase=f"drain_tier{k}", index=step, step=step, process=ctx.comm.rank, start=start,
+                        end=start + seconds, duration=seconds, bytes=nbytes, files=files, file_times=times,
+                        cost=ProcessCost.now().since(cost))
 
     def _fail(self, step: int, k: int, exc: BaseException) -> None:
         error = exc  # a bug keeps its traceback
@@ -280,11 +282,12 @@ class Tiers:
             self.drain.close()
         self.settle()
 
-    def describe(self) -> list[dict[str, Any]]:
+    def describe(self) -> list[TierDescription]:
         """summary.json's ``io.tiers``: each tier, what it keeps, the steps marked there at the end."""
         ctx = self.ctx
-        return [{"tier": k, "storage_type": st.storage_type, "storage_root": st.storage_root, "scope": st.scope,
-                 **({"replicas": st.replicas, "replication": st.replication} if st.scope == "peer" else {}),
-                 "keep_last": st.keep_last, "steps_durable": list(self.marked[k]),
-                 **({"memory_bytes_per_host": ctx.memory_bytes[k]} if ctx.memory_bytes.get(k) else {}),
-                 "storage": ctx.tiers[k].describe()} for k, st in enumerate(ctx.workload.storages)]
+        return [TierDescription(tier=k, storage_type=st.storage_type, storage_root=st.storage_root, scope=st.scope,
+                                replicas=st.replicas if st.scope == "peer" else None,
+                                replication=st.replication if st.scope == "peer" else None,
+                                keep_last=st.keep_last, steps_durable=list(self.marked[k]),
+                                memory_bytes_per_host=ctx.memory_bytes.get(k) or None,
+                                storage=ctx.tiers[k].describe()) for k, st in enumerate(ctx.workload.storages)]

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from dlio_ckpt.config import Workload
-from dlio_ckpt.model.dense import DATATYPE_BYTES
+from dlio_ckpt.model.dtypes import DATATYPE_BYTES
 
 # Fitted to .ckpt files written by torch 2.13 / Lightning 2.6 (2, 10 and 100 layers, SGD and Adam;
 # tests/test_real_modes.py holds the prediction to 1%): per parameter tensor, its zip record, pickle

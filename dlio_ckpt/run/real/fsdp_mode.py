@@ -35,7 +35,9 @@ from torch.distributed.tensor import DTensor
 from dlio_ckpt.cluster.comm import on_root
 from dlio_ckpt.cluster.host import hostname
 from dlio_ckpt.errors import ConfigError, StorageError, VerifyError
-from dlio_ckpt.model.dense import DATATYPE_BYTES, TransformerShape
+from dlio_ckpt.model.dense import TransformerShape
+from dlio_ckpt.model.dtypes import DATATYPE_BYTES, DTYPES
+from dlio_ckpt.results.schema import IO, Summary
 from dlio_ckpt.run.context import Clock, RunContext, evict_before_read, record, say_done, timed, write_results
 from dlio_ckpt.run.real.llama import Llama
 from dlio_ckpt.run.real.predict import fsdp as predicted
@@ -44,7 +46,6 @@ from dlio_ckpt.run.steps import Writes
 log = logging.getLogger("dlio_ckpt")
 # FSDP2 and DTensor warn about patterns of our own small model (views, RNG tracker) on every step
 warnings.filterwarnings("ignore", category=UserWarning, module=r"torch\.distributed\.")
-_TORCH_DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32, "fp64": torch.float64}
 
 
 FSYNC = "sync_files=True: DCP fsyncs every shard before its save ends"
@@ -95,7 +96,7 @@ def build_model(ctx: RunContext, device: torch.device) -> tuple[Llama, torch.opt
     m = ctx.workload.model
     shape = TransformerShape.from_model(m)
     with torch.device("meta"):
-        model = Llama(shape).to(_TORCH_DTYPES[m.model_datatype])
+        model = Llama(shape).to(getattr(torch, DTYPES[m.model_datatype].torch))
     # The mesh names the device: left out, FSDP2 picks CUDA wherever a GPU exists, even under gloo
     mesh = init_device_mesh(device.type, (ctx.comm.size,))
     for block in model.layers:
@@ -279,7 +280,7 @@ class _Saves:
         return waited
 
 
-def run(ctx: RunContext) -> dict[str, Any] | None:
+def run(ctx: RunContext) -> Summary | None:
     w, s, ck = ctx.workload, ctx.workload.fsdp, ctx.workload.checkpoint
     hosts = ctx.comm.allgather(hostname())  # each process's host, gathered once
     device = init_distributed(ctx, hosts)
@@ -337,12 +338,11 @@ def run(ctx: RunContext) -> dict[str, Any] | None:
         say_done(ctx, f"load_ckpt{i}", clock.seconds, "checked")
     total = sum(b for b, _ in saves.written[1].values())
     params = sum(p.numel() for p in model.parameters())
-    io = {"format": "torch.distributed.checkpoint (.distcp shards + .metadata)",
-          "writer": {"s3": "S3StorageWriter", "": "FileSystemWriter"}.get(_scheme(ctx), "FsspecWriter"),
-          "thread_count": s.thread_count,
-          "async_save": s.async_save,
-          "verified": "per-tensor checksums of every shard read back equal those saved",
-          "bytes_read_note": "each process is credited with the bytes it saved for that step"}
+    io = IO(format="torch.distributed.checkpoint (.distcp shards + .metadata)",
+            writer={"s3": "S3StorageWriter", "": "FileSystemWriter"}.get(_scheme(ctx), "FsspecWriter"),
+            thread_count=s.thread_count, async_save=s.async_save,
+            verified="per-tensor checksums of every shard read back equal those saved",
+            bytes_read_note="each process is credited with the bytes it saved for that step")
     extra = {"setup_seconds": setup, "blocking_save_seconds": saves.blocking, "host": hostname(),
              "model": {"parameters": params, "dtype": w.model.model_datatype, "optimizer": s.optimizer,
                        "parameter_bytes": params * DATATYPE_BYTES[w.model.model_datatype]},

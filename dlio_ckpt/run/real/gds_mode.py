@@ -30,6 +30,7 @@ import torch
 from dlio_ckpt.config import GDSSettings
 from dlio_ckpt.errors import ConfigError, StorageError, VerifyError
 from dlio_ckpt.io.backends.cufile_status import transport
+from dlio_ckpt.results.schema import IO, Summary
 from dlio_ckpt.results.summary import OpRecord
 from dlio_ckpt.run.context import RunContext, evict_before_read, record, timed, write_results
 from dlio_ckpt.run.steps import Writes
@@ -196,7 +197,7 @@ def _transfer(ctx: RunContext, phase: str, name: str, step: int, fn: Callable[[t
     return record(ctx, phase, step, clock, nbytes, 1)
 
 
-def run(ctx: RunContext) -> dict[str, Any] | None:
+def run(ctx: RunContext) -> Summary | None:
     s, ck = ctx.workload.gds, ctx.ck
     device = torch.device("cuda", ctx.comm.local_rank % torch.cuda.device_count())
     torch.cuda.set_device(device)
@@ -222,7 +223,7 @@ def run(ctx: RunContext) -> dict[str, Any] | None:
         raise StorageError(f"the first of gds.paths ({s.paths[0]}) could not run here: "
                            f"{table[s.paths[0]].get('unsupported') or table[s.paths[0]].get('skipped')}; "
                            "list a path that can first")
-    io = {"format": "raw device bytes", "primary_path": s.paths[0], "paths": table, "verified": True}
+    io = IO(format="raw device bytes", primary_path=s.paths[0], paths=table, verified=True)
     extra = {"device": torch.cuda.get_device_name(device), "versions": {"torch": torch.__version__}}
     return write_results(ctx, records, source.numel() * ctx.comm.size, io, extra)
 

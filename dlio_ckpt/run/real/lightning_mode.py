@@ -28,6 +28,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 from dlio_ckpt.config import LightningSettings
 from dlio_ckpt.errors import ConfigError, DlioCkptError, StorageError, VerifyError
+from dlio_ckpt.results.schema import IO, Summary
 from dlio_ckpt.run.context import Clock, RunContext, evict_before_read, record, timed, write_results
 from dlio_ckpt.run.real.demo_shapes import predict
 from dlio_ckpt.run.steps import Writes
@@ -147,7 +148,7 @@ def check_reads(ctx: RunContext) -> None:
     """Nothing: a Lightning run reads back what it saved."""
 
 
-def run(ctx: RunContext) -> dict[str, Any] | None:
+def run(ctx: RunContext) -> Summary | None:
     w, s, ck = ctx.workload, ctx.workload.lightning, ctx.workload.checkpoint
     torch.manual_seed(0)
     steps = ck.num_checkpoints_write
@@ -187,12 +188,10 @@ def run(ctx: RunContext) -> dict[str, Any] | None:
         records.append(record(ctx, "load", i, clock, ctx.backend.size(ctx.path(i, ".ckpt")), 1))
         log.info("load_ckpt%d: %.3f s, checked", i, clock.seconds)
     predicted = predict(w)
-    io_meta = {
-        "format": "lightning .ckpt (torch.save)",
-        "checkpoint_io": type(io.inner).__name__ + (" in AsyncCheckpointIO" if s.async_save else ""),
-        **({"dataflux_multipart": s.dataflux_multipart} if s.checkpoint_io == "dataflux" else {}),
-        "verified": "global_step of every checkpoint read; the last one tensor by tensor",
-    }
+    io_meta = IO(format="lightning .ckpt (torch.save)",
+                 checkpoint_io=type(io.inner).__name__ + (" in AsyncCheckpointIO" if s.async_save else ""),
+                 dataflux_multipart=s.dataflux_multipart if s.checkpoint_io == "dataflux" else None,
+                 verified="global_step of every checkpoint read; the last one tensor by tensor")
     extra = {"setup_seconds": setup, "blocking_save_seconds": blocking,
              "accelerator": {"asked": s.accelerator, "saved_from": str(saver.device),
                              "name": torch.cuda.get_device_name(saver.device) if saver.device.type == "cuda"

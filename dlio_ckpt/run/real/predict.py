@@ -9,7 +9,8 @@ from __future__ import annotations
 from typing import Any
 
 from dlio_ckpt.config import Workload
-from dlio_ckpt.model.dense import DATATYPE_BYTES, TransformerShape
+from dlio_ckpt.model.dense import TransformerShape
+from dlio_ckpt.model.dtypes import DATATYPE_BYTES
 from dlio_ckpt.run.real.demo_shapes import predict
 
 MIB = 1 << 20

@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from dlio_ckpt.errors import ConfigError
+from dlio_ckpt.registry import BACKENDS
 
 MIB = 1 << 20
 
@@ -66,7 +67,6 @@ REFERENCES: dict[str, Reference] = {
                      "4 quarters in 128 MiB requests", "data: our synthetic stream, where the fork uses dgen-py")),
 }
 NAMES = ("none", *REFERENCES)
-FILE_SYSTEMS = ("local_fs", "parallel_fs")
 
 
 def expand(raw: dict[str, Any]) -> dict[str, Any]:
@@ -80,9 +80,10 @@ def expand(raw: dict[str, Any]) -> dict[str, Any]:
     ref = REFERENCES[name]
     storage = raw.get("storage") or {}
     kind = storage.get("storage_type", "local_fs")
-    if kind not in FILE_SYSTEMS:
+    file_systems = [n for n, entry in BACKENDS.items() if entry.kind == "file_system"]
+    if kind not in file_systems:
         raise ConfigError("workload.checkpoint.reference", name, f"models a file system's I/O "
-                          f"({', '.join(FILE_SYSTEMS)}); storage_type is {kind}")
+                          f"({', '.join(file_systems)}); storage_type is {kind}")
     if raw.get("mode", "emulated") != "emulated":
         raise ConfigError("workload.checkpoint.reference", name, "applies to emulated runs only")
     options = storage.get("storage_options") or {}

@@ -1,0 +1,76 @@
+"""The workload's keys as a reader wants them: every dotted key (what an override may name) and
+``dlio_ckpt keys``' description of each (type and rules, default, meaning), read from the models."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from typing import Any, Literal, get_args, get_origin
+
+from pydantic import BaseModel, ByteSize
+
+from dlio_ckpt.config.schema import Workload
+from dlio_ckpt.errors import ConfigError
+
+
+def workload_keys(model: type[BaseModel] = Workload, prefix: str = "workload") -> list[str]:
+    """Every key of the workload, dotted (``workload.checkpoint.format``), sections included: what an
+    override may name (a dict-valued key such as ``storage.storage_options`` takes any key below it)."""
+    keys = []
+    for name, field in model.model_fields.items():
+        keys.append(f"{prefix}.{name}")
+        ann = field.annotation
+        if isinstance(ann, type) and issubclass(ann, BaseModel):
+            keys += workload_keys(ann, f"{prefix}.{name}")
+    return keys
+
+
+def _keys_of(model: type[BaseModel], prefix: str) -> Iterator[tuple[str, Any]]:
+    """(dotted key, pydantic field) of every key under a model; a list of sections (``tiers``) gives
+    its own key, then its items' keys as ``tiers[N].KEY``."""
+    for name, field in model.model_fields.items():
+        ann, key = field.annotation, f"{prefix}.{name}"
+        item = get_args(ann)[0] if get_origin(ann) is list and get_args(ann) else None
+        if isinstance(ann, type) and issubclass(ann, BaseModel):
+            yield from _keys_of(ann, key)
+            continue
+        yield key, field
+        if isinstance(item, type) and issubclass(item, BaseModel):
+            yield from _keys_of(item, f"{key}[N]")
+
+
+def describe_keys(section: str | None = None, more: Iterable[tuple[str, Any, str]] = ()) -> str:
+    """``dlio_ckpt keys``: each key as ``++workload.KEY``, its type and rules, its default and its
+    meaning; ``more``: (key, field, note) of keys the workload passes on unchecked (storage options,
+    which each backend's own model checks)."""
+    rows = [(k, f, "") for k, f in _keys_of(Workload, "workload")] + list(more)
+    lines = []
+    for key, field, note in rows:
+        top = key.split(".")[1].split("[")[0]
+        if section and section not in (top, key.removeprefix("workload.").split("[")[0]):
+            continue
+        default = "required" if field.is_required() else repr(field.get_default(call_default_factory=True))
+        rules = ", ".join([_kind(field.annotation), *(_rule(m) for m in field.metadata if _rule(m))])
+        meaning = "; ".join(t for t in (field.description, note) if t)
+        lines.append(f"++{key}  ({rules}; default {default})" + (f"\n      {meaning}" if meaning else ""))
+    if not lines:
+        raise ConfigError("SECTION", section, "names no key of the workload; one of "
+                          + ", ".join(sorted({k.split(".")[1].split("[")[0] for k, _, _ in rows})))
+    return "\n".join(lines)
+
+
+def _kind(ann: Any) -> str:
+    if ann is ByteSize:
+        return "size: bytes, or with a unit (32MiB, 1.5GB)"
+    if get_origin(ann) is Literal:
+        return "one of " + "|".join(str(a) for a in get_args(ann))
+    return getattr(ann, "__name__", None) or str(ann).replace("typing.", "").replace("pydantic.types.", "")
+
+
+def _rule(meta: Any) -> str:
+    """A pydantic constraint as a reader writes it (``>= 1``)."""
+    for attr, sign in (("ge", ">="), ("gt", ">"), ("le", "<="), ("lt", "<"), ("multiple_of", "a multiple of")):
+        if getattr(meta, attr, None) is not None:
+            return f"{sign} {getattr(meta, attr)}"
+    return ""
+
+

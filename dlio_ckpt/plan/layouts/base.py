@@ -1,0 +1,56 @@
+"""The contract every checkpoint layout keeps: one object, its features declared, never probed.
+
+Why a frozen record of functions rather than a module read with ``getattr``: a layout's optional
+features (a world-size rule of its own, a load that reshards) are then visible in its declaration and
+checked by the type checker, and a layout from another package (entry point group ``dlio_ckpt.layouts``)
+is held to the same shape as ours.
+
+The order the tool calls them in:
+
+1. ``check(workload)`` while the configuration is validated: the layout's own rules, each a
+   :class:`~dlio_ckpt.errors.ConfigError` naming key, value and rule (exit 2, nothing written);
+2. ``check_world(workload, world_size)``, where declared, once the world size is known (``plan``, a run);
+3. ``make_plan(workload, world_size)``: every rank's files with their items, and the coordinator's;
+4. ``file_format(workload)``: the bytes of those files (a :class:`~dlio_ckpt.plan.formats.Format`);
+5. for the read phase, ``restore(workload, plan, world_size, model_only)`` where declared: what each rank
+   of a load reads when its framework reshards or loads the model alone; a layout without it is read as
+   saved, each rank its own files whole (``reads`` says whose read that is), and a load asked otherwise
+   is refused with ``no_restore``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from dlio_ckpt.config import Workload
+    from dlio_ckpt.plan.formats import Format
+    from dlio_ckpt.plan.restore import Restore
+    from dlio_ckpt.plan.types import Plan
+
+
+def _no_rules(workload: Workload) -> None:
+    """A layout with no rules of its own beyond the configuration's."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Layout:
+    """One checkpoint layout (see the module's docstring for the call order)."""
+
+    make_plan: Callable[[Workload, int], Plan]
+    file_format: Callable[[Workload], Format]
+    check: Callable[[Workload], None] = _no_rules
+    check_world: Callable[[Workload, int], None] | None = None
+    restore: Callable[[Workload, Plan, int, bool], Restore] | None = None
+    reads: str = "each rank its own files, whole"  # whose read phase the whole-file read follows
+    no_restore: str = "its load is not modelled at another world size or for the model alone"
+    # the workload's keys only some layouts read (config.rules.LAYOUT_KEYS): set under a layout that does
+    # not read them, they are refused by name rather than ignored
+    reads_keys: frozenset[str] = frozenset()
+    # a load where every rank reads its own files whole: None where that is the framework's own load (DLIO's
+    # read phase); else why it stands in for one not modelled, said beside the load's figures
+    whole_file_load: str | None = "its load is not modelled"
+    # where a load that is modelled is still not held to the framework's own: why (None: it is held)
+    load_caveat: Callable[[Workload], str | None] | None = None

@@ -1,0 +1,191 @@
+"""summary.json through its model (dlio_ckpt.results.schema): every summary a quick run writes validates and
+is, byte for byte, the model's dump of itself (nothing lost, nothing reordered, no key the model does not
+name); DLIO's own summary validates with its keys, names and values as DLIO wrote them, NaN included; a run
+written before the later sections existed still loads and is judged; a failed run's summary is the model's
+too; and an OpRecord is built by keyword only."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pydantic import BaseModel
+
+from dlio_ckpt.results.schema import Checkpoints, FailedSummary, Metric, Summary, read_summary, written
+from dlio_ckpt.results.summary import OpRecord, dumps
+
+from .conftest import REPO, dlio, load
+from .made_runs import dlio_summary, make_run
+
+DLIO_RUN = REPO / "tests" / "data" / "dlio_run"
+TINY = ["workload=tiny", "--world-size", "2", "++workload.checkpoint.checkpoint_folder=ck"]
+RUNS = {  # the quick runs' shapes: every section a run without a server or a GPU writes
+    "plain": ["++workload.checkpoint.num_checkpoints_write=1", "++workload.checkpoint.num_checkpoints_read=1"],
+    "tiered_async_goodput_scaled": [
+        "++workload.checkpoint.num_checkpoints_write=2", "++workload.checkpoint.num_checkpoints_read=1",
+        "++workload.checkpoint.async_save=True", "++workload.checkpoint.mtbf_hours=8",
+        "++workload.checkpoint.time_between_checkpoints=0.2", "++workload.checkpoint.scale=0.5",
+        "++workload.storage.storage_root=local", "++workload.tiers=[{storage_type: local_fs, storage_root: far}]"],
+}
+# keys a run adds under names of its own, which the model keeps as further keys: each tier's drains and figures
+NAMED_BY_RUN = ("drain_tier", "save_checkpoint_time_to_durable_tier")
+
+
+def unnamed_keys(model: Any, where: str = "") -> list[str]:
+    """Keys of ``model`` (and every section in it) that the model does not name, but those a run names itself."""
+    if isinstance(model, list):
+        return [key for i, item in enumerate(model) for key in unnamed_keys(item, f"{where}[{i}]")]
+    if isinstance(model, dict):
+        return [key for k, item in model.items() for key in unnamed_keys(item, f"{where}.{k}")]
+    if not isinstance(model, BaseModel):
+        return []
+    extra = model.model_extra or {}
+    found = [f"{where}.{k}" for k in extra if not k.startswith(NAMED_BY_RUN)]
+    for name in type(model).model_fields:
+        found += unnamed_keys(getattr(model, name), f"{where}.{name}")
+    return found + [key for k, item in extra.items() for key in unnamed_keys(item, f"{where}.{k}")]
+
+
+def assert_is_the_models_dump(path: Path) -> Summary | FailedSummary:
+    text = path.read_text()
+    summary = read_summary(json.loads(text))
+    assert dumps(summary) == text, f"{path}: the model's dump differs from the file written"
+    assert unnamed_keys(summary) == [], f"{path}: keys the model does not name"
+    return summary
+
+
+@pytest.mark.parametrize("shape", sorted(RUNS))
+def test_a_runs_summary_is_the_models_dump_of_itself(tmp_path, shape):
+    r = dlio([*TINY, "++hydra.run.dir=out", *RUNS[shape]], tmp_path)
+    assert r.returncode == 0, r.stderr
+    summary = assert_is_the_models_dump(tmp_path / "out" / "summary.json")
+    assert isinstance(summary, Summary) and summary.ours and summary.status == "ok" and summary.processes == 1
+    assert summary.metric.checkpoint_size_GB == summary.metric.checkpoint_size_GiB  # DLIO's GB is GiB
+    assert summary.io is not None and summary.io.restore is not None and summary.io.restore.caveat is None
+    raw = load(tmp_path / "out" / "summary.json")
+    assert raw["accelerator_type"] is None and raw["io"]["restore"]["caveat"] is None  # null, not left out
+    asked = ["goodput"] if shape == "tiered_async_goodput_scaled" else []
+    assert list(raw) == [  # the order the run wrote before the model, DLIO's keys where DLIO has them
+        "workload", "run_id", "world_size", "run_dir", "command", "invocation_start_time", "accelerator_type",
+        "file_systems", "status", "num_processes", "num_hosts", "hostname", "start", "end", "invocation_end_time",
+        "host_memory_GB", "hosts", "memory", "mode", "num_accelerators", "save_world_size", "load_world_size", "io",
+        *asked, "async_save", "retries", "metric", "checkpoints"]
+    assert list(raw["checkpoints"]["load"][0]) == [
+        "index", "step", "bytes", "files", "checkpoint_bytes", "duration_seconds", "slowest_process",
+        "fastest_process_duration_seconds", "start", "end", "throughput_GiB_per_second", "throughput_GB_per_second",
+        "read_GiB_per_second", "coordination", "cpu"]
+    if shape == "tiered_async_goodput_scaled":
+        assert summary.checkpoints is not None and summary.goodput is not None and summary.io.scaled is not None
+        saves, drains = summary.checkpoints.save, summary.checkpoints.phase("drain_tier1")
+        assert len(saves) == 2 and len(drains) == 2 and all(c.async_ is not None and c.tiers for c in saves)
+        assert "async" in raw["checkpoints"]["save"][0] and "async_" not in raw["checkpoints"]["save"][0]
+        assert summary.metric.figures()["save_checkpoint_time_to_durable_tier1_mean_seconds"] > 0
+        assert summary.io.scaled.projected_full_size is not None and summary.goodput.durable_on_tiers == [0]
+    else:
+        assert summary.goodput is None and summary.io.scaled is None and "goodput" not in raw
+
+
+def test_a_read_only_run_and_a_sweep_point_are_the_models_dumps(tmp_path):
+    first = dlio([*TINY, "++hydra.run.dir=write", *RUNS["plain"]], tmp_path)
+    assert first.returncode == 0, first.stderr
+    read = dlio([*TINY, "++hydra.run.dir=read", "++workload.checkpoint.num_checkpoints_write=0",
+                 "++workload.checkpoint.num_checkpoints_read=1"], tmp_path)
+    assert read.returncode == 0, read.stderr
+    only_read = assert_is_the_models_dump(tmp_path / "read" / "summary.json")
+    assert isinstance(only_read, Summary) and only_read.checkpoints is not None
+    assert only_read.checkpoints.save == [] and only_read.metric.save_checkpoint_io_mean_GB_per_second is None
+    assert only_read.save_world_size is None and only_read.load_world_size == 2
+    sweep = dlio(["sweep", "workload=tiny", "--world-size", "2", "++workload.checkpoint.checkpoint_folder=points",
+                  *RUNS["plain"], "++workload.checkpoint.chunk_size=1048576,2097152", "++hydra.sweep.dir=sw"], tmp_path)
+    assert sweep.returncode == 0, sweep.stderr
+    points = sorted((tmp_path / "sw").glob("*/summary.json"))
+    assert len(points) == 2
+    for point in points:
+        assert isinstance(assert_is_the_models_dump(point), Summary)
+
+
+def test_a_failed_runs_summary_is_the_models_dump(tmp_path):
+    from dlio_ckpt.run.failure import RunState, write_failed_summary
+
+    state = RunState(run_dir=str(tmp_path), run_id=None, phase="save", step=2, committed=[1],
+                     durable={0: [1], 1: []})
+    write_failed_summary(state, 3, "rank 3 on h, during save of step 2: No space left on device")
+    failed = assert_is_the_models_dump(tmp_path / "summary.json")
+    assert isinstance(failed, FailedSummary) and failed.failed_rank == 3 and failed.steps_committed == [1]
+    raw = load(tmp_path / "summary.json")
+    assert raw["run_id"] is None and raw["steps_durable_per_tier"] == {"0": [1], "1": []}
+    assert list(raw) == ["status", "run_id", "reason", "failed_rank", "host", "during", "time", "note",
+                         "steps_committed", "steps_durable_per_tier"]
+
+
+def test_made_runs_are_the_models_dumps(tmp_path):
+    """The runs the tools' tests make (up to 1024 processes) are written by the run's own writers."""
+    run = make_run(tmp_path / "made", 16, 2, per_host=4)
+    summary = assert_is_the_models_dump(run / "summary.json")
+    assert isinstance(summary, Summary) and summary.hosts is not None and len(summary.hosts) == 4
+    assert summary.checkpoints is not None and [c.index for c in summary.checkpoints.load] == [1, 2]
+
+
+def test_dlios_own_summary_validates_with_its_keys_names_and_values():
+    data = json.loads((DLIO_RUN / "summary.json").read_text())
+    summary = Summary.model_validate(data)
+    assert not summary.ours and summary.status is None and summary.processes == 2
+    assert summary.metric.checkpoint_size_GB == data["metric"]["checkpoint_size_GB"]
+    assert summary.host_cpuinfo is not None and summary.host_cpuinfo["vendor_id"] == "AuthenticAMD"
+    assert written(summary) == data  # every key DLIO wrote, under its name, with its value
+    assert unnamed_keys(summary) == []
+
+
+def test_dlios_nan_is_no_figure_and_is_never_written(tmp_path):
+    """DLIO writes a read-only run's save means as bare NaN: read, they stay NaN (no figure to the tools);
+    the strict writer refuses to write one."""
+    path = dlio_summary(tmp_path / "summary.json", save=None, load=2.0)
+    summary = Summary.model_validate(json.loads(path.read_text()))
+    assert math.isnan(summary.metric.save_checkpoint_io_mean_GB_per_second)
+    assert math.isnan(summary.metric.figures()["save_checkpoint_duration_mean_seconds"])
+    with pytest.raises(ValueError, match="not JSON compliant"):
+        dumps(summary)
+
+
+def test_a_run_written_before_the_later_sections_still_loads_and_is_judged(tmp_path):
+    """A summary of the first versions (no run_id, file systems, memory, coordination or CPU figures, no
+    io.restore): the missing sections are None and diff, check and report read it as before."""
+    from dlio_ckpt.tools.compare import compare_metrics
+    from dlio_ckpt.tools.mlperf import check_runs
+    from dlio_ckpt.tools.report import write_report
+    from dlio_ckpt.tools.runfiles import load_run
+
+    run = make_run(tmp_path / "old", 8, 2)
+    body = json.loads((run / "summary.json").read_text())
+    for phase in ("save", "load"):
+        for c in body["checkpoints"][phase]:
+            for key in ("coordination", "cpu", "checkpoint_bytes", "read_GiB_per_second"):
+                c.pop(key, None)
+    body["io"] = {"fsync": body["io"]["fsync"]}
+    (run / "summary.json").write_text(json.dumps(body))
+    old = load_run(str(run))
+    assert old.summary.run_id is None and old.summary.file_systems is None and old.summary.memory is None
+    assert old.summary.io is not None and old.summary.io.restore is None and old.layout == "dlio"
+    assert {c.verdict for c in compare_metrics(old, old, 5.0)} <= {"same", "not judged"}
+    rules = {r.name: r for r in check_runs([old], "3.0")}
+    assert rules["separate file systems"].actual == "not recorded"
+    assert rules["max duration, min throughput"].ok
+    assert (run / "report.html") in write_report(str(run))
+
+
+def test_an_op_record_is_built_by_keyword_only():
+    with pytest.raises(TypeError):
+        OpRecord("save", 1, 1, 0, 0.0, 1.0, 1.0, 10, 1)  # type: ignore[misc]
+    record = OpRecord(phase="save", index=1, step=1, process=0, start=0.0, end=1.0, duration=1.0, bytes=10, files=1)
+    assert record.held is None and record.file_times == ()
+
+
+def test_fields_absent_from_a_run_are_left_out_and_unknown_keys_are_kept():
+    metric = Metric(checkpoint_size_GB=1.0, train_au_percentage=[99.0])  # a DLIO training metric: kept as is
+    assert written(metric) == {"checkpoint_size_GB": 1.0, "train_au_percentage": [99.0]}
+    checkpoints = Checkpoints.model_validate({"save": [], "load": [], "drain_tier2": []})
+    assert written(checkpoints) == {"save": [], "load": [], "drain_tier2": []}
+    assert checkpoints.phase("drain_tier2") == [] and checkpoints.phase("drain_tier3") == []
