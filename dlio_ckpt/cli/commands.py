@@ -13,6 +13,7 @@ import json
 import os
 import sys
 import traceback
+from pathlib import Path
 from typing import Any
 
 from dlio_ckpt.cluster.comm import Comm, on_root, said_elsewhere
@@ -179,6 +180,7 @@ def report(args: argparse.Namespace, comm: Comm) -> int:
     from dlio_ckpt.tools.report import write_report
     from dlio_ckpt.tools.sweep_results import draw, is_sweep, load_sweep
 
+    paths: list[str] | list[Path]
     if is_sweep(args.run):
         body = load_sweep(args.run)
         paths = draw(args.run, body["keys"], body["points"]) if body["points"] else []

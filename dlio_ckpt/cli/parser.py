@@ -152,8 +152,9 @@ def build_parsers() -> Parsers:
     top.add_argument("--version", action="version", version=f"dlio_ckpt {__version__}")
     # listed by the epilog, as they always were; prog: argparse would otherwise prefix each with the whole USAGE
     subparsers = top.add_subparsers(dest="command", prog="dlio_ckpt", help=argparse.SUPPRESS)
-    commands = {name: subparsers.add_parser(name, usage=command.usage, description=command.summary)
-                for name, command in COMMANDS.items()}
+    commands: dict[str, argparse.ArgumentParser] = {
+        name: subparsers.add_parser(name, usage=command.usage, description=command.summary)
+        for name, command in COMMANDS.items()}
     _run_options(commands["run"])
     _plan_options(commands["plan"])
     _sweep_options(commands["sweep"])

@@ -40,7 +40,7 @@ def end(comm: Comm, code: int) -> int:
     return code
 
 
-def patiently(poll: Callable[[], T | bool | None], turn: Callable[[], None] = lambda: None) -> T | bool:
+def patiently(poll: Callable[[], T | None], turn: Callable[[], None] = lambda: None) -> T:
     """``poll()``'s first answer other than None or False, sleeping between tries (50 us, doubling to
     1 ms; ``turn`` runs at each). Why not MPI's blocking calls: MPICH spins a core while it waits in
     one, so a process that finished early took that core from the processes still reading or writing

@@ -19,15 +19,15 @@ import threading
 import time
 from bisect import bisect_right
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Protocol, TypeVar, cast
 
 from dlio_ckpt.errors import ConfigError, StorageError, VerifyError
-from dlio_ckpt.io.backends import Backend, DeviceMemory, Reader, Writer
+from dlio_ckpt.io.backends import Backend, DeviceMemory, PositionalReader, PositionalWriter, Reader, Source, Writer
 from dlio_ckpt.io.synthetic import BLOCK, SLACK, SyntheticData, first_difference, first_difference_on_device
 from dlio_ckpt.plan.formats import Segment, file_size
 from dlio_ckpt.plan.restore import spans
@@ -71,6 +71,17 @@ class _RangedRead(NamedTuple):
     def path(self) -> str:
         """The file, as :meth:`Engine._attempt` names what it retries or failed on."""
         return self.task.path
+
+
+class _Job(Protocol):
+    """What :meth:`Engine._each` runs: one file's work, named by its file (a :class:`FileTask`, or a
+    :class:`_RangedRead`)."""
+
+    @property
+    def path(self) -> str: ...
+
+
+_J = TypeVar("_J", bound=_Job)
 
 
 @dataclass(frozen=True)
@@ -147,7 +158,7 @@ def _wrong(task: FileTask, offset: int) -> VerifyError:
     return VerifyError(f"{task.path}: wrong data at offset {offset} (4 KiB block {offset // BLOCK})")
 
 
-def _chunks(reader: Reader, buf: Any) -> Iterator[Any]:
+def _chunks(reader: Reader, buf: Any) -> Generator[Any, None, None]:
     """A file's bytes as the reader delivers them: in its own buffers where it lends them
     (``views``: verified where they landed, no copy), else read into ``buf`` one fill at a time."""
     views = getattr(reader, "views", None)
@@ -165,12 +176,15 @@ class _Slot:
     bulk data never crosses PCIe except through the storage path being measured."""
 
     def __init__(self, run_key: int, chunk: int, device: DeviceMemory | None, like: _Slot | None = None) -> None:
-        self.data = SyntheticData(run_key, chunk, device=device.xp if device else None,
-                                  like=like.data if like else None)
-        # page-aligned (usable under O_DIRECT) and faulted in now, not in the first timed read
-        self._readmap = None if device else mmap.mmap(-1, chunk, flags=_POPULATED)
-        self.readbuf: Any = device.xp.empty(chunk, dtype=device.xp.uint8) if device else \
-            memoryview(self._readmap)
+        self.data: SyntheticData = SyntheticData(run_key, chunk, device=device.xp if device else None,
+                                                 like=like.data if like else None)
+        self._readmap: mmap.mmap | None = None
+        self.readbuf: Any
+        if device:
+            self.readbuf = device.xp.empty(chunk, dtype=device.xp.uint8)
+        else:  # page-aligned (usable under O_DIRECT) and faulted in now, not in the first timed read
+            self._readmap = mmap.mmap(-1, chunk, flags=_POPULATED)
+            self.readbuf = memoryview(self._readmap)
 
     def close(self) -> None:
         self.data.close()
@@ -208,7 +222,7 @@ class _Worker:
             self.pool.shutdown(cancel_futures=True)
         for slot in self.slots:
             slot.close()
-        self.data = self.readbuf = None
+        self.readbuf = None  # data is slots[0]'s, closed above (its pool dropped) and held by slots as before
 
 
 class Engine:
@@ -236,12 +250,12 @@ class Engine:
             self._idle.put(w)
         self._pool = ThreadPoolExecutor(self._threads, "dlio_ckpt_io") if self._threads > 1 else None
 
-    def _each(self, fn: Callable[[_Worker, FileTask], int], tasks: list[FileTask]) -> int:
+    def _each(self, fn: Callable[[_Worker, _J], int], tasks: list[_J]) -> int:
         """Run ``fn`` on every task, ``threads`` at a time; the first error cancels the rest."""
         if self._pool is None:
             return sum(self._attempt(fn, self._workers[0], t) for t in tasks)
 
-        def one(task: FileTask) -> int:
+        def one(task: _J) -> int:
             worker = self._idle.get()
             try:
                 return self._attempt(fn, worker, task)
@@ -256,7 +270,7 @@ class Engine:
                 f.cancel()
             wait(futures)
 
-    def _attempt(self, fn: Callable[[_Worker, FileTask], int], worker: _Worker, task: FileTask) -> int:
+    def _attempt(self, fn: Callable[[_Worker, _J], int], worker: _Worker, task: _J) -> int:
         """One file, redone from its first byte after a transient storage error, at most
         ``retries`` times (the client's own attempts come on top); counted in ``self.retries``."""
         allowed = self.backend.options.retries
@@ -382,8 +396,18 @@ class Engine:
         else:
             nbytes = self._each(self._write_file, tasks)
         if self.options.fsync and not self.backend.capabilities.durable_on_close:
-            self._each(lambda _, t: self.backend.sync(t.path) or 0, tasks)
+            self._each(lambda _, t: self._sync(t.path), tasks)
         return nbytes
+
+    def _sync(self, path: str) -> int:
+        """fsync one written file, as :meth:`_each` runs a task (it moves no bytes of its own)."""
+        self.backend.sync(path)
+        return 0
+
+    def _evict(self, path: str) -> int:
+        """Drop one file's cached pages, as :meth:`_each` runs a task (it moves no bytes of its own)."""
+        self.backend.evict(path)
+        return 0
 
     def _positioned(self, tasks: list[FileTask], open_file: Callable[[FileTask], Any],
                     request: Callable[[Any, _Slot, FileTask, int], None], close_file: Callable[[Any], None],
@@ -411,7 +435,7 @@ class Engine:
             raise
         return task.size
 
-    def _write_chunk(self, writer: Writer, slot: _Slot, task: FileTask, k: int) -> None:
+    def _write_chunk(self, writer: PositionalWriter, slot: _Slot, task: FileTask, k: int) -> None:
         """One chunk at its offset, from its window with the format's bytes written over it for the
         call and put back after (a few hundred bytes, against a copy of the whole chunk)."""
         window, patches = self._chunk_of(slot.data, task, k)
@@ -424,22 +448,23 @@ class Engine:
     def read_files(self, tasks: list[FileTask]) -> int:
         caps = self.backend.capabilities
         if self.options.evict_before_read and not self.options.odirect and caps.evict_cache:
-            self._each(lambda _, t: self.backend.evict(t.path) or 0, tasks)
+            self._each(lambda _, t: self._evict(t.path), tasks)
         if not self._verify:
             return self._each(self._read_unverified, tasks)
         if self._positional:
             return self._positioned(tasks, self._open_read, self._read_chunk, _close, self._read_depth)
         return self._each(self._read_file if self.options.verify else self._read_counted, tasks)
 
-    def _open_read(self, task: FileTask) -> Reader:
+    def _open_read(self, task: FileTask) -> PositionalReader:
         """A positional reader, the file's size checked first: the file system's answer (no I/O)."""
-        reader = self.backend.open_read(task.path, self.options.odirect)
+        # only called where capabilities.positional: such a backend's readers have read_at and size
+        reader = cast(PositionalReader, self.backend.open_read(task.path, self.options.odirect))
         if (size := reader.size()) != task.size:
             reader.close()
             raise VerifyError(f"{task.path}: has {size} bytes, planned {task.size}")
         return reader
 
-    def _read_chunk(self, reader: Reader, slot: _Slot, task: FileTask, k: int) -> None:
+    def _read_chunk(self, reader: PositionalReader, slot: _Slot, task: FileTask, k: int) -> None:
         start = k * self._chunk
         n = min(self._chunk, task.size - start)
         got = slot.readbuf[:-(-n // self._align) * self._align]  # O_DIRECT: whole blocks, short at the end
@@ -454,7 +479,7 @@ class Engine:
                     raise _wrong(task, start + offset + bad)
         self._progress(task.path, n)
 
-    def _read_file(self, worker: _Worker, task: FileTask, source: Backend | None = None,
+    def _read_file(self, worker: _Worker, task: FileTask, source: Source | None = None,
                    sink: Callable[[Any], None] | None = None) -> int:
         """Read ``task`` back and compare every byte; from ``source`` instead of this engine's
         storage, handing each verified buffer to ``sink`` (a drain to the next tier). The size is
@@ -500,10 +525,10 @@ class Engine:
         caps = self.backend.capabilities
         if self.options.evict_before_read and not self.options.odirect and caps.evict_cache:
             files = list({t.path: t for t, _ in reads}.values())  # a file many ranks read, evicted once
-            self._each(lambda _, t: self.backend.evict(t.path) or 0, files)
+            self._each(lambda _, t: self._evict(t.path), files)
         # one entry per (rank, file) read: several loading ranks of this process may read one file
         jobs = [_RangedRead(task, self._spans_of(task, ranges)) for task, ranges in reads]
-        return self._each(lambda worker, job: self._read_ranges(worker, job.task, job.spans), jobs)  # type: ignore
+        return self._each(lambda worker, job: self._read_ranges(worker, job.task, job.spans), jobs)
 
     def _spans_of(self, task: FileTask, ranges: tuple[tuple[int, int], ...]) -> tuple[tuple[int, int], ...]:
         """What is asked of storage for ``ranges`` (:func:`~dlio_ckpt.plan.restore.spans`, blocks under O_DIRECT),
@@ -562,7 +587,7 @@ class Engine:
 
     # -- drain -----------------------------------------------------------------------------------
 
-    def copy_files(self, tasks: list[FileTask], source: Backend, to: Callable[[str], str]) -> int:
+    def copy_files(self, tasks: list[FileTask], source: Source, to: Callable[[str], str]) -> int:
         """Copy each file from ``source`` (the tier above) into this engine's storage at ``to(path)``,
         as a tiered checkpoint's drain does: read back, every byte compared with what was written, and
         written on as it is read (one buffer per thread, whatever the file's size); then synced like
@@ -579,7 +604,7 @@ class Engine:
 
         nbytes = self._each(one, tasks)
         if self.options.fsync and not self.backend.capabilities.durable_on_close:
-            self._each(lambda _, t: self.backend.sync(to(t.path)) or 0, tasks)
+            self._each(lambda _, t: self._sync(to(t.path)), tasks)
         return nbytes
 
     def _read_counted(self, worker: _Worker, task: FileTask) -> int:

@@ -56,10 +56,11 @@ class SyntheticData:
         # process keeps one pool per request in flight, so the pool is what in-flight bytes cost.
         pool_bytes = max_window + SLACK
         self.run_key = run_key & _MASK64
-        self._mm = mmap.mmap(-1, pool_bytes)  # page-aligned: usable for O_DIRECT
-        words = np.frombuffer(self._mm, dtype=np.uint64)
+        mm = mmap.mmap(-1, pool_bytes)  # page-aligned: usable for O_DIRECT
+        self._mm: mmap.mmap | None = mm  # None once the pool lives on the device
+        words = np.frombuffer(mm, dtype=np.uint64)
         if like is not None and like.run_key == self.run_key and like._mm is not None and len(like._mm) == pool_bytes:
-            self._mm[:] = like._mm  # the same bytes, a copy being faster than generating them again
+            mm[:] = like._mm  # the same bytes, a copy being faster than generating them again
         else:
             rng = np.random.default_rng(self.run_key)
             step = 1 << 20
@@ -68,16 +69,17 @@ class SyntheticData:
                                                  dtype=np.uint64, endpoint=True)
         self._max_blocks = max_window // BLOCK
         self._starts = words.size // _WORDS_PER_BLOCK - self._max_blocks + 1
+        self._blocks: Any  # a numpy array, or the device array module's; None once closed
         if device is None:
             self._blocks = words.reshape(-1, _WORDS_PER_BLOCK)
-            self._view: Any = memoryview(self._mm)
+            self._view: Any = memoryview(mm)
             self._arange = np.arange(self._max_blocks, dtype=np.uint64)
         else:  # one host-to-device copy of the pool, here and never again
             self._blocks = device.asarray(words).reshape(-1, _WORDS_PER_BLOCK)
             self._view = self._blocks.reshape(-1).view(device.uint8)
             self._arange = device.arange(self._max_blocks, dtype=device.uint64)
             del words
-            self._mm.close()
+            mm.close()
             self._mm = None
 
     def window(self, key: int, offset: int, nbytes: int, skip: int = 0) -> Any:

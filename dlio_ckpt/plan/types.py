@@ -12,11 +12,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 from math import prod
-from typing import Literal, Protocol
+from typing import TYPE_CHECKING, Literal, Protocol
 
 from dlio_ckpt.model.dense import TransformerShape
 from dlio_ckpt.model.dtypes import DATATYPE_BYTES
 from dlio_ckpt.plan.collector import collector_paused
+
+if TYPE_CHECKING:
+    from dlio_ckpt.model.moe import MoeShape
 
 GIB = 1 << 30
 
@@ -156,9 +159,14 @@ class RankPlan:
 class LayoutFacts(Protocol):
     """What every layout's parameters say of themselves (:mod:`dlio_ckpt.plan.layouts`)."""
 
-    name: str
-    shape: TransformerShape
-    world_size: int
+    # read-only: layouts give their name as a class variable, their shape and world size as fields of a
+    # frozen dataclass or as properties
+    @property
+    def name(self) -> str: ...
+    @property
+    def shape(self) -> TransformerShape | MoeShape: ...
+    @property
+    def world_size(self) -> int: ...
 
     def describe(self) -> str:
         """One line for ``plan``: the parallelism and what it shards."""

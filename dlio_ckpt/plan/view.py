@@ -34,7 +34,8 @@ def plan_json(plan: Plan, fmt: Format) -> dict[str, Any]:
 
 def _ranks(ranks: list[int]) -> str:
     """Compact rank list: 0-7, 16, 24-31."""
-    spans, start = [], ranks[0]
+    spans = []
+    start: int | None = ranks[0]  # None only after the last rank
     for prev, cur in zip(ranks, ranks[1:] + [None], strict=True):
         if cur != prev + 1:
             spans.append(f"{start}" if start == prev else f"{start}-{prev}")

@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Protocol, TypeVar
+from typing import Any, Protocol, TypeVar, cast
 
 from dlio_ckpt.cluster.comm import Comm, on_root
 from dlio_ckpt.cluster.placement import Placement
@@ -102,7 +102,8 @@ class RunContext:
             if not ok:
                 value.raised_on = rank
                 raise value
-        return next((value for _, value in answers if value is not None), None)
+        # every host has an acting rank: None here means that fn answered None on each (so None is a T)
+        return cast(T, next((value for _, value in answers if value is not None), None))
 
     @property
     def counts_requests(self) -> bool:

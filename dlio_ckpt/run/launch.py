@@ -27,6 +27,7 @@ from dlio_ckpt.io.backends.base import SECRET_OPTIONS
 from dlio_ckpt.registry import BACKENDS
 from dlio_ckpt.results import provenance
 from dlio_ckpt.results.folder import results_in
+from dlio_ckpt.results.schema import Summary
 from dlio_ckpt.results.summary import dumps, write_result
 from dlio_ckpt.run.context import Mode, RunContext, finished_line
 from dlio_ckpt.run.failure import RunState, Watchdog
@@ -40,7 +41,7 @@ _SECRETS = SECRET_OPTIONS  # storage_options that hold credentials (backends.bas
 def start(workload: Workload, comm: Comm, world_size: int, state: RunState,
           watchdog: Watchdog | None) -> tuple[Mode, RunContext]:
     """The mode and its context, checked (``preflight``) before anything is written."""
-    mode: Mode = load_mode(workload.mode)  # type: ignore[assignment]
+    mode: Mode = load_mode(workload.mode)
     state.phase = "storage checks"
     placement = place(comm, workload.hosts.simulate)
     tiers = [tier_backend(workload, k, comm.local_rank, placement.node_folder) for k in range(len(workload.storages))]
@@ -77,7 +78,7 @@ def probe_folder(key: str, path: str) -> None:
 
 
 def execute(mode: Mode, ctx: RunContext, run_dir: str, raw: dict, overrides: list[str],
-            command: list[str], replace: bool = False) -> dict[str, Any] | None:
+            command: list[str], replace: bool = False) -> Summary | None:
     """Rank 0 makes the run folder (``.hydra/config.yaml``, ``overrides.yaml``, the log), first
     removing an earlier run's results there when ``replace``; then the run, which writes
     ``summary.json`` there. Returns the summary on rank 0."""

@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from functools import partial
 
 from dlio_ckpt.cluster.host import available_memory, hostname
 from dlio_ckpt.config import Workload, tier_key
@@ -68,15 +69,17 @@ def prepare_storage(ctx: RunContext, needed_bytes: Callable[[], int], writes: Wr
                                   exc.rule) from None
 
     def room(k: int, backend: Backend) -> None:
-        if not ctx.found[k].ours:  # else: once the earlier run's steps are gone (start_writing)
+        found = ctx.found[k]
+        assert found is not None  # surveyed above by this tier's acting rank: both run where the run writes
+        if not found.ours:  # else: once the earlier run's steps are gone (start_writing)
             ctx.memory_bytes[k] = check_room(backend, ck.checkpoint_folder, kept(ctx, k, needed_bytes), k)
     ctx.found = [None] * len(ctx.tiers)
     for k, backend in enumerate(ctx.tiers):
-        ctx.on_tier_io(k, lambda k=k, backend=backend: survey(k, backend))
+        ctx.on_tier_io(k, partial(survey, k, backend))
     if ck.num_checkpoints_write > 0:
         probe_writable(ctx)
         for k, backend in enumerate(ctx.tiers):
-            ctx.on_tier_io(k, lambda k=k, backend=backend: room(k, backend))
+            ctx.on_tier_io(k, partial(room, k, backend))
 
 
 def probe_writable(ctx: RunContext) -> None:
@@ -84,7 +87,8 @@ def probe_writable(ctx: RunContext) -> None:
     and removes a probe file and removes what it created: a read-only, immutable or foreign folder is
     found here, before anything is written, on the host that cannot write it. The answer is shared,
     so every rank ends alike (exit 2)."""
-    comm, made = ctx.comm, []
+    comm = ctx.comm
+    made: list[tuple[Backend, str]] = []  # the folders each probe created and left, with their storage
 
     def probe(keep: bool) -> tuple[int, str] | None:
         for k, backend in enumerate(ctx.tiers):
@@ -141,7 +145,7 @@ def check_room(backend: Backend, folder: str, needed_bytes: Callable[[], int], k
         raise ConfigError(key, value, f"needs {needed / GIB:.2f} GiB ({needed} bytes) for the checkpoints it holds, "
                           f"and {room}" + (f"; it is in memory (a tmpfs), and this host ({hostname()}) has "
                                            f"{available / GIB:.2f} GiB available: keep fewer steps there "
-                                           "(keep_last), or use a disk" if memory else ""))
+                                           "(keep_last), or use a disk" if available is not None else ""))
     return needed if memory else None
 
 
@@ -153,10 +157,11 @@ def start_writing(ctx: RunContext, needed_bytes: Callable[[], int]) -> None:
              "world_size": ctx.world_size}
     def replace(k: int, backend: Backend) -> None:
         found = ctx.found[k]
+        assert found is not None  # surveyed by prepare_storage on this tier's acting rank, as a run writes
         if found.ours:
             remove_ours(backend, found)
             ctx.memory_bytes[k] = check_room(backend, ctx.ck.checkpoint_folder, kept(ctx, k, needed_bytes), k)
         backend.makedirs(backend.join(ctx.ck.checkpoint_folder))
         backend.put_small(backend.join(ctx.ck.checkpoint_folder, RECORD), ctx.writes.record(about))
     for k, backend in enumerate(ctx.tiers):
-        ctx.on_tier_io(k, lambda k=k, backend=backend: replace(k, backend))
+        ctx.on_tier_io(k, partial(replace, k, backend))

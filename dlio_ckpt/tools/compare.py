@@ -177,7 +177,8 @@ def diff_sweeps(a_dir: str, b_dir: str, threshold: float, select: str | None, fm
     a, b = load_sweep(a_dir), load_sweep(b_dir)
     keys = a["keys"]
     b_rows = {point_key(r, keys): r for r in b["points"]}
-    report, regressed = [], False
+    report: list[dict[str, Any]] = []  # a point each: its result, regressions and (when both ran) metrics
+    regressed = False
     for row in a["points"]:
         if row["status"] != "ok":
             continue

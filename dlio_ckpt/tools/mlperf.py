@@ -276,7 +276,7 @@ def _cache_rule(runs: list[Run]) -> Rule:
     cleared = read_cache in ("evicted", "odirect", "server: no client-side cache")
     how = "not recorded" if read_cache is None else read_cache
     # DLIO's host_memory_GB (GiB, one per host; a number in some versions, NaN where unknown), else our hosts'
-    known = [float(m) for m in (memory if isinstance(memory, list) else [memory]) if number(m) is not None]
+    known = [n for m in (memory if isinstance(memory, list) else [memory]) if (n := number(m)) is not None]
     if not known and hosts:
         known = [max(h.memory_bytes for h in hosts.values()) / GIB]
     if not known:
@@ -420,7 +420,8 @@ def facts(run: Run) -> Facts:
         fs = s.file_systems if s.file_systems is not None else FileSystems()
         checkpoint, results, storage = fs.checkpoint, fs.results or FileSystem(), fs.checkpoint_storage
         # §4.4.2 does not apply to an object store: checkpoints are on no file system of the host
-        object_store = checkpoint is None and storage in BACKENDS and BACKENDS[storage].kind == "object_store"
+        object_store = checkpoint is None and storage is not None and storage in BACKENDS and \
+            BACKENDS[storage].kind == "object_store"
         if s.file_systems is None:
             said = "not recorded"
         elif checkpoint is None:

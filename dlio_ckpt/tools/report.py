@@ -177,7 +177,8 @@ def timeline_figure(run: Run, path: Path) -> None:
     plt = _pyplot()
     t0 = min(datetime.fromisoformat(e["start"]).timestamp() for s in run.per_process.values()
              for e in operations(s).values())
-    verts, colours = [], []
+    verts: list[list[tuple[float, float]]] = []
+    colours: list[str | tuple[float, float, float]] = []  # a named colour, or a phase's shade as RGB
     procs = sorted(run.per_process)
     height = 0.8 if len(procs) <= 64 else 1.0  # many rows: no gaps, or the picture turns to moire
     for row, proc in enumerate(procs):
@@ -204,7 +205,9 @@ def timeline_figure(run: Run, path: Path) -> None:
                 verts.append([(base, row - h), (x1, row - h), (x1, row + h), (base, row + h)])
                 colours.append(HELD_COLOUR)
         for name, e in operations(run.per_process[proc], DRAINS).items():  # under the saves they overlap
-            base, tier = datetime.fromisoformat(e["start"]).timestamp() - t0, int(re.fullmatch(DRAINS, name)[1])
+            drain = re.fullmatch(DRAINS, name)
+            assert drain is not None  # operations() gave only the entries that DRAINS matches
+            base, tier = datetime.fromisoformat(e["start"]).timestamp() - t0, int(drain[1])
             for k, (_, s, t, _n) in enumerate(e.get("file_times", []) or [("", 0.0, e["duration"], 0)]):
                 x0, x1 = base + s, base + max(t, s + 1e-4)
                 verts.append([(x0, row + height / 6), (x1, row + height / 6), (x1, row + height / 2),
@@ -280,6 +283,7 @@ def write_report(path: str) -> list[Path]:
     """Every figure and ``report.html`` into the run folder; returns what was written."""
     run = load_run(path, need_stats=True)
     folder = run.folder
+    assert folder is not None  # load_run names the folder it read
     written = []
     figures = {name: draw for name, draw in DRAW.items()
                if draw is not requests_figure or run.summary.requests is not None}

@@ -89,7 +89,10 @@ def grid(overrides: list[str], world_sizes: str | None, config_dir: str | None) 
         given = dict(zip((k for k, _ in axes), combo, strict=True))
         size = given.pop(WORLD_SIZE, None) or (sizes[0] if sizes else None)
         shown = {short_key(k): v for k, v in given.items()}
-        points.append(Point(i, {**shown, **({WORLD_SIZE: size} if len(sizes) > 1 else {})},
+        if len(sizes) > 1:  # a swept world size is shown with the point's values
+            assert size is not None  # one of the sizes: an axis of every point
+            shown = {**shown, WORLD_SIZE: size}
+        points.append(Point(i, shown,
                             fixed + [f"{k}={v}" for k, v in given.items()], int(size) if size else None))
     return points
 

@@ -110,6 +110,7 @@ def draw(sweep_dir: str, keys: list[str], rows: list[dict[str, Any]]) -> list[st
             ax.plot(sorted(by_x), [by_x[x] for x in sorted(by_x)], "o-",
                     label=f"{line_key}={value}" if line_key else None)
         top, unit = best(ok, phase), JUDGED_BY[phase][2]
+        assert top is not None  # phases holds only those with an ok row that has the phase's figure
         ax.plot([xs.index(str(top[x_key]))], [figure(top, phase)], "*", markersize=16, color="gold",
                 markeredgecolor="black", zorder=5)
         ax.set_title(f"{phase}: best {figure(top, phase):.3f} {unit} at\n"
@@ -141,7 +142,8 @@ def _heatmap(plt: Any, sweep_dir: str, keys: list[str], ok: list[dict[str, Any]]
             if f"{phase}_GiB_per_s" not in r:
                 continue
             i, j, v = ys.index(str(r[keys[1]])), xs.index(str(r[keys[0]])), figure(r, phase)
-            cells[i][j] = v if cells[i][j] is None else better(v, cells[i][j], phase)
+            cell = cells[i][j]
+            cells[i][j] = v if cell is None else better(v, cell, phase)
         seen = [v for row in cells for v in row if v is not None]
         high, low = max(seen), min(seen)
         top = high if JUDGED_BY[phase][1] else low
@@ -149,11 +151,11 @@ def _heatmap(plt: Any, sweep_dir: str, keys: list[str], ok: list[dict[str, Any]]
         image = ax.imshow([[float("nan") if v is None else v for v in row] for row in cells], cmap=cmap,
                           aspect="auto", origin="lower")
         for i, row in enumerate(cells):
-            for j, v in enumerate(row):  # dark text on the bright (better) end of the map, light on the dark end
-                if v is None:
+            for j, shown in enumerate(row):  # dark text on the bright (better) end of the map, light on the dark end
+                if shown is None:
                     continue
-                bright = high > low and abs(v - (low if JUDGED_BY[phase][1] else high)) / (high - low) > 0.5
-                ax.text(j, i, f"{v:.2f}" + (" *" if v == top else ""), ha="center", va="center", fontsize=8,
+                bright = high > low and abs(shown - (low if JUDGED_BY[phase][1] else high)) / (high - low) > 0.5
+                ax.text(j, i, f"{shown:.2f}" + (" *" if shown == top else ""), ha="center", va="center", fontsize=8,
                         color="black" if bright else "white")
         ax.set_xticks(range(len(xs)), xs)
         ax.set_yticks(range(len(ys)), ys)

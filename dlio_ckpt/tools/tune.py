@@ -248,7 +248,8 @@ def _fio(backend: Any, ck: Any, processes: int, size: int, odirect: bool, fsync:
                         FIO_SECONDS)
     finally:
         os.rmdir(folder)
-    out = {"processes": processes, "bytes_per_process": size, "odirect": odirect, "fsync": fsync and not odirect}
+    out: dict[str, Any] = {"processes": processes, "bytes_per_process": size, "odirect": odirect,
+                           "fsync": fsync and not odirect}
     for op, phase in (("write", "save"), ("read", "load")):
         speed, job = best[op]
         ratio = win["save_GiB_per_second" if phase == "save" else "load_read_GiB_per_second"] / speed

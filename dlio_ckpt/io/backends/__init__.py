@@ -9,8 +9,21 @@ user who asks for that backend; another package adds one through the entry-point
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from dlio_ckpt.errors import ConfigError
-from dlio_ckpt.io.backends.base import Backend, Capabilities, DeviceMemory, Options, Reader, Writer, parse_options
+from dlio_ckpt.io.backends.base import (
+    Backend,
+    Capabilities,
+    DeviceMemory,
+    Options,
+    PositionalReader,
+    PositionalWriter,
+    Reader,
+    Source,
+    Writer,
+    parse_options,
+)
 from dlio_ckpt.registry import BACKENDS
 
 
@@ -37,10 +50,13 @@ def get_backend(storage_type: str, root: str, options: dict, local_rank: int = 0
     if not (isinstance(backend_cls, type) and issubclass(backend_cls, Backend)):
         raise ConfigError(BACKENDS.key, storage_type, f"{BACKENDS[storage_type].target} must be a subclass of "
                           "dlio_ckpt.io.backends.base.Backend")
+    # every backend is made as (root, options), and one that moves device buffers also takes local_rank=;
+    # Backend itself declares no constructor (each takes its own options' model)
+    make: Callable[..., Backend] = backend_cls
     if backend_cls.capabilities.device_buffers:
-        return backend_cls(root, parsed, local_rank=local_rank)
-    return backend_cls(root, parsed)
+        return make(root, parsed, local_rank=local_rank)
+    return make(root, parsed)
 
 
-__all__ = ["Backend", "Capabilities", "DeviceMemory", "Options", "Reader", "Writer", "check_options", "get_backend",
-           "options_model"]
+__all__ = ["Backend", "Capabilities", "DeviceMemory", "Options", "PositionalReader", "PositionalWriter", "Reader",
+           "Source", "Writer", "check_options", "get_backend", "options_model"]

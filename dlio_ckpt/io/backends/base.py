@@ -7,7 +7,7 @@ import socket
 from abc import ABC, abstractmethod
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -108,6 +108,26 @@ class Reader(Protocol):
 
     def readinto(self, buf: memoryview) -> int: ...
     def close(self) -> None: ...
+
+
+class PositionalWriter(Writer, Protocol):
+    """The writer of a positional backend (``capabilities.positional``)."""
+
+    def write_at(self, data: memoryview, offset: int) -> None: ...  # from several threads at once
+
+
+class PositionalReader(Reader, Protocol):
+    """The reader of a positional backend (``capabilities.positional``)."""
+
+    def read_at(self, buf: Any, offset: int) -> int: ...  # fill buf from offset unless the file ends first
+    def size(self) -> int: ...  # the file's bytes, as the file system says (no I/O)
+
+
+class Source(Protocol):
+    """Where the engine reads files from and writes nothing (:meth:`dlio_ckpt.io.engine.Engine.copy_files`): a
+    tier's backend, or a peer that sends its files (:class:`dlio_ckpt.run.emulated.peers.PeerSource`)."""
+
+    def open_read(self, path: str, odirect: bool) -> Reader: ...
 
 
 class RangedReader(Protocol):
@@ -215,7 +235,7 @@ class Backend(ABC):
         """A reader of byte ranges of ``path``, for restores that need slices of files: a positional
         backend's own reader; object stores make a ranged GET per read."""
         if self.capabilities.positional:
-            return self.open_read(path, odirect)  # type: ignore[return-value]
+            return cast(PositionalReader, self.open_read(path, odirect))
         raise NotImplementedError(f"storage_type={self.name} cannot read byte ranges")
 
     def url(self, path: str) -> str:

@@ -14,6 +14,7 @@ import os
 import socket
 from collections import deque
 from collections.abc import Iterator
+from concurrent.futures import Future
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -116,7 +117,8 @@ class GCSReader:
     def views(self) -> Iterator[memoryview]:
         """The object's bytes as gcsfs returns them (no copy), ``read_ahead`` ranges requested beyond
         the one being verified."""
-        o, requested, ahead = self._b.options, self._pos, deque()
+        o, requested = self._b.options, self._pos
+        ahead: deque[Future[bytes]] = deque()
         try:
             while True:
                 while len(ahead) <= o.read_ahead and requested < self._size:

@@ -158,9 +158,9 @@ class GDSBackend(LocalFSBackend):
     capabilities = Capabilities(fsync=True, durable_on_close=False, odirect=True, alignment=4096,
                                 evict_cache=True, device_buffers=True, rename=True)
 
-    options: GDSOptions  # type: ignore[assignment]
+    options: GDSOptions
 
-    def __init__(self, root: str, options: GDSOptions, local_rank: int = 0) -> None:  # type: ignore[override]
+    def __init__(self, root: str, options: GDSOptions, local_rank: int = 0) -> None:
         super().__init__(root, options)
         count = _device_count()
         if count == 0:

@@ -9,8 +9,8 @@ from typing import Any
 from dlio_ckpt.cluster.host import in_memory, on_nearest
 from dlio_ckpt.errors import ConfigError, StorageError
 from dlio_ckpt.inflight import temporary
-from dlio_ckpt.io.backends.base import Backend, Capabilities, probe_name
-from dlio_ckpt.io.backends.options import LocalFSOptions
+from dlio_ckpt.io.backends.base import Backend, Capabilities, Reader, Writer, probe_name
+from dlio_ckpt.io.backends.options import GDSOptions, LocalFSOptions
 
 
 def _fail(op: str, path: str, exc: OSError) -> StorageError:
@@ -125,9 +125,11 @@ class LocalFSBackend(Backend):
     capabilities = Capabilities(fsync=True, durable_on_close=False, odirect=True, alignment=4096,
                                 evict_cache=True, rename=True, positional=True)
 
-    options: LocalFSOptions
+    # GDSOptions: GDSBackend's, a subclass that writes through cuFile; hence the getattr of the options only
+    # local_fs has, and the writer and reader typed as any backend's (GDS's are not positional)
+    options: LocalFSOptions | GDSOptions
 
-    def __init__(self, root: str, options: LocalFSOptions) -> None:
+    def __init__(self, root: str, options: LocalFSOptions | GDSOptions) -> None:
         self.root = root or "./"
         self.options = options
 
@@ -167,10 +169,10 @@ class LocalFSBackend(Backend):
         except OSError as exc:
             raise _fail("cannot create folder", path, exc) from None
 
-    def open_write(self, path: str, odirect: bool) -> LocalWriter:
+    def open_write(self, path: str, odirect: bool) -> Writer:
         return LocalWriter(path, odirect, self.capabilities.alignment, self._dontneed)
 
-    def open_read(self, path: str, odirect: bool) -> LocalReader:
+    def open_read(self, path: str, odirect: bool) -> Reader:
         return LocalReader(path, odirect, self._dontneed)
 
     def evict(self, path: str) -> None:

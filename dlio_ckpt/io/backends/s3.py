@@ -82,7 +82,7 @@ def explain(exc: Exception) -> str:
 class S3Writer:
     """One object, uploaded in parts as it is written; committed by :meth:`finish`."""
 
-    def __init__(self, client: MountpointS3Client, bucket: str, key: str, url: str) -> None:
+    def __init__(self, client: CountedS3Client | BotocoreS3Client, bucket: str, key: str, url: str) -> None:
         self.url = url
         try:
             self._stream = client.put_object(bucket, key)

@@ -100,7 +100,7 @@ class _ProfileFile:
             fd = os.memfd_create("dlio_ckpt_s3_credentials", os.MFD_CLOEXEC)
             os.write(fd, data)
             self.path = f"/proc/self/fd/{fd}"
-            self._finalizer = weakref.finalize(self, os.close, fd)
+            self._finalizer: weakref.finalize[..., _ProfileFile] = weakref.finalize(self, os.close, fd)
             return
         folder = tempfile.mkdtemp(prefix="dlio_ckpt_s3_")  # mode 0700
         self.path = os.path.join(folder, "credentials")

@@ -70,7 +70,8 @@ class _Pickler:
     "cpu") fetched from the memo after; dict items batched as ``batch_dict_exact`` batches them."""
 
     def __init__(self) -> None:
-        self.m, self.seen, self.out = _Memo(), {}, [b"\x80\x02"]
+        self.m, self.out = _Memo(), [b"\x80\x02"]
+        self.seen: dict[tuple[str, ...], int] = {}  # a shared object's memo index
 
     def once(self, key: tuple[str, ...], first: bytes) -> None:
         """A shared object: pickled and memoized the first time, fetched from the memo after."""
@@ -216,7 +217,8 @@ class _Zip:
 def archive(pickled: bytes, storages: list[int], serialization_id: bytes) -> list[Segment]:
     """The segments of one ``torch.save`` zip: ``data.pkl``, the small records, one stored entry of
     payload per storage (the engine's synthetic bytes), the trailing records and the directory."""
-    z, out, pending = _Zip(), [], []
+    z, pending = _Zip(), []
+    out: list[Segment] = []
     prefix = "archive/"
 
     def small(name: str, data: bytes) -> None:

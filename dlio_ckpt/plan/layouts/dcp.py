@@ -380,6 +380,7 @@ def make_plan(workload: Workload, world_size: int) -> Plan:
         classes.append((range(start, end), common))
         sizes = [(sum(i.nbytes for i in b), sum(item_size(i) for i in b)) for b in common]
         for r in range(start, end):
+            files: tuple[ItemFile, ...]
             if r in extras:
                 mine = extras[r]
                 buckets = _with_extras(common, mine, position, lay.files_per_rank) or \

@@ -71,6 +71,7 @@ def torchtitan_params(s: MoeShape) -> list[Param]:
     mla = s.attention == "mla"
     for layer in range(s.num_layers):
         p = f"layers.{layer}."
+        attn: list[tuple[str, tuple[int, ...]]]
         if mla:
             n, qk = s.num_attention_heads, s.qk_nope_head_dim + s.qk_rope_head_dim
             attn = ([("wq_a.weight", (s.q_lora_rank, h)), ("q_norm.weight", (s.q_lora_rank,)),

@@ -46,10 +46,12 @@ class DlioLayout:
     def from_workload(cls, workload: Workload, world_size: int) -> DlioLayout:
         m, par, ck = workload.model, workload.model.parallelism, workload.checkpoint
         mp = par.tensor * par.pipeline
+        data = par.data if ck.mode == "subset" else world_size // mp
+        assert data is not None  # a Workload is validated (config.rules): subset mode requires parallelism.data
         return cls(
             shape=TransformerShape.from_model(m),
             tensor=par.tensor, pipeline=par.pipeline,
-            data=par.data if ck.mode == "subset" else world_size // mp,
+            data=data,
             zero_stage=par.zero_stage, model_dtype=m.model_datatype,
             optimizer_dtype=m.optimizer_datatype, world_size=world_size, scale=ck.scale,
         )

@@ -195,7 +195,9 @@ class MegatronLayout:
         parameters in reverse (its buffers' order, ``param_and_grad_buffer``'s ``params[::-1]``), each as
         param, exp_avg, exp_avg_sq. Entries (fqn, offsets) in order, each with its position; an object's
         offsets are ()."""
-        n, mine = self.shape.num_layers, {}  # (fqn, layer or None): this rank's chunks of it, in listed order
+        n = self.shape.num_layers
+        # (fqn, layer or None): this rank's chunks of it (their offsets), in listed order
+        mine: dict[tuple[str, int | None], list[tuple[int, ...]]] = {}
         for t in self.tensors():
             if not t.fqn.startswith("optimizer."):
                 stacked = t.fqn.startswith("decoder.layers.")

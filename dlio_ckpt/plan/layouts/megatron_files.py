@@ -37,12 +37,19 @@ class Shard(NamedTuple):
 class MegatronPlanning(Protocol):
     """What :func:`plan_of` needs of a Megatron layout (dense or MoE)."""
 
-    world_size: int
-    tensor: int
-    data: int
-    files_per_rank: int
-    common_pt_bytes: int
-    scale: float
+    # read-only: the layouts give these as fields of a frozen dataclass, as properties or as class variables
+    @property
+    def world_size(self) -> int: ...
+    @property
+    def tensor(self) -> int: ...
+    @property
+    def data(self) -> int: ...
+    @property
+    def files_per_rank(self) -> int: ...
+    @property
+    def common_pt_bytes(self) -> int: ...
+    @property
+    def scale(self) -> float: ...
 
     def tensors(self) -> list[Chunked]: ...
 
@@ -167,6 +174,7 @@ def plan_of(lay: MegatronPlanning) -> Plan:
     for item, rank in full.objects():
         per_rank[rank].append(item)
     ranks, listed = [], []
+    objects: list[str] = []  # the items without a dtype, in rank, file and item order
     for r in range(lay.world_size):
         tp, rest = r % lay.tensor, r // lay.tensor
         items = in_plan_order(full, per_rank[r], tp, rest // lay.data)
@@ -175,7 +183,7 @@ def plan_of(lay: MegatronPlanning) -> Plan:
                       for k, b in enumerate(buckets) if b)
         ranks.append(RankPlan(r, tp, rest // lay.data, rest % lay.data, 0, files))
         listed += [(f"{f.stem}.distcp", [(i, i.offsets) for i in f.items]) for f in files]
-    objects = [i.fqn for r in ranks for f in r.files for i in f.items if not i.dtype]
+        objects += [i.fqn for f in files for i in f.items if not i.dtype]
     size = listed_metadata_size(lay.tensors(), objects, listed, item_size)
     coordinator = (CoordinatorFile(".metadata", size), CoordinatorFile("common.pt", lay.common_pt_bytes),
                    CoordinatorFile("metadata.json", METADATA_JSON_BYTES))

@@ -68,11 +68,11 @@ def check(workload: Workload) -> None:
                           "leave it out, or use checkpoint.layout=dcp or deepspeed")
     t = m.transformer
     # (key, its value, the width it gives, what splits it): a width is what must divide
-    rules = [("transformer.num_attention_heads", t.num_attention_heads, s.num_attention_heads, "tensor"),
-             ("transformer.vocab_size", t.vocab_size, s.vocab_size, "tensor"),
-             ("moe.expert_ffn_hidden_size", s.expert_ffn_hidden_size, s.expert_ffn_hidden_size, "expert_tensor"),
-             ("moe.num_shared_experts", s.num_shared_experts, s.expert_ffn_hidden_size * s.num_shared_experts,
-              "tensor")]
+    rules: list[tuple[str, int | None, int, str]] = [
+        ("transformer.num_attention_heads", t.num_attention_heads, s.num_attention_heads, "tensor"),
+        ("transformer.vocab_size", t.vocab_size, s.vocab_size, "tensor"),
+        ("moe.expert_ffn_hidden_size", s.expert_ffn_hidden_size, s.expert_ffn_hidden_size, "expert_tensor"),
+        ("moe.num_shared_experts", s.num_shared_experts, s.expert_ffn_hidden_size * s.num_shared_experts, "tensor")]
     if not all(s.is_moe_layer(i) for i in range(s.num_layers)):  # dense blocks split their MLP too
         rules.append(("transformer.ffn_hidden_size", t.ffn_hidden_size, s.ffn_hidden_size, "tensor"))
     if s.mtp_layers:  # the MTP module's projection is split on its rows, the hidden size

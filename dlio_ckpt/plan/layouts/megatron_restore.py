@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from dlio_ckpt.errors import ConfigError
 from dlio_ckpt.model.dtypes import DATATYPE_BYTES
 from dlio_ckpt.plan.layouts.megatron_files import not_split_by
-from dlio_ckpt.plan.restore import Restore, by_file
+from dlio_ckpt.plan.restore import RankReads, Restore, by_file
 from dlio_ckpt.plan.types import Item, ItemFile, Plan
 
 if TYPE_CHECKING:
@@ -95,7 +95,9 @@ def reads(plan: Plan, load: Sharded, model_only: bool, size_of: Callable[[Item],
                 at += n
     sizes = {(t.fqn, off): size for t in load.tensors() for off, size in t.chunks}
     shapes = {t.fqn: t.shape for t in load.tensors()}
-    ranks, alike = [], {}  # the data-parallel replicas of a (TP rank, stage) read alike: planned once
+    ranks: list[RankReads] = []
+    # the data-parallel replicas of a (TP rank, stage) read alike: planned once
+    alike: dict[tuple[int, int], RankReads] = {}
     for q in range(load.world_size):
         tp, rest = q % load.tensor, q // load.tensor
         if (tp, rest // load.data) in alike:

@@ -20,12 +20,25 @@ from dlio_ckpt.io.engine import Engine, FileTask, IOOptions
 from dlio_ckpt.io.synthetic import file_key
 from dlio_ckpt.plan.formats import Format
 from dlio_ckpt.plan.layouts import file_format
-from dlio_ckpt.plan.restore import RankReads
-from dlio_ckpt.plan.types import RankPlan
+from dlio_ckpt.plan.restore import RankReads, Restore
+from dlio_ckpt.plan.types import Plan, RankPlan
 from dlio_ckpt.run.context import RunContext
 from dlio_ckpt.run.steps import manifest_path, step_name
 
 log = logging.getLogger("dlio_ckpt")
+
+
+def plan_of(ctx: RunContext) -> Plan:
+    """The run's plan, which the mode's preflight (:func:`dlio_ckpt.run.emulated.runner.preflight`) has built
+    before anything of this mode runs."""
+    assert ctx.plan is not None, "the emulated mode's preflight builds the plan first"
+    return ctx.plan
+
+
+def restore_of(ctx: RunContext) -> Restore:
+    """What the read phase reads, which the mode's preflight has planned with the plan."""
+    assert ctx.restore is not None, "the emulated mode's preflight plans the restore first"
+    return ctx.restore
 
 
 def io_options(ctx: RunContext) -> IOOptions:
@@ -36,7 +49,7 @@ def io_options(ctx: RunContext) -> IOOptions:
 def mine(ctx: RunContext, process: int | None = None) -> list[RankPlan]:
     """The logical ranks this process (or ``process``) emulates: a contiguous share of the plan."""
     per, p = ctx.world_size // ctx.comm.size, ctx.comm.rank if process is None else process
-    return list(ctx.plan.ranks[p * per:(p + 1) * per])
+    return list(plan_of(ctx).ranks[p * per:(p + 1) * per])
 
 
 def shard_bytes(ctx: RunContext, process: int | None = None) -> list[int]:
@@ -58,13 +71,13 @@ def coordinator_tasks(ctx: RunContext, step: int, backend: Backend | None = None
     first written as when ``staged`` and the storage can rename."""
     base, store = ctx.path(step, backend=backend), backend or ctx.backend
     return [FileTask(f"{base}/{c.staged if staged and c.staged and store.capabilities.rename else c.name}",
-                     (c.size,), file_key(step, ctx.world_size, k)) for k, c in enumerate(ctx.plan.coordinator)]
+                     (c.size,), file_key(step, ctx.world_size, k)) for k, c in enumerate(plan_of(ctx).coordinator)]
 
 
 def expected_files(ctx: RunContext, fmt: Format, processes: list[int] | None = None) -> dict[str, int]:
     """Every file of a step and its size (all ranks', or those of ``processes``: one host's part):
     what a manifest lists (for pt this formats every file's headers, so it is made once per run)."""
-    plans = list(ctx.plan.ranks) if processes is None else [p for q in processes for p in mine(ctx, q)]
+    plans = list(plan_of(ctx).ranks) if processes is None else [p for q in processes for p in mine(ctx, q)]
     coordinator = coordinator_tasks(ctx, 0) if processes is None or 0 in processes else []
     return {t.path.rsplit("/", 1)[1]: t.size for t in tasks(ctx, fmt, 0, plans) + coordinator}
 
@@ -106,7 +119,7 @@ class EmulatedRun:
         where the framework does, and every rank waits for it (DCP's save returns after .metadata is
         written on every rank). Bytes written by this process; nothing to do for a layout without them."""
         ctx = self.ctx
-        if not ctx.plan.coordinator:
+        if not plan_of(ctx).coordinator:
             return 0
         ctx.comm.barrier()
         nbytes = 0
@@ -132,7 +145,7 @@ class EmulatedRun:
         for r in reads:
             for f in r.files:
                 if f.rank not in of:
-                    of[f.rank] = tasks(self.ctx, self.fmt, step, [self.ctx.plan.ranks[f.rank]], backend)
+                    of[f.rank] = tasks(self.ctx, self.fmt, step, [plan_of(self.ctx).ranks[f.rank]], backend)
                 task = of[f.rank][f.index]
                 if f.ranges:
                     ranged.append((task, f.ranges))
@@ -144,7 +157,8 @@ class EmulatedRun:
         """The marker of ``step`` on tier ``k``: on a node tier, of this host's part alone; on a peer
         tier, of the other hosts' parts this host keeps (``holds``)."""
         ctx, ck, st = self.ctx, self.ctx.ck, self.ctx.workload.storages[k]
-        files, about = self.files, {}
+        files = self.files
+        about: dict[str, Any] = {}
         if st.scope == "node":
             files, about = self.host_files, {"host": ctx.placement.host}
         elif st.scope == "peer":

@@ -147,7 +147,11 @@ class LostShares:
         count = len(place.hosts)
         self.ctx, self.backend, self.whole = ctx, ctx.tiers[tier], whole
         self.link = PeerLink(ctx.comm)
-        keeper = {h: holder(count, h, st.replicas, st.replication, lost) for h in lost}
+        keeper: dict[int, int] = {}  # lost host -> the surviving host that keeps its part
+        for h in lost:
+            kept_by = holder(count, h, st.replicas, st.replication, lost)
+            assert kept_by is not None  # preflight's lost_source chose this tier for keeping every lost host's part
+            keeper[h] = kept_by
         mine = place.host_index
         self.sender = partner_rank(place, keeper[mine]) if mine in keeper else None  # whom I receive from
         self.receivers = [partner_rank(place, h) for h, k in keeper.items() if k == mine]  # whom I send to
@@ -155,6 +159,7 @@ class LostShares:
 
     def source(self, step: int) -> PeerSource:
         """What this (lost host's) process reads: its files as its keeper sends them."""
+        assert self.sender is not None  # asked only on a lost host, whose part a keeper sends
         names = [t.path.rsplit("/", 1)[1] for t in self.whole(step, self.backend, self.ctx.comm.rank)]
         return PeerSource(self.link, self.sender, names, f"{self.where}, kept by rank {self.sender}")
 

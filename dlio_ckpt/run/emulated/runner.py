@@ -33,6 +33,8 @@ from dlio_ckpt.run.emulated.checkpoints import (
     expected_files,
     held_files,
     io_options,
+    plan_of,
+    restore_of,
     shard_bytes,
 )
 from dlio_ckpt.run.emulated.peers import LostShares
@@ -71,7 +73,7 @@ def preflight(ctx: RunContext) -> None:
 
 
 def writes(ctx: RunContext) -> Writes:
-    fmt, plan = file_format(ctx.workload), ctx.plan
+    fmt, plan = file_format(ctx.workload), plan_of(ctx)
     coordinator = tuple(name for c in plan.coordinator for name in (c.name, c.staged) if name)
     return Writes.of_run(ctx.ck, files=(*(f"{f.stem}{fmt.extension}" for p in plan.ranks for f in p.files),
                                         *coordinator))
@@ -135,6 +137,7 @@ def _check_step(ctx: RunContext, files: dict[str, int], host_files: dict[str, in
                                                                 run_key or key, source) if keeps else None) or key
         else:
             key = ctx.on_root_io(lambda: check_manifest(ctx, files, step, run_key or key, source))
+    assert key is not None  # every rank has the first key found: a surviving host's, or the lost hosts' source's
     return key
 
 
@@ -171,7 +174,7 @@ def _read_plans(ctx: RunContext, process: int | None = None) -> list[RankReads]:
     """What each of my (or ``process``'s) loading ranks reads (a contiguous share of the restore's ranks):
     its own, or with recovery_rank_shift those of the rank one host further on, so reads cannot come
     from this host's page cache (a collective then: every process asks for its own)."""
-    ck, ranks = ctx.ck, ctx.restore.ranks
+    ck, ranks = ctx.ck, restore_of(ctx).ranks
     w, per = len(ranks), len(ranks) // ctx.comm.size
     p = ctx.comm.rank if process is None else process
     share = range(p * per, (p + 1) * per)
@@ -230,7 +233,9 @@ def run(ctx: RunContext) -> Summary | None:
     engine = Engine(ctx.backend, run_key, io_options(ctx), progress)
     if comm.rank == 0 and "transport" in (storage := ctx.backend.describe()):  # GDS or POSIX, said up front
         log.info("storage_type=%s moves bytes by %s: %s", ctx.backend.name, storage["transport"], storage["why"])
-    records, retries = [], {"save": 0, "load": 0}
+    records = []
+    retries: dict[str, Any] = {"save": 0, "load": 0}  # and this process's read_from, with lost hosts
+    run = EmulatedRun(ctx, fmt, run_key, files, host_files)
 
     def save(index: int, todo: list[FileTask], stalled: float = 0.0) -> None:
         """One synchronous save (with the coordinator's files after everyone's data); ``stalled``:
@@ -246,7 +251,6 @@ def run(ctx: RunContext) -> Summary | None:
                               stalled=stalled, backend=engine.backend))
         retries["save"] += engine.retries - before
 
-    run = EmulatedRun(ctx, fmt, run_key, files, host_files)
     tiers = Tiers(run)
     background = BackgroundSaves(run, engine, tiers) if ck.async_save else None
     shards = shard_bytes(ctx)
@@ -264,6 +268,7 @@ def run(ctx: RunContext) -> Summary | None:
             run.commit(i, records[-1].duration)
             tiers.committed(i)
         else:
+            assert stage is not None  # made with background, for async saves
             background.save(i, run.tasks(i), stage)
             records[:] = background.records  # the previous checkpoint's, once committed
     if background is not None:
@@ -276,9 +281,10 @@ def run(ctx: RunContext) -> Summary | None:
     reader = ctx.tiers[read_tier(ctx)]  # where this process's files are named (and read, but from a peer)
     handoff = _lost_shares(ctx, run) if ck.num_checkpoints_read else None
     from_peer = handoff.source(1) if handoff is not None and lost(ctx) else None
+    # a lost host reads its PeerSource as storage (open_read, capabilities, options): it is no more of a Backend
     read_engine = engine if reader is ctx.backend and from_peer is None else \
-        Engine(from_peer or reader, run_key, io_options(ctx), progress)
-    caveat = load_caveat(ctx.workload, ctx.restore) if ck.num_checkpoints_read else None
+        Engine(from_peer or reader, run_key, io_options(ctx), progress)  # type: ignore[arg-type]
+    caveat = load_caveat(ctx.workload, restore_of(ctx)) if ck.num_checkpoints_read else None
     if caveat and comm.rank == 0:  # once, before the loads say "verified"
         log.info("load: %s", caveat)
     for i in range(1, ck.num_checkpoints_read + 1):
@@ -332,7 +338,8 @@ def run(ctx: RunContext) -> Summary | None:
         restart_reads = sorted({ck.read_tier, lost_source(ctx)})
     goodput = GoodputAsked(mtbf_hours=ck.mtbf_hours, interval_seconds=ck.time_between_checkpoints,
                            tiers=tuple(restart_reads)) if ck.mtbf_hours else None
-    restore = described(ctx.workload, ctx.restore, ctx.plan, fmt) if ck.num_checkpoints_read else None
+    plan = plan_of(ctx)
+    restore = described(ctx.workload, restore_of(ctx), plan, fmt) if ck.num_checkpoints_read else None
     io = IO(layout=ck.layout, format=fmt.name, odirect=ck.odirect,
             verified=backend.capabilities.stores_data and ck.verify,
             recovery_rank_shift=ck.recovery_rank_shift, scale=ck.scale, chunk_size=ck.chunk_size,
@@ -341,6 +348,6 @@ def run(ctx: RunContext) -> Summary | None:
             tiers=tiers.describe() if tiers.active else None, read_tier=ck.read_tier if tiers.active else None,
             placement=ctx.placement.describe() if ctx.placement.simulated else None,
             reference=references.describe(ck.reference) if ck.reference != "none" else None,
-            restore=restore, scaled=scaled_figures(ctx.plan, fmt) if ctx.plan.full_size else None)
-    return write_results(ctx, records, ctx.plan.total_payload_bytes, io, retries, describe,
+            restore=restore, scaled=scaled_figures(plan, fmt) if plan.full_size else None)
+    return write_results(ctx, records, plan.total_payload_bytes, io, retries, describe,
                          restore["bytes_restored"] if restore is not None else None, goodput)

@@ -23,6 +23,7 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from functools import partial
 
 from dlio_ckpt.config import tier_key
 from dlio_ckpt.errors import DlioCkptError, StorageError, VerifyError
@@ -140,18 +141,20 @@ class Drain:
         hosts while it receives, verifies and keeps a partner's, round by round (all processes in the
         same order, so every send meets its receive)."""
         ctx, st, place = self.ctx, self.ctx.workload.storages[k], self.ctx.placement
+        link = self._link
+        assert link is not None  # made where a tier is a peer tier, the only kind replicated
         folder = (ctx.ck.checkpoint_folder, step_name(step))
         own = [t.path for t in self.run.tasks(step, source)]
         ways = place.peers(st.replicas, st.replication)
-        start, t0, cost, nbytes, files, times = time.time(), time.perf_counter(), ProcessCost.now(), 0, 0, ()
+        start, t0, cost, nbytes, files = time.time(), time.perf_counter(), ProcessCost.now(), 0, 0
+        times: tuple[tuple[str, float, float, int], ...] = ()
         with ctx.watch():
             target.makedirs(target.join(*folder))
             for to_host, from_host in zip(ways.send_to, ways.receive_from, strict=True):
                 dest, sender = partner_rank(place, to_host), partner_rank(place, from_host)
-                sent = in_background(lambda d=dest: send_files(self._link, d, source, own, ctx.ck.chunk_size,
-                                                               self._progress))
+                sent = in_background(partial(send_files, link, dest, source, own, ctx.ck.chunk_size, self._progress))
                 theirs = self.run.tasks(step, target, plans=mine(ctx, sender))
-                peer = PeerSource(self._link, sender, [t.path.rsplit("/", 1)[1] for t in theirs],
+                peer = PeerSource(link, sender, [t.path.rsplit("/", 1)[1] for t in theirs],
                                   f"{self._where[k]}, from {place.hosts[from_host]}").expect()
                 nbytes += self._engines[k - 1].copy_files(theirs, peer,
                                                           lambda p: target.join(*folder, p.rsplit("/", 1)[1]))
@@ -236,14 +239,19 @@ class Tiers:
                 continue  # not marked above yet: marked at a later settle
             target = self.ctx.tiers[k]
             with self._on_tier(f"marker of step {step}", k):  # made by the acting rank (a node tier's: its part)
-                self.ctx.on_tier_io(k, lambda t=target, s=step, k=k: t.put_small(
-                    manifest_path(t, self.ctx.ck.checkpoint_folder, s), json.dumps(self.run.manifest(s, k)).encode()))
+                self.ctx.on_tier_io(k, partial(self._mark, target, step, k))
             self.marked[k].append(step)
             self._settled.add((step, k))
+            assert self.drain is not None  # a (step, tier) is finished by the drain alone
             self.records.append(self.drain.done[(step, k)])
             if self.ctx.comm.rank == 0:
                 log.info("step %d durable on tier %d, %s", step, k, self.where[k])
         self._retire()
+
+    def _mark(self, target: Backend, step: int, k: int) -> None:
+        """Write the marker of ``step`` on tier ``k`` (``target``)."""
+        target.put_small(manifest_path(target, self.ctx.ck.checkpoint_folder, step),
+                         json.dumps(self.run.manifest(step, k)).encode())
 
     def _retire(self) -> None:
         """keep_last: a tier's steps beyond its newest ``keep_last`` go once durable below (on the
@@ -259,7 +267,7 @@ class Tiers:
         for k, step in gone:
             self.marked[k].remove(step)
         for k in sorted({k for k, _ in gone}):  # a node tier's steps go from every host's copy
-            self.ctx.on_tier_io(k, lambda k=k: self._remove([(t, s) for t, s in gone if t == k]))
+            self.ctx.on_tier_io(k, partial(self._remove, [(t, s) for t, s in gone if t == k]))
 
     @contextmanager
     def _on_tier(self, what: str, k: int) -> Iterator[None]:

@@ -20,8 +20,10 @@ import struct
 import time
 import warnings
 from collections.abc import Iterator
+from concurrent.futures import Future
 from datetime import timedelta
-from typing import Any
+from functools import partial
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
 import torch.distributed as dist
@@ -42,6 +44,9 @@ from dlio_ckpt.run.context import Clock, RunContext, evict_before_read, record, 
 from dlio_ckpt.run.real.llama import Llama
 from dlio_ckpt.run.real.predict import fsdp as predicted
 from dlio_ckpt.run.steps import Writes
+
+if TYPE_CHECKING:
+    from dlio_ckpt.io.backends.s3 import S3Backend
 
 log = logging.getLogger("dlio_ckpt")
 # FSDP2 and DTensor warn about patterns of our own small model (views, RNG tracker) on every step
@@ -155,12 +160,17 @@ def _scheme(ctx: RunContext) -> str:
     return ctx.backend.url(ctx.path(1)).partition("://")[0] if "://" in ctx.backend.url(ctx.path(1)) else ""
 
 
+def _s3(ctx: RunContext) -> S3Backend:
+    """The storage where its URLs are ``s3://``: the s3 backend, with its region and its clients."""
+    return cast("S3Backend", ctx.backend)
+
+
 def _writer(ctx: RunContext, step: int) -> Any:
     s, url = ctx.workload.fsdp, ctx.backend.url(ctx.path(step))
     if _scheme(ctx) == "s3":
         from s3torchconnector.dcp import S3StorageWriter
 
-        writer = S3StorageWriter(ctx.backend.options.region, url, thread_count=s.thread_count)
+        writer = S3StorageWriter(_s3(ctx).options.region, url, thread_count=s.thread_count)
         _point_at_endpoint(ctx, writer, url)
         return writer
     if _scheme(ctx):
@@ -175,7 +185,7 @@ def _reader(ctx: RunContext, step: int) -> Any:
     if _scheme(ctx) == "s3":
         from s3torchconnector.dcp import S3StorageReader
 
-        reader = S3StorageReader(ctx.backend.options.region, url)
+        reader = S3StorageReader(_s3(ctx).options.region, url)
         _point_at_endpoint(ctx, reader, url)
         return reader
     if _scheme(ctx):
@@ -191,9 +201,10 @@ def _point_at_endpoint(ctx: RunContext, storage: Any, url: str) -> None:
     S3FileSystem's own argument."""
     from s3torchconnector.dcp import S3FileSystem
 
-    client = ctx.backend.framework_client()
+    backend = _s3(ctx)
+    client = backend.framework_client()
     reader_constructor = getattr(storage, "_reader_constructor", None)
-    storage.fs = S3FileSystem(ctx.backend.options.region, s3_client=client, reader_constructor=reader_constructor)
+    storage.fs = S3FileSystem(backend.options.region, s3_client=client, reader_constructor=reader_constructor)
     storage.path = storage.fs.init_path(url)
 
 
@@ -259,8 +270,9 @@ class _Saves:
             nbytes, files = nbytes + (ctx.backend.size(f"{ctx.path(step)}/.metadata") or 0), files + 1
             written[0] = (nbytes, files)
         self.written[step] = written
-        held = {} if stalled is None else {"held": clock.seconds + stalled, "stalled": stalled}
-        self.records.append(record(ctx, "save", step, clock, nbytes, files, seconds=end - clock.t0, **held))
+        held = None if stalled is None else clock.seconds + stalled
+        self.records.append(record(ctx, "save", step, clock, nbytes, files, seconds=end - clock.t0, held=held,
+                                   stalled=stalled or 0.0))
         say_done(ctx, f"save_ckpt{step}", end - clock.t0, f"{self.blocking[-1]:.3f} s blocking on rank 0")
 
     def wait(self) -> float:
@@ -278,6 +290,11 @@ class _Saves:
         waited = time.perf_counter() - t0
         self.finish(step, clock, done[0], stalled)
         return waited
+
+
+def _stamp(done: list[float], _future: Future) -> None:
+    """When an async save's write finished (called in DCP's thread)."""
+    done[0] = time.perf_counter()
 
 
 def run(ctx: RunContext) -> Summary | None:
@@ -304,8 +321,11 @@ def run(ctx: RunContext) -> Summary | None:
             try:
                 if s.async_save:
                     future = dcp.async_save(state, storage_writer=_writer(ctx, i), process_group=async_group)
+                    # a Future: DCP's writers stage before async_save returns (an AsyncSaveResponse is a stager's
+                    # that stages in the background, which is not asked for here)
+                    assert isinstance(future, Future)
                     done = [0.0]
-                    future.add_done_callback(lambda _f, done=done: done.__setitem__(0, time.perf_counter()))
+                    future.add_done_callback(partial(_stamp, done))
                     saves.pending = (i, clock, future, done, stalled)
                 else:
                     dcp.save(state, storage_writer=_writer(ctx, i))

@@ -102,14 +102,14 @@ class Paths:
 
     def save_cpu(self, t: torch.Tensor, path: str) -> None:
         host = t.cpu() if t.is_cuda else t  # prepared once by the caller for this path
-        view = memoryview(host.numpy()).cast("B")
+        view = host.numpy().data.cast("B")  # .data: the array's memoryview
         with open(path, "wb", buffering=0) as f:
             for off in range(0, len(view), self.io_size):
                 f.write(view[off:off + self.io_size])
         self._sync_file(path)
 
     def load_cpu(self, t: torch.Tensor, path: str) -> None:
-        view = memoryview(t.numpy()).cast("B")
+        view = t.numpy().data.cast("B")
         with open(path, "rb", buffering=0) as f:
             for off in range(0, len(view), self.io_size):
                 f.readinto(view[off:off + self.io_size])
@@ -138,7 +138,7 @@ class Paths:
                 done[i % 2].synchronize()
                 if i + 1 < len(chunks):
                     start(i + 1)  # the next device->host copy runs while this chunk is written
-                f.write(memoryview(bufs[i % 2][:n].numpy()))
+                f.write(bufs[i % 2][:n].numpy().data)
         self._sync_file(path)
 
     def load_pinned_async(self, t: torch.Tensor, path: str) -> None:
@@ -149,7 +149,7 @@ class Paths:
             for i, off in enumerate(range(0, flat.numel(), self.io_size)):
                 n = min(self.io_size, flat.numel() - off)
                 free[i % 2].synchronize()  # its previous host->device copy has finished
-                f.readinto(memoryview(bufs[i % 2][:n].numpy()))
+                f.readinto(bufs[i % 2][:n].numpy().data)
                 with torch.cuda.stream(stream):
                     flat[off:off + n].copy_(bufs[i % 2][:n], non_blocking=True)
                     free[i % 2].record(stream)
@@ -157,13 +157,14 @@ class Paths:
 
     def save_torch_gds(self, t: torch.Tensor, path: str) -> None:
         f = torch.cuda.gds.GdsFile(path, os.O_CREAT | os.O_RDWR)
-        f.save_storage(t.untyped_storage(), offset=0)
+        # torch annotates a torch.types.Storage, a class its own storages do not derive from; its docs pass this
+        f.save_storage(t.untyped_storage(), offset=0)  # type: ignore[arg-type]
         del f
         self._sync_file(path)
 
     def load_torch_gds(self, t: torch.Tensor, path: str) -> None:
         f = torch.cuda.gds.GdsFile(path, os.O_RDONLY)
-        f.load_storage(t.untyped_storage(), offset=0)
+        f.load_storage(t.untyped_storage(), offset=0)  # type: ignore[arg-type]  # as save_storage
         del f
         _synchronize(t)
 

@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from importlib import metadata
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import fsspec
 import lightning as lit
@@ -32,6 +32,10 @@ from dlio_ckpt.results.schema import IO, Summary
 from dlio_ckpt.run.context import Clock, RunContext, evict_before_read, record, timed, write_results
 from dlio_ckpt.run.real.demo_shapes import predict
 from dlio_ckpt.run.steps import Writes
+
+if TYPE_CHECKING:
+    from dlio_ckpt.io.backends.gcs import GCSBackend
+    from dlio_ckpt.io.backends.s3 import S3Backend
 
 log = logging.getLogger("dlio_ckpt")
 for _name in ("lightning.pytorch", "lightning.fabric"):  # "GPU available", tips: not our results
@@ -71,8 +75,10 @@ class TimedIO(CheckpointIO):
             self.sync(str(path))
         self.finished[str(path)] = time.perf_counter()
 
-    def load_checkpoint(self, path: Any, map_location: Any = None, **kwargs: Any) -> dict[str, Any]:
-        return self.inner.load_checkpoint(path, map_location=map_location, **kwargs)
+    def load_checkpoint(self, path: Any, *args: Any, **kwargs: Any) -> dict[str, Any]:
+        """The inner CheckpointIO's load, given what it was given (as Lightning's own wrapper does): Dataflux's
+        takes no ``weights_only``."""
+        return self.inner.load_checkpoint(path, *args, **kwargs)
 
     def remove_checkpoint(self, path: Any) -> None:
         self.inner.remove_checkpoint(path)
@@ -101,15 +107,16 @@ def _checkpoint_io(ctx: RunContext) -> CheckpointIO:
         from s3torchconnector._user_agent import UserAgent
         from s3torchconnector.lightning import S3LightningCheckpoint
 
-        o = ctx.backend.options
-        io = S3LightningCheckpoint(o.region, s3client_config=ctx.backend.client_config(), endpoint=o.endpoint_url)
+        s3 = cast("S3Backend", ctx.backend)  # checkpoint_io=s3 runs on storage_type=s3 alone (config rules)
+        o = s3.options
+        io = S3LightningCheckpoint(o.region, s3client_config=s3.client_config(), endpoint=o.endpoint_url)
         # it takes no keys: its client (built lazily, so not yet made) becomes one with the storage's own
-        io._client = ctx.backend.framework_client(UserAgent(["lightning", lit.__version__]))
+        io._client = s3.framework_client(UserAgent(["lightning", lit.__version__]))
         return io
     if s.checkpoint_io == "dataflux":
         from dataflux_pytorch.lightning import DatafluxLightningCheckpoint
 
-        client = ctx.backend.storage_client()
+        client = cast("GCSBackend", ctx.backend).storage_client()  # on storage_type=gcs alone (config rules)
         return DatafluxLightningCheckpoint(client.project, storage_client=client,
                                            disable_multipart=not s.dataflux_multipart)
     # Lightning opens s3:// and gs:// with fsspec.url_to_fs(path) and no options: they must be the
@@ -148,6 +155,15 @@ def check_reads(ctx: RunContext) -> None:
     """Nothing: a Lightning run reads back what it saved."""
 
 
+def _saved_size(ctx: RunContext, step: int) -> int:
+    """The bytes of the ``.ckpt`` of ``step``, which this run saved."""
+    path = ctx.path(step, ".ckpt")
+    size = ctx.backend.size(path)
+    if size is None:
+        raise StorageError(f"{ctx.backend.url(path)}: not found on the storage after Lightning saved it")
+    return size
+
+
 def run(ctx: RunContext) -> Summary | None:
     w, s, ck = ctx.workload, ctx.workload.lightning, ctx.workload.checkpoint
     torch.manual_seed(0)
@@ -170,9 +186,9 @@ def run(ctx: RunContext) -> Summary | None:
     records, blocking = [], []
     for step, url, clock in saver.saves:
         duration = max(io.finished[url] - clock.t0, clock.seconds)  # sync: the whole save_checkpoint call
-        nbytes = ctx.backend.size(ctx.path(step, ".ckpt"))
-        held = {"held": clock.seconds} if s.async_save else {}  # AsyncCheckpointIO: the training loop's wait
-        records.append(record(ctx, "save", step, clock, nbytes, 1, seconds=duration, **held))
+        nbytes = _saved_size(ctx, step)
+        held = clock.seconds if s.async_save else None  # AsyncCheckpointIO: the training loop's wait
+        records.append(record(ctx, "save", step, clock, nbytes, 1, seconds=duration, held=held))
         blocking.append(clock.seconds)
         log.info("save_ckpt%d: %.3f s (%.3f s blocking), %d bytes", step, duration, clock.seconds, nbytes)
     final = {k: v.detach().cpu() for k, v in module.state_dict().items()}  # loads map to the CPU
@@ -185,7 +201,7 @@ def run(ctx: RunContext) -> Summary | None:
         with timed(ctx, "load", i) as clock, _storage_errors("load from", url):
             loaded = io.load_checkpoint(url, map_location="cpu", **trusted)
         _check(loaded, i, final if i == steps else None, url)
-        records.append(record(ctx, "load", i, clock, ctx.backend.size(ctx.path(i, ".ckpt")), 1))
+        records.append(record(ctx, "load", i, clock, _saved_size(ctx, i), 1))
         log.info("load_ckpt%d: %.3f s, checked", i, clock.seconds)
     predicted = predict(w)
     io_meta = IO(format="lightning .ckpt (torch.save)",
