@@ -40,3 +40,18 @@ class StorageError(DlioCkptError):
 
 class VerifyError(DlioCkptError):
     """Data read back differs from what was written at a given file offset."""
+
+
+# Which rank reports an error that every rank raises (a shared check's, re-raised on each): that rank says
+# it, the others end quietly, so a failure is one message and not one per rank. Kept on the exception,
+# whatever its type, under one attribute named here only.
+_REPORTED_BY = "dlio_ckpt_reported_by"
+
+
+def mark_reported_by(exc: BaseException, rank: int) -> None:
+    setattr(exc, _REPORTED_BY, rank)
+
+
+def reporting_rank(exc: BaseException, default: int) -> int:
+    """The rank that reports ``exc`` (``default`` when none was marked: the rank that raised it)."""
+    return getattr(exc, _REPORTED_BY, default)

@@ -16,14 +16,14 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from dlio_ckpt.cluster.comm import Comm, on_root, said_elsewhere
+from dlio_ckpt.cluster.comm import Comm, on_root, reported_by_another_rank
 from dlio_ckpt.config import check_world_size, compose
 from dlio_ckpt.errors import ConfigError, DlioCkptError
 
 
 def run(args: argparse.Namespace, comm: Comm) -> int:
     """Write the checkpoints, then read them back, on every process of the job."""
-    from dlio_ckpt.run.failure import RunState, Watchdog, die, on_signals
+    from dlio_ckpt.run.failure import RunState, Watchdog, fail_every_rank, on_signals
     from dlio_ckpt.run.launch import check_run_dir, execute, start
 
     state = RunState()
@@ -41,11 +41,11 @@ def run(args: argparse.Namespace, comm: Comm) -> int:
         execute(mode, ctx, run_dir, raw, args.overrides, sys.argv[1:], args.replace_results)
         return 0
     except DlioCkptError as exc:  # raised on one rank or on all: either way every rank must end
-        die(comm, state, str(exc), exc.exit_code, quiet=said_elsewhere(exc, comm.rank))
+        fail_every_rank(comm, state, str(exc), exc.exit_code, quiet=reported_by_another_rank(exc, comm.rank))
     except (SystemExit, KeyboardInterrupt):
         raise
     except BaseException:  # Exception, and libraries' BaseExceptions (DCP's CheckpointException)
-        die(comm, state, f"unexpected error\n{traceback.format_exc()}")
+        fail_every_rank(comm, state, f"unexpected error\n{traceback.format_exc()}")
     return 1
 
 

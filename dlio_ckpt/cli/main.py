@@ -16,7 +16,7 @@ from collections.abc import Callable
 
 from dlio_ckpt.cli import commands
 from dlio_ckpt.cli.parser import TOP_LEVEL_OPTIONS, build_parsers
-from dlio_ckpt.cluster.comm import Comm, SelfComm, end, get_comm
+from dlio_ckpt.cluster.comm import Comm, SelfComm, get_comm, process_exit
 from dlio_ckpt.errors import DlioCkptError
 
 HANDLERS: dict[str, Callable[[argparse.Namespace, Comm], int]] = {
@@ -38,7 +38,7 @@ def main(argv: list[str] | None = None) -> int:
     # run and plan, the benchmark's own commands, have always said "dlio_ckpt: error:" (scripts match it)
     prefix = "dlio_ckpt" if name in ("run", "plan") else f"dlio_ckpt {name}"
     code = reported(prefix, comm, lambda: HANDLERS[name](parsers.commands[name].parse_intermixed_args(argv), comm))
-    return end(comm, code) if name == "run" else code
+    return process_exit(comm, code) if name == "run" else code
 
 
 def reported(prefix: str, comm: Comm, command: Callable[[], int]) -> int:

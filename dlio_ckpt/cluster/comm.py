@@ -13,6 +13,8 @@ import time
 from collections.abc import Callable
 from typing import Any, Protocol, TypeVar
 
+from dlio_ckpt.errors import mark_reported_by, reporting_rank
+
 T = TypeVar("T")
 
 
@@ -28,7 +30,7 @@ class Comm(Protocol):
     def abort(self, code: int) -> None: ...
 
 
-def end(comm: Comm, code: int) -> int:
+def process_exit(comm: Comm, code: int) -> int:
     """How a process leaves once its run is over: it returns ``code`` for an ordinary exit, except
     under torchrun, where it leaves at once. Why: at interpreter exit gloo's run-loop threads may still
     be freeing a finished collective's Python tensors, which needs the GIL, and a thread that asks for
@@ -40,12 +42,11 @@ def end(comm: Comm, code: int) -> int:
     return code
 
 
-def patiently(poll: Callable[[], T | None], turn: Callable[[], None] = lambda: None) -> T:
+def poll_sleeping(poll: Callable[[], T | None], turn: Callable[[], None] = lambda: None) -> T:
     """``poll()``'s first answer other than None or False, sleeping between tries (50 us, doubling to
     1 ms; ``turn`` runs at each). Why not MPI's blocking calls: MPICH spins a core while it waits in
     one, so a process that finished early took that core from the processes still reading or writing
-    and from a storage server on the same host (up to a tenth of this machine's two cores during S3
-    loads, profiled)."""
+    and from a storage server on the same host (a profiled S3 load lost a share of its cores to it)."""
     pause = 50e-6
     while (answer := poll()) is None or answer is False:
         turn()
@@ -92,7 +93,7 @@ class MPIComm:
         return self._peers
 
     def barrier(self) -> None:
-        patiently(self._c.Ibarrier().Test)
+        poll_sleeping(self._c.Ibarrier().Test)
 
     def bcast(self, obj: Any) -> Any:
         self.barrier()  # every process there first, so the blocking call itself does not wait
@@ -167,7 +168,7 @@ class PointComm:
             raise PointAborted(self._c.recv(source=self._MPI.ANY_SOURCE, tag=self._ABORT))
 
     def _recv(self, source: int) -> Any:
-        return patiently(lambda: self._c.improbe(source=source, tag=self._DATA), self._check).recv()
+        return poll_sleeping(lambda: self._c.improbe(source=source, tag=self._DATA), self._check).recv()
 
     def barrier(self) -> None:
         self.allgather(None)  # no rank has rank 0's answer before rank 0 has every rank's message
@@ -226,13 +227,13 @@ class PointComm:
         this communicator, so every rank's is the same call), and a rank enters only when its own
         sends are complete: so no rank stops receiving while a message to it is unmatched, and when
         any rank leaves, every message of the point has been received and no request or buffer is
-        left on the communicator. Both waits poll (:func:`patiently`) rather than block, so a waiting
+        left on the communicator. Both waits poll (:func:`poll_sleeping`) rather than block, so a waiting
         rank does not spin a core the others need. A job that is ending (SystemExit, Ctrl-C) does not
         close: the other ranks may never come."""
         if self._c == self._MPI.COMM_NULL:
             return
-        patiently(self._sends_done, self._discard_arrivals)
-        patiently(self._c.Ibarrier().Test, self._discard_arrivals)
+        poll_sleeping(self._sends_done, self._discard_arrivals)
+        poll_sleeping(self._c.Ibarrier().Test, self._discard_arrivals)
         if peers_idle:
             self._peers.Free()
         self._c.Free()
@@ -318,12 +319,12 @@ def on_root(comm: Comm, fn: Callable[[], T]) -> T:
             result = (False, exc)
     ok, value = comm.bcast(result)
     if not ok:
-        value.raised_on = 0  # rank 0 reports it; the others end without saying it again
+        mark_reported_by(value, 0)  # rank 0 reports it; the others end without saying it again
         raise value
     return value
 
 
-def said_elsewhere(exc: BaseException, rank: int) -> bool:
+def reported_by_another_rank(exc: BaseException, rank: int) -> bool:
     """Whether another rank (rank 0, through :func:`on_root`) reports this error: then this one ends
     quietly, and a failure on rank 0 is one message, not one per rank."""
-    return getattr(exc, "raised_on", rank) != rank
+    return reporting_rank(exc, rank) != rank

@@ -97,7 +97,7 @@ def partners(hosts: int, host: int, replicas: int, topology: str) -> Partners:
                     tuple((host - j) % hosts for j in range(1, replicas + 1)))
 
 
-def holder(hosts: int, lost: int, replicas: int, topology: str, gone: list[int]) -> int | None:
+def surviving_keeper(hosts: int, lost: int, replicas: int, topology: str, gone: list[int]) -> int | None:
     """The first host still there that keeps ``lost``'s part on a peer tier (None: every keeper is ``gone``)."""
     keepers = partners(hosts, lost, replicas, topology).send_to
     return next((h for h in keepers if h not in gone), None)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from dlio_ckpt.cluster.placement import holder
+from dlio_ckpt.cluster.placement import surviving_keeper
 from dlio_ckpt.config.schema import EMULATOR_ONLY, Checkpoint, Restore, Storage, tier_key
 from dlio_ckpt.errors import ConfigError
 from dlio_ckpt.model.dtypes import TRAINABLE
@@ -118,7 +118,7 @@ def tier_rules(workload: Workload) -> None:
         if st.scope == "peer" and (bad := _peer_rule(st, workload.hosts.simulate)):
             raise ConfigError(f"{key}.replicas", st.replicas, bad)
     lost = workload.restore.lost_hosts
-    read_tiers = [ck.read_tier, *([workload.lost_source()] if lost else [])]
+    read_tiers = [ck.read_tier, *([workload.lost_hosts_tier()] if lost else [])]
     for t in read_tiers:
         reader = everywhere[t]
         if ck.num_checkpoints_read and reader.keep_last and reader.keep_last < ck.num_checkpoints_write:
@@ -144,7 +144,7 @@ def tier_rules(workload: Workload) -> None:
                           "own; declare hosts lost instead (restore.lost_hosts), or read from a shared tier")
 
 
-def lost_source(workload: Workload, hosts: int = 0) -> int:
+def lost_hosts_tier(workload: Workload, hosts: int = 0) -> int:
     """The tier lost hosts restore from: the first peer or shared one below the read tier, the fastest that
     still holds their share (a node tier below is each host's own, gone with the host); an error (exit 2)
     where there is none."""
@@ -159,7 +159,7 @@ def lost_source(workload: Workload, hosts: int = 0) -> int:
     for k in range(ck.read_tier + 1, len(workload.storages)):
         st = workload.storages[k]
         if st.scope == "shared" or st.scope == "peer" and (not hosts or all(
-                holder(hosts, h, st.replicas, st.replication, lost) is not None for h in lost)):
+                surviving_keeper(hosts, h, st.replicas, st.replication, lost) is not None for h in lost)):
             return k
     raise ConfigError("workload.restore.lost_hosts", lost, f"no tier below {tier_key(ck.read_tier)} holds a "
                       "lost host's share: every tier after it is node-scoped (gone with the host); add a "

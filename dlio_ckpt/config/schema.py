@@ -442,11 +442,11 @@ class Workload(Section):
         rules.check(self)
         return self
 
-    def lost_source(self, hosts: int = 0) -> int:
-        """The tier lost hosts restore from (:func:`dlio_ckpt.config.rules.lost_source`)."""
+    def lost_hosts_tier(self, hosts: int = 0) -> int:
+        """The tier lost hosts restore from (:func:`dlio_ckpt.config.rules.lost_hosts_tier`)."""
         from dlio_ckpt.config import rules
 
-        return rules.lost_source(self, hosts)
+        return rules.lost_hosts_tier(self, hosts)
 
 
 def tier_key(k: int) -> str:

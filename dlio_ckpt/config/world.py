@@ -7,7 +7,7 @@ from dlio_ckpt.config.schema import Workload
 from dlio_ckpt.errors import ConfigError
 from dlio_ckpt.registry import LAYOUTS
 
-MAX_WORLD_SIZE = 1 << 18  # plan's time and memory grow with it (bench/plan_scale.py: json ~1.6 KiB, ~40 us a rank)
+MAX_WORLD_SIZE = 1 << 18  # plan's time and memory grow with it (bench/plan_scale.py)
 
 
 def check_world_size(workload: Workload, world_size: int, processes: int | None = None) -> None:

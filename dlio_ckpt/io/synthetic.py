@@ -1,6 +1,6 @@
 """Synthetic checkpoint bytes: incompressible, no 4 KiB block repeated in a run, at memory speed.
 
-Why this way: a random generator per write runs at ~0.15 GiB/s, far below storage speed. We fill a
+Why this way: a random generator per write runs far below storage speed (bench/cpu.py). We fill a
 random pool once, then for each chunk pick a pseudo-random 4 KiB-aligned window of it and stamp the
 first 32 bytes of every 4 KiB block with (run key, file key, block index, a mix of the three).
 Stamping touches 32 bytes per block, so a chunk is ready in microseconds and is written straight
@@ -126,7 +126,7 @@ _MEMCMP = _libc_memcmp()
 
 def first_difference(got: memoryview, want: memoryview) -> int | None:
     """Offset of the first differing byte, or None when equal; at memory speed. libc's memcmp
-    (~37 GiB/s here, no temporary array, the GIL released) says whether they differ; numpy finds
+    (no temporary array, the GIL released) says whether they differ; numpy finds
     where only when they do."""
     a = np.frombuffer(got, dtype=np.uint8)
     b = np.frombuffer(want, dtype=np.uint8)
@@ -136,7 +136,7 @@ def first_difference(got: memoryview, want: memoryview) -> int | None:
         if a.size == 0 or _MEMCMP(a.ctypes.data, b.ctypes.data, a.size) == 0:
             return None
     else:
-        whole = a.size // 8 * 8  # 8 bytes at a time: ~12 GiB/s against ~1 for memoryview ==
+        whole = a.size // 8 * 8  # 8 bytes at a time: several times memoryview =='s speed
         if np.array_equal(a[:whole].view(np.uint64), b[:whole].view(np.uint64)) and np.array_equal(
             a[whole:], b[whole:]
         ):

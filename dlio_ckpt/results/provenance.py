@@ -129,7 +129,7 @@ def storage_library(storage: dict[str, Any]) -> dict[str, str]:
         return {"name": name}
 
 
-def record(workload: dict[str, Any], library: dict[str, str]) -> dict[str, Any]:
+def document(workload: dict[str, Any], library: dict[str, str]) -> dict[str, Any]:
     """``provenance.json``'s content for a run of ``workload`` (its composed, nested parameters, as
     ``.hydra/config.yaml`` holds them): mlpstorage's core_config, and a hash of all of it (ours)."""
     return {"schema": SCHEMA, "tool": {"name": "dlio_ckpt", "version": __version__, **code_hash()},

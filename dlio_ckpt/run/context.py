@@ -21,6 +21,7 @@ from typing import Any, Protocol, TypeVar, cast
 from dlio_ckpt.cluster.comm import Comm, on_root
 from dlio_ckpt.cluster.placement import Placement
 from dlio_ckpt.config import Checkpoint, Workload
+from dlio_ckpt.errors import mark_reported_by
 from dlio_ckpt.io.backends import Backend
 from dlio_ckpt.io.requests import Request, summarize
 from dlio_ckpt.plan.restore import Restore
@@ -100,7 +101,7 @@ class RunContext:
         answers = self.comm.allgather(answer)
         for rank, (ok, value) in enumerate(answers):
             if not ok:
-                value.raised_on = rank
+                mark_reported_by(value, rank)
                 raise value
         # every host has an acting rank: None here means that fn answered None on each (so None is a T)
         return cast(T, next((value for _, value in answers if value is not None), None))

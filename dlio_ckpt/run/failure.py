@@ -83,7 +83,7 @@ def write_failed_summary(state: RunState, rank: int, reason: str) -> None:
         pass  # the run folder itself may be what failed; the message on stderr still says why
 
 
-def die(comm: Comm, state: RunState, reason: str, code: int = 1, quiet: bool = False) -> None:
+def fail_every_rank(comm: Comm, state: RunState, reason: str, code: int = 1, quiet: bool = False) -> None:
     """Say who failed and why, leave a failed summary, end every rank. ``quiet``: rank 0 says it
     (the error was its own, shared by :func:`~dlio_ckpt.cluster.comm.on_root`); this rank only ends, a moment
     later, so that rank 0's message and summary are out before the job is torn down."""
@@ -111,7 +111,7 @@ def on_signals(comm: Comm, state: RunState) -> None:
     """SIGINT and SIGTERM (mpiexec forwards both to every rank) end the job as a failure."""
 
     def handler(signum: int, _frame: object) -> None:
-        die(comm, state, f"interrupted by {signal.Signals(signum).name}", 128 + signum)
+        fail_every_rank(comm, state, f"interrupted by {signal.Signals(signum).name}", 128 + signum)
 
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, handler)

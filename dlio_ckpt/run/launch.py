@@ -98,7 +98,7 @@ def execute(mode: Mode, ctx: RunContext, run_dir: str, raw: dict, overrides: lis
     result = mode.run(ctx)
     if result is not None:
         library = provenance.storage_library({"storage_type": ctx.backend.name, **ctx.backend.describe()})
-        write_result(os.path.join(run_dir, "provenance.json"), dumps(provenance.record(redact(raw), library)))
+        write_result(os.path.join(run_dir, "provenance.json"), dumps(provenance.document(redact(raw), library)))
         log.info("%s", finished_line(result, run_dir))
     return result
 

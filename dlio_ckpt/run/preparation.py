@@ -162,6 +162,6 @@ def start_writing(ctx: RunContext, needed_bytes: Callable[[], int]) -> None:
             remove_ours(backend, found)
             ctx.memory_bytes[k] = check_room(backend, ctx.ck.checkpoint_folder, kept(ctx, k, needed_bytes), k)
         backend.makedirs(backend.join(ctx.ck.checkpoint_folder))
-        backend.put_small(backend.join(ctx.ck.checkpoint_folder, RECORD), ctx.writes.record(about))
+        backend.put_small(backend.join(ctx.ck.checkpoint_folder, RECORD), ctx.writes.as_json(about))
     for k, backend in enumerate(ctx.tiers):
         ctx.on_tier_io(k, partial(replace, k, backend))

@@ -61,7 +61,8 @@ class Writes:
     def paths(self) -> set[str]:
         return {p for step in self.steps for p in self.of_step(step)}
 
-    def record(self, about: dict[str, Any]) -> bytes:
+    def as_json(self, about: dict[str, Any]) -> bytes:
+        """The run record (``dlio_ckpt_run.json``): what this run may write, as JSON."""
         return json.dumps({"tool": "dlio_ckpt", "version": __version__, **about, "steps": list(self.steps),
                            "files": list(self.files), "beside": list(self.beside)}).encode()
 
@@ -168,22 +169,22 @@ def refuse_mixing(backend: Backend, ck: Checkpoint, writes: Writes, where: str =
     if found.foreign:
         them = "it" if len(found.foreign) == 1 else "them"
         raise ConfigError(key, ck.checkpoint_folder,
-                          f"holds {_shown(found.foreign)}{on} in {found.root}, which dlio_ckpt did not write (no "
+                          f"holds {_listed(found.foreign)}{on} in {found.root}, which dlio_ckpt did not write (no "
                           f"manifest or run record of it names {them}), where this run must write or replace a step; "
                           f"nothing was removed: move {them} elsewhere, or choose another folder")
     if found.ours and not ck.overwrite:
         raise ConfigError(key, ck.checkpoint_folder,
-                          f"already holds checkpoints of an earlier run{on} ({_shown(_tops(found.ours))} in "
+                          f"already holds checkpoints of an earlier run{on} ({_listed(_top_names(found.ours))} in "
                           f"{found.root}); set ++workload.checkpoint.overwrite=True to replace them, or choose "
                           "another folder")
     return found
 
 
-def _tops(paths: list[str]) -> list[str]:
+def _top_names(paths: list[str]) -> list[str]:
     return sorted({p.split("/")[0] for p in paths})
 
 
-def _shown(paths: list[str]) -> str:
+def _listed(paths: list[str]) -> str:
     return ", ".join(paths[:3]) + (f" and {len(paths) - 3} more" if len(paths) > 3 else "")
 
 

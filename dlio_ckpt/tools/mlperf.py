@@ -113,7 +113,7 @@ class Rule:
         return not self.ok and not self.warn
 
 
-def _soft(rule: Rule, warn: bool) -> Rule:
+def _as_warning(rule: Rule, warn: bool) -> Rule:
     """The rule as an edition that reports it as a warning sees it (a rule may warn in any edition)."""
     rule.warn = rule.warn or warn
     return rule
@@ -142,10 +142,10 @@ def check_runs(runs: list[Run], edition: str = EDITIONS[-1], division: str = "cl
     if division == "closed":
         rules.append(_per_host_rule(first))
     return rules + [
-        _mode_rule(runs, edition), _size_rule(runs, model), _soft(_accelerator_rule(runs, seen, round3), round3),
-        _count_rule(runs), _soft(_gap_rule(runs, seen), round3), _fsync_rule(runs),
-        _soft(_cache_rule(runs), True),  # the checkers report §4.3.1 as a warning; §4.7.1 covers the flush
-        _soft(_folders_rule(runs, seen), round3), _soft(_provenance_rule(runs, model, division), round3),
+        _mode_rule(runs, edition), _size_rule(runs, model), _as_warning(_accelerator_rule(runs, seen, round3), round3),
+        _count_rule(runs), _as_warning(_gap_rule(runs, seen), round3), _fsync_rule(runs),
+        _as_warning(_cache_rule(runs), True),  # the checkers report §4.3.1 as a warning; §4.7.1 covers the flush
+        _as_warning(_folders_rule(runs, seen), round3), _as_warning(_provenance_rule(runs, model, division), round3),
         _timing_rule(runs)]
 
 
@@ -392,7 +392,7 @@ class Facts:
     file_systems: str = "not recorded"
 
 
-def _when(value: Any) -> datetime | None:
+def _local_time(value: Any) -> datetime | None:
     """A time as this host's local wall clock (naive, as DLIO's and our ``start`` are): an epoch
     number, or ISO text with or without an offset (``Z`` is UTC)."""
     if isinstance(value, int | float) and not isinstance(value, bool):
@@ -430,15 +430,15 @@ def facts(run: Run) -> Facts:
         else:
             said = (f"checkpoints on {checkpoint.mount_point} ({checkpoint.type}, device {checkpoint.device}), "
                     f"results on {results.mount_point} ({results.type}, device {results.device})")
-        return Facts(s.accelerator_type, _when(s.invocation_start_time), _when(s.invocation_end_time),
+        return Facts(s.accelerator_type, _local_time(s.invocation_start_time), _local_time(s.invocation_end_time),
                      fs.same_file_system, object_store, said)
     folder = run.folder
     meta = next((_json(p) for p in sorted(folder.glob("*_metadata.json"))), {}) if folder else {}
     separation = _json(folder / "fs_separation.json") if folder else {}
     same = separation.get("same_filesystem")
     accelerator = meta.get("accelerator")
-    return Facts(accelerator if isinstance(accelerator, str) else None, _when(meta.get("invocation_start_time")),
-                 _when(meta.get("invocation_end_time")), same if isinstance(same, bool) else None,
+    return Facts(accelerator if isinstance(accelerator, str) else None, _local_time(meta.get("invocation_start_time")),
+                 _local_time(meta.get("invocation_end_time")), same if isinstance(same, bool) else None,
                  file_systems=f"fs_separation.json: same_filesystem={same}" if separation else "not recorded")
 
 
@@ -476,10 +476,10 @@ def _gap_rule(runs: list[Run], seen: list[Facts]) -> Rule:
     write, read = seen[0], seen[1]
     end, said_end = write.invocation_end, "invocation end"
     if end is None:
-        end, said_end = _when(runs[0].summary.end), "summary end (no invocation end recorded)"
+        end, said_end = _local_time(runs[0].summary.end), "summary end (no invocation end recorded)"
     start, said_start = read.invocation_start, "invocation start"
     if start is None:
-        start, said_start = _when(runs[1].summary.start), "summary start (no invocation start recorded)"
+        start, said_start = _local_time(runs[1].summary.start), "summary start (no invocation start recorded)"
     if end is None or start is None:
         return Rule("write-to-read gap", expected, "not recorded: no end time of the write or start of the read",
                     False)

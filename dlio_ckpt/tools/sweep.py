@@ -24,7 +24,7 @@ import traceback
 from dataclasses import dataclass
 from typing import Any
 
-from dlio_ckpt.cluster.comm import Comm, MPIComm, PointAborted, PointComm, on_root, said_elsewhere
+from dlio_ckpt.cluster.comm import Comm, MPIComm, PointAborted, PointComm, on_root, reported_by_another_rank
 from dlio_ckpt.cluster.host import hostname, reset_peak_rss
 from dlio_ckpt.config import Workload, available_workloads, check_world_size, compose, parse_overrides
 from dlio_ckpt.errors import ConfigError, DlioCkptError
@@ -218,9 +218,9 @@ def _run_point(p: Point, workload: Workload, raw: dict, run_dir: str, comm: Comm
         raise
     except BaseException as exc:  # a fault: this point fails on every rank, the sweep goes on
         text = str(exc) if isinstance(exc, DlioCkptError) else f"unexpected error: {traceback.format_exc()}"
-        who = "rank 0" if said_elsewhere(exc, comm.rank) else f"rank {comm.rank} on {hostname()}"
+        who = "rank 0" if reported_by_another_rank(exc, comm.rank) else f"rank {comm.rank} on {hostname()}"
         reason = f"{who}, during {state.where()}: {text}"
-        if not said_elsewhere(exc, comm.rank):  # rank 0's own error, shared: rank 0 says it once
+        if not reported_by_another_rank(exc, comm.rank):  # rank 0's own error, shared: rank 0 says it once
             print(f"dlio_ckpt: error: sweep point {p.index} ({p.label}): {reason}", file=sys.stderr, flush=True)
             write_failed_summary(state, comm.rank, reason)
         if isinstance(point_comm, PointComm):

@@ -10,7 +10,7 @@ s3torchconnector's own ``S3Client`` builds for DCP and Lightning) takes none: on
 credentials file that exists only in this process's memory (a ``memfd``, close-on-exec: no child
 inherits it), and the client is built with that profile name while ``AWS_SHARED_CREDENTIALS_FILE``
 names the file, for the constructor's duration only: the CRT reads the variable once, when it makes
-its profile provider, and the file itself each time it signs (measured here: a client built that
+its profile provider, and the file itself each time it signs (a client built that
 way keeps working after the variable is gone, and fails once the file is closed). The file therefore
 lives as long as the keys; the variable holds a path, never a secret.
 """

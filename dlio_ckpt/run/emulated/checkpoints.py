@@ -46,7 +46,7 @@ def io_options(ctx: RunContext) -> IOOptions:
     return IOOptions(ck.fsync, ck.odirect, not ck.read_from_page_cache, ck.verify, ck.chunk_size)
 
 
-def mine(ctx: RunContext, process: int | None = None) -> list[RankPlan]:
+def ranks_of_process(ctx: RunContext, process: int | None = None) -> list[RankPlan]:
     """The logical ranks this process (or ``process``) emulates: a contiguous share of the plan."""
     per, p = ctx.world_size // ctx.comm.size, ctx.comm.rank if process is None else process
     return list(plan_of(ctx).ranks[p * per:(p + 1) * per])
@@ -54,7 +54,7 @@ def mine(ctx: RunContext, process: int | None = None) -> list[RankPlan]:
 
 def shard_bytes(ctx: RunContext, process: int | None = None) -> list[int]:
     """The payload of each logical rank this process (or ``process``) emulates: what async staging copies."""
-    return [p.payload_bytes for p in mine(ctx, process)]
+    return [p.payload_bytes for p in ranks_of_process(ctx, process)]
 
 
 def tasks(ctx: RunContext, fmt: Format, step: int, plans: list[RankPlan], backend: Backend | None = None,
@@ -77,7 +77,7 @@ def coordinator_tasks(ctx: RunContext, step: int, backend: Backend | None = None
 def expected_files(ctx: RunContext, fmt: Format, processes: list[int] | None = None) -> dict[str, int]:
     """Every file of a step and its size (all ranks', or those of ``processes``: one host's part):
     what a manifest lists (for pt this formats every file's headers, so it is made once per run)."""
-    plans = list(plan_of(ctx).ranks) if processes is None else [p for q in processes for p in mine(ctx, q)]
+    plans = list(plan_of(ctx).ranks) if processes is None else [p for q in processes for p in ranks_of_process(ctx, q)]
     coordinator = coordinator_tasks(ctx, 0) if processes is None or 0 in processes else []
     return {t.path.rsplit("/", 1)[1]: t.size for t in tasks(ctx, fmt, 0, plans) + coordinator}
 
@@ -109,7 +109,7 @@ class EmulatedRun:
         """This process's files of ``step`` (or those of ``plans``) on ``backend`` (the first tier by
         default); rank 0's include the coordinator's files (``.metadata``) last, unless ``coordinator``
         is False (a synchronous save writes them after everyone's data: :meth:`finish_save`)."""
-        own = tasks(self.ctx, self.fmt, step, mine(self.ctx) if plans is None else plans, backend)
+        own = tasks(self.ctx, self.fmt, step, ranks_of_process(self.ctx) if plans is None else plans, backend)
         if plans is None and coordinator and self.ctx.comm.rank == 0:
             own += coordinator_tasks(self.ctx, step, backend)
         return own

@@ -17,8 +17,8 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from dlio_ckpt.cluster.comm import patiently
-from dlio_ckpt.cluster.placement import Placement, holder
+from dlio_ckpt.cluster.comm import poll_sleeping
+from dlio_ckpt.cluster.placement import Placement, surviving_keeper
 from dlio_ckpt.errors import StorageError
 from dlio_ckpt.io.backends.base import Backend, Capabilities, Options
 
@@ -33,7 +33,7 @@ def partner_rank(placement: Placement, host: int) -> int:
 class PeerLink:
     """Point-to-point traffic of peer copies, on its own communicator. Why a handshake and two kinds of
     wait: MPICH moves a large message only while both sides are inside an MPI call, so polling with
-    sleeps in between (``patiently``) made a transfer 6x slower here, while a blocking wait spins a
+    sleeps in between (``poll_sleeping``) made a transfer several times slower, while a blocking wait spins a
     core for as long as the other side is not there yet (a partner still writing its step). So a
     receiver says it is ready, a sender polls until it is, and the bytes then move under blocking waits;
     a receiver polls until a message is there before it waits for it."""
@@ -49,7 +49,7 @@ class PeerLink:
         self._said = [r for r in self._said if not r.Test()] + [self._c.Isend(_EMPTY, dest=sender, tag=self._READY)]
 
     def await_ready(self, dest: int) -> None:
-        patiently(lambda: self._c.Iprobe(source=dest, tag=self._READY))
+        poll_sleeping(lambda: self._c.Iprobe(source=dest, tag=self._READY))
         self._c.Recv(_EMPTY, source=dest, tag=self._READY)
 
     def send(self, dest: int, tag: int, data: Any) -> None:
@@ -59,7 +59,7 @@ class PeerLink:
         from mpi4py import MPI
 
         status = MPI.Status()
-        patiently(lambda: self._c.Iprobe(source=source, tag=tag))
+        poll_sleeping(lambda: self._c.Iprobe(source=source, tag=tag))
         self._c.Irecv(buf, source=source, tag=tag).Wait(status)
         return status.Get_count(MPI.BYTE)
 
@@ -149,8 +149,8 @@ class LostShares:
         self.link = PeerLink(ctx.comm)
         keeper: dict[int, int] = {}  # lost host -> the surviving host that keeps its part
         for h in lost:
-            kept_by = holder(count, h, st.replicas, st.replication, lost)
-            assert kept_by is not None  # preflight's lost_source chose this tier for keeping every lost host's part
+            kept_by = surviving_keeper(count, h, st.replicas, st.replication, lost)
+            assert kept_by is not None  # preflight's lost_hosts_tier chose this tier for keeping every lost host's part
             keeper[h] = kept_by
         mine = place.host_index
         self.sender = partner_rank(place, keeper[mine]) if mine in keeper else None  # whom I receive from

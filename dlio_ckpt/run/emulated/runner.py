@@ -15,7 +15,7 @@ from collections import Counter
 from typing import Any
 
 from dlio_ckpt.cluster.host import available_memory, hostname
-from dlio_ckpt.cluster.placement import holder
+from dlio_ckpt.cluster.placement import surviving_keeper
 from dlio_ckpt.config import references, tier_key
 from dlio_ckpt.errors import ConfigError
 from dlio_ckpt.io.engine import Engine, FileTask, IOOptions, check_capabilities, io_buffer_bytes
@@ -66,7 +66,7 @@ def preflight(ctx: RunContext) -> None:
                           f"checkpoint.layout={ck.layout} has rank 0 write {names} once for every rank to read, "
                           "and a node or peer tier would hold it on one host alone (not supported yet): scope shared")
     if ctx.workload.restore.lost_hosts:  # now that the hosts are known: every lost host's part is held somewhere
-        lost_source(ctx)
+        lost_hosts_tier(ctx)
     _check_io_buffers(ctx)
     if ck.async_save and ck.staging == "real":
         _check_staging_memory(ctx)
@@ -105,15 +105,15 @@ def lost(ctx: RunContext) -> bool:
     return ctx.placement.host_index in ctx.workload.restore.lost_hosts
 
 
-def lost_source(ctx: RunContext) -> int:
-    """The tier lost hosts read (config.Workload.lost_source, now that the hosts are known)."""
-    return ctx.workload.lost_source(len(ctx.placement.hosts))
+def lost_hosts_tier(ctx: RunContext) -> int:
+    """The tier lost hosts read (config.Workload.lost_hosts_tier, now that the hosts are known)."""
+    return ctx.workload.lost_hosts_tier(len(ctx.placement.hosts))
 
 
 def read_tier(ctx: RunContext) -> int:
     """Where this process reads: its host's copy of the read tier, or for a lost host the peer or shared
-    tier below it that still holds its part (:func:`lost_source`)."""
-    return lost_source(ctx) if lost(ctx) else ctx.ck.read_tier
+    tier below it that still holds its part (:func:`lost_hosts_tier`)."""
+    return lost_hosts_tier(ctx) if lost(ctx) else ctx.ck.read_tier
 
 
 def _check_step(ctx: RunContext, files: dict[str, int], host_files: dict[str, int], step: int,
@@ -127,10 +127,10 @@ def _check_step(ctx: RunContext, files: dict[str, int], host_files: dict[str, in
         key = ctx.on_root_io(lambda: check_manifest(ctx, files, step, run_key, t))
     lost_hosts = ctx.workload.restore.lost_hosts
     if lost_hosts:
-        source, place = lost_source(ctx), ctx.placement
+        source, place = lost_hosts_tier(ctx), ctx.placement
         st = ctx.workload.storages[source]
         if st.scope == "peer":  # each host that keeps a lost host's part: its peer copy, all it keeps
-            keeps = place.host_index in {holder(len(place.hosts), h, st.replicas, st.replication, lost_hosts)
+            keeps = place.host_index in {surviving_keeper(len(place.hosts), h, st.replicas, st.replication, lost_hosts)
                                          for h in lost_hosts}
             fmt = file_format(ctx.workload)
             key = ctx.on_tier_io(source, lambda: check_manifest(ctx, held_files(ctx, fmt, source), step,
@@ -194,7 +194,7 @@ def _lost_shares(ctx: RunContext, run: EmulatedRun) -> LostShares | None:
     """With lost hosts restored from a peer tier: who sends whom their part (None otherwise)."""
     if not ctx.workload.restore.lost_hosts:
         return None
-    tier = lost_source(ctx)
+    tier = lost_hosts_tier(ctx)
     if ctx.workload.storages[tier].scope != "peer":
         return None
     return LostShares(ctx, tier, lambda step, backend, p: run.restore_reads(step, backend, _read_plans(ctx, p))[0])
@@ -335,7 +335,7 @@ def run(ctx: RunContext) -> Summary | None:
                                         "(S3 max_attempts, gcsfs) are not visible here")}
     restart_reads = [ck.read_tier]  # a step is restorable once durable on every tier a restart reads
     if ctx.workload.restore.lost_hosts:
-        restart_reads = sorted({ck.read_tier, lost_source(ctx)})
+        restart_reads = sorted({ck.read_tier, lost_hosts_tier(ctx)})
     goodput = GoodputAsked(mtbf_hours=ck.mtbf_hours, interval_seconds=ck.time_between_checkpoints,
                            tiers=tuple(restart_reads)) if ck.mtbf_hours else None
     plan = plan_of(ctx)

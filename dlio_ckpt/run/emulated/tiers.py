@@ -31,7 +31,7 @@ from dlio_ckpt.io.backends import Backend
 from dlio_ckpt.io.engine import Engine, IOOptions
 from dlio_ckpt.results.schema import TierDescription
 from dlio_ckpt.results.summary import OpRecord, ProcessCost
-from dlio_ckpt.run.emulated.checkpoints import EmulatedRun, mine
+from dlio_ckpt.run.emulated.checkpoints import EmulatedRun, ranks_of_process
 from dlio_ckpt.run.emulated.peers import PeerLink, PeerSource, in_background, partner_rank, send_files
 from dlio_ckpt.run.preparation import tier_backend
 from dlio_ckpt.run.steps import manifest_path, remove_step, step_name
@@ -153,7 +153,7 @@ class Drain:
             for to_host, from_host in zip(ways.send_to, ways.receive_from, strict=True):
                 dest, sender = partner_rank(place, to_host), partner_rank(place, from_host)
                 sent = in_background(partial(send_files, link, dest, source, own, ctx.ck.chunk_size, self._progress))
-                theirs = self.run.tasks(step, target, plans=mine(ctx, sender))
+                theirs = self.run.tasks(step, target, plans=ranks_of_process(ctx, sender))
                 peer = PeerSource(link, sender, [t.path.rsplit("/", 1)[1] for t in theirs],
                                   f"{self._where[k]}, from {place.hosts[from_host]}").expect()
                 nbytes += self._engines[k - 1].copy_files(theirs, peer,
