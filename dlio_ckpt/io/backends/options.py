@@ -10,9 +10,10 @@ from __future__ import annotations
 import os
 from typing import Literal
 
-from pydantic import AliasChoices, Field, SecretStr, field_validator, model_validator
+from pydantic import AliasChoices, ByteSize, Field, SecretStr, field_validator, model_validator
 
 from dlio_ckpt.io.backends.base import Options
+from dlio_ckpt.units import Bytes
 
 MIB = 1 << 20
 RESUMABLE_UNIT = 256 << 10  # GCS resumable uploads send multiples of this
@@ -66,7 +67,7 @@ class S3Options(ObjectStoreOptions):
     force_path_style: bool | None = Field(
         None, validation_alias=AliasChoices("force_path_style", "s3_force_path_style"),  # DLIO's name too
         description="default: True when endpoint_url is set")
-    part_size: int = Field(8 * MIB, ge=5 * MIB, le=5 << 30, description="multipart upload part size")
+    part_size: Bytes = Field(ByteSize(8 * MIB), ge=5 * MIB, le=5 << 30, description="multipart upload part size")
     throughput_target_gbps: float = Field(10.0, gt=0, description="s3torchconnector: the CRT sizes its "
                                           "parallel part requests to reach this")
     parts_in_flight: int = Field(4, ge=1, le=64, description="botocore: parts of one object sent or requested "
@@ -74,9 +75,10 @@ class S3Options(ObjectStoreOptions):
     max_attempts: int = Field(5, ge=1, le=100, validation_alias=AliasChoices("max_attempts", "s3_max_attempts"),
                               description="tries per request, first one included")
     # One GET per object by default, as s3torchconnector's own reader and the bare client do: ranges
-    # of our own touched a third more fresh pages per GiB in a load after a save (see the README).
-    read_size: int = Field(0, ge=0, description="0: one GET per object, which the CRT splits into part_size "
-                           "ranges fetched in parallel (its buffers bound the memory, not the object's size); "
+    # of our own touched a third more fresh pages per GiB in a load after a save (bench/object_stores.py).
+    read_size: Bytes = Field(ByteSize(0), ge=0, description="0: one GET per object, which the CRT splits into "
+                           "part_size ranges fetched in parallel (its buffers bound the memory, not the object's "
+                           "size); "
                            "N: ranged GETs of N bytes, read_ahead of them in flight beyond the one verified")
 
     @model_validator(mode="after")
@@ -113,18 +115,18 @@ class GCSOptions(ObjectStoreOptions):
     token: str | None = Field(
         None, description="gcsfs token: anon, google_default, cloud, or a service-account JSON path; "
         "default: anon with an endpoint_url, else Google's default credentials")
-    block_size: int = Field(16 * MIB, ge=RESUMABLE_UNIT, multiple_of=RESUMABLE_UNIT,
+    block_size: Bytes = Field(ByteSize(16 * MIB), ge=RESUMABLE_UNIT, multiple_of=RESUMABLE_UNIT,
                             description="bytes per resumable-upload request")
     consistency: Literal["none", "md5", "crc32c"] = "none"
     # bench/object_stores.py compares read sizes with gcsfs's own reads: the smaller ranges came closest
-    read_size: int = Field(8 * MIB, ge=MIB, description="bytes per ranged GET when reading")
+    read_size: Bytes = Field(ByteSize(8 * MIB), ge=MIB, description="bytes per ranged GET when reading")
     timeout: float = Field(60.0, gt=0, description="seconds one operation may take, gcsfs's own retries "
                            "included (it retries a refused connection with backoff for ~30 s)")
 
 class GDSOptions(Options):
     threads: int = Field(1, ge=1, le=256, description="files in flight per process")
     kvikio_threads: int = Field(16, ge=1, le=1024, description="kvikio's I/O thread pool size")
-    task_size: int = Field(4 * MIB, ge=4096, multiple_of=4096, description="bytes per kvikio task")
+    task_size: Bytes = Field(ByteSize(4 * MIB), ge=4096, multiple_of=4096, description="bytes per kvikio task")
     device: int | None = Field(None, ge=0, description="CUDA device of every process (default: local rank mod GPUs)")
     compat_mode: bool | None = Field(None, description="kvikio compatibility mode: None lets kvikio decide")
 
