@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""The README's sweep examples, measured on this machine: chunk size × I/O threads on local files,
-and multipart part size × objects in flight on S3 (SeaweedFS started on 127.0.0.1 for the run).
+"""The sweep examples of docs/guides/sweeps-and-tune.md, measured on this machine: chunk size × I/O threads
+on local files, and multipart part size × objects in flight on S3 (SeaweedFS started on 127.0.0.1 for the run).
 Each is one ``dlio_ckpt sweep`` job; the table, sweep.csv and the figures are in the sweep folder.
 
     python bench/sweep_examples.py --dir /path/on/storage [--procs 2] [--scale 0.02]

@@ -43,8 +43,9 @@ for step in $STEPS; do
   echo "=== $step"
   case $step in
     tests)
-      timeout 400 "$PY" -m pytest -q -p no:cacheprovider tests/test_conformance.py -k "gds and not standin"
-      timeout 200 "$PY" -m pytest -q -p no:cacheprovider tests/test_gds_standin.py -k "not extras" ;;
+      timeout 400 "$PY" -m pytest -q -p no:cacheprovider tests/e2e/test_conformance.py -k "gds and not standin"
+      timeout 200 "$PY" -m pytest -q -p no:cacheprovider tests/unit/test_gds_standin.py tests/e2e/test_gds_standin.py \
+        -k "not extras" ;;
     sizes)  # 8 processes, about 2 and 16 GiB: peak RSS per process must not grow with the checkpoint
       for gib in ${GIBS:-2 16}; do
         scale=$("$PY" -c "from dlio_ckpt.config import compose; from dlio_ckpt.plan.types import make_plan

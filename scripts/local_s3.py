@@ -12,7 +12,7 @@ when it stops the server and removes the data folder it made; ``--background`` l
 running and prints the ``stop PID`` command that ends it. The server checks signatures: it knows
 one identity, the keys printed (random unless given), allowed everything.
 
-Why a script, and why here: this is how the tests start their S3 server too (tests/servers.py imports
+Why a script, and why here: this is how the tests start their S3 server too (tests/support/servers.py imports
 this file), so the command line that works for them is the one users get. Standard library only, so
 any Python 3.11+ runs it; only ``weed`` must be installed.
 """

@@ -15,7 +15,7 @@ python3.11 -m venv .venv 2>/dev/null || python3 -m venv .venv
 # torch first: s3torchconnector depends on it, and only 2.13.0 is a local CPU wheel here (any other
 # version downloads gigabytes of CUDA packages)
 .venv/bin/python -m pip install -q torch==2.13.0
-.venv/bin/python -m pip install -q -r requirements.txt
+.venv/bin/python -m pip install -q -r requirements.txt -r requirements-docs.txt
 # the oracle of checkpoint.layout=megatron (tests only): megatron-core 0.16.1, the newest for Python 3.11;
 # --no-deps, its imports (torch, numpy, packaging, psutil) are already here
 .venv/bin/python -m pip install -q --no-deps megatron-core==0.16.1

@@ -1,23 +1,18 @@
-"""Shared helpers: run the CLI as a user does, in a temporary folder."""
+"""The suite's rules (pytest hooks) and its shared fixtures. Helpers that are neither live in
+``tests/support/`` (tests/README.md says where each kind of test and helper is)."""
 
 from __future__ import annotations
 
-import json
 import os
-import pty
-import select
-import shutil
-import subprocess
 import sys
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
+from tests.support import STANDINS, TESTS
+from tests.support.cli import run_here
+from tests.support.storage import BACKENDS, Store, gpu_available, tmpfs
 
 
 def under_ci() -> bool:
@@ -80,62 +75,46 @@ def _marked_gpu(collector: pytest.Collector) -> bool:
     return False
 
 
+SLOW_FOLDERS = ("e2e", "against_frameworks")  # tests that run the tool as processes, or the frameworks themselves
+
+
+@pytest.hookimpl(tryfirst=True)  # before ``-m`` deselects by marker
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """The slowest tests first: the frameworks' real saves and loads (marked ``real``) and tune's grids. With two
-    workers stealing work, the suite then ends on short tests on both, not on one long test running alone."""
-    items.sort(key=lambda item: 0 if item.get_closest_marker("real") or item.path.name == "test_tune.py" else 1)
+    """Every test under ``tests/e2e/`` and ``tests/against_frameworks/`` is marked ``slow`` by where it is (the fast
+    lane, ``-m "not slow"``, is the in-process tests of ``tests/unit/``; a slow one there is marked by hand).
+    Then the slowest tests first: the frameworks' real saves and loads (marked ``real``) and tune's grids, then the
+    other slow ones, the in-process tests last. With two workers stealing work, the suite then ends on short tests
+    on both, not on one long test running alone."""
+    for item in items:
+        if item.path.is_relative_to(TESTS) and item.path.relative_to(TESTS).parts[0] in SLOW_FOLDERS:
+            item.add_marker(pytest.mark.slow)
+
+    def rank(item: pytest.Item) -> int:
+        slow = item.get_closest_marker("slow") is not None
+        if item.get_closest_marker("real") or (slow and item.path.name == "test_tune.py"):
+            return 0
+        return 1 if slow else 2
+    items.sort(key=rank)
 
 
-BIN = Path(sys.executable).parent
-MPIEXEC = BIN / "mpiexec"  # the venv's MPICH; a Debian mpiexec on PATH belongs to another MPI
+# -- the command line in this process ------------------------------------------------------------
 
-
-def dlio(args: list[str], cwd: Path, nprocs: int | None = None, timeout: float = 120,
-         env: dict | None = None, python: Path | None = None) -> subprocess.CompletedProcess:
-    """``python -m dlio_ckpt ARGS`` as a user runs it (``python``: another environment's interpreter)."""
-    cmd = [str(python or sys.executable), "-m", "dlio_ckpt", *args]
-    if nprocs is not None:
-        if not MPIEXEC.exists():
-            pytest.skip("mpiexec from the mpich wheel is not installed in this environment")
-        cmd = [str(MPIEXEC), "-n", str(nprocs), *cmd]
-    extra = env or {}  # a PYTHONPATH given here (the GPU stand-ins) goes before the repository
-    paths = [p for p in (extra.get("PYTHONPATH"), str(REPO)) if p]
-    env = {**os.environ, **extra, "PYTHONPATH": os.pathsep.join(paths)}
-    return subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=timeout, env=env)
-
-
-def in_a_terminal(cmd: list[str], cwd) -> tuple[int, str]:
-    """Run ``cmd`` with a pseudo-terminal as its output, as a user at a shell does."""
-    master, slave = pty.openpty()
-    proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=slave, stderr=slave, cwd=cwd,
-                            env={**os.environ, "PYTHONPATH": str(REPO), "TERM": "xterm"})
-    os.close(slave)
-    out = b""
-    while True:
-        ready, _, _ = select.select([master], [], [], 0.5)
-        if ready:
-            try:
-                chunk = os.read(master, 1 << 16)
-            except OSError:  # the terminal closed: the job ended
-                break
-            if not chunk:
-                break
-            out += chunk
-        elif proc.poll() is not None:
-            break
-    os.close(master)
-    return proc.wait(timeout=60), out.decode(errors="replace")
-
-
-def load(path: Path) -> dict:
-    return json.loads(path.read_text())
+@pytest.fixture
+def dlio_here(tmp_path, monkeypatch, capfd):
+    """``dlio_ckpt ARGS`` in this process (``tests.support.cli.run_here``), in the test's folder unless ``cwd`` is
+    given, with ``env`` added to the environment: a ``CompletedProcess`` as ``dlio()`` returns. For bad input and
+    read-only commands, where a process of its own (1-2 s of interpreter and Hydra start) adds nothing; the real
+    entry point is held by tests/e2e/."""
+    def run(args: list[str], cwd: Path | None = None, env: dict[str, str] | None = None):
+        return run_here(args, cwd or tmp_path, monkeypatch, capfd, env)
+    return run
 
 
 # -- storage backends: every conformance test runs once per backend -------------------------------
 
 @pytest.fixture(scope="session")
 def s3_server():
-    from .servers import seaweedfs
+    from tests.support.servers import seaweedfs
 
     with seaweedfs() as server:
         yield server
@@ -143,53 +122,10 @@ def s3_server():
 
 @pytest.fixture(scope="session")
 def gcs_server():
-    from .servers import fake_gcs
+    from tests.support.servers import fake_gcs
 
     with fake_gcs() as server:
         yield server
-
-
-@dataclass
-class Store:
-    """One backend ready for a test: the workload keys that select it, the environment a
-    subprocess needs, and a backend instance for direct checks."""
-
-    storage_type: str
-    root: str
-    options: dict = field(default_factory=dict)
-    env: dict = field(default_factory=dict)
-
-    def overrides(self) -> list[str]:
-        out = [f"++workload.storage.storage_type={self.storage_type}", f"++workload.storage.storage_root={self.root}"]
-        return out + [f"++workload.storage.storage_options.{k}={v}" for k, v in self.options.items()]
-
-    def backend(self, **options):
-        from dlio_ckpt.io.backends import get_backend
-
-        return get_backend(self.storage_type, self.root, {**self.options, **options})
-
-
-def gpu_available() -> bool:
-    try:
-        import cupy
-    except ImportError:
-        return False
-    try:
-        return cupy.cuda.runtime.getDeviceCount() > 0
-    except cupy.cuda.runtime.CUDARuntimeError:  # no driver, no device
-        return False
-
-
-STANDINS = Path(__file__).resolve().parent / "standins"
-
-
-def backends(*names: str) -> list:
-    """Backend parameters; ``gds`` (a real GPU) marked ``gpu``: the one case that may skip under CI."""
-    return [pytest.param(n, marks=pytest.mark.gpu) if n == "gds" else n for n in names]
-
-
-BACKENDS = backends("local_fs", "s3", "gcs", "null", "gds", "gds_standin")
-STORING = backends("local_fs", "s3", "gcs", "gds", "gds_standin")  # those that keep what is written
 
 
 @pytest.fixture
@@ -232,19 +168,6 @@ def store(request, tmp_path, monkeypatch):
 
 
 # -- a real, small file system ---------------------------------------------------------------------
-
-@contextmanager
-def tmpfs(folder: Path, options: str) -> Iterator[Path]:
-    """A real, small file system of our own (tests run as root here; skip where mounting is not allowed)."""
-    folder.mkdir()
-    if shutil.which("mount") is None or subprocess.run(
-            ["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(folder)], capture_output=True).returncode:
-        pytest.skip("cannot mount a tmpfs here (needs root)")
-    try:
-        yield folder
-    finally:
-        subprocess.run(["umount", "-l", str(folder)], check=False)
-
 
 @pytest.fixture
 def small_fs(tmp_path):

@@ -82,7 +82,7 @@ workloads (workload=NAME; --config-dir DIR adds DIR/workload/NAME.yaml):
   {workloads}
 
 keys are set as ++workload.SECTION.KEY=VALUE (++workload.checkpoint.num_checkpoints_write=3), Hydra's as
-++hydra.KEY=VALUE (++hydra.run.dir=results/new); `dlio_ckpt keys` lists them all, the README's Keys section
+++hydra.KEY=VALUE (++hydra.run.dir=results/new); `dlio_ckpt keys` lists them all, the docs' reference
 explains them. Bad input exits 2 with one message naming key, value and rule, before anything is written."""
 
 

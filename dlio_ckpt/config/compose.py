@@ -90,8 +90,8 @@ def check_override_keys(overrides: list[str]) -> None:
         guess = key if key in known else next(iter(difflib.get_close_matches(key, known, n=1, cutoff=0.8)), None)
         hint = f"did you mean workload.{guess}? " if guess else ""
         raise ConfigError(key, o.input_line.partition("=")[2], f"not a key of the configuration ({hint}workload keys "
-                          "are set as ++workload.SECTION.KEY=VALUE, Hydra's as ++hydra.KEY=VALUE; the README's "
-                          "Keys section lists them)")
+                          "are set as ++workload.SECTION.KEY=VALUE, Hydra's as ++hydra.KEY=VALUE; `dlio_ckpt keys` "
+                          "lists them)")
 
 
 def _hydra_message(exc: Exception, config_dir: str | None) -> str:

@@ -4,7 +4,8 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
-from typing import Any, Literal, get_args, get_origin
+from types import UnionType
+from typing import Any, Literal, Union, get_args, get_origin
 
 from pydantic import BaseModel, ByteSize
 
@@ -18,10 +19,17 @@ def workload_keys(model: type[BaseModel] = Workload, prefix: str = "workload") -
     keys = []
     for name, field in model.model_fields.items():
         keys.append(f"{prefix}.{name}")
-        ann = field.annotation
-        if isinstance(ann, type) and issubclass(ann, BaseModel):
-            keys += workload_keys(ann, f"{prefix}.{name}")
+        if (section := _section(field.annotation)) is not None:
+            keys += workload_keys(section, f"{prefix}.{name}")
     return keys
+
+
+def _section(ann: Any) -> type[BaseModel] | None:
+    """The section a field holds, an optional one (``moe: Moe | None``) included; None for a value."""
+    if isinstance(ann, type) and issubclass(ann, BaseModel):
+        return ann
+    held = [a for a in get_args(ann) if a is not type(None)] if get_origin(ann) in (Union, UnionType) else []
+    return held[0] if len(held) == 1 and isinstance(held[0], type) and issubclass(held[0], BaseModel) else None
 
 
 def _keys_of(model: type[BaseModel], prefix: str) -> Iterator[tuple[str, Any]]:
@@ -30,8 +38,8 @@ def _keys_of(model: type[BaseModel], prefix: str) -> Iterator[tuple[str, Any]]:
     for name, field in model.model_fields.items():
         ann, key = field.annotation, f"{prefix}.{name}"
         item = get_args(ann)[0] if get_origin(ann) is list and get_args(ann) else None
-        if isinstance(ann, type) and issubclass(ann, BaseModel):
-            yield from _keys_of(ann, key)
+        if (section := _section(ann)) is not None:
+            yield from _keys_of(section, key)
             continue
         yield key, field
         if isinstance(item, type) and issubclass(item, BaseModel):

@@ -4,7 +4,7 @@ Why apart from :mod:`dlio_ckpt.model.dense`: the dense Llamas keep DLIO's arithm
 fused tensors are part of MLPerf's layout), while an MoE model is held to the published model classes:
 every tensor below, its name (Hugging Face transformers' without the ``model.`` prefix) and shape, equals
 what transformers 5.23's ``DeepseekV3ForCausalLM``, ``MixtralForCausalLM``, ``Qwen3MoeForCausalLM`` and
-``Llama4ForCausalLM`` build from the published configs (``tests/test_moe_model.py``, on the meta device).
+``Llama4ForCausalLM`` build from the published configs (``tests/unit/test_moe_model.py``, on the meta device).
 Routed experts are one 3-D tensor per projection, (experts, out, in), as transformers and torchtitan keep
 them (Llama 4's class stores them transposed, (experts, in, out): the same elements). DeepSeek-V3's
 multi-token-prediction module, which transformers leaves out, is listed apart (``mtp.{k}.``): one more

@@ -1,6 +1,6 @@
 """What checkpointing costs training, from a few measured (or assumed) times.
 
-Assumptions, stated once (the README repeats them): failures arrive independently at a mean time
+Assumptions, stated once (docs/guides/async-and-tiers.md repeats them): failures arrive independently at a mean time
 between failures ``M``; after one, the job restarts from the last checkpoint that was durable and
 loses on average half an interval of training plus whatever was not yet durable, then pays a load.
 With ``tau`` the training time between checkpoints, ``C`` the time each checkpoint holds training,

@@ -77,7 +77,7 @@ def _model(name: str, processes: int, size_gib: int, class_hash: str, *values: A
 
 # class hashes: mlcommons/storage mlpstorage_py/rules/editions.yaml (classes llama3-*-A, edition 3.0; the
 # 8B's also 2.0's), each the core_config of configs/dlio/workload/llama3_*.yaml; our configs/workload/llama3_*.yaml
-# hash to them (tests/test_mlperf_editions.py). v2.0's CLOSED 70B/405B/1T ran subset mode, classes of their own.
+# hash to them (tests/unit/test_mlperf_editions.py). v2.0's CLOSED 70B/405B/1T ran subset mode, classes of their own.
 MODELS = (
     _model("llama3_8b", 8, 105, "68df04b7240e3fb0", 32, 4096, 14336, 128256, 32, 8, 1, 1, 3, "fp16", "fp32"),
     _model("llama3_70b", 64, 912, "3c53fe70d64f91d4", 80, 8192, 28672, 128256, 128, 8, 8, 1, 3, "fp16", "fp32"),
@@ -88,7 +88,7 @@ MODELS = (
 )
 # What wrote an edition's results, as a checkpoint.reference preset (dlio_ckpt/config/references.py): the rules
 # run DLIO's workload in DLIO's layout; a run does its I/O as our own (none) or as the edition's tool does.
-# README "What the reference tools would report": v2.0's results come from upstream DLIO, 3.0's from the fork.
+# docs/guides/mlperf-storage.md: v2.0's results come from upstream DLIO, 3.0's from the fork.
 EDITION_REFERENCE = {"2.0": "dlio-2.0", "3.0": "mlcommons", "4.0": "mlcommons"}
 DLIO_LAYOUT, DLIO_FORMAT = "dlio", "pt"  # DLIO's PyTorch checkpointing: torch.save archives
 SIZE_TOLERANCE = 0.01  # Table 2 rounds (912 GiB for 70B's 911.x); the 1T's 18 TiB is rounded up more
@@ -537,7 +537,7 @@ def _provenance_rule(runs: list[Run], model: MLPerfModel | None, division: str =
 
 def _outside_class(run: Run, model: MLPerfModel | None, hashes: set[str]) -> str | None:
     """Why the run's hash is not its model's CLOSED class (None when it is), naming the hashed keys where the
-    run differs from our workload YAML of the model (it hashes to the class: tests/test_mlperf_editions.py)."""
+    run differs from our workload YAML of the model (it hashes to the class: tests/unit/test_mlperf_editions.py)."""
     if model is None:
         return "no CLOSED class to compare with: the model is not one of the four"
     if hashes == {model.class_hash}:

@@ -20,27 +20,24 @@ from dlio_ckpt.plan.formats.pt import archive, tensor_pickle
 from dlio_ckpt.plan.layouts import make_plan
 from dlio_ckpt.plan.layouts.dcp import item_size
 from dlio_ckpt.plan.types import ItemFile, Plan
+from tests.support import ORACLES
+from tests.support.cli import dlio
+from tests.support.workloads import DCP, datatypes
 
-from .conftest import dlio, load
-
-DCP = ["workload=tiny", "++workload.checkpoint.layout=dcp", "++workload.model.parallelism.tensor=1"]
 SHAPE_B = ["++workload.model.num_layers=2", "++workload.model.transformer.hidden_size=192",
            "++workload.model.transformer.ffn_hidden_size=520", "++workload.model.transformer.num_attention_heads=6",
            "++workload.model.transformer.num_kv_heads=2", "++workload.model.transformer.vocab_size=997"]
 
 
-def _dtype(name: str) -> list[str]:
-    return [f"++workload.model.model_datatype={name}", f"++workload.model.optimizer_datatype={name}"]
-
-
 # world size, writer threads (files per rank), the model: two shapes, one whose dim 0 does not divide
 ORACLE = [
-    pytest.param(1, 1, _dtype("fp32"), id="1-rank"),
-    pytest.param(2, 1, _dtype("fp32"), id="2-ranks"),
-    pytest.param(2, 2, [*_dtype("bf16"), "++workload.model.transformer.vocab_size=1001"], id="2-ranks-2-files-uneven"),
-    pytest.param(4, 1, [*_dtype("fp32"), "++workload.model.transformer.vocab_size=1001"], id="4-ranks-uneven"),
-    pytest.param(4, 2, [*_dtype("bf16"), *SHAPE_B], id="4-ranks-2-files-shape-b"),
-    pytest.param(1, 2, [*_dtype("fp32"), *SHAPE_B], id="1-rank-2-files-shape-b"),
+    pytest.param(1, 1, datatypes("fp32"), id="1-rank"),
+    pytest.param(2, 1, datatypes("fp32"), id="2-ranks"),
+    pytest.param(2, 2, [*datatypes("bf16"), "++workload.model.transformer.vocab_size=1001"],
+                 id="2-ranks-2-files-uneven"),
+    pytest.param(4, 1, [*datatypes("fp32"), "++workload.model.transformer.vocab_size=1001"], id="4-ranks-uneven"),
+    pytest.param(4, 2, [*datatypes("bf16"), *SHAPE_B], id="4-ranks-2-files-shape-b"),
+    pytest.param(1, 2, [*datatypes("fp32"), *SHAPE_B], id="1-rank-2-files-shape-b"),
 ]
 
 
@@ -154,68 +151,7 @@ def test_the_layouts_tensors_are_transformers_llama_and_mode_fsdps(model):
     assert [t.fqn for t in model_tensors] == [f"model.{n}" for n, _ in theirs] and all(t.sharded for t in model_tensors)
 
 
-def test_llama3_70b_at_64_ranks_writes_a_real_fsdp2_jobs_tensors():
-    """The issue's figure: 723 parameters (80 blocks of 9, embedding, norm, head) and Adam's two moments, sharded
-    over every rank: 2,169 tensor chunks a rank (the replicated steps and the param group on a few ranks only)."""
-    workload, _, _ = compose(["workload=llama3_70b", "++workload.checkpoint.layout=dcp",
-                              "++workload.model.parallelism.tensor=1"], None)
-    plan = make_plan(workload, 64)
-    counts = [sum(len(f.items) for f in r.files if isinstance(f, ItemFile)) for r in plan.ranks]
-    assert min(counts) == 2169 and sum(c - 2169 for c in counts) == 723 + 12  # a step per parameter, 12 group keys
-
-
-@pytest.mark.parametrize(("extra", "message"), [
-    (["++workload.model.parallelism.tensor=2"],
-     "workload.model.parallelism.tensor=2: must be 1 with checkpoint.layout=dcp"),
-    (["++workload.checkpoint.format=raw"],
-     "workload.checkpoint.format='raw': means nothing with checkpoint.layout=dcp"),
-    (["++workload.checkpoint.layout=dlio", "++workload.checkpoint.files_per_rank=2"],
-     "workload.checkpoint.files_per_rank=2: means nothing with checkpoint.layout=dlio"),
-    (["++workload.mode=fsdp"], "workload.checkpoint.layout='dcp': applies to emulated runs only"),
-    (["++workload.checkpoint.layout=orbax"], "workload.checkpoint.layout"),
-])
-def test_bad_layout_input_exits_2_before_anything_is_written(tmp_path, extra, message):
-    r = dlio([*DCP, *extra, f"++workload.storage.storage_root={tmp_path / 'store'}", "--world-size", "2"], tmp_path)
-    assert r.returncode == 2, r.stderr
-    assert message in r.stderr
-    assert not (tmp_path / "store").exists()
-
-
-def test_plan_names_the_layout_and_its_metadata(tmp_path):
-    r = dlio(["plan", *DCP, "--world-size", "4", "--format", "json"], tmp_path)
-    assert r.returncode == 0, r.stderr
-    view = json.loads(r.stdout)
-    assert view["layout"] == "dcp" and view["format"] == "distcp"
-    assert [f["name"] for f in view["ranks"][3]["files"]] == ["__3_0.distcp"]
-    (meta,) = view["coordinator_files"]
-    assert meta["name"] == ".metadata" and meta["written_as"] == ".metadata.tmp" and meta["bytes"] > 10_000
-
-
-def test_llama3_405b_at_16384_ranks_plans_with_realistic_metadata():
-    workload, _, _ = compose(["workload=llama3_405b", "++workload.checkpoint.layout=dcp",
-                              "++workload.model.parallelism.tensor=1", "++workload.model.parallelism.pipeline=1"], None)
-    plan = make_plan(workload, 16384)
-    plan.validate()
-    per_rank = [r.payload_bytes for r in plan.ranks]
-    assert max(per_rank) < 1.3 * plan.total_payload_bytes / 16384  # about total/world each
-    # every tensor (1,137 of them, 3 states each) has a chunk per rank: gigabytes that every rank reads first
-    assert 4e9 < plan.coordinator[0].size < 8e9
-
-
-@pytest.mark.mpi
-def test_a_sweep_over_layouts_and_diff_of_its_points(tmp_path):
-    r = dlio(["sweep", *DCP, "++workload.checkpoint.layout=dlio,dcp", "++workload.checkpoint.scale=0.25",
-              f"++workload.storage.storage_root={tmp_path / 'store'}", "++hydra.sweep.dir=sw"], tmp_path, nprocs=2)
-    assert r.returncode == 0, r.stderr[-3000:]
-    points = load(tmp_path / "sw" / "sweep.json")["points"]
-    assert [p["status"] for p in points] == ["ok", "ok"]
-    dirs = [Path(p["run_dir"]) for p in points]
-    assert [load(d / "summary.json")["io"]["layout"] for d in dirs] == ["dlio", "dcp"]
-    d = dlio(["diff", str(dirs[0]), str(dirs[1])], tmp_path)
-    assert "layouts differ: A dlio, B dcp" in d.stdout, d.stdout + d.stderr
-
-
-MOE_ORACLE = Path(__file__).resolve().parent / "oracles" / "dcp_moe_save.py"
+MOE_ORACLE = ORACLES / "dcp_moe_save.py"
 MLA = {"q_lora": 24, "kv_lora": 16, "nope": 16, "rope": 8, "v": 16}
 GQA = {"kv_heads": 2, "head_dim": 32, "qk_norm": True}
 # world, and the oracle's model: torchtitan's modules and placements (tests/oracles/dcp_moe_save.py)

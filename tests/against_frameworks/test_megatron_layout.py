@@ -2,9 +2,9 @@
 (``tests/oracles/megatron_save.py``: a GPTModel, the distributed optimizer after one Adam step, the fully
 parallel save): the same file names, every ``.distcp`` file within 0.5% (equal to the byte with
 megatron-core 0.16.1 and torch 2.13.0), ``.metadata`` within 10%, ``common.pt`` and ``metadata.json``;
-dense models (tensor, pipeline and data parallelism: the TP 2 x PP 2 x DP 2 save is in ``tests/test_restore.py``)
-and mixtures of experts (stacked and per-block keys, expert and expert-tensor parallelism, latent attention,
-shared experts, the router's bias)."""
+dense models (tensor, pipeline and data parallelism: the TP 2 x PP 2 x DP 2 save is in
+``tests/against_frameworks/test_restore.py``) and mixtures of experts (stacked and per-block keys, expert and
+expert-tensor parallelism, latent attention, shared experts, the router's bias)."""
 
 from __future__ import annotations
 
@@ -18,14 +18,15 @@ import pytest
 
 from dlio_ckpt.config import compose
 from dlio_ckpt.plan.layouts import make_plan
+from tests.support import ORACLES
 
 pytestmark = pytest.mark.real
-ORACLE = Path(__file__).resolve().parent / "oracles" / "megatron_save.py"
+ORACLE = ORACLES / "megatron_save.py"
 
 # world, TP, layers, hidden, ffn, heads, kv heads, vocabulary, dtype, files per rank (tensor and pipeline
-# parallelism: TP 2 x PP 2 x DP 2, 3 layers split 1 + 2, fp32, one file in tests/test_restore.py, whose save is
-# compared item by item and also loaded back; a TP 2 x DP 1 case here took 12 s of the suite and found nothing
-# that one did not)
+# parallelism: TP 2 x PP 2 x DP 2, 3 layers split 1 + 2, fp32, one file in tests/against_frameworks/test_restore.py,
+# whose save is compared item by item and also loaded back; a TP 2 x DP 1 case here took 12 s of the suite and
+# found nothing that one did not)
 CASES = [
     pytest.param(1, 1, 2, 256, 688, 8, 4, 1000, "fp32", 2, id="1-rank"),
     pytest.param(2, 1, 2, 256, 688, 8, 4, 1000, "bf16", 2, id="dp2-fully-parallel"),

@@ -12,17 +12,18 @@ import sys
 
 import pytest
 
-from . import strace_calls
-from .conftest import MPIEXEC, REPO, dlio, load
-from .oracles.dlio_reference_trace import workload_yaml
+from tests.oracles.dlio_reference_trace import workload_yaml
+from tests.support import DATA, REPO, strace_calls
+from tests.support.cli import MPIEXEC, load
 
 MIB = 1 << 20
-DLIO_TRACE = REPO / "tests" / "data" / "dlio_reference_trace.json"  # tests/oracles/dlio_reference_trace.py
+DLIO_TRACE = DATA / "dlio_reference_trace.json"  # tests/oracles/dlio_reference_trace.py
 
 
 def traced(tmp_path, name: str, *args: str, nprocs: int | None = None) -> dict[str, list[strace_calls.Call]]:
     """A 2-rank run (tiny, or ``args``) with ``reference=name`` under strace; per thread, its calls on the
-    checkpoint's files as (call, arguments, result): every kind of write, read and sync (tests/strace_calls.py)."""
+    checkpoint's files as (call, arguments, result): every kind of write, read and sync
+    (tests/support/strace_calls.py)."""
     if shutil.which("strace") is None:  # a skip: under CI, a failure (tests/conftest.py)
         pytest.skip("strace is not installed (scripts/setup.sh installs it)")
     run = [sys.executable, "-m", "dlio_ckpt", *(args or ["workload=tiny", "--world-size", "2"]),
@@ -134,16 +135,3 @@ def _sizes(tmp_path) -> list[tuple[str, int]]:
     """The checkpoint's files and sizes, as the run reports them (its fsyncs are spans of 0 bytes)."""
     stats = load(tmp_path / "out" / "0_per_epoch_stats.json")["1"]["save_ckpt1"]["file_times"]
     return [(os.path.basename(path), n) for path, _, _, n in stats if n]
-
-
-@pytest.mark.parametrize("args, said", [
-    (["++workload.checkpoint.reference=mlcommons", "++workload.checkpoint.chunk_size=8388608"],
-     "workload.checkpoint.chunk_size=8388608: checkpoint.reference=mlcommons sets it to 33554432"),
-    (["++workload.checkpoint.reference=dlio-2.0", "++workload.storage.storage_options.queue_depth=8"],
-     "workload.storage.storage_options.queue_depth=8: checkpoint.reference=dlio-2.0 sets it to 1"),
-    (["++workload.checkpoint.reference=dlio-2.0", "++workload.storage.storage_type=s3",
-      "++workload.storage.storage_root=b"], "models a file system's I/O (local_fs, parallel_fs); storage_type is s3"),
-])
-def test_a_key_set_against_the_preset_is_refused(tmp_path, args, said):
-    r = dlio(["plan", "workload=tiny", "--world-size", "2", *args], tmp_path)
-    assert r.returncode == 2 and said in r.stderr, r.stderr

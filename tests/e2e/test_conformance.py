@@ -18,8 +18,8 @@ from dlio_ckpt.io.engine import Engine, FileTask, IOOptions
 from dlio_ckpt.io.synthetic import file_key
 from dlio_ckpt.plan.formats import get_format
 from dlio_ckpt.plan.types import FilePlan, TensorGroup
-
-from .conftest import STORING, dlio, load
+from tests.support.cli import dlio, load
+from tests.support.storage import STORING
 
 FORMATS = ["pt", "raw", "safetensors", "hdf5"]
 MIB = 1 << 20

@@ -12,82 +12,17 @@ import subprocess
 import sys
 import threading
 import time
-from pathlib import Path
 
 import pytest
 
-from .conftest import MPIEXEC, REPO, dlio, load, tmpfs
+from tests.support import REPO
+from tests.support.cli import dlio
+from tests.support.jobs import ended, no_ok_summary, rank_pid, start, wait_for
+from tests.support.storage import tmpfs
 
 pytestmark = pytest.mark.mpi
 BASE = ["workload=tiny", "++workload.checkpoint.checkpoint_folder=ck", "++hydra.run.dir=out",
         "++workload.checkpoint.num_checkpoints_read=0"]
-
-
-def start(args: list[str], cwd: Path, nprocs: int = 2, env: dict | None = None) -> subprocess.Popen:
-    cmd = [str(MPIEXEC), "-n", str(nprocs), sys.executable, "-m", "dlio_ckpt", *args]
-    return subprocess.Popen(cmd, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env={**os.environ, **(env or {}), "PYTHONPATH": str(REPO)})
-
-
-def wait_for(predicate, timeout: float = 60) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not reached in time")
-        time.sleep(0.1)
-
-
-def ended(proc: subprocess.Popen, limit: float) -> tuple[int, str, float]:
-    """Wait for the job; return its status, stderr, and seconds from now to its end."""
-    t0 = time.monotonic()
-    try:
-        _, err = proc.communicate(timeout=limit + 30)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        raise AssertionError(f"the job did not end within {limit + 30} s") from None
-    took = time.monotonic() - t0
-    print(f"job ended {took:.2f} s after the fault")
-    assert took < limit, f"took {took:.1f} s to end"
-    return proc.returncode, err, took
-
-
-def no_ok_summary(out: Path) -> dict | None:
-    path = out / "summary.json"
-    if not path.exists():
-        return None
-    summary = load(path)
-    assert summary["status"] == "failed", summary
-    return summary
-
-
-def rank_pid(proc: subprocess.Popen, rank: int) -> int:
-    """The pid of one MPI rank of a job started by :func:`start` (from PMI_RANK in its environment)."""
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            env = (entry / "environ").read_bytes().split(b"\0")
-            cmdline = (entry / "cmdline").read_bytes()
-        except OSError:
-            continue
-        if b"dlio_ckpt" in cmdline and f"PMI_RANK={rank}".encode() in env and \
-                b"PMI_SIZE=" in b"".join(env) and str(proc.pid) != entry.name and _descends(int(entry.name), proc.pid):
-            return int(entry.name)
-    raise AssertionError(f"rank {rank} not found")
-
-
-def _descends(pid: int, ancestor: int) -> bool:
-    """Whether ``pid`` is a child, grandchild... of ``ancestor`` (not a rank of another job on the machine)."""
-    while pid > 1:
-        try:
-            pid = int((Path("/proc") / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()[1])
-        except (OSError, ValueError, IndexError):
-            return False
-        if pid == ancestor:
-            return True
-    return False
-
-
 
 
 def test_a_full_file_system_ends_every_rank_naming_rank_file_and_cause(tmp_path):
@@ -201,8 +136,7 @@ def test_the_network_to_an_object_store_cut_mid_run_ends_the_job_naming_the_obje
     moment): the job ends naming the object, and the store, still up behind the cut, holds exactly
     the steps the job reported committed."""
     from dlio_ckpt.io.backends import get_backend
-
-    from .proxy import gcs_kind, proxy, s3_kind
+    from tests.support.proxy import gcs_kind, proxy, s3_kind
 
     server = request.getfixturevalue(f"{kind}_server")
     for key, value in server.env.items():
@@ -236,7 +170,7 @@ def test_a_server_that_never_answers_ends_the_job_after_io_timeout(tmp_path):
     listener.listen(16)
     held = []
     threading.Thread(target=lambda: held.extend(listener.accept() for _ in range(64)), daemon=True).start()
-    from .servers import S3_ENV
+    from tests.support.servers import S3_ENV
 
     args = [*BASE, "++workload.storage.storage_type=s3", "++workload.storage.storage_root=b",
             f"++workload.storage.storage_options.endpoint_url=http://127.0.0.1:{listener.getsockname()[1]}",
@@ -258,7 +192,7 @@ def test_waiting_is_not_a_stall_the_rank_whose_request_is_held_is(tmp_path, s3_s
     About 15 s."""
     from urllib.parse import unquote
 
-    from .proxy import Proxy, s3_kind
+    from tests.support.proxy import Proxy, s3_kind
 
     for key, value in s3_server.env.items():
         monkeypatch.setenv(key, value)

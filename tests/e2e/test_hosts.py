@@ -17,9 +17,10 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import MPIEXEC, REPO, dlio, load
-from .servers import unavailable
-from .test_tiers import s3_tier
+from tests.support import REPO
+from tests.support.cli import MPIEXEC, dlio, load
+from tests.support.servers import unavailable
+from tests.support.storage import s3_tier
 
 pytestmark = pytest.mark.mpi
 HOSTS = ["workload=tiny", "++workload.hosts.simulate=4", "++workload.checkpoint.checkpoint_folder=ck",
@@ -163,7 +164,7 @@ def test_a_process_killed_mid_replication_ends_the_job_and_every_marker_is_whole
     """A pretend host's process killed while the peer tier is being filled: the job ends promptly, and on
     every host's node and peer copy each marker stands for files that are all there, whole (a peer
     marker only where the node tier has that step too)."""
-    from .test_faults import ended, rank_pid, start, wait_for
+    from tests.support.jobs import ended, rank_pid, start, wait_for
 
     args = [*HOSTS, "++hydra.run.dir=out", "++workload.checkpoint.num_checkpoints_write=60",
             "++workload.checkpoint.num_checkpoints_read=0", "++workload.checkpoint.async_save=True",
@@ -186,36 +187,6 @@ def test_a_process_killed_mid_replication_ends_the_job_and_every_marker_is_whole
                 step = folder / path.name.removesuffix(".manifest.json")
                 assert {n: (step / n).stat().st_size for n in files if (step / n).exists()} == files, path
         assert {p.name for p in marked["peer"]} <= {p.name for p in marked["node"]}
-
-
-def test_plan_what_if_with_a_peer_tier_replicates_over_the_interconnect(tmp_path):
-    args = ["plan", "workload=tiny", "--world-size", "8", "--format", "json", "--write-bandwidth", "1GB/s",
-            "--read-bandwidth", "2GB/s", "--mtbf-hours", "1", "--interconnect-bandwidth", "0.5GB/s", "--hosts", "4",
-            "++workload.storage.scope=node",
-            "++workload.tiers=[{storage_type: local_fs, storage_root: p, scope: peer, replicas: 2}]"]
-    r = dlio(args, tmp_path)
-    assert r.returncode == 0, r.stderr
-    g = json.loads(r.stdout)["goodput"]
-    part = g["checkpoint_bytes"] / 4
-    assert g["peer"] == {"hosts": 4, "replicas": 2, "bytes_per_host": part, "replicate_seconds": 2 * part / 0.5e9,
-                         "lost_host_restore_seconds": part / 0.5e9}
-    assert g["time_to_durable_seconds"] == pytest.approx(g["checkpoint_bytes"] / 1e9 + 2 * part / 0.5e9)
-    assert g["load_seconds"] == pytest.approx(max(g["checkpoint_bytes"] / 2e9, part / 0.5e9))
-    r = dlio(args[:-2], tmp_path)  # no peer tier to replicate to
-    assert r.returncode == 2 and "--interconnect-bandwidth='0.5GB/s': needs a peer tier" in r.stderr, r.stderr
-
-
-def test_ring_and_clique_partners_and_who_keeps_a_lost_hosts_part():
-    """Ring: host h keeps h-1..h-R. Clique (NVIDIA resiliency extension's, jump one host): groups of R+1
-    consecutive hosts, each keeping the others'. A lost host's part comes from its first keeper still there."""
-    from dlio_ckpt.cluster.placement import holder, partners
-
-    assert [partners(4, h, 1, "ring").receive_from for h in range(4)] == [(3,), (0,), (1,), (2,)]
-    assert [partners(4, h, 2, "ring").send_to for h in range(4)] == [(1, 2), (2, 3), (3, 0), (0, 1)]
-    assert [partners(4, h, 1, "clique").receive_from for h in range(4)] == [(1,), (0,), (3,), (2,)]
-    assert sorted(partners(6, 4, 2, "clique").send_to) == [3, 5]  # host 4's clique: hosts 3, 4, 5
-    assert holder(4, 2, 1, "ring", [2]) == 3 and holder(4, 2, 1, "ring", [2, 3]) is None
-    assert holder(4, 2, 2, "ring", [2, 3]) == 0 and holder(4, 2, 1, "clique", [2]) == 3
 
 
 def test_clique_replication_with_two_replicas_puts_each_hosts_part_on_both_partners_byte_for_byte(tmp_path):

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from .conftest import dlio, load
+from tests.support.cli import dlio, load
 
 pytestmark = pytest.mark.mpi
 

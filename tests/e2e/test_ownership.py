@@ -11,7 +11,8 @@ import time
 
 import pytest
 
-from .conftest import Store, dlio
+from tests.support.cli import dlio
+from tests.support.storage import Store
 
 RUN = ["workload=tiny", "--world-size", "2", "++workload.checkpoint.checkpoint_folder=ck",
        "++workload.checkpoint.num_checkpoints_read=0"]

@@ -7,9 +7,8 @@ import json
 import shutil
 from pathlib import Path
 
-from .conftest import dlio
-
-PLUGINS = Path(__file__).parent / "plugins"
+from tests.support import PLUGINS
+from tests.support.cli import dlio
 
 
 def installed(site: Path) -> Path:
@@ -40,9 +39,3 @@ def test_a_backend_registered_by_another_package_saves_and_restores(tmp_path):
     assert sorted(p.name for p in store.iterdir() if p.name.endswith(".pt")) == [  # the tiny job's files, flat
         f"{step}model_0_model_states.pt", f"{step}model_1_model_states.pt",
         f"{step}zero_pp_rank_0_mp_rank_0_optim_states.pt", f"{step}zero_pp_rank_0_mp_rank_1_optim_states.pt"]
-
-
-def test_an_unknown_storage_type_names_the_registered_ones(tmp_path):
-    res = dlio(["plan", "--world-size", "2", "workload=tiny", "++workload.storage.storage_type=flatfs"], tmp_path)
-    assert res.returncode == 2
-    assert "workload.storage.storage_type" in res.stderr and "local_fs" in res.stderr

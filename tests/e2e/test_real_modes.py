@@ -14,7 +14,9 @@ import time
 
 import pytest
 
-from .conftest import REPO, Store, dlio, load
+from tests.support import REPO
+from tests.support.cli import dlio, load
+from tests.support.storage import Store
 
 pytestmark = pytest.mark.real
 
@@ -139,7 +141,7 @@ def test_lightning_fsspec_against_dataflux_in_one_sweep(tmp_path, gcs_server):
     bucket through fsspec (gcsfs) and through DatafluxLightningCheckpoint. Its multipart upload uses GCS's
     XML API, which fake-gcs-server does not serve (404), so here Dataflux sends one resumable upload."""
     if not DATAFLUX_PYTHON.exists():
-        from .servers import unavailable
+        from tests.support.servers import unavailable
 
         unavailable(".venv-dataflux")
     store = Store("gcs", f"{gcs_server.bucket}/dataflux-{time.monotonic_ns()}", {"endpoint_url": gcs_server.endpoint},
@@ -233,22 +235,6 @@ def test_fsdp_under_torchrun(tmp_path):
 
 # -- bad input and faults in real modes -----------------------------------------------------------
 
-@pytest.mark.parametrize("extra,message", [
-    (["++workload.storage.storage_type=null"], "mode=fsdp supports storage_type local_fs, parallel_fs, s3, gcs"),
-    (["++workload.checkpoint.num_checkpoints_write=0"], "must be >= 1 in mode=fsdp"),
-    (["++workload.fsdp.thread_count=0"], "workload.fsdp.thread_count"),
-    (["++workload.fsdp.backend=mpi"], "workload.fsdp.backend"),
-    (["++workload.storage.storage_type=s3", "++workload.storage.storage_root=b",
-      "++workload.storage.storage_options.endpoint_url=http://127.0.0.1:1",
-      "++workload.storage.storage_options.spread_prefixes=4"], "applies to emulated runs only"),
-    (["++workload.checkpoint.format=safetensors"], "workload.checkpoint.format='safetensors': applies to emulated"),
-    (["++workload.checkpoint.odirect=True"], "workload.checkpoint.odirect=True: applies to emulated"),
-])
-def test_fsdp_bad_input_exits_2_before_anything_is_written(tmp_path, extra, message):
-    r = dlio(FSDP + extra, tmp_path)
-    assert r.returncode == 2 and message in r.stderr, r.stderr
-    assert not (tmp_path / "checkpoints").exists() and not (tmp_path / "hydra_log").exists()
-
 
 def test_lightning_refuses_an_earlier_runs_checkpoints_unless_overwrite(tmp_path):
     once = [*LIGHT, "++workload.checkpoint.num_checkpoints_write=1", "++workload.checkpoint.num_checkpoints_read=0"]
@@ -267,7 +253,7 @@ SLOW_FSDP = FSDP + [  # many small checkpoints: the job is still saving when the
 
 @pytest.mark.mpi
 def test_fsdp_sigterm_ends_every_rank_with_a_failed_summary(tmp_path):
-    from .test_faults import ended, no_ok_summary, start, wait_for
+    from tests.support.jobs import ended, no_ok_summary, start, wait_for
 
     proc = start(SLOW_FSDP, tmp_path)
     wait_for(lambda: (tmp_path / "ck" / "global_epoch1_step1" / ".metadata").exists(), timeout=120)
@@ -280,8 +266,8 @@ def test_fsdp_sigterm_ends_every_rank_with_a_failed_summary(tmp_path):
 
 @pytest.mark.mpi
 def test_fsdp_s3_server_killed_mid_run_ends_the_job_naming_the_checkpoint(tmp_path, monkeypatch):
-    from .servers import seaweedfs
-    from .test_faults import ended, no_ok_summary, start, wait_for
+    from tests.support.jobs import ended, no_ok_summary, start, wait_for
+    from tests.support.servers import seaweedfs
 
     with seaweedfs() as server:
         for key, value in server.env.items():
@@ -303,8 +289,8 @@ def test_fsdp_s3_server_killed_mid_run_ends_the_job_naming_the_checkpoint(tmp_pa
 
 
 def test_lightning_s3_server_killed_mid_run_names_the_checkpoint(tmp_path, monkeypatch):
-    from .servers import seaweedfs
-    from .test_faults import ended, wait_for
+    from tests.support.jobs import ended, wait_for
+    from tests.support.servers import seaweedfs
 
     with seaweedfs() as server:
         for key, value in server.env.items():

@@ -5,12 +5,12 @@ produced for real by that proxy; and the coordination figures of each checkpoint
 from __future__ import annotations
 
 import uuid
-from urllib.parse import unquote
 
 import pytest
 
-from .conftest import dlio, load
-from .proxy import gcs_kind, proxy, s3_kind
+from tests.support.cli import dlio, load
+from tests.support.proxy import gcs_kind, proxy, recording, s3_kind
+from tests.support.servers import stored_sizes
 
 pytestmark = pytest.mark.mpi
 KINDS = {"s3": s3_kind, "gcs": gcs_kind}
@@ -78,7 +78,7 @@ def test_request_counts_equal_the_servers_kind_by_kind(tmp_path, request, kind):
 def test_s3_ranged_reads_verify_and_count_as_the_server_saw(tmp_path, s3_server):
     """``read_size``: ranged GETs of our own (1 MiB: several per object, requested ahead) instead of
     the default one GET per object; every byte still verified, every range a GET the server saw."""
-    classify, seen = _recording(s3_kind)
+    classify, seen = recording(s3_kind)
     root = f"{s3_server.bucket}/{tmp_path.name}-{uuid.uuid4().hex[:8]}"
     with proxy(s3_server.endpoint, classify) as p:
         r = run_through(tmp_path, s3_server, p, "s3", "++workload.storage.storage_options.read_size=1048576",
@@ -89,7 +89,7 @@ def test_s3_ranged_reads_verify_and_count_as_the_server_saw(tmp_path, s3_server)
     # the server's view: every ranged GET the proxy forwarded, held to the objects' sizes as the server lists them
     # (botocore straight to SeaweedFS, not through us): each object read is covered by 1 MiB ranges
     # from offset 0 to its end, once per load of it, and nothing else is read in ranges
-    stored = _stored_sizes(s3_server, root)
+    stored = stored_sizes(s3_server, root)
     got: dict[str, list[str]] = {}
     for kind, key, wanted in seen:
         if kind == "GetObject (ranged)":
@@ -112,31 +112,6 @@ def test_s3_ranged_reads_verify_and_count_as_the_server_saw(tmp_path, s3_server)
 
 
 MIB = 1 << 20
-
-
-def _recording(classify):
-    """The proxy's classifier, also keeping each request's (kind, object key, Range header) in order."""
-    seen: list[tuple[str, str, str | None]] = []
-
-    def kind_of(method: str, path: str, query: dict, headers: dict) -> str:
-        kind = classify(method, path, query, headers)
-        seen.append((kind, unquote(path).lstrip("/"), headers.get("range")))
-        return kind
-    return kind_of, seen
-
-
-def _stored_sizes(server, root: str) -> dict[str, int]:
-    """bucket/key -> size of every object under ``root``, listed by botocore straight from the server."""
-    import botocore.session
-
-    bucket, _, prefix = root.partition("/")
-    s3 = botocore.session.get_session().create_client(
-        "s3", endpoint_url=server.endpoint, region_name="us-east-1", aws_access_key_id=server.env["AWS_ACCESS_KEY_ID"],
-        aws_secret_access_key=server.env["AWS_SECRET_ACCESS_KEY"])
-    out: dict[str, int] = {}
-    for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix + "/"):
-        out.update({f"{bucket}/{o['Key']}": o["Size"] for o in page.get("Contents", [])})
-    return out
 
 
 def _sizes(tmp_path) -> list[int]:

@@ -12,7 +12,8 @@ import subprocess
 
 import pytest
 
-from .conftest import dlio, load, tmpfs
+from tests.support.cli import dlio, load
+from tests.support.storage import tmpfs
 
 ONE = ["workload=tiny", "--world-size", "2", "++workload.checkpoint.num_checkpoints_write=1",
        "++workload.checkpoint.num_checkpoints_read=1"]
@@ -124,43 +125,7 @@ def test_an_immutable_folder_is_bad_input_before_step_1(tmp_path, immutable, whe
     assert list(immutable.iterdir()) == []
 
 
-@pytest.mark.parametrize("override, key, rule", [
-    ("++workload.checkpoint.checkpoint_folder=", "workload.checkpoint.checkpoint_folder=''", "must name a folder"),
-    ("++workload.storage.storage_root=", "workload.storage.storage_root=''", "needs a folder or bucket"),
-    ("++hydra.run.dir=", "hydra.run.dir=''", "must name a folder for the results"),
-    ("++workload.tiers=[{storage_type: local_fs, storage_root: ''}]", "workload.tiers[0].storage_root=''",
-     "needs a folder or bucket"),
-])
-def test_an_empty_path_is_refused(tmp_path, override, key, rule):
-    r = run(tmp_path, override)
-    assert r.returncode == 2 and key in r.stderr and rule in r.stderr, r.stderr
-    assert list(tmp_path.iterdir()) == []
-
-
-# -- no override is ignored --------------------------------------------------------------------------
-
-@pytest.mark.parametrize("command", ["run", "plan", "sweep"])
-@pytest.mark.parametrize("override, said", [
-    ("++checkpoint.format=raw", "checkpoint.format='raw': not a key of the configuration (did you mean "
-                                "workload.checkpoint.format?"),
-    ("++model.num_layers=40", "did you mean workload.model.num_layers?"),
-    ("++foo=1", "foo='1': not a key of the configuration (workload keys are set as ++workload.SECTION.KEY=VALUE"),
-    ("++chekpoint.fsync=True", "did you mean workload.checkpoint.fsync?"),
-])
-def test_an_override_outside_the_workload_is_an_error_naming_the_likely_key(tmp_path, command, override, said):
-    sweep = ["++workload.checkpoint.format=pt,raw"] if command == "sweep" else []
-    head = [] if command == "run" else [command]
-    r = dlio([*head, *ONE, override, *sweep], tmp_path)
-    assert r.returncode == 2 and said in r.stderr, r.stderr
-    assert len(r.stderr.strip().splitlines()) == 1 and list(tmp_path.iterdir()) == []
-
-
-def test_a_swept_key_outside_the_workload_is_an_error_not_a_label(tmp_path):
-    """``++checkpoint.format=pt,raw`` once ran pt twice under the labels pt and raw."""
-    r = dlio(["sweep", *ONE, "++checkpoint.format=pt,raw"], tmp_path)
-    assert r.returncode == 2 and "did you mean workload.checkpoint.format?" in r.stderr, r.stderr
-    assert "(sweep point 1: checkpoint.format=pt)" in r.stderr and list(tmp_path.iterdir()) == []
-
+# -- no override is ignored (the other cases: tests/unit/test_run_folder.py) ---------------------------
 
 def test_hydras_own_keys_and_a_tier_typo(tmp_path):
     r = run(tmp_path, "++hydra.run.dir=out", "++hydra.job.chdir=False")

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from .conftest import REPO
+from tests.support import REPO
 
 CASES = '''
 import pytest
@@ -79,9 +79,8 @@ def test_a_plain_pip_install_installs_every_package_and_the_workloads(tmp_path):
     import subprocess
     import sys
     import zipfile
-    from pathlib import Path
 
-    root = Path(__file__).resolve().parents[1]
+    root = REPO
     source = tmp_path / "source"  # a copy: setuptools builds in the tree, and leaves build/ there
     for name in ("dlio_ckpt", "configs"):
         shutil.copytree(root / name, source / name, ignore=shutil.ignore_patterns("__pycache__"))

@@ -13,8 +13,10 @@ import sys
 
 import pytest
 
-from .conftest import MPIEXEC, REPO, dlio, load
-from .test_faults import ended, start, tmpfs, wait_for
+from tests.support import REPO
+from tests.support.cli import MPIEXEC, dlio, load
+from tests.support.jobs import ended, start, wait_for
+from tests.support.storage import tmpfs
 
 pytestmark = pytest.mark.mpi
 TINY = ["workload=tiny", "++workload.checkpoint.checkpoint_folder=ck", "++workload.checkpoint.num_checkpoints_read=1"]

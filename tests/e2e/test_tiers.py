@@ -12,21 +12,14 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import dlio, load
-from .test_faults import ended, no_ok_summary, start, wait_for
+from tests.support.cli import dlio, load
+from tests.support.jobs import ended, no_ok_summary, start, wait_for
+from tests.support.storage import s3_tier
 
 pytestmark = pytest.mark.mpi
 SHAPE = ["workload=tiny", "++workload.checkpoint.num_checkpoints_write=4",
          "++workload.checkpoint.num_checkpoints_read=1",
          "++workload.checkpoint.checkpoint_folder=ck", "++workload.storage.storage_root=local"]
-
-
-def s3_tier(server, root: str, keep_last: int | None = None, **options) -> str:
-    opts = {"endpoint_url": server.endpoint, **options}
-    body = ", ".join(f"{k}: '{v}'" for k, v in opts.items())
-    keep = f", keep_last: {keep_last}" if keep_last else ""
-    tier = f"storage_type: s3, storage_root: '{server.bucket}/{root}', storage_options: {{{body}}}{keep}"
-    return f"++workload.tiers=[{{{tier}}}]"
 
 
 def names(backend, *parts: str) -> list[str]:
@@ -75,27 +68,6 @@ def test_async_saves_drained_to_s3_with_a_marker_per_tier_and_reads_from_s3(tmp_
     assert report.returncode == 0, report.stderr
 
 
-@pytest.mark.parametrize("extra, key, rule", [
-    (["'++workload.tiers=[{storage_type: local_fs, storage_root: local}]'"], "workload.tiers[0].storage_root",
-     "same storage as workload.storage"),
-    (["'++workload.tiers=[{storage_type: local_fs, storage_root: far, keep_last: 0}]'"], "keep_last",
-     "greater than or equal to 1"),
-    (["++workload.checkpoint.read_tier=2", "'++workload.tiers=[{storage_type: local_fs, storage_root: far}]'"],
-     "workload.checkpoint.read_tier", "number of tiers (1)"),
-    (["++workload.storage.keep_last=1"], "workload.storage.keep_last", "raise keep_last"),
-    (["'++workload.tiers=[{storage_type: null, storage_root: x}]'"], "workload.tiers[0].storage_type",
-     "cannot be a tier"),
-    (["'++workload.tiers=[{storage_type: local_fs, storage_root: far, storage_options: {thread: 2}}]'"],
-     "workload.tiers[0].storage_options.thread", "unknown option"),
-])
-def test_bad_tiers_are_refused_before_anything_is_written(tmp_path, extra, key, rule):
-    r = dlio(["--world-size", "2", *SHAPE, "++hydra.run.dir=run", *(e.strip("'") for e in extra)], tmp_path)
-    assert r.returncode == 2, (r.stdout, r.stderr)
-    assert key in r.stderr and rule in r.stderr, r.stderr
-    assert r.stderr.count("error:") == 1, r.stderr
-    assert not (tmp_path / "local").exists() and not (tmp_path / "far").exists() and not (tmp_path / "run").exists()
-
-
 def test_a_tier_too_small_for_its_steps_is_refused(tmp_path, small_fs):
     """tiny's four 46 MiB steps fit the local folder, which keeps one, and not the 128 MiB tier."""
     r = dlio(["--world-size", "2", *SHAPE, "++hydra.run.dir=run", "++workload.storage.keep_last=1",
@@ -124,8 +96,7 @@ def test_the_network_to_the_s3_tier_cut_mid_drain_ends_the_job_and_the_markers_s
     the job ends naming the tier and the object, and the markers on each tier, read from the stores
     themselves (S3 behind the cut), are exactly the steps the failed summary reports durable there."""
     from dlio_ckpt.io.backends import get_backend
-
-    from .proxy import proxy, s3_kind
+    from tests.support.proxy import proxy, s3_kind
 
     for key, value in s3_server.env.items():
         monkeypatch.setenv(key, value)
@@ -180,9 +151,3 @@ def test_three_local_tiers_each_keep_their_newest_steps_and_only_their_markers(t
             assert json.loads((folder / f"global_epoch1_step{i}.manifest.json").read_text()).get("tier", 0) == \
                 ["local", "mid", "far"].index(root)
     assert all(len(c["tiers"]) == 3 for c in summary["checkpoints"]["save"])
-
-
-def test_plan_checks_every_tiers_options_without_a_client(tmp_path):
-    r = dlio(["plan", "--world-size", "2", *SHAPE,
-              "++workload.tiers=[{storage_type: s3, storage_root: b, storage_options: {read_sise: 1}}]"], tmp_path)
-    assert r.returncode == 2 and "workload.tiers[0].storage_options.read_sise" in r.stderr, r.stderr

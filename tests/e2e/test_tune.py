@@ -13,10 +13,10 @@ import sys
 
 import pytest
 
-from dlio_ckpt.tools.sweep import Point
-from dlio_ckpt.tools.tune import SAMPLES, _rerun_points, finalists
-
-from .conftest import MPIEXEC, REPO, dlio, load, tmpfs
+from dlio_ckpt.tools.tune import SAMPLES
+from tests.support import REPO
+from tests.support.cli import MPIEXEC, dlio, load
+from tests.support.storage import tmpfs
 
 pytestmark = pytest.mark.mpi
 TINY = ["workload=tiny", "++workload.checkpoint.checkpoint_folder=ck"]
@@ -103,39 +103,9 @@ def test_tune_on_s3_tries_part_sizes_and_objects_in_flight(tmp_path, s3_server):
     assert close(again["metric"]["save_checkpoint_io_mean_GiB_per_second"], win["save_GiB_per_second"])
 
 
-@pytest.mark.parametrize("args, key, rule", [
-    (["++workload.storage.storage_type=null"], "workload.storage.storage_type", "tune has no settings to try there"),
-    (["--max-gib", "0"], "--max-gib", "must be more than 0"),
-    (["--max-seconds", "-1"], "--max-seconds", "must be more than 0"),
-    (["++workload.checkpoint.odirect=True", "++workload.checkpoint.chunk_size=1048576",
-      "++workload.storage.storage_options.queue_depth=4"], "tune=", "every setting tune tries is fixed"),
-])
-def test_tune_refuses_bad_input_before_anything_is_written(tmp_path, args, key, rule):
-    r = dlio(["tune", *TINY, "++hydra.sweep.dir=tn", "--world-size", "2", *args], tmp_path)
-    assert r.returncode == 2 and key in r.stderr and rule in r.stderr, r.stderr
-    assert len(r.stderr.strip().splitlines()) == 1
-    assert not (tmp_path / "tn").exists() and not (tmp_path / "ck").exists()
-
-
 def test_tune_refuses_a_grid_the_storage_has_no_room_for(tmp_path):
     with tmpfs(tmp_path / "small", "size=8m") as small:  # tiny's checkpoint is ~45 MiB
         r = dlio(["tune", *TINY, f"++workload.storage.storage_root={small}", "++hydra.sweep.dir=tn",
                   "--world-size", "2"], tmp_path)
         assert r.returncode == 2 and "--max-gib" in r.stderr and "GiB free: lower --max-gib" in r.stderr, r.stderr
         assert not any(small.iterdir()) and not (tmp_path / "tn").exists()
-
-
-def test_the_finalists_are_the_best_quarter_and_run_again_alternating():
-    """Which points are run again and in what order (no processes: the rule itself)."""
-    rows = [{"point": i, "status": "ok", "save_seconds": 1.0, "load_seconds": float(s)}
-            for i, s in enumerate([5, 3, 9, 1, 7, 2, 8, 6, 4, 10, 11, 12], start=1)]
-    assert finalists(rows[:4]) == [4, 2]  # 4 points: 2 at least
-    assert finalists(rows) == [4, 6, 2]  # 12: the best quarter, 3
-    assert finalists(rows[:1]) == [1] and finalists([{**rows[0], "status": "failed"}]) == []
-    grid = [Point(i, {"k": str(i)}, [f"++workload.k={i}", "++hydra.sweep.dir=sw"], None) for i in range(1, 13)]
-    folder, again = _rerun_points(grid, [4, 6, 2], "/sw")
-    assert folder == "/sw/finalists_4_6_2"
-    assert [(p.values["finalist"], p.values["sample"]) for p in again] == [
-        ("4", "2"), ("6", "2"), ("2", "2"), ("2", "3"), ("6", "3"), ("4", "3")]
-    assert [p.index for p in again] == [1, 2, 3, 4, 5, 6] and again[0].values["k"] == "4"
-    assert again[0].overrides == ["++workload.k=4", "++hydra.sweep.dir=/sw/finalists_4_6_2"]

@@ -1,6 +1,6 @@
 """Real DeepSpeed MoE saves on CPU (gloo), the oracle of ``checkpoint.layout=deepspeed`` for mixtures of experts:
 records what ``engine.save_checkpoint`` wrote for ``workload=tiny_moe`` on 4 ranks, file by file and rank by
-rank, into ``tests/data/deepspeed_moe.json``, which ``tests/test_moe_layouts.py`` holds the layout to. The same
+rank, into ``tests/data/deepspeed_moe.json``, which ``tests/unit/test_moe_layouts.py`` holds the layout to. The same
 environment and machinery as ``tests/oracles/deepspeed_save.py`` (its docstring says how to build it); from
 the repository root::
 
@@ -8,7 +8,7 @@ the repository root::
         tests/data/deepspeed_moe.json
 
 The model has tiny_moe's tensors (``dlio_ckpt.model.moe.MoeShape`` of the workload with the case's overrides: the
-inputs only, their names and shapes held to transformers' classes in ``tests/test_moe_model.py``): each dense
+inputs only, their names and shapes held to transformers' classes in ``tests/unit/test_moe_model.py``): each dense
 tensor a parameter of that shape, each MoE block a ``deepspeed.moe.layer.MoE`` (its gate is the router; each
 expert two linears, the gate and up projection fused and the down projection) with ``ep_size`` the workload's
 EP, and the router's bias a buffer. AdamW over DeepSpeed's MoE param groups, one step on a made-up loss, ZeRO

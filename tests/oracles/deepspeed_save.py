@@ -1,6 +1,6 @@
 """Real DeepSpeed saves on CPU (gloo), the oracle of ``checkpoint.layout=deepspeed`` for dense models: records
 what ``engine.save_checkpoint`` wrote for ``workload=tiny``'s tensors, file by file and rank by rank, into
-``tests/data/deepspeed_dense.json``, which ``tests/test_layouts.py`` holds the layout to. DeepSpeed is not a
+``tests/data/deepspeed_dense.json``, which ``tests/unit/test_layouts.py`` holds the layout to. DeepSpeed is not a
 test dependency (it needs its own environment, pinned in ``tests/oracles/deepspeed-requirements.txt``), so
 its saves are recorded, and this script is how to record them again::
 
@@ -44,7 +44,7 @@ LAYERS, HIDDEN, FFN, VOCAB, HEADS, KV_HEADS = 4, 256, 688, 1000, 8, 4
 HEAD_DIM = HIDDEN // HEADS
 
 # (case id, world size, tensor parallel, pipeline parallel, ZeRO stage, dtype): the cases of
-# tests/test_layouts.py (tiny at 4 ranks, TP 2 x DP 2), and DP 3 (6 ranks), where partitions do not divide
+# tests/unit/test_layouts.py (tiny at 4 ranks, TP 2 x DP 2), and DP 3 (6 ranks), where partitions do not divide
 CASES = [
     ("tp2-zero1-bf16", 4, 2, 1, 1, "bf16"),
     ("tp2-zero2-fp32", 4, 2, 1, 2, "fp32"),

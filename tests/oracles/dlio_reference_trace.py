@@ -1,6 +1,6 @@
 """Record what upstream DLIO v2.0.1 itself does to a checkpoint's files, in its system calls, for
-``tests/test_references.py`` to hold the ``dlio-2.0`` preset to (the preset reproduces DLIO's I/O; this is
-that I/O seen from the kernel, not read from DLIO's source).
+``tests/against_frameworks/test_references.py`` to hold the ``dlio-2.0`` preset to (the preset reproduces
+DLIO's I/O; this is that I/O seen from the kernel, not read from DLIO's source).
 
 Run by hand (DLIO and TensorFlow are not the project's dependencies), from the repository root:
 
@@ -9,7 +9,7 @@ Run by hand (DLIO and TensorFlow are not the project's dependencies), from the r
 
 The workload is the one of the DLIO run kept as test data (``tests/data/dlio_run/SOURCE.md``: 4 layers,
 hidden 256, ZeRO-3, 2 processes, ``fsync: True`` in its YAML), written and read once. Its output: per
-checkpoint file, how DLIO opened, wrote, read and synced it (``tests/strace_calls.summary``), every
+checkpoint file, how DLIO opened, wrote, read and synced it (``tests/support/strace_calls.summary``), every
 ``sync``/``syncfs`` of the run, and the versions that made it.
 """
 
@@ -22,7 +22,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from tests import strace_calls
+from tests.support import strace_calls
 
 REPO = Path(__file__).resolve().parents[2]
 SOURCE = REPO / "tests" / "data" / "dlio_run" / "SOURCE.md"

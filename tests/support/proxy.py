@@ -170,3 +170,14 @@ def proxy(upstream: str, classify, **faults):
     finally:
         p.server.shutdown()
         p.server.server_close()
+
+
+def recording(classify):
+    """The proxy's classifier, also keeping each request's (kind, object key, Range header) in order."""
+    seen: list[tuple[str, str, str | None]] = []
+
+    def kind_of(method: str, path: str, query: dict, headers: dict) -> str:
+        kind = classify(method, path, query, headers)
+        seen.append((kind, unquote(path).lstrip("/"), headers.get("range")))
+        return kind
+    return kind_of, seen

@@ -23,6 +23,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.support import REPO
+
 BIN = Path(sys.executable).parent
 S3_ENV = {"AWS_ACCESS_KEY_ID": "dlio-test", "AWS_SECRET_ACCESS_KEY": "dlio-test-secret",
           "AWS_EC2_METADATA_DISABLED": "true", "AWS_REGION": "us-east-1"}
@@ -31,8 +33,7 @@ S3_ENV = {"AWS_ACCESS_KEY_ID": "dlio-test", "AWS_SECRET_ACCESS_KEY": "dlio-test-
 def _local_s3():  # scripts/ is no package: the script is loaded from its file, once
     name = "dlio_ckpt_scripts_local_s3"
     if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, Path(__file__).resolve().parents[1] / "scripts" /
-                                                      "local_s3.py")
+        spec = importlib.util.spec_from_file_location(name, REPO / "scripts" / "local_s3.py")
         module = importlib.util.module_from_spec(spec)
         sys.modules[name] = module  # before running it: its dataclasses look their module up
         spec.loader.exec_module(module)
@@ -129,3 +130,17 @@ def fake_gcs(bucket: str = "dlio-test") -> Iterator[Server]:
     finally:
         server.stop()
         shutil.rmtree(folder, ignore_errors=True)
+
+
+def stored_sizes(server, root: str) -> dict[str, int]:
+    """bucket/key -> size of every object under ``root``, listed by botocore straight from the server."""
+    import botocore.session
+
+    bucket, _, prefix = root.partition("/")
+    s3 = botocore.session.get_session().create_client(
+        "s3", endpoint_url=server.endpoint, region_name="us-east-1", aws_access_key_id=server.env["AWS_ACCESS_KEY_ID"],
+        aws_secret_access_key=server.env["AWS_SECRET_ACCESS_KEY"])
+    out: dict[str, int] = {}
+    for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix + "/"):
+        out.update({f"{bucket}/{o['Key']}": o["Size"] for o in page.get("Contents", [])})
+    return out

@@ -110,3 +110,30 @@ def synced_or_sync_opened(files: dict[str, dict[str, Any]]) -> list[str]:
     said += [f"{name}: opened {flags}" for name, f in files.items() for flags in f["open_flags"]
              if any(s in flags.split("|") for s in SYNC_FLAGS)]
     return said
+
+
+def traced_load(cwd: Path, args: list[str]) -> tuple[dict, int]:
+    """A run on 2 processes under ``strace -f``, its summary and the bytes its read calls returned on files of the
+    checkpoint's step folder (``-y`` prints each descriptor's path)."""
+    import shutil
+    import subprocess
+    import sys
+
+    import pytest
+
+    from tests.support import REPO
+    from tests.support.cli import MPIEXEC, load
+
+    if shutil.which("strace") is None:
+        pytest.skip("strace is not installed")
+    out = cwd / "strace"  # -ff: a file per thread, so no call is split into "unfinished" and "resumed" lines
+    cmd = ["strace", "-f", "-ff", "-qq", "-y", "-o", str(out), "-e", "trace=read,pread64,readv,preadv,preadv2",
+           str(MPIEXEC), "-n", "2", sys.executable, "-m", "dlio_ckpt", *args]
+    r = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=300,
+                       env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert r.returncode == 0, r.stderr
+    call = re.compile(r"^(?:read|pread64|readv|preadv|preadv2)\(\d+<([^>]*)>.*\) += (\d+)$")
+    read = sum(int(m[2]) for f in cwd.glob("strace.*") for line in f.read_text(errors="replace").splitlines()
+               if (m := call.match(line)) and "/ck/global_epoch1_step1/" in m[1])
+    summary = load(cwd / args[args.index("++hydra.run.dir=traced")].split("=", 1)[1] / "summary.json")
+    return summary, read

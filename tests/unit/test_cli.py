@@ -1,6 +1,7 @@
 """The command line in this process: each command's own options (another's is refused by argparse, naming it),
 rates and sizes with units, the what-if's figures, every command's --help. A process adds nothing here: what a
-user sees through ``python -m dlio_ckpt`` is tested by test_console.py and test_validation.py."""
+user sees through ``python -m dlio_ckpt`` is tested by tests/e2e/test_console.py and
+tests/e2e/test_bad_input.py (every bad input's case, in this process: test_validation.py)."""
 
 from __future__ import annotations
 

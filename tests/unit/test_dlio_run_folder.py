@@ -8,9 +8,10 @@ import json
 import shutil
 from pathlib import Path
 
-from .conftest import dlio, load
+from tests.support import DATA
+from tests.support.cli import load
 
-RUN = Path(__file__).resolve().parent / "data" / "dlio_run"
+RUN = DATA / "dlio_run"
 DLIO_FILES = {"summary.json", "0_per_epoch_stats.json", "1_per_epoch_stats.json", "0_output.json", "1_output.json",
               "dlio.log", ".hydra/config.yaml", ".hydra/hydra.yaml", ".hydra/overrides.yaml"}
 METRICS = ("save_checkpoint_io_mean_GB_per_second", "save_checkpoint_io_stdev_GB_per_second",
@@ -37,8 +38,8 @@ def test_the_folder_is_dlios_as_it_wrote_it():
     assert "b56c74183c6490ae84096645498281e21d9cabfe" in source and "unedited" in source
 
 
-def test_diff_of_the_dlio_run_against_itself(tmp_path):
-    r = dlio(["diff", str(RUN), str(RUN)], cwd=tmp_path)
+def test_diff_of_the_dlio_run_against_itself(tmp_path, dlio_here):
+    r = dlio_here(["diff", str(RUN), str(RUN)])
     assert r.returncode == 0, r.stdout + r.stderr
     # metric, A, B, change, verdict (one or two words)
     rows = {cols[0]: cols for cols in (line.split(None, 4) for line in r.stdout.splitlines()) if cols[:1] and
@@ -51,7 +52,7 @@ def test_diff_of_the_dlio_run_against_itself(tmp_path):
     assert r.stdout.rstrip().endswith("result: no regression")
     assert _files(RUN) == DLIO_FILES  # diff writes nothing
 
-    r = dlio(["diff", str(RUN / "summary.json"), str(RUN), "--format", "json"], cwd=tmp_path)
+    r = dlio_here(["diff", str(RUN / "summary.json"), str(RUN), "--format", "json"])
     assert r.returncode == 0, r.stdout + r.stderr
     out = json.loads(r.stdout)
     figures = {m["name"]: m for m in out["metrics"]}
@@ -60,8 +61,8 @@ def test_diff_of_the_dlio_run_against_itself(tmp_path):
     assert all(figures[m]["a"] == figures[m]["b"] == summary[m] for m in METRICS)
 
 
-def test_check_names_the_rules_a_dlio_run_cannot_meet(tmp_path):
-    r = dlio(["check", str(RUN), "--edition", "2.0"], cwd=tmp_path)
+def test_check_names_the_rules_a_dlio_run_cannot_meet(tmp_path, dlio_here):
+    r = dlio_here(["check", str(RUN), "--edition", "2.0"])
     assert r.returncode == 1, r.stdout + r.stderr
     out = r.stdout
     verdicts = {line[6:].split("  expected:")[0].strip(): line[:4] for line in out.splitlines()
@@ -84,12 +85,12 @@ def test_check_names_the_rules_a_dlio_run_cannot_meet(tmp_path):
     assert _files(RUN) == DLIO_FILES  # check writes nothing
 
 
-def test_report_of_the_dlio_run(tmp_path):
+def test_report_of_the_dlio_run(tmp_path, dlio_here):
     """DLIO's per-process files hold every checkpoint's duration and throughput on each rank: the
     figures per checkpoint and per process can be drawn from them (there are no per-file times)."""
     run = tmp_path / "dlio_run"
     shutil.copytree(RUN, run)
-    r = dlio(["report", str(run)], cwd=tmp_path)
+    r = dlio_here(["report", str(run)])
     assert r.returncode == 0, r.stdout + r.stderr
     written = {Path(p).name for p in r.stdout.split()}
     assert {"throughput.png", "durations.png", "stragglers.png", "report.html"} <= written

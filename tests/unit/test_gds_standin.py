@@ -1,15 +1,12 @@
 """GPU code paths on a machine without a GPU: the gds backend, gds mode's path handling and the GPU
 choices of the real modes, against stand-ins for cupy and kvikio that behave as the real ones did on
-an H100 without nvidia-fs (tests/standins/README.md). They guard our logic between GPU checks; the
-conformance suite (its ``gds`` case) and real runs prove it on a GPU.
+an H100 without nvidia-fs (tests/standins/README.md), in this process (as processes:
+tests/e2e/test_gds_standin.py). They guard our logic between GPU checks; the conformance suite (its ``gds``
+case) and real runs prove it on a GPU.
 """
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 from importlib import metadata
 
 import numpy as np
@@ -21,8 +18,6 @@ from dlio_ckpt.io.engine import Engine, FileTask, IOOptions
 from dlio_ckpt.io.synthetic import SyntheticData, file_key
 from dlio_ckpt.plan.formats import get_format
 from dlio_ckpt.plan.types import FilePlan, TensorGroup
-
-from .conftest import REPO, dlio, load
 
 MIB = 1 << 20
 
@@ -102,18 +97,6 @@ def test_what_really_moved_the_bytes_is_said(gpu_standin, tmp_path):
     assert transport(str(tmp_path))["transport"] == "posix (kvikio compatibility mode)"
 
 
-@pytest.mark.mpi
-def test_a_gds_run_says_in_its_summary_and_log_that_it_ran_in_compatibility_mode(gpu_standin, tmp_path):
-    args = ["workload=tiny", "++workload.storage.storage_type=gds", "++workload.storage.storage_root=store",
-            "++workload.checkpoint.fsync=True", "++hydra.run.dir=out"]
-    r = dlio(args, tmp_path, nprocs=2, env=gpu_standin)
-    assert r.returncode == 0, r.stderr
-    storage = load(tmp_path / "out" / "summary.json")["io"]["storage"]
-    assert storage["transport"] == "posix (cuFile compatibility mode)"
-    assert storage["kvikio_version"].endswith("+standin")
-    assert "storage_type=gds moves bytes by posix (cuFile compatibility mode)" in r.stdout
-
-
 @pytest.mark.parametrize("extra,cuda", [("gds-cu12", "12"), ("gds-cu13", "13")])
 def test_the_gds_extras_match_the_machines_cuda(extra, cuda):
     wanted = [r.split(";")[0] for r in metadata.requires("dlio_ckpt") or [] if f'extra == "{extra}"' in r]
@@ -150,69 +133,6 @@ def test_a_path_the_file_system_cannot_take_is_reported_unsupported_and_the_run_
     assert not (tmp_path / "ck" / "global_epoch1_step1" / "torch_gds.0.bin").exists()
     row, records = gds_mode.measure_path(ctx, paths, "cpu", source)  # the next path runs as usual
     assert row["write_MiB_per_s"] > 0 and row["read_MiB_per_s"] > 0 and len(records) == 4
-
-
-# One process of mode=fsdp with torch.distributed.checkpoint.save returning what torch 2.11 returns
-# (Metadata without storage_data) and fully_shard recording the mesh it was given.
-FSDP_AS_ON_TORCH_2_11 = """
-import dataclasses, json, sys
-import torch.distributed.checkpoint as dcp
-from dlio_ckpt.run.real import fsdp_mode
-from dlio_ckpt.cli.main import main
-save, shard, meshes = dcp.save, fsdp_mode.fully_shard, []
-dcp.save = lambda *a, **k: dataclasses.replace(save(*a, **k), storage_data=None)
-def recording(module, mesh=None, **k):
-    meshes.append(mesh.device_type if mesh is not None else None)
-    return shard(module, mesh=mesh, **k)
-fsdp_mode.fully_shard = recording
-rc = main(sys.argv[1:])
-print(json.dumps({"rc": rc, "meshes": sorted(set(map(str, meshes)))}))
-"""
-
-
-@pytest.mark.real
-def test_fsdp_counts_bytes_without_storage_data_and_keeps_gloo_on_the_cpu(tmp_path):
-    pytest.importorskip("torch")
-    args = ["workload=tiny", "++workload.mode=fsdp", "++workload.checkpoint.num_checkpoints_write=2",
-            "++workload.checkpoint.num_checkpoints_read=1", "++hydra.run.dir=out"]
-    r = subprocess.run([sys.executable, "-c", FSDP_AS_ON_TORCH_2_11, *args], cwd=tmp_path, capture_output=True,
-                       text=True, timeout=300, env={**os.environ, "PYTHONPATH": str(REPO)})
-    assert r.returncode == 0, r.stderr
-    out = json.loads(r.stdout.strip().splitlines()[-1])
-    assert out == {"rc": 0, "meshes": ["cpu"]}
-    summary = load(tmp_path / "out" / "summary.json")
-    for save in summary["checkpoints"]["save"]:
-        folder = tmp_path / "checkpoints" / "tiny" / f"global_epoch1_step{save['index']}"
-        assert save["bytes"] == sum(f.stat().st_size for f in folder.iterdir()) > 0
-
-
-FSDP_FAILING_STEP = """
-import sys
-from dlio_ckpt.run.real import fsdp_mode
-from dlio_ckpt.cli.main import main
-def step(*a, **k):
-    raise RuntimeError("Expected all tensors to be on the same device")
-fsdp_mode.train_step = step
-sys.exit(main(sys.argv[1:]))
-"""
-
-
-@pytest.mark.real
-def test_a_failure_in_training_is_not_labelled_a_storage_check(tmp_path):
-    pytest.importorskip("torch")
-    r = subprocess.run([sys.executable, "-c", FSDP_FAILING_STEP, "workload=tiny", "++workload.mode=fsdp"],
-                       cwd=tmp_path, capture_output=True, text=True, timeout=300,
-                       env={**os.environ, "PYTHONPATH": str(REPO)})
-    assert r.returncode != 0
-    assert "during train:" in r.stderr and "storage checks" not in r.stderr, r.stderr
-
-
-@pytest.mark.real
-def test_lightning_on_a_gpu_needs_one(tmp_path):
-    r = dlio(["workload=lightning_demo", "++workload.lightning.accelerator=gpu"], tmp_path)
-    assert r.returncode == 2
-    assert "workload.lightning.accelerator='gpu'" in r.stderr and "needs a CUDA GPU" in r.stderr
-    assert not (tmp_path / "hydra_log").exists() and not (tmp_path / "checkpoints").exists()
 
 
 def test_device_compare_names_the_first_wrong_byte(gpu_standin):

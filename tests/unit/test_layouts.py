@@ -4,14 +4,12 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 
 from dlio_ckpt.config import Checkpoint, compose
-from dlio_ckpt.plan.layouts import file_format, make_plan
-
-from .conftest import dlio, load
+from dlio_ckpt.plan.layouts import make_plan
+from tests.support import DATA
 
 
 def plan(layout: str, world: int, *extra: str):
@@ -67,7 +65,7 @@ def test_deepspeed_names_and_what_its_files_hold(extra, expected, parameters):
 
 # What DeepSpeed 0.19.8 wrote (CPU accelerator, gloo, torch 2.13.0) for tiny's tensors at TP 2, ZeRO 1, 2 and 3,
 # bf16 and fp32, DP 2 and 3: recorded by tests/oracles/deepspeed_save.py (its docstring: how to record again)
-DEEPSPEED_DENSE = json.loads((Path(__file__).parent / "data" / "deepspeed_dense.json").read_text())
+DEEPSPEED_DENSE = json.loads((DATA / "deepspeed_dense.json").read_text())
 # DeepSpeed's own keys, which we do not write (ds_config, param_shapes, ds_version, the optimizer's settings
 # and partition bookkeeping, ...), measured in those saves: the bytes its files hold beyond ours, at most
 THEIR_KEYS = {"model": 903, "placeholder": 7935, "optimizer": 2792}
@@ -103,45 +101,3 @@ def test_the_config_choices_are_the_registries():
     assert Workload.model_fields["mode"].annotation.__args__ == ("emulated", "lightning", "fsdp", "gds")
     assert Workload.model_fields["mode"].annotation.__args__ == MODES.names
     assert Storage.model_fields["storage_type"].annotation.__args__ == BACKENDS.names
-
-
-@pytest.mark.mpi
-@pytest.mark.parametrize("layout", ["deepspeed", "dcp", "megatron"])
-def test_every_layout_on_every_backend(tmp_path, store, layout):
-    """Two processes of 8 ranks, saved and loaded back verified; the step holds the plan's files."""
-    extra = [f"++workload.checkpoint.layout={layout}", "++workload.checkpoint.scale=0.25",
-             *(["++workload.model.parallelism.tensor=1", "++workload.checkpoint.files_per_rank=2"]
-               if layout == "dcp" else [])]
-    r = dlio(["workload=tiny", *extra, *store.overrides(), "--world-size", "8", f"hydra.run.dir={tmp_path / 'out'}"],
-             tmp_path, nprocs=2, env=store.env, timeout=300)
-    assert r.returncode == 0, r.stderr[-3000:]
-    summary = load(tmp_path / "out" / "summary.json")
-    assert summary["status"] == "ok" and summary["io"]["layout"] == layout
-    assert summary["io"]["verified"] is (store.storage_type != "null")
-    if store.storage_type != "null":
-        workload, _, _ = compose(["workload=tiny", *extra], None)
-        p, ext = make_plan(workload, 8), file_format(workload).extension
-        backend = store.backend()
-        found = {n.rsplit("/", 1)[-1] for n in backend.list_tree(backend.join("checkpoints/tiny/global_epoch1_step2"))}
-        assert found == {f"{f.stem}{ext}" for r in p.ranks for f in r.files} | {c.name for c in p.coordinator}
-
-
-@pytest.mark.mpi
-@pytest.mark.parametrize("layout", ["dlio", "deepspeed", "dcp", "megatron"])
-def test_1024_logical_ranks_on_4_processes_save_and_load_verified(tmp_path, layout):
-    # Megatron's load: each of the 512 data-parallel replicas reads its whole tensor-parallel slice (half the
-    # checkpoint here), as dist_checkpointing.load does: the model alone, its files shrunk, keep the test short
-    scale = 0.02 if layout == "megatron" else 0.25
-    extra = [f"++workload.checkpoint.layout={layout}", f"++workload.checkpoint.scale={scale}",
-             *(["++workload.restore.model_only=True"] if layout == "megatron" else []),
-             *(["++workload.model.parallelism.tensor=1"] if layout == "dcp" else [])]
-    r = dlio(["workload=tiny", *extra, "--world-size", "1024", f"++workload.storage.storage_root={tmp_path / 'store'}",
-              f"hydra.run.dir={tmp_path / 'out'}"], tmp_path, nprocs=4, timeout=600)
-    assert r.returncode == 0, r.stderr[-3000:]
-    summary = load(tmp_path / "out" / "summary.json")
-    assert summary["io"]["layout"] == layout and summary["status"] == "ok"
-    workload, _, _ = compose(["workload=tiny", *extra], None)
-    p, ext = make_plan(workload, 1024), file_format(workload).extension
-    step = tmp_path / "store" / "checkpoints" / "tiny" / "global_epoch1_step1"
-    assert {f.name for f in step.iterdir()} == {f"{f.stem}{ext}" for r in p.ranks for f in r.files} | \
-        {c.name for c in p.coordinator}  # DCP's .metadata.tmp renamed away

@@ -57,7 +57,7 @@ def test_put_small_is_atomic_and_get_small_reads_back(tmp_path):
 
 class _Flaky:
     """local_fs whose first ``failures`` opens for writing fail with a transient error (a unit
-    test of the engine's retry logic; the real faults are in test_faults.py)."""
+    test of the engine's retry logic; the real faults are in tests/e2e/test_faults.py)."""
 
     def __init__(self, inner, failures: int) -> None:
         self._inner, self.failures = inner, failures

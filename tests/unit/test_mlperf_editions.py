@@ -1,6 +1,7 @@
 """MLPerf Storage 3.0 and the 4.0 draft: each rule failing and passing on run folders made through the
-real result writers, the provenance hash held to mlpstorage's own values, the facts a real run records
-(its invocation times, file systems, accelerator), and DLIO's own run folder judged by the new rules."""
+real result writers, the provenance hash held to mlpstorage's own values, and DLIO's own run folder judged by
+the new rules (in this process; the facts a real run records, its invocation times, file systems and
+accelerator: tests/e2e/test_mlperf_editions.py)."""
 
 from __future__ import annotations
 
@@ -10,17 +11,15 @@ from functools import cache
 from pathlib import Path
 
 import pytest
-import yaml
 
 from dlio_ckpt.config import compose
 from dlio_ckpt.results.provenance import core_config
 from dlio_ckpt.tools.mlperf import MODELS, check_runs
 from dlio_ckpt.tools.runfiles import load_run
-
-from .conftest import dlio, load
-from .made_runs import GIB, keep_phase, make_run
-from .test_dlio_run_folder import RUN as DLIO_RUN
-from .test_results_tools import LLAMA3_8B
+from tests.support.cli import load
+from tests.support.made_runs import GIB, keep_phase, make_run
+from tests.unit.test_dlio_run_folder import RUN as DLIO_RUN
+from tests.unit.test_results_tools import LLAMA3_8B
 
 # mlcommons/storage mlpstorage_py/rules/editions.yaml: the comparability class of each model, the
 # core_config hash of DLIO's template for it (configs/dlio/workload/llama3_*.yaml)
@@ -364,10 +363,10 @@ def test_a_closed_run_hashes_to_its_models_class(tmp_path):
     assert f"{CLASS_HASHES['llama3_8b']}, recomputed equal" in said([ok], "provenance")
 
 
-def test_dlio_run_folders_are_judged_by_the_new_rules(tmp_path):
+def test_dlio_run_folders_are_judged_by_the_new_rules(dlio_here):
     """DLIO's own run folder (upstream v2.0.1) records none of what 3.0 asks beyond 2.0: the 4.0
     verdicts say so, rule by rule, and check writes nothing there."""
-    r = dlio(["check", str(DLIO_RUN), "--format", "json"], cwd=tmp_path)
+    r = dlio_here(["check", str(DLIO_RUN), "--format", "json"])
     assert r.returncode == 1, r.stderr
     body = json.loads(r.stdout)
     assert body["edition"] == "4.0"
@@ -376,7 +375,7 @@ def test_dlio_run_folders_are_judged_by_the_new_rules(tmp_path):
     assert rules["separate file systems"]["actual"] == "not recorded"
     assert "no provenance.json" in rules["provenance"]["actual"]
     assert rules["write-to-read gap"]["verdict"] == "PASS"  # one invocation
-    r3 = json.loads(dlio(["check", str(DLIO_RUN), "--edition", "3.0", "--format", "json"], cwd=tmp_path).stdout)
+    r3 = json.loads(dlio_here(["check", str(DLIO_RUN), "--edition", "3.0", "--format", "json"]).stdout)
     soft = {x["name"]: x["verdict"] for x in r3["rules"]}
     assert soft["separate file systems"] == soft["provenance"] == "WARN"
 
@@ -395,27 +394,3 @@ def test_mlpstorage_leaf_facts_are_read(tmp_path):
     v = verdicts([leaf])
     assert v["separate file systems"] == "PASS"
     assert "x mi355 at 288 GB" in said([leaf], "accelerator memory")
-
-
-@pytest.mark.mpi
-def test_a_write_run_then_a_read_run_records_its_gap(tmp_path):
-    """Two real invocations: the write-only run's end and the read-only run's start are recorded when
-    each process started and ended, and check measures the gap between them."""
-    base = ["workload=tiny", "++workload.checkpoint.checkpoint_folder=ck", "++workload.accelerator_type=b200"]
-    w = dlio([*base, "++hydra.run.dir=w"], tmp_path, nprocs=2)
-    assert w.returncode == 0, w.stderr
-    r = dlio([*base, "++hydra.run.dir=r", "++workload.checkpoint.num_checkpoints_write=0",
-              "++workload.checkpoint.num_checkpoints_read=1"], tmp_path, nprocs=2)
-    assert r.returncode == 0, r.stderr
-    write, read = load(tmp_path / "w" / "summary.json"), load(tmp_path / "r" / "summary.json")
-    assert write["invocation_start_time"] < write["start"] < write["end"] <= write["invocation_end_time"]
-    assert write["invocation_end_time"] < read["invocation_start_time"] < read["start"]
-    assert write["file_systems"]["same_file_system"] is True and write["accelerator_type"] == "b200"
-    gap = said([tmp_path / "w", tmp_path / "r"], "write-to-read gap")
-    between = (datetime.fromisoformat(read["invocation_start_time"]) -
-               datetime.fromisoformat(write["invocation_end_time"])).total_seconds()
-    assert gap.startswith(f"{between:.1f} s from"), gap  # the gap the two summaries record, not a wall clock
-    stamp = load(tmp_path / "w" / "provenance.json")
-    assert stamp["core_config"]["hash"] == core_config(yaml.safe_load((tmp_path / "w" / ".hydra" / "config.yaml")
-                                                                     .read_text())["workload"])["hash"]
-    assert stamp["tool"]["algorithm"] == "sha256-tree" and len(stamp["tool"]["hash"]) == 64

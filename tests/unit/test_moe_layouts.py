@@ -1,14 +1,13 @@
 """Mixtures of experts in the layouts: DeepSpeed's MoE files (from its source: names, writers, partitions),
 the rules that refuse what a layout cannot write (exit 2 naming key, value and rule), the shipped MoE
-workloads planned at their recipes' scale, and runs end to end, with 2048 logical ranks on 4 processes.
-Megatron's MoE files are held to its own saves in ``tests/test_megatron_layout.py``, DCP's to ``dcp.save``
-of torchtitan's placements in ``tests/test_dcp_layout.py``."""
+workloads planned at their recipes' scale (runs end to end, with 2048 logical ranks on 4 processes:
+tests/e2e/test_moe_layouts.py). Megatron's MoE files are held to its own saves in
+``tests/against_frameworks/test_megatron_layout.py``, DCP's to ``dcp.save`` of torchtitan's placements in
+``tests/against_frameworks/test_dcp_layout.py``."""
 
 from __future__ import annotations
 
 import json
-import shutil
-from pathlib import Path
 
 import pytest
 
@@ -16,9 +15,7 @@ from dlio_ckpt.config import check_world_size, compose
 from dlio_ckpt.errors import ConfigError
 from dlio_ckpt.model.moe import MoeShape
 from dlio_ckpt.plan.layouts import make_plan
-
-from .conftest import dlio, load
-from .test_restore import _traced_load
+from tests.support import DATA
 
 RECIPES = {"deepseek_v3": 2048, "mixtral_8x7b": 64, "qwen3_235b_a22b": 128, "qwen3_30b_a3b": 16,
            "llama4_maverick": 512}
@@ -54,7 +51,7 @@ def test_deepspeed_writes_one_file_per_expert_and_moe_layer_from_expert_data_par
 # What DeepSpeed 0.19.8 wrote for tiny_moe on 4 ranks (CPU accelerator, gloo, torch 2.13.0; its MoE layer per
 # MoE block, AdamW, one step, save_checkpoint), EP 2 ZeRO 1 bf16 and EP 4 ZeRO 2 fp32: recorded by
 # tests/oracles/deepspeed_moe_save.py (how to record again: tests/oracles/deepspeed_save.py's docstring)
-DEEPSPEED_MOE = json.loads((Path(__file__).parent / "data" / "deepspeed_moe.json").read_text())
+DEEPSPEED_MOE = json.loads((DATA / "deepspeed_moe.json").read_text())
 # DeepSpeed's own keys (ds_config, param_shapes, the experts' key names, the optimizer's bookkeeping, ...),
 # which we do not write, measured in those saves: the bytes its files hold beyond ours, at most
 THEIR_MOE_KEYS = {"model": 8144, "expert": 584, "optimizer": 4984}
@@ -150,53 +147,6 @@ def test_every_shipped_moe_workload_plans_at_its_recipes_scale(workload):
     plan = make_plan(w, RECIPES[workload])
     plan.validate()
     assert plan.num_parameters == MoeShape.from_model(w.model).num_parameters
-
-
-@pytest.mark.parametrize("layout", ["deepspeed", "megatron", "dcp"])
-def test_an_moe_job_saves_and_loads_end_to_end(tmp_path, layout):
-    extra = ["++workload.model.mtp_layers=0"] if layout == "dcp" else []  # torchtitan has no MTP module
-    r = dlio(["workload=tiny_moe", f"++workload.checkpoint.layout={layout}", "++workload.storage.storage_root=data",
-              "++hydra.run.dir=run", "--world-size", "4", *extra], tmp_path, nprocs=2)
-    assert r.returncode == 0, r.stderr
-    summary = load(tmp_path / "run" / "summary.json")
-    assert summary["status"] == "ok"
-    steps = sorted((tmp_path / "data" / "checkpoints" / "tiny_moe").glob("global_epoch1_step*[0-9]"))
-    saves, loads = summary["checkpoints"]["save"], summary["checkpoints"]["load"]
-    assert len(steps) == len(saves) > 0 and len(loads) > 0
-    for step in steps:
-        on_disk = {p.name: p.stat().st_size for p in step.iterdir()}
-        if layout == "deepspeed":  # names held to DeepSpeed's own in the tests above
-            plan = make_plan(tiny(f"++workload.checkpoint.layout={layout}", *extra), 4)
-            assert sorted(on_disk) == sorted([f.stem + ".pt" for r in plan.ranks for f in r.files])
-        else:  # torch.distributed.checkpoint's names: .metadata and a file per rank and writer thread (Megatron's
-            # torch_dist: 2 threads, and its metadata.json and common.pt beside them)
-            threads, beside = (2, ["metadata.json", "common.pt"]) if layout == "megatron" else (1, [])
-            assert sorted(on_disk) == sorted([f"__{r}_{t}.distcp" for r in range(4) for t in range(threads)]
-                                             + [".metadata", *beside])
-        # what each save reports written is what lies on disk, to the byte
-        assert {c["bytes"] for c in saves} == {sum(on_disk.values())}, (saves, on_disk)
-    assert all(c["duration_seconds"] > 0 for c in saves + loads)
-    # what a load reports read is what the kernel returned to its read calls on the step's files (strace): exact
-    shutil.copytree(steps[0], tmp_path / "ck" / steps[0].name)
-    shutil.copy(steps[0].with_name(steps[0].name + ".manifest.json"), tmp_path / "ck")
-    traced, read = _traced_load(tmp_path, ["workload=tiny_moe", f"++workload.checkpoint.layout={layout}",
-                                           "++workload.checkpoint.checkpoint_folder=ck", "--world-size", "4",
-                                           "++workload.checkpoint.num_checkpoints_write=0",
-                                           "++workload.checkpoint.num_checkpoints_read=1", "++hydra.run.dir=traced",
-                                           *extra])
-    (loaded,) = traced["checkpoints"]["load"]
-    assert loaded["bytes"] == read > 0
-
-
-def test_2048_logical_ranks_of_an_moe_job_run_on_4_processes(tmp_path):
-    r = dlio(["workload=tiny_moe", "++workload.model.parallelism.expert=8",
-              "++workload.checkpoint.num_checkpoints_write=1", "++workload.checkpoint.num_checkpoints_read=1",
-              "++workload.storage.storage_root=data", "++hydra.run.dir=run", "--world-size", "2048"], tmp_path,
-             nprocs=4, timeout=300)
-    assert r.returncode == 0, r.stderr
-    step = tmp_path / "data" / "checkpoints" / "tiny_moe" / "global_epoch1_step1"
-    assert len(list(step.iterdir())) == 2048 + 1 + 8 * 4  # optimizer files, the dense model, 4 layers x 8 experts
-    assert json.loads((tmp_path / "run" / "summary.json").read_text())["status"] == "ok"
 
 
 @pytest.mark.parametrize("layout", ["dcp", "megatron"])

@@ -12,8 +12,7 @@ import yaml
 
 from dlio_ckpt.config import Model
 from dlio_ckpt.model.moe import MoeShape
-
-from .conftest import REPO
+from tests.support import REPO
 
 # Each model's config.json on the Hugging Face Hub, the values that shape its tensors (the rest: rope, eps,
 # ... change no tensor), with the total its model card or report publishes, in billions to one decimal

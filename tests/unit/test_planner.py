@@ -1,4 +1,4 @@
-"""Planner values derived by hand from shared/spec/dlio-checkpoint-layout.md."""
+"""Planner values derived by hand from docs/concepts/dlio-layout-spec.md."""
 
 from __future__ import annotations
 
@@ -130,7 +130,8 @@ DCP_70B = ["plan", "workload=llama3_70b", "--world-size", "64", "++workload.chec
            "++workload.model.parallelism.tensor=1"]
 
 
-def test_plan_prints_the_restore_it_would_read(tmp_path):
+@pytest.mark.slow  # 3-5 s: llama3_70b at 64 ranks planned, restored on 48, four times
+def test_plan_prints_the_restore_it_would_read(tmp_path, dlio_here):
     """llama3_70b saved by 64 FSDP2 ranks, restored on 48: the README's table, from the same restore plan
     and figures a run reports in summary.json's io.restore; what-if loads take the heaviest rank's reads."""
     import json
@@ -138,10 +139,7 @@ def test_plan_prints_the_restore_it_would_read(tmp_path):
     from dlio_ckpt.plan.formats import planned_size
     from dlio_ckpt.plan.layouts import file_format
     from dlio_ckpt.plan.restore import figures, restore_plan
-
-    from .conftest import dlio
-
-    r = dlio([*DCP_70B, "++workload.restore.world_size=48", "--read-bandwidth", "40GB/s"], tmp_path)
+    r = dlio_here([*DCP_70B, "++workload.restore.world_size=48", "--read-bandwidth", "40GB/s"])
     assert r.returncode == 0, r.stderr
     out = r.stdout
     assert "restore: 48 ranks from the save's 64 (resharded), model and optimizer" in out
@@ -151,7 +149,7 @@ def test_plan_prints_the_restore_it_would_read(tmp_path):
     assert "reads per rank 704-1356, files per rank 63-64" in out and "heaviest rank 2: reads 36.28 GiB" in out
     assert "load_heaviest_rank: 2" in out and f"load_seconds: {38_951_874_275 * 48 / 40e9:.4g}" in out
 
-    j = dlio([*DCP_70B, "++workload.restore.world_size=48", "--format", "json"], tmp_path)
+    j = dlio_here([*DCP_70B, "++workload.restore.world_size=48", "--format", "json"])
     assert j.returncode == 0, j.stderr
     restore = json.loads(j.stdout)["restore"]
     w, _, _ = compose(["workload=llama3_70b", *DCP_70B[4:], "++workload.restore.world_size=48"])
@@ -164,19 +162,17 @@ def test_plan_prints_the_restore_it_would_read(tmp_path):
         sum(planned_size(fmt, f) - f.payload_bytes for r in p.ranks for f in r.files)  # every stored byte, once
     assert round(restore["read_amplification"], 3) == 1.728
 
-    model = dlio([*DCP_70B, "++workload.restore.world_size=48", "++workload.restore.model_only=True"], tmp_path)
+    model = dlio_here([*DCP_70B, "++workload.restore.world_size=48", "++workload.restore.model_only=True"])
     assert "the model alone" in model.stdout and "read amplification 1.731" in model.stdout, model.stderr
 
-    same = dlio([*DCP_70B, "--read-bandwidth", "40GB/s"], tmp_path)  # no restore asked: the save's ranks
+    same = dlio_here([*DCP_70B, "--read-bandwidth", "40GB/s"])  # no restore asked: the save's ranks
     assert same.returncode == 0 and "restore:" not in same.stdout
     assert f"load_seconds: {p.total_payload_bytes / 40e9:.4g}" in same.stdout
     assert list(tmp_path.iterdir()) == []
 
 
-def test_plan_refuses_a_restore_the_layout_cannot_do(tmp_path):
+def test_plan_refuses_a_restore_the_layout_cannot_do(tmp_path, dlio_here):
     """As a run refuses it: DLIO's read phase loads only at the save's world size."""
-    from .conftest import dlio
-
-    r = dlio(["plan", "workload=tiny", "--world-size", "4", "++workload.restore.world_size=2"], tmp_path)
+    r = dlio_here(["plan", "workload=tiny", "--world-size", "4", "++workload.restore.world_size=2"])
     assert r.returncode == 2 and "workload.restore.world_size=2: must be the save's (4)" in r.stderr, r.stderr
     assert list(tmp_path.iterdir()) == []

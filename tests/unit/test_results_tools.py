@@ -1,19 +1,17 @@
-"""diff, report, check and the progress display, as a user runs them: on real runs of this machine,
-on DLIO's own summary.json (NaN included), and on run folders of 1024 processes made through the
-real result writers (tests/made_runs.py)."""
+"""diff, report and check on DLIO's own summary.json (NaN included) and on run folders of 1024 processes made
+through the real result writers (tests/support/made_runs.py), in this process; on real runs of this machine, with
+the progress display: tests/e2e/test_results_tools.py."""
 
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import subprocess
-import sys
 
 import pytest
 
-from .conftest import REPO, dlio, load
-from .made_runs import dlio_summary, keep_phase, make_run
+from tests.support import REPO
+from tests.support.cli import load, run_here
+from tests.support.made_runs import dlio_summary, keep_phase, make_run
 
 LLAMA3_8B = {"model": {"name": "llama3_8b", "num_layers": 32, "model_datatype": "fp16", "optimizer_datatype": "fp32",
                        "parallelism": {"tensor": 1, "pipeline": 1, "zero_stage": 3},
@@ -22,14 +20,18 @@ LLAMA3_8B = {"model": {"name": "llama3_8b", "num_layers": 32, "model_datatype": 
              "checkpoint": {"fsync": True, "num_checkpoints_write": 10, "num_checkpoints_read": 10}}
 
 
-def cli(*args: str, cwd=REPO) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "dlio_ckpt", *map(str, args)], cwd=cwd, capture_output=True,
-                          text=True, timeout=300, env={**os.environ, "PYTHONPATH": str(REPO)})
+@pytest.fixture
+def cli(monkeypatch, capfd):
+    """``dlio_ckpt ARGS`` in this process, from the repository: diff, report and check read run folders, where a
+    process of their own adds nothing (tests/e2e/test_results_tools.py runs them after real runs)."""
+    def run(*args, cwd=REPO) -> subprocess.CompletedProcess:
+        return run_here([str(a) for a in args], cwd, monkeypatch, capfd)
+    return run
 
 
 # -- diff ---------------------------------------------------------------------------------------
 
-def test_diff_gates_a_throughput_drop_beyond_the_threshold(tmp_path):
+def test_diff_gates_a_throughput_drop_beyond_the_threshold(tmp_path, cli):
     a = make_run(tmp_path / "a", 8, 3)
     slower = make_run(tmp_path / "b", 8, 3, speed=0.9)  # 10% less throughput, 11% longer durations
     r = cli("diff", a, slower)
@@ -41,7 +43,7 @@ def test_diff_gates_a_throughput_drop_beyond_the_threshold(tmp_path):
     assert r.returncode == 0 and "no regression" in r.stdout and "better" in r.stdout
 
 
-def test_diff_a_duration_going_up_is_a_regression(tmp_path):
+def test_diff_a_duration_going_up_is_a_regression(tmp_path, cli):
     a = make_run(tmp_path / "a", 4, 2)
     b = make_run(tmp_path / "b", 4, 2, speed=0.8)
     r = cli("diff", a, b, "--metrics", "duration_mean", "--format", "json")
@@ -51,7 +53,7 @@ def test_diff_a_duration_going_up_is_a_regression(tmp_path):
     assert all(m["direction"] == "lower" for m in out["metrics"])
 
 
-def test_diff_reads_dlio_summaries_with_nan(tmp_path):
+def test_diff_reads_dlio_summaries_with_nan(tmp_path, cli):
     full = dlio_summary(tmp_path / "dlio_full" / "summary.json", save=2.0, load=4.0)
     read_only = dlio_summary(tmp_path / "dlio_read" / "summary.json", save=None, load=4.1)
     assert "NaN" in read_only.read_text()
@@ -73,7 +75,7 @@ def test_diff_reads_dlio_summaries_with_nan(tmp_path):
     assert metrics["save_checkpoint_io_mean_GiB_per_second"]["verdict"] == "new in B"  # ours only, not judged
 
 
-def test_diff_shows_config_keys_that_differ(tmp_path):
+def test_diff_shows_config_keys_that_differ(tmp_path, cli):
     a = make_run(tmp_path / "a", 2, 1, config={"checkpoint": {"fsync": True, "format": "pt"}})
     b = make_run(tmp_path / "b", 2, 1, config={"checkpoint": {"fsync": False, "format": "pt"}})
     r = cli("diff", a, b, "--threshold", "50")
@@ -81,7 +83,7 @@ def test_diff_shows_config_keys_that_differ(tmp_path):
 
 
 @pytest.mark.parametrize("case", ["missing", "bad_json", "failed_run", "no_metric", "bad_regex", "threshold"])
-def test_diff_unreadable_input_exits_2(tmp_path, case):
+def test_diff_unreadable_input_exits_2(tmp_path, cli, case):
     a = make_run(tmp_path / "a", 2, 1)
     b = tmp_path / "b.json"
     args = ["diff", a, b]
@@ -101,32 +103,6 @@ def test_diff_unreadable_input_exits_2(tmp_path, case):
         assert "ENOSPC" in r.stderr
 
 
-@pytest.mark.mpi
-def test_diff_two_real_runs_as_a_ci_gate(tmp_path):
-    args = ["workload=tiny", "++workload.checkpoint.num_checkpoints_write=2",
-            "++workload.checkpoint.num_checkpoints_read=2"]
-    for name in ("base", "new"):
-        r = dlio(args + [f"++hydra.run.dir={tmp_path / name}", f"++workload.checkpoint.checkpoint_folder=ck_{name}"],
-                 tmp_path, nprocs=2)
-        assert r.returncode == 0, r.stderr
-    r = cli("diff", tmp_path / "base", tmp_path / "base")  # a run against itself: nothing moved
-    assert r.returncode == 0 and "result: no regression" in r.stdout, r.stdout + r.stderr
-    r = cli("diff", tmp_path / "base", tmp_path / "new", "--format", "json")  # two real runs, whichever way they went:
-    body = json.loads(r.stdout)  # the exit status is the verdict the report gives
-    assert r.returncode == (1 if body["regressions"] else 0)
-    assert body["result"] == ("regression" if r.returncode else "ok")
-    assert "checkpoint.checkpoint_folder" in json.dumps(body["config_differences"])
-    slower = tmp_path / "slower"  # the new run 10% slower than the baseline: the gate must close
-    shutil.copytree(tmp_path / "base", slower)
-    summary = load(slower / "summary.json")
-    summary["metric"]["save_checkpoint_io_mean_GiB_per_second"] *= 0.9
-    (slower / "summary.json").write_text(json.dumps(summary))
-    gate = cli("diff", tmp_path / "base", slower, "--threshold", "5", "--metrics", "^save_.*io_mean_GiB")
-    assert gate.returncode == 1 and "REGRESSION in save_checkpoint_io_mean_GiB_per_second" in gate.stdout, gate.stdout
-    assert cli("diff", tmp_path / "base", slower, "--threshold", "11", "--metrics", "^save_.*io_mean_GiB"
-               ).returncode == 0
-
-
 # -- report ---------------------------------------------------------------------------------------
 
 def _png_size(path) -> tuple[int, int]:
@@ -136,25 +112,8 @@ def _png_size(path) -> tuple[int, int]:
         return im.size
 
 
-@pytest.mark.mpi
-def test_report_of_a_real_four_process_run(tmp_path):
-    r = dlio(["workload=tiny", "++workload.checkpoint.num_checkpoints_write=3", f"++hydra.run.dir={tmp_path / 'run'}"],
-             tmp_path, nprocs=4)
-    assert r.returncode == 0, r.stderr
-    r = cli("report", tmp_path / "run")
-    assert r.returncode == 0, r.stderr
-    names = {"throughput.png", "durations.png", "stragglers.png", "timeline.png", "report.html"}
-    assert {os.path.basename(p) for p in r.stdout.split()} == names
-    for png in names - {"report.html"}:
-        w, h = _png_size(tmp_path / "run" / png)
-        assert 600 <= w <= 2500 and 250 <= h <= 1600
-    page = (tmp_path / "run" / "report.html").read_text()
-    assert page.count("data:image/png;base64,") == 4 and "save_checkpoint_io_mean_GB_per_second" in page
-    stats = load(tmp_path / "run" / "0_per_epoch_stats.json")["1"]["save_ckpt1"]
-    assert len(stats["file_times"]) >= stats["files"]  # the timeline's data: every file, with its fsync
-
-
-def test_report_at_1024_processes_names_the_stragglers(tmp_path):
+@pytest.mark.slow  # 5-10 s drawing 1024 processes
+def test_report_at_1024_processes_names_the_stragglers(tmp_path, cli):
     from dlio_ckpt.tools.report import _durations
     from dlio_ckpt.tools.runfiles import load_run
 
@@ -171,7 +130,7 @@ def test_report_at_1024_processes_names_the_stragglers(tmp_path):
 
 # -- check ----------------------------------------------------------------------------------------
 
-def test_check_passes_a_conforming_run_rule_by_rule(tmp_path):
+def test_check_passes_a_conforming_run_rule_by_rule(tmp_path, cli):
     run = make_run(tmp_path / "ok", 8, 10, config=LLAMA3_8B, per_host=8)
     r = cli("check", run, "--edition", "2.0")
     assert r.returncode == 0, r.stdout
@@ -179,7 +138,7 @@ def test_check_passes_a_conforming_run_rule_by_rule(tmp_path):
     assert verdicts == ["PASS"] * 8 and "result: PASS" in r.stdout
 
 
-def test_check_explains_each_failure(tmp_path):
+def test_check_explains_each_failure(tmp_path, cli):
     config = {**LLAMA3_8B, "checkpoint": {"fsync": False}}
     run = make_run(tmp_path / "bad", 4, 3, config=config, fsync=False, read_cache="allowed", memory=512 << 30,
                    per_host=4)
@@ -192,7 +151,7 @@ def test_check_explains_each_failure(tmp_path):
     assert "PASS  model" in out and "llama3_8b" in out
 
 
-def test_check_recomputes_durations_from_every_process(tmp_path):
+def test_check_recomputes_durations_from_every_process(tmp_path, cli):
     run = make_run(tmp_path / "r0", 8, 10, config=LLAMA3_8B)
     summary = load(run / "summary.json")
     summary["checkpoints"]["save"][0]["duration_seconds"] /= 2  # as if timed on one rank's clock
@@ -201,7 +160,7 @@ def test_check_recomputes_durations_from_every_process(tmp_path):
     assert r.returncode == 1 and "FAIL  max duration" in r.stdout and "save_ckpt1: reported" in r.stdout
 
 
-def test_check_two_invocations_and_subset_mode(tmp_path):
+def test_check_two_invocations_and_subset_mode(tmp_path, cli):
     subset = {**LLAMA3_8B, "model": {**LLAMA3_8B["model"], "num_layers": 80, "parallelism": {
         "tensor": 8, "pipeline": 1, "zero_stage": 3, "data": 8}, "transformer": {
         **LLAMA3_8B["model"]["transformer"], "hidden_size": 8192, "ffn_hidden_size": 28672,
@@ -214,43 +173,7 @@ def test_check_two_invocations_and_subset_mode(tmp_path):
     assert "run 1: 10 written, 0 read; run 2: 0 written, 10 read" in r.stdout
 
 
-@pytest.mark.mpi
-def test_check_a_real_llama3_8b_run_scaled_down(tmp_path):
-    """8 real processes, 10 writes and 10 reads: every rule holds except the full size (scale)."""
-    r = dlio(["workload=llama3_8b", "++workload.checkpoint.scale=0.0001", f"++hydra.run.dir={tmp_path / 'run'}",
-              "++workload.accelerator_type=b200",
-              "++workload.checkpoint.time_between_checkpoints=0"], tmp_path, nprocs=8, timeout=300)
-    assert r.returncode == 0, r.stderr
-    r = cli("check", tmp_path / "run", "--edition", "2.0")
-    assert r.returncode == 1, r.stdout
-    failed = [line for line in r.stdout.splitlines() if line.startswith("FAIL")]
-    assert len(failed) == 1 and "full-size checkpoint" in failed[0], r.stdout
-    assert "scale=0.0001" in r.stdout and "80 checkpoints" not in r.stdout
-    # 4.0's rules too: what this machine cannot meet is the size and one file system for both folders, and a
-    # scaled run with no wait between checkpoints is not the CLOSED class's configuration (its hash differs);
-    # the accelerator and the invocation hold, and the recorded hash is recomputed equal
-    r = cli("check", tmp_path / "run")
-    verdicts = {line[6:].split("  expected:")[0].strip(): line[:4] for line in r.stdout.splitlines()
-                if line[:4] in ("PASS", "FAIL", "WARN")}
-    assert {k for k, v in verdicts.items() if v != "PASS"} == {"checkpoint size", "separate file systems",
-                                                                "provenance"}, r.stdout
-    assert "checkpoint.scale=0.0001 (not in DLIO's template)" in r.stdout
-    assert "8 x b200 at 180 GB = 1440 vs a 0.01 GiB checkpoint" in r.stdout
-    assert "core_config " in r.stdout and "recomputed equal" in r.stdout
-
-
-# -- progress -------------------------------------------------------------------------------------
-
-def test_progress_lines_when_output_is_not_a_terminal(tmp_path):
-    r = dlio(["workload=tiny", "--world-size", "4", "++workload.checkpoint.progress_interval=0.001",
-              "++workload.checkpoint.num_checkpoints_read=1"], tmp_path)
-    assert r.returncode == 0, r.stderr
-    lines = [line for line in r.stdout.splitlines() if "(rank 0's files)" in line]
-    assert any("save_ckpt1:" in line and "GiB/s" in line and "left" in line for line in lines)
-    assert any("load_ckpt1:" in line for line in lines)
-
-
-def test_check_reads_a_dlio_run_folder_and_says_what_it_cannot_show(tmp_path):
+def test_check_reads_a_dlio_run_folder_and_says_what_it_cannot_show(tmp_path, cli):
     import yaml
 
     folder = dlio_summary(tmp_path / "dlio" / "summary.json", save=2.0, load=4.0).parent
@@ -312,22 +235,3 @@ def test_a_sweep_names_the_quickest_load_best_not_the_one_that_read_most(tmp_pat
     assert "load 0.100 s" in short_line(["layout"], rows[1])
     draw(str(tmp_path), ["layout"], rows)
     assert (tmp_path / "sweep.png").stat().st_size > 0
-
-
-def test_report_shows_the_layout_the_restore_and_the_checkpoint_folder(tmp_path):
-    """report.html says whose files, where they were and what the load read, not only the metrics."""
-    from dlio_ckpt.tools.report import write_report
-
-    folder = tmp_path / "elsewhere" / "ck"
-    r = dlio(["workload=tiny", "++workload.checkpoint.layout=dcp", "++workload.model.parallelism.tensor=1",
-              "--world-size", "4", "++workload.restore.world_size=2", "++workload.checkpoint.num_checkpoints_write=1",
-              "++workload.checkpoint.num_checkpoints_read=1", f"++workload.checkpoint.checkpoint_folder={folder}",
-              "++hydra.run.dir=run"], tmp_path)
-    assert r.returncode == 0, r.stderr
-    write_report(str(tmp_path / "run"))
-    page = (tmp_path / "run" / "report.html").read_text()
-    restore = load(tmp_path / "run" / "summary.json")["io"]["restore"]
-    assert "<th>layout</th><td>dcp</td>" in page and f"<td>{folder}</td>" in page
-    assert "<th>load world size</th><td>2 (saved at 4: resharded)</td>" in page
-    assert f"{restore['read_amplification']:.3f}" in page and "FileSystemReader" in page
-    assert "bytes read per rank" in page and "heaviest rank" in page

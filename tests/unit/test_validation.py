@@ -1,10 +1,10 @@
-"""Bad input: one message naming key, value and rule; exit 2; nothing created."""
+"""Bad input: one message naming key, value and rule; exit 2; nothing created. In this process (the
+``dlio_here`` fixture): the same command line, parser, composition and checks as ``python -m dlio_ckpt``, without
+a process's start for each case; tests/e2e/test_bad_input.py holds a few of these cases to the real entry point."""
 
 from __future__ import annotations
 
 import pytest
-
-from .conftest import dlio
 
 BAD = [
     (["workload=nope"], "available: "),
@@ -46,31 +46,31 @@ BAD = [
 
 
 @pytest.mark.parametrize("args,needle", BAD)
-def test_bad_input_is_rejected_before_anything_is_written(tmp_path, args, needle):
+def test_bad_input_is_rejected_before_anything_is_written(tmp_path, dlio_here, args, needle):
     for command in (["plan", "--world-size", "4"], []):
-        res = dlio(command + args, tmp_path)
+        res = dlio_here(command + args)
         assert res.returncode == 2, res.stderr
         assert needle in res.stderr, res.stderr
         assert "Traceback" not in res.stderr
         assert list(tmp_path.iterdir()) == [], "nothing may be created on bad input"
 
 
-def test_user_config_dir_and_malformed_yaml(tmp_path):
+def test_user_config_dir_and_malformed_yaml(tmp_path, dlio_here):
     conf = tmp_path / "conf" / "workload"
     conf.mkdir(parents=True)
     (conf / "broken.yaml").write_text("model: [unclosed\n")
     (conf / "mine.yaml").write_text("model:\n  name: mine\n  num_layers: 2\n")
-    res = dlio(["plan", "workload=broken", "--config-dir", str(tmp_path / "conf"), "--world-size", "1"], tmp_path)
+    res = dlio_here(["plan", "workload=broken", "--config-dir", str(tmp_path / "conf"), "--world-size", "1"])
     assert res.returncode == 2 and "error" in res.stderr.lower()
-    res = dlio(["plan", "workload=mine", "--config-dir", str(tmp_path / "conf"), "--world-size", "1",
-                "--format", "json"], tmp_path)
+    res = dlio_here(["plan", "workload=mine", "--config-dir", str(tmp_path / "conf"), "--world-size", "1",
+                     "--format", "json"])
     assert res.returncode == 0, res.stderr
     assert '"world_size": 1' in res.stdout
 
 
 # One bad input for each rule of config.py that the table above and the other files' tables do not
 # already hold (empty paths and override keys: test_run_folder.py; tiers: test_tiers.py; real modes'
-# emulator-only keys and storages: test_real_modes.py). Run as a user runs them, on one process.
+# emulator-only keys and storages: below), on one process.
 RULES = [
     (["--world-size", "0"], "--world-size=0: must be >= 1"),
     (["--world-size", "262148"], "--world-size=262148: must be <= 262144"),
@@ -132,9 +132,9 @@ RULES = [
 
 
 @pytest.mark.parametrize("args,said", RULES)
-def test_each_rule_has_its_bad_input(tmp_path, args, said):
+def test_each_rule_has_its_bad_input(tmp_path, dlio_here, args, said):
     head = args[:1] if args[:1] == ["plan"] else []
-    res = dlio([*head, "workload=tiny", "++workload.checkpoint.num_checkpoints_read=0", *args[len(head):]], tmp_path)
+    res = dlio_here([*head, "workload=tiny", "++workload.checkpoint.num_checkpoints_read=0", *args[len(head):]])
     assert res.returncode == 2 and said in res.stderr, res.stderr
     assert res.stderr.count("error:") == 1 and "Traceback" not in res.stderr
     assert list(tmp_path.iterdir()) == [], "nothing may be created on bad input"
@@ -147,10 +147,10 @@ PLANS_OWN = [("--format", "json"), ("--write-bandwidth", "20GB/s"), ("--read-ban
 
 @pytest.mark.parametrize("flag,value", PLANS_OWN)
 @pytest.mark.parametrize("command", [[], ["run"], ["sweep"], ["tune"]])
-def test_plan_only_options_are_refused_elsewhere_by_name(tmp_path, command, flag, value):
+def test_plan_only_options_are_refused_elsewhere_by_name(tmp_path, dlio_here, command, flag, value):
     """A run, sweep or tune given plan's what-if options measured the storage and ignored them, silently. Each
     command's parser takes only its own options, so argparse refuses plan's, naming the option and the command."""
-    res = dlio([*command, "workload=tiny", flag, value], tmp_path)
+    res = dlio_here([*command, "workload=tiny", flag, value])
     said = f"unrecognized arguments: {flag}"
     assert res.returncode == 2 and said in res.stderr, res.stderr
     assert res.stderr.startswith("dlio_ckpt: error:" if command in ([], ["run"]) else f"dlio_ckpt {command[0]}: error:")
@@ -158,54 +158,16 @@ def test_plan_only_options_are_refused_elsewhere_by_name(tmp_path, command, flag
     assert list(tmp_path.iterdir()) == [], "nothing may be created on bad input"
 
 
-def test_options_that_work_today_still_do(tmp_path):
-    """Options come between overrides, plan's with plan and run's with a run, as before."""
-    plan = dlio(["plan", "workload=tiny", "--format", "json", "++workload.checkpoint.scale=0.5", "--world-size", "2",
-                 "--write-bandwidth", "1GB/s", "--read-bandwidth", "2GB/s", "--mtbf-hours", "1"], tmp_path)
-    assert plan.returncode == 0 and "goodput" in plan.stdout, plan.stderr
-    assert list(tmp_path.iterdir()) == []
-    run = dlio(["workload=tiny", "--world-size", "2", "++hydra.run.dir=r", "--replace-results",
-                "++workload.checkpoint.scale=0.01", "++workload.checkpoint.checkpoint_folder=ck"], tmp_path)
-    assert run.returncode == 0, run.stderr
-
-
-def test_a_read_only_what_if_gives_the_loads_time(tmp_path):
+def test_a_read_only_what_if_gives_the_loads_time(tmp_path, dlio_here):
     """--read-bandwidth alone: how long a restart's load takes, without the write bandwidth and MTBF the goodput
     needs (it was refused, naming --write-bandwidth=None)."""
     import json
 
-    res = dlio(["plan", "workload=tiny", "--world-size", "2", "--read-bandwidth", "1GB/s", "--format", "json"],
-               tmp_path)
+    res = dlio_here(["plan", "workload=tiny", "--world-size", "2", "--read-bandwidth", "1GB/s", "--format", "json"])
     assert res.returncode == 0, res.stderr
     out = json.loads(res.stdout)
     assert "goodput" not in out and out["load"]["load_seconds"] == out["total_payload_bytes"] / 1e9
-    table = dlio(["plan", "workload=tiny", "--world-size", "2", "--read-bandwidth", "1GB/s"], tmp_path)
+    table = dlio_here(["plan", "workload=tiny", "--world-size", "2", "--read-bandwidth", "1GB/s"])
     assert table.returncode == 0 and f"load_seconds: {out['total_payload_bytes'] / 1e9:.4g}" in table.stdout
     assert "goodput" not in table.stdout and "None" not in table.stdout + table.stderr
-    assert list(tmp_path.iterdir()) == []
-
-
-def test_a_read_only_run_names_both_layouts_and_the_key(tmp_path):
-    """Reading another layout's checkpoint said "written with another layout" and named neither."""
-    base = ["workload=tiny", "--world-size", "2", "++workload.checkpoint.checkpoint_folder=ck",
-            "++workload.checkpoint.scale=0.01", "++workload.checkpoint.progress=False"]
-    w = dlio([*base, "++workload.checkpoint.layout=deepspeed", "++workload.checkpoint.num_checkpoints_write=1",
-              "++workload.checkpoint.num_checkpoints_read=0", "++hydra.run.dir=w"], tmp_path)
-    assert w.returncode == 0, w.stderr
-    r = dlio([*base, "++workload.checkpoint.num_checkpoints_write=0", "++workload.checkpoint.num_checkpoints_read=1",
-              "++hydra.run.dir=r"], tmp_path)
-    assert r.returncode == 2, r.stderr
-    assert "workload.checkpoint.layout='dlio': global_epoch1_step1 in ./ck was written with " \
-           "checkpoint.layout=deepspeed, and this run reads checkpoint.layout=dlio's files: set " \
-           "++workload.checkpoint.layout=deepspeed to read it" in r.stderr, r.stderr
-    assert r.stderr.count("error:") == 1 and not (tmp_path / "r").exists()
-    same = dlio([*base, "++workload.checkpoint.layout=deepspeed", "++workload.checkpoint.num_checkpoints_write=0",
-                 "++workload.checkpoint.num_checkpoints_read=1", "++hydra.run.dir=r"], tmp_path)
-    assert same.returncode == 0, same.stderr
-
-
-@pytest.mark.mpi
-def test_lightning_on_more_than_one_process_is_refused(tmp_path):
-    res = dlio(["workload=lightning_demo"], tmp_path, nprocs=2)
-    assert res.returncode == 2 and "workload.mode='lightning': runs one process" in res.stderr, res.stderr
     assert list(tmp_path.iterdir()) == []

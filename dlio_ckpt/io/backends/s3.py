@@ -117,7 +117,7 @@ class S3Reader:
     consumed (and verified) so the client never waits for a first byte between ranges. Those are
     made from the backend's ``ahead`` threads: the native ``get_object`` call blocks 7-12 ms here
     before returning, a third of the time a 32 MiB range takes to arrive, and made inline it stalled
-    every range (see the README)."""
+    every range (bench/results/2026-11-24-object-stores.md)."""
 
     def __init__(self, backend: S3Backend, path: str) -> None:
         self._b, self._url = backend, backend.url(path)

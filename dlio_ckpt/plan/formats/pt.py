@@ -50,7 +50,7 @@ def _global(module: str, name: str) -> bytes:
 def pickle_state(file: FilePlan) -> bytes:
     """data.pkl of ``torch.save`` of the file's (possibly nested) dict of 1-D tensors, storages keyed 0, 1,
     2, ..., byte for byte as torch.save's pickler writes it (held to DLIO's own files in
-    tests/test_references.py and to torch.save in tests/test_pt_format.py)."""
+    tests/against_frameworks/test_references.py and to torch.save in tests/unit/test_pt_format.py)."""
     p, key = _Pickler(), iter(range(sum(len(g.numels) for g in file.groups)))
 
     def group(numels: tuple[int, ...]) -> None:

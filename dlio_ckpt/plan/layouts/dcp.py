@@ -3,7 +3,8 @@ with its ``FileSystemWriter``), as torchtitan and Lightning's FSDP strategy save
 
 Derived from torch 2.13.0 (``torch/distributed/checkpoint/filesystem.py``, ``_dedup_save_plans.py``,
 ``default_planner.py``, ``torch/distributed/fsdp/_fully_shard/_fsdp_param.py``) and held to the files a
-real ``dcp.save`` writes here (``tests/test_dcp_layout.py``: every ``.distcp`` equal to the byte, item by item):
+real ``dcp.save`` writes here (``tests/against_frameworks/test_dcp_layout.py``: every ``.distcp`` equal to the byte,
+item by item):
 
 - The model is a real FSDP2 job's Llama, tensor by tensor: Hugging Face transformers' ``LlamaForCausalLM``
   (:meth:`~dlio_ckpt.model.dense.TransformerShape.named_shapes`; ``mode=fsdp`` trains and saves that class), nine

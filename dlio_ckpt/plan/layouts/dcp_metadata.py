@@ -5,7 +5,8 @@ Why a count of opcodes and not a pickle: at 16,384 ranks the file describes tens
 size is a sum of per-entry costs, each the opcodes Python's pickler writes for it (worked out from real
 ``.metadata`` files of torch 2.13.0 with ``pickletools``): a string is 3 bytes and its text (memoized), a
 reference to an earlier object 2 bytes (5 once the memo passes 256 entries), an int 2, 3 or 5 bytes by
-size. Held to real files by ``tests/test_dcp_layout.py``: within 1.4% in its six saves (1 to 4 ranks; it
+size. Held to real files by ``tests/against_frameworks/test_dcp_layout.py``: within 1.4% in its six saves (1 to 4
+ranks; it
 allows 2%), not to the byte.
 
 - ``state_dict_metadata``: per tensor its properties, global size and one chunk (offsets, sizes) per shard.

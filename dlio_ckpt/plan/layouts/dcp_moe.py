@@ -4,7 +4,7 @@
 Derived from torchtitan v0.2.0 (``models/moe/moe.py``, ``models/deepseek_v3/model/model.py``,
 ``models/qwen3/model/model.py``, ``models/llama4/infra/parallelize.py`` ``apply_fsdp``,
 ``distributed/expert_parallel.py``) and held to a real ``dcp.save`` of those modules and placements on CPU
-(``tests/oracles/dcp_moe_save.py``, ``tests/test_dcp_layout.py``):
+(``tests/oracles/dcp_moe_save.py``, ``tests/against_frameworks/test_dcp_layout.py``):
 
 - Names and order: ``tok_embeddings``, per block the attention (DeepSeek's latent ``wq_a``, ``q_norm``, ``wq_b``,
   ``wkv_a``, ``kv_norm``, ``wkv_b``, ``wo``; Qwen3's ``q_norm``, ``k_norm``, ``wq``, ``wk``, ``wv``, ``wo``), the

@@ -1,6 +1,7 @@
 """What ``dcp.load`` reads on each rank of an FSDP2 job, at the save's world size or another.
 
-Derived from torch 2.13.0 and held to an instrumented ``FileSystemReader`` in ``tests/test_restore.py``:
+Derived from torch 2.13.0 and held to an instrumented ``FileSystemReader`` in
+``tests/against_frameworks/test_restore.py``:
 
 - Every rank reads ``.metadata`` first (``state_dict_loader._load_state_dict``'s ``local_step``).
 - ``create_default_local_load_plan`` walks the rank's state dict in order (the model, then per parameter

@@ -3,7 +3,7 @@
 Derived from DeepSpeed 0.19.8's source (``deepspeed/runtime/engine.py``: ``_save_moe_checkpoint``,
 ``_get_expert_ckpt_name``, ``_get_non_moe_state_dict``, ``_get_zero_ckpt_name``, ``_configure_moe_settings``;
 ``deepspeed/utils/groups.py`` ``_create_expert_data_and_model_parallel``) and held to real DeepSpeed 0.19.8 MoE
-saves on this machine (``tests/oracles/deepspeed_moe_save.py``, recorded in ``tests/test_moe_layouts.py``):
+saves on this machine (``tests/oracles/deepspeed_moe_save.py``, recorded in ``tests/unit/test_moe_layouts.py``):
 
 - Each data-parallel group is cut into expert-parallel groups of ``parallelism.expert`` consecutive ranks
   (EP rank = DP rank mod EP); the ranks holding the same experts form the expert-data-parallel group (DP / EP).

@@ -1,5 +1,5 @@
 """DLIO's layout (MLPerf Storage v2.0): its arithmetic, its file names, model state written by
-data-parallel rank 0 (ZeRO 1/2) or by every rank (ZeRO 0/3). ``../shared/spec/dlio-checkpoint-layout.md``
+data-parallel rank 0 (ZeRO 1/2) or by every rank (ZeRO 0/3). ``docs/concepts/dlio-layout-spec.md``
 is the specification; every existing DLIO figure holds to the byte.
 """
 

@@ -2,7 +2,7 @@
 optimizer's state, saved by ``dist_checkpointing.save`` with the fully parallel save strategy.
 
 Derived from megatron-core 0.16.1 (the newest release for Python 3.11; 0.17-0.19 need 3.12) and held to
-its own saves on CPU (gloo) in ``tests/test_megatron_layout.py``:
+its own saves on CPU (gloo) in ``tests/against_frameworks/test_megatron_layout.py``:
 
 - Tensors are Megatron's ShardedTensors: a layer's weights are stacked on a leading layer dimension with
   one chunk per layer (``decoder.layers.self_attention.linear_qkv.weight``, shape (L, q+2kv, h)); tensor

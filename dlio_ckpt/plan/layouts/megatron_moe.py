@@ -1,7 +1,8 @@
 """Megatron-core's ``torch_dist`` files of a mixture of experts (``checkpoint.layout=megatron``, ``model.family=moe``).
 
 Held to megatron-core 0.16.1's own saves on CPU (``tests/oracles/megatron_save.py`` with an MoE config: local
-specs, SequentialMLP experts, the distributed optimizer, the fully parallel save; ``tests/test_megatron_layout.py``):
+specs, SequentialMLP experts, the distributed optimizer, the fully parallel save;
+``tests/against_frameworks/test_megatron_layout.py``):
 
 - Keys are Megatron's: a block's tensors are stacked on a leading layer dimension when every block has the
   same kind (``decoder.layers.mlp.experts.experts.linear_fc1.weight``, (layers, experts, 2 x width, hidden)),

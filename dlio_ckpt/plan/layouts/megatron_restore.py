@@ -2,7 +2,8 @@
 and world size or others (a dense GPT model; the model alone or with the distributed optimizer's
 ``fully_reshardable`` state).
 
-Derived from megatron-core 0.16.1 and torch 2.13.0 and held to a real load in ``tests/test_restore.py``
+Derived from megatron-core 0.16.1 and torch 2.13.0 and held to a real load in
+``tests/against_frameworks/test_restore.py``
 (``tests/oracles/megatron_save.py load``: DCP's ``FileSystemReader`` instrumented):
 
 - No fully parallel load (Megatron-LM's ``--ckpt-fully-parallel-load`` is off by default): every rank reads

@@ -13,7 +13,7 @@ from dlio_ckpt.config import Workload
 from dlio_ckpt.model.dtypes import DATATYPE_BYTES
 
 # Fitted to .ckpt files written by torch 2.13 / Lightning 2.6 (2, 10 and 100 layers, SGD and Adam;
-# tests/test_real_modes.py holds the prediction to 1%): per parameter tensor, its zip record, pickle
+# tests/e2e/test_real_modes.py holds the prediction to 1%): per parameter tensor, its zip record, pickle
 # entry (the state_dict key) and 64-byte alignment; per optimizer-state tensor (exp_avg, exp_avg_sq,
 # step) the same without a long key; the fixed part (loops, callbacks, versions, param groups).
 PARAM_TENSOR_BYTES = 365

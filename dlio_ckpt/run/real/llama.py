@@ -7,7 +7,8 @@ Llama holds what a real FSDP2 Llama job saves: nine weights a block (``q_proj``,
 ``o_proj``, ``gate_proj``, ``up_proj``, ``down_proj`` and two RMSNorms), the embedding, the final norm and an
 untied ``lm_head``; its rotary ``inv_freq`` buffers are not persistent (not saved).
 :meth:`~dlio_ckpt.model.dense.TransformerShape.named_shapes` lists the same names and shapes, and
-``tests/test_dcp_layout.py`` holds the two together. This subclass adds no parameter: only the interface
+``tests/against_frameworks/test_dcp_layout.py`` holds the two together. This subclass adds no parameter: only the
+interface
 ``fsdp_mode`` drives (``layers`` to shard block by block, ``forward`` from tokens to logits, ``init_weights``).
 It is built on the meta device and materialized shard by shard after ``fully_shard``, so no process ever holds
 the whole model.

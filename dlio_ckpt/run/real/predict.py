@@ -1,7 +1,7 @@
 """What ``plan`` says about a real mode: the bytes one checkpoint will hold, without torch.
 
 Why: a user sizing storage for a Lightning or FSDP run wants the number before running it, and the
-lightning prediction is held to within 1% of the files real runs write (tests/test_real_modes.py).
+lightning prediction is held to within 1% of the files real runs write (tests/e2e/test_real_modes.py).
 """
 
 from __future__ import annotations

@@ -1,0 +1,31 @@
+"""A scaled run (``checkpoint.scale``) as a user runs it: its summary gives the full size beside what it wrote,
+and a projection to full size labelled as one (tests/unit/test_scaling.py holds the plans themselves)."""
+
+from __future__ import annotations
+
+from dlio_ckpt.config import compose
+from dlio_ckpt.plan.layouts import make_plan
+from tests.support.cli import dlio, load
+
+
+def test_a_scaled_run_reports_the_full_size_beside_its_own_and_a_labelled_projection(tmp_path):
+    args = ["workload=llama3_8b", "++workload.checkpoint.layout=dcp", "++workload.model.parallelism.tensor=1",
+            "--world-size", "8", "++workload.checkpoint.scale=0.001"]
+    r = dlio([*args, "++workload.storage.storage_root=data", "++hydra.run.dir=run",
+              "++workload.checkpoint.num_checkpoints_write=1", "++workload.checkpoint.num_checkpoints_read=1"],
+             tmp_path)
+    assert r.returncode == 0, r.stderr
+    summary = load(tmp_path / "run" / "summary.json")
+    scaled, metric = summary["io"]["scaled"], summary["metric"]
+    full = make_plan(compose(["workload=llama3_8b", *args[1:3], "++workload.checkpoint.scale=1"])[0], 8)
+    assert scaled["full_size"]["checkpoint_size_GiB"] == full.checkpoint_size_GB
+    assert scaled["full_size"]["coordinator_bytes"] == sum(c.size for c in full.coordinator)
+    step = tmp_path / "data" / "checkpoints" / "llama3_8b" / "global_epoch1_step1"
+    written = sum(p.stat().st_size for p in step.iterdir())
+    assert scaled["this_run"]["bytes_per_checkpoint"] == written  # what is on storage, headers and .metadata too
+    assert scaled["bytes_ratio"] == written / scaled["full_size"]["bytes_per_checkpoint"]
+    ahead = scaled["projected_full_size"]
+    assert ahead["save_seconds"] == metric["save_checkpoint_duration_mean_seconds"] / scaled["bytes_ratio"]
+    assert ahead["load_seconds"] == metric["load_checkpoint_duration_mean_seconds"] / scaled["bytes_ratio"]
+    assert ahead["basis"].startswith("a projection, not a measurement")
+    assert "projected at full size, not measured" in r.stdout + r.stderr

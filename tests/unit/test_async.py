@@ -1,0 +1,80 @@
+"""Async checkpoints' arithmetic: the measured goodput and the what-if model on values worked out by hand, and
+``plan``'s answer in words; real staging larger than host memory refused (in this process). Async saves run
+under mpiexec in tests/e2e/test_async.py."""
+
+from __future__ import annotations
+
+import json
+import math
+
+from tests.e2e.test_async import SHAPE
+
+
+def test_the_measured_goodput_on_values_worked_out_by_hand():
+    from dlio_ckpt.results.goodput import figures
+
+    g = figures(600, held=2, durable=10, load=30, mtbf_hours=10)  # M = 36000 s; lost = 300 + 10 + 30
+    assert g["lost_per_failure_seconds"] == 340
+    assert math.isclose(g["goodput"], 0.987265, rel_tol=1e-6)  # 600/602 * (1 - 340/36000)
+    assert g["optimal_interval_seconds"] == 379.4733192202055  # sqrt(2 * 2 * 36000) = sqrt(144000)
+
+
+def test_real_staging_larger_than_host_memory_is_refused(tmp_path, dlio_here):
+    r = dlio_here([*SHAPE, "++workload.checkpoint.scale=1", "++workload.checkpoint.async_save=True",
+                   "++workload.checkpoint.staging=real", "++hydra.run.dir=big"])
+    assert r.returncode == 2 and "workload.checkpoint.staging='real'" in r.stderr and "available" in r.stderr, r.stderr
+    assert not (tmp_path / "big").exists()
+
+
+def test_the_what_if_model_on_values_worked_out_by_hand():
+    """Round inputs, answers worked out on paper: M = 8 h = 28800 s."""
+    from dlio_ckpt.results.goodput import what_if
+
+    sync = what_if(1800, write=5, load=2.5, mtbf_hours=8)  # held 5, durable 5, lost 900 + 5 + 2.5
+    assert sync["held_seconds_per_checkpoint"] == 5 and sync["time_to_durable_seconds"] == 5
+    assert sync["lost_per_failure_seconds"] == 907.5
+    assert math.isclose(sync["goodput"], 0.965807, rel_tol=1e-6)  # 1800/1805 * (1 - 907.5/28800)
+    assert math.isclose(sync["optimal_interval_seconds"], 536.656, rel_tol=1e-6)  # sqrt(2 * 5 * 28800)
+    assert sync["optimal_interval_bound_by"] == "Young/Daly" and "write_keeps_up" not in sync
+
+    stall = what_if(5, write=48, load=24, mtbf_hours=8, staging=1)  # the write cannot finish in 5 s
+    assert stall["write_keeps_up"] is False and stall["stalled_seconds_per_checkpoint"] == 43
+    assert stall["held_seconds_per_checkpoint"] == 44 and stall["time_to_durable_seconds"] == 49
+    assert math.isclose(stall["goodput"], 0.101773, rel_tol=1e-5)  # 5/49 * (1 - 75.5/28800)
+    assert stall["optimal_interval_seconds"] == 240 and stall["optimal_interval_bound_by"] == "Young/Daly"
+    assert "does not fit in the 5 s interval" in stall["verdict"] and "holds training 44 s" in stall["verdict"]
+
+    behind = what_if(5, write=48, load=24, mtbf_hours=8, staging=1, drain=1000)  # 1000 s of drain every 49 s
+    assert behind["drain_keeps_up"] is False and behind["drain_falls_behind_seconds_per_checkpoint"] == 951
+    assert behind["goodput"] is None and behind["lost_per_failure_seconds"] is None
+    assert "grows without bound" in behind["verdict"]
+    assert behind["optimal_interval_seconds"] == 999 and behind["optimal_interval_bound_by"] == "the drain"
+    assert math.isclose(behind["goodput_at_optimal"], 0.944454, rel_tol=1e-5)  # 999/1000 * (1 - 1572.5/28800)
+
+    easy = what_if(1800, write=48, load=24, mtbf_hours=8, staging=1, drain=1000)
+    assert easy["write_keeps_up"] and easy["drain_keeps_up"] and easy["stalled_seconds_per_checkpoint"] == 0
+    assert easy["time_to_durable_seconds"] == 1049 and easy["held_seconds_per_checkpoint"] == 1
+
+
+def test_plan_answers_the_what_if_in_words_without_writing_anything(tmp_path, dlio_here):
+    """The case that once reported goodput 0.80 for a 48.9 s write every 5 s: now the stall, the
+    held time and the goodput that follow, and with a slow drain no goodput at all, saying why."""
+    base = ["plan", "workload=llama3_70b", "--world-size", "64", "--write-bandwidth", "20GB/s",
+            "--read-bandwidth", "40GB/s", "--mtbf-hours", "8", "++workload.checkpoint.async_save=True",
+            "++workload.checkpoint.time_between_checkpoints=5"]
+    r = dlio_here([*base, "--format", "json"])
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    g, size = out["goodput"], out["total_payload_bytes"]
+    assert size == 978406572032 and math.isclose(g["write_seconds"], 48.9203286016)  # bytes / 20e9
+    assert g["write_keeps_up"] is False and math.isclose(g["stalled_seconds_per_checkpoint"], 43.9203286016)
+    assert g["goodput"] < 0.11
+    table = dlio_here([*base, "--drain-bandwidth", "1GB/s"])
+    assert table.returncode == 0, table.stderr
+    assert "drain_keeps_up: False" in table.stdout and "goodput: none (see verdict)" in table.stdout
+    assert "verdict: the background write (48.92 s) does not fit in the 5 s interval" in table.stdout
+    assert "no steady goodput follows at this interval" in table.stdout
+    bad = dlio_here(["plan", "workload=tiny", "--world-size", "2", "--write-bandwidth", "fast", "--read-bandwidth",
+                     "1GB/s", "--mtbf-hours", "8"])
+    assert bad.returncode == 2 and "--write-bandwidth='fast': must be a positive rate" in bad.stderr
+    assert not list(tmp_path.iterdir())

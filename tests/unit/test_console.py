@@ -1,0 +1,15 @@
+"""Messages named as the user gave them (in this process). What a user sees of runs, at a terminal and under
+mpiexec: tests/e2e/test_console.py."""
+
+from __future__ import annotations
+
+import pytest
+
+
+@pytest.mark.parametrize("size, said", [("0", "--world-size=0: must be >= 1"),
+                                        ("100000000", "--world-size=100000000: must be <= 262144")])
+def test_world_sizes_out_of_range_are_named_as_given(tmp_path, dlio_here, size, said):
+    for head in ([], ["plan"]):
+        r = dlio_here([*head, "workload=tiny", "--world-size", size])
+        assert r.returncode == 2 and said in r.stderr and "world size 1" not in r.stderr, r.stderr
+    assert list(tmp_path.iterdir()) == []
