@@ -30,8 +30,7 @@ def llama_config(s: TransformerShape) -> LlamaConfig:
                        num_hidden_layers=s.num_layers, num_attention_heads=s.num_attention_heads,
                        num_key_value_heads=s.num_kv_heads, head_dim=s.hidden_size // s.num_attention_heads,
                        tie_word_embeddings=False, attention_bias=False, mlp_bias=False, use_cache=False,
-                       # transformers takes it through **kwargs, which its dataclass-made __init__ does not declare
-                       attn_implementation="sdpa")  # type: ignore[call-arg]
+                       attn_implementation="sdpa")
 
 
 class Llama(LlamaForCausalLM):
