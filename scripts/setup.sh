@@ -10,6 +10,17 @@ if command -v apt-get >/dev/null && [ -n "$missing" ]; then
   # shellcheck disable=SC2086
   (apt-get update -qq && apt-get install -y -qq $missing >/dev/null) || echo "note: not installed: $missing"
 fi
+# lightning.checkpoint_io=dataflux: its own environment (requirements-dataflux.txt says why), built beside
+# the main one (each pip mostly unpacks wheels: two at once use both cores)
+dataflux_log=$(mktemp)
+(
+  set -e
+  python3.11 -m venv .venv-dataflux 2>/dev/null || python3 -m venv .venv-dataflux
+  .venv-dataflux/bin/python -m pip install -q --upgrade pip
+  .venv-dataflux/bin/python -m pip install -q torch==2.13.0
+  .venv-dataflux/bin/python -m pip install -q -r requirements-dataflux.txt
+) > "$dataflux_log" 2>&1 &
+dataflux=$!
 python3.11 -m venv .venv 2>/dev/null || python3 -m venv .venv
 .venv/bin/python -m pip install -q --upgrade pip
 # torch first: s3torchconnector depends on it, and only 2.13.0 is a local CPU wheel here (any other
@@ -20,9 +31,8 @@ python3.11 -m venv .venv 2>/dev/null || python3 -m venv .venv
 # --no-deps, its imports (torch, numpy, packaging, psutil) are already here
 .venv/bin/python -m pip install -q --no-deps megatron-core==0.16.1
 .venv/bin/python -m pip install -q --no-deps -e .
-# lightning.checkpoint_io=dataflux: its own environment (requirements-dataflux.txt says why)
-python3.11 -m venv .venv-dataflux 2>/dev/null || python3 -m venv .venv-dataflux
-.venv-dataflux/bin/python -m pip install -q --upgrade pip
-.venv-dataflux/bin/python -m pip install -q torch==2.13.0
-.venv-dataflux/bin/python -m pip install -q -r requirements-dataflux.txt
+# the second environment's packages are in by now; dlio_ckpt itself is installed into each in turn (an editable
+# install builds in this folder)
+wait "$dataflux" || { cat "$dataflux_log"; exit 1; }
+rm -f "$dataflux_log"
 .venv-dataflux/bin/python -m pip install -q --no-deps -e .

@@ -4,14 +4,29 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 .venv/bin/ruff check dlio_ckpt tests bench
-.venv/bin/lint-imports  # ARCHITECTURE.md's rules (pyproject.toml [tool.importlinter])
-.venv/bin/mypy  # the package's types (pyproject.toml [tool.mypy])
-# the documentation site: broken links or pages fail it; every key, command, flag and summary.json field is in
-# its generated reference
+# The static checks run beside the suite, which leaves part of a core idle while its processes wait; their
+# output follows the suite's, and either failing fails the command:
+# - lint-imports: ARCHITECTURE.md's rules (pyproject.toml [tool.importlinter])
+# - mypy: the package's types (pyproject.toml [tool.mypy])
+# - the documentation site: broken links or pages fail it; every key, command, flag and summary.json field is
+#   in its generated reference
 site=$(mktemp -d)
-trap 'rm -rf "$site"' EXIT
-NO_MKDOCS_2_WARNING=1 .venv/bin/mkdocs build --strict -q -d "$site"
-.venv/bin/python docs/_hooks/check_reference.py "$site"
+checks_log=$(mktemp)
+trap 'rm -rf "$site" "$checks_log"' EXIT
+(
+  set -e
+  .venv/bin/lint-imports
+  .venv/bin/mypy
+  NO_MKDOCS_2_WARNING=1 .venv/bin/mkdocs build --strict -q -d "$site"
+  .venv/bin/python docs/_hooks/check_reference.py "$site"
+) > "$checks_log" 2>&1 &
+checks=$!
 # two workers on the two cores: the suite's processes mostly wait on storage, servers and each other; each
 # takes the next test when it is free (worksteal), the slowest first (tests/conftest.py)
-.venv/bin/python -m pytest -q -n 2 --dist worksteal
+suite=0
+.venv/bin/python -m pytest -q -n 2 --dist worksteal || suite=$?
+checked=0
+wait "$checks" || checked=$?
+cat "$checks_log"
+[ "$checked" -eq 0 ] || echo "static checks failed (exit $checked): see above"
+exit $(( suite != 0 ? suite : checked ))
