@@ -207,10 +207,11 @@ def _run_point(p: Point, workload: Workload, raw: dict, run_dir: str, comm: Comm
     state.phase, state.step, state.file, state.run_dir, state.committed = "starting", None, None, None, None
     reset_peak_rss()
     ctx, job_ending = None, False
+    outcome: tuple[str | None, list[Backend]] | None = None  # None below: the failure's own handling failed
     try:
         mode, ctx = start(workload, point_comm, p.world_size or comm.size, state, watchdog)
         execute(mode, ctx, run_dir, raw, p.overrides, ["sweep", *sys.argv[2:]], replace=True)  # a failed attempt's
-        outcome: tuple[str | None, list[Backend]] = None, _cleaned_here(ctx)
+        outcome = None, _cleaned_here(ctx)
     except PointAborted as exc:
         outcome = str(exc), _cleaned_here(ctx)
     except (SystemExit, KeyboardInterrupt):
@@ -228,7 +229,8 @@ def _run_point(p: Point, workload: Workload, raw: dict, run_dir: str, comm: Comm
         outcome = reason, _cleaned_here(ctx)
     finally:  # ok, failed or aborted: this rank's messages delivered, the point's communicator freed
         if isinstance(point_comm, PointComm) and not job_ending:
-            point_comm.close(peers_idle=outcome[0] is None)  # a failed point's drains may still wait
+            # a failed point's drains may still wait
+            point_comm.close(peers_idle=outcome is not None and outcome[0] is None)
     return outcome
 
 
