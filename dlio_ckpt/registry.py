@@ -20,7 +20,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import cached_property
 from importlib import metadata
-from typing import Any, Generic, Literal, TypeVar
+from typing import Any, Generic, Literal, TypeVar, get_args
 
 from dlio_ckpt.errors import ConfigError
 
@@ -46,7 +46,6 @@ class BackendEntry(Entry):
 
     options: str = "dlio_ckpt.io.backends.base:Options"  # its storage_options model (no client imported)
     kind: StorageKind = "file_system"  # a file system of the host, an object store, GPUDirect, nothing
-    scheme: str = "file"  # the URL scheme frameworks address it by (real modes); "" where they cannot
     library: str = "posix"  # the client library provenance records (storage_options.library overrides)
     local_folder: bool = False  # storage_root is a folder of this host's (compared as an absolute path)
     tier: bool = True  # a drain can read its files back and verify them on the host
@@ -69,7 +68,7 @@ class FormatEntry(Entry):
 class ModeEntry(Entry):
     """A way of running (``target``: a module keeping :class:`dlio_ckpt.run.context.Mode`'s contract)."""
 
-    storage: tuple[StorageKind, ...] = ("file_system", "object_store", "gpu_direct", "none")  # kinds it saves to
+    storage: tuple[StorageKind, ...] = get_args(StorageKind)  # the kinds of storage it saves to
     predict: str = ""  # a real mode's "what plan says" without its framework: "module:function"
 
 
@@ -144,17 +143,17 @@ BACKENDS: Registry[BackendEntry] = Registry("backends", "workload.storage.storag
     "parallel_fs": BackendEntry(target="dlio_ckpt.io.backends.local_fs:LocalFSBackend",  # DLIO's Lustre/GPFS name
                                 options=f"{_OPTIONS}:LocalFSOptions", local_folder=True, tuning=_FILE_SYSTEM_TUNING),
     "s3": BackendEntry(target="dlio_ckpt.io.backends.s3:S3Backend", install="pip install 'dlio_ckpt[s3]'",
-                       options=f"{_OPTIONS}:S3Options", kind="object_store", scheme="s3", library="s3torchconnector",
+                       options=f"{_OPTIONS}:S3Options", kind="object_store", library="s3torchconnector",
                        tuning=(("storage.storage_options.part_size", (8 * MIB, 16 * MIB, 32 * MIB)),
                                ("storage.storage_options.threads", (1, 2, 4)))),
     "gcs": BackendEntry(target="dlio_ckpt.io.backends.gcs:GCSBackend", install="pip install 'dlio_ckpt[gcs]'",
-                        options=f"{_OPTIONS}:GCSOptions", kind="object_store", scheme="gs", library="gcsfs",
+                        options=f"{_OPTIONS}:GCSOptions", kind="object_store", library="gcsfs",
                         tuning=(("storage.storage_options.block_size", (8 * MIB, 16 * MIB, 32 * MIB)),
                                 ("storage.storage_options.threads", (1, 2, 4)))),
     "gds": BackendEntry(target="dlio_ckpt.io.backends.gds:GDSBackend", install=_GDS_INSTALL,
-                        options=f"{_OPTIONS}:GDSOptions", kind="gpu_direct", scheme="", library="kvikio",
+                        options=f"{_OPTIONS}:GDSOptions", kind="gpu_direct", library="kvikio",
                         local_folder=True, tier=False),
-    "null": BackendEntry(target="dlio_ckpt.io.backends.null:NullBackend", kind="none", scheme="", library="none",
+    "null": BackendEntry(target="dlio_ckpt.io.backends.null:NullBackend", kind="none", library="none",
                          tier=False),
 })
 

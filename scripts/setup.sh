@@ -6,6 +6,8 @@ cd "$(dirname "$0")/.."
 # and util-linux's unshare and mount, hostname: scripts/pretend_host, which the hosts tests launch through
 missing=$(for pair in fio:fio strace:strace unshare:util-linux mount:mount hostname:hostname; do
   command -v "${pair%%:*}" >/dev/null || echo "${pair#*:}"; done)
+# a fresh Debian's Python has no venv module until python3-venv is installed
+python3 -c 'import ensurepip' 2>/dev/null || missing="$missing python3-venv"
 if command -v apt-get >/dev/null && [ -n "$missing" ]; then
   # shellcheck disable=SC2086
   (apt-get update -qq && apt-get install -y -qq $missing >/dev/null) || echo "note: not installed: $missing"

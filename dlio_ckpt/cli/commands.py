@@ -52,6 +52,7 @@ def run(args: argparse.Namespace, comm: Comm) -> int:
 def plan(args: argparse.Namespace, comm: Comm) -> int:
     """The files each rank writes, the restore's reads and the what-if, printed; nothing written."""
     from dlio_ckpt.plan.layouts import file_format, make_plan
+    from dlio_ckpt.plan.restore import described, restore_plan
     from dlio_ckpt.plan.view import plan_json, plan_table, restore_table
     from dlio_ckpt.results.whatif import Assumptions, what_if
     from dlio_ckpt.run.preparation import check_tier_options
@@ -70,7 +71,10 @@ def plan(args: argparse.Namespace, comm: Comm) -> int:
     fmt = file_format(workload)
     job_plan = make_plan(workload, args.world_size)
     job_plan.validate()
-    restore = _restore(workload, job_plan, fmt) if _restore_asked(workload) else None
+    # the restore a run would read, as its summary.json's io.restore says it; a load the layout cannot do is
+    # refused as a run refuses it (exit 2)
+    restore = described(workload, restore_plan(workload, job_plan), job_plan, fmt) if _restore_asked(workload) \
+        else None
     assumed = Assumptions(write_bandwidth=args.write_bandwidth, read_bandwidth=args.read_bandwidth,
                           mtbf_hours=args.mtbf_hours, drain_bandwidth=args.drain_bandwidth,
                           interconnect_bandwidth=args.interconnect_bandwidth, hosts=args.hosts)
@@ -96,12 +100,6 @@ def _restore_asked(workload: Any) -> bool:
     return asked.world_size is not None or asked.tensor is not None or asked.model_only
 
 
-def _restore(workload: Any, job_plan: Any, fmt: Any) -> dict[str, Any]:
-    """The restore a run of this workload would read, as its summary.json's ``io.restore`` says it
-    (:func:`dlio_ckpt.plan.restore.described`); a load the layout cannot do is refused as a run refuses it (exit 2)."""
-    from dlio_ckpt.plan.restore import described, restore_plan
-
-    return described(workload, restore_plan(workload, job_plan), job_plan, fmt)
 
 
 def sweep(args: argparse.Namespace, comm: Comm) -> int:

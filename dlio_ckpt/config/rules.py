@@ -63,10 +63,11 @@ def layout_keys(workload: Workload) -> None:
     """A key set away from its default that the workload's layout does not read is refused, naming the
     layouts that read it: the run would have ignored it."""
     layout = workload.checkpoint.layout
+    reads = LAYOUTS.load(layout).reads_keys
     for key, meaning in LAYOUT_KEYS.items():
         section, _, name = key.rpartition(".")
         value, default = getattr(_section(workload, section), name), _default(section, name)
-        if value == default or key in LAYOUTS.load(layout).reads_keys:
+        if value == default or key in reads:
             continue
         readers = [n for n in LAYOUTS.names if key in LAYOUTS.load(n).reads_keys]
         raise ConfigError(f"workload.{key}", value, f"means nothing with checkpoint.layout={layout}: it is "
@@ -118,7 +119,7 @@ def tier_rules(workload: Workload) -> None:
         if st.scope == "peer" and (bad := _peer_rule(st, workload.hosts.simulate)):
             raise ConfigError(f"{key}.replicas", st.replicas, bad)
     lost = workload.restore.lost_hosts
-    read_tiers = [ck.read_tier, *([workload.lost_hosts_tier()] if lost else [])]
+    read_tiers = [ck.read_tier, *([lost_hosts_tier(workload)] if lost else [])]
     for t in read_tiers:
         reader = everywhere[t]
         if ck.num_checkpoints_read and reader.keep_last and reader.keep_last < ck.num_checkpoints_write:

@@ -9,7 +9,7 @@ from contextlib import contextmanager
 
 @contextmanager
 def collector_paused() -> Iterator[None]:
-    """Python's garbage collector waits while a plan is built or checked (``planner.Plan.validate``): a plan
+    """Python's garbage collector waits while a plan is built or checked (``plan.types.Plan.validate``): a plan
     of thousands of ranks is a million small objects that all live as long as the plan, and the collector's
     passes over them took a third of deepseek_v3's plan at 2048 ranks (they free nothing)."""
     collecting = gc.isenabled()

@@ -33,7 +33,7 @@ HELD_COLOUR = "#d62728"
 TRAIN_COLOUR = "#e0e0e0"  # async runs: training between one checkpoint's hold and the next one's
 DRAIN_COLOUR = "#2ca02c"  # tiered runs: copies to the tiers below, in the lower band of each row
 DRAINS = r"drain_tier(\d+)_ckpt\d+"
-SYNC_TIMES = (FSYNC_TIMES, EVICT_TIMES)  # each file's second pass, beside its data (results.per_epoch_stats)
+SYNC_TIMES = (FSYNC_TIMES, EVICT_TIMES)  # each file's second pass, beside its data (results.summary.per_epoch_stats)
 
 
 def _pyplot() -> Any:
@@ -305,15 +305,16 @@ def _checkpoint_folder(run: Run) -> Any:
 
 def _sizes(spread: Spread | None) -> str:
     """min / median / max of a per-rank spread (``io.restore``), in bytes shown as GiB or MiB."""
-    if spread is None:
-        return str(spread)
-    return " / ".join(_bytes(n) for n in (spread.min, spread.median, spread.max)) + " (min / median / max)"
+    return str(spread) if spread is None else _spread(spread, _bytes)
 
 
 def _counts(spread: Spread | None) -> str:
     """min / median / max of a per-rank count (``io.restore``)."""
-    values = (spread.min, spread.median, spread.max) if spread is not None else (None, None, None)
-    return " / ".join(str(v) for v in values) + " (min / median / max)"
+    return " / ".join(["None"] * 3) + " (min / median / max)" if spread is None else _spread(spread, str)
+
+
+def _spread(spread: Spread, shown: Any) -> str:
+    return " / ".join(shown(n) for n in (spread.min, spread.median, spread.max)) + " (min / median / max)"
 
 
 def _bytes(n: Any) -> str:

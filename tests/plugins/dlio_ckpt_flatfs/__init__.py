@@ -14,7 +14,7 @@ from dlio_ckpt.errors import StorageError
 from dlio_ckpt.io.backends.base import Backend, Capabilities, Options
 from dlio_ckpt.registry import BackendEntry
 
-BACKEND = BackendEntry(target="dlio_ckpt_flatfs:FlatFolder", kind="object_store", scheme="", library="flatfs")
+BACKEND = BackendEntry(target="dlio_ckpt_flatfs:FlatFolder", kind="object_store", library="flatfs")
 
 
 class FlatFolder(Backend):
