@@ -227,6 +227,11 @@ class Checkpoint(Section):
     chunk_size: Bytes = Field(ByteSize(8 * MIB), ge=4096, le=64 * MIB, multiple_of=4096, description="bytes per "
                             "write or read request; each request in flight holds two and 1 MiB "
                             "(storage_options.queue_depth)")
+    io_pattern: Literal["framework", "stream"] = Field(
+        "framework", description="how the emulated job writes: framework, as the layout's framework does (its "
+        "writer threads, its calls and their sizes, an fsync per file, a rename; layouts dcp and megatron); "
+        "stream, chunk_size requests with queue_depth in flight (what the storage can do). Layouts dlio and "
+        "deepspeed write the stream either way")
     # Async checkpoints (our keys): time_between_checkpoints is then the training time between them
     async_save: bool = Field(False, description="hold training only to stage each checkpoint, write it in the "
                              "background while the next interval trains; the next checkpoint waits for it")
@@ -456,6 +461,6 @@ def tier_key(k: int) -> str:
 
 # Checkpoint keys that shape the emulator's files or its emulated training loop and mean nothing to a
 # framework's own save (real modes have fsdp.async_save and lightning.async_save)
-EMULATOR_ONLY = ("layout", "files_per_rank", "format", "scale", "odirect", "verify", "chunk_size",
+EMULATOR_ONLY = ("layout", "files_per_rank", "format", "scale", "odirect", "verify", "chunk_size", "io_pattern",
                  "recovery_rank_shift", "ranks_per_host", "mode", "async_save", "staging_gb_per_second", "staging",
                  "training", "mtbf_hours", "read_tier")

@@ -8,10 +8,16 @@ written over the window for the call and put back). A storage that reads and wri
 as fio's iodepth, from buffers allocated once; a stream (object stores, GDS) gets them in order.
 It knows neither model shapes nor storage protocols: it gets segments from a format and moves them
 through a backend.
+
+A file may also come with its framework's calls (``FileTask.calls``, ``checkpoint.io_pattern=framework``):
+then it is written as the framework writes it, each call through a buffered file object of the storage's
+block size (the buffering a framework's ``open(path, "wb")`` gets), by a few writer threads taking whole
+files, each file synced on its own descriptor before it is closed (DCP's ``FileSystemWriter``).
 """
 
 from __future__ import annotations
 
+import io
 import logging
 import mmap
 import queue
@@ -27,12 +33,24 @@ from functools import cached_property
 from typing import Any, NamedTuple, Protocol, TypeVar, cast
 
 from dlio_ckpt.errors import ConfigError, StorageError, VerifyError
-from dlio_ckpt.io.backends import Backend, DeviceMemory, PositionalReader, PositionalWriter, Reader, Source, Writer
+from dlio_ckpt.io.backends import (
+    Backend,
+    DeviceMemory,
+    PositionalReader,
+    PositionalWriter,
+    Reader,
+    Source,
+    SyncingWriter,
+    Writer,
+)
 from dlio_ckpt.io.synthetic import BLOCK, SLACK, SyntheticData, first_difference, first_difference_on_device
-from dlio_ckpt.plan.formats import Segment, file_size
+from dlio_ckpt.plan.formats import FLUSH, Calls, Segment, file_size
 from dlio_ckpt.plan.restore import spans
 
 log = logging.getLogger("dlio_ckpt")
+# A framework's write of a whole tensor is one call; beyond this it is made in pieces of it, so that a writer
+# thread holds at most this much synthetic data (the framework holds the whole state in memory)
+LARGEST_CALL = 256 << 20
 _POPULATED = mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | getattr(mmap, "MAP_POPULATE", 0)
 
 
@@ -41,6 +59,8 @@ class FileTask:
     path: str
     segments: tuple[Segment, ...]
     key: int  # synthetic-data identity of the file (who wrote it, which step)
+    calls: Calls | None = None  # its framework's write calls (io_pattern=framework); None: the tuned stream
+    synced: bool = True  # with its calls: whether its framework syncs it (checkpoint.fsync says whether any is)
 
     @cached_property
     def size(self) -> int:
@@ -82,6 +102,15 @@ class _Job(Protocol):
 
 
 _J = TypeVar("_J", bound=_Job)
+
+
+class _Scoped(Protocol):
+    """What :meth:`Engine._attempt` runs a file's work on: a worker whose memory may live on a device."""
+
+    def scope(self) -> Any: ...
+
+
+_W = TypeVar("_W", bound=_Scoped)
 
 
 @dataclass(frozen=True)
@@ -169,6 +198,26 @@ def _chunks(reader: Reader, buf: Any) -> Generator[Any, None, None]:
         yield buf[:filled]
 
 
+def _span_of(data: SyntheticData, task: FileTask, start: int, end: int, skip: int = 0,
+             ) -> tuple[Any, list[tuple[int, bytes]]]:
+    """The file's bytes [start, end) as a window of its payload stream and the format's bytes that take the
+    place of parts of it, as (offset in the window, bytes); ``skip``: bytes at the window's start the
+    caller will not look at (left unstamped, block-aligned). ``start`` need not be block-aligned (a
+    framework's tensor follows a header): the window is cut from one that is, with no copy."""
+    lead = start % BLOCK
+    window = data.window(task.key, start - lead, end - start + lead, skip)[lead:]
+    meta = task.metadata
+    patches = []
+    for i in range(max(bisect_right(meta, start + skip, key=lambda m: m[0]) - 1, 0), len(meta)):
+        offset, raw = meta[i]
+        if offset >= end:
+            break
+        lo, hi = max(offset, start), min(offset + len(raw), end)
+        if lo < hi:
+            patches.append((lo - start, raw[lo - offset:hi - offset]))
+    return window, patches
+
+
 class _Slot:
     """What one request in flight owns: a synthetic source (windows are restamped in place, so
     requests cannot share one) and a chunk buffer to read into, both allocated once. With a backend
@@ -225,6 +274,38 @@ class _Worker:
         self.readbuf = None  # data is slots[0]'s, closed above (its pool dropped) and held by slots as before
 
 
+class _Unbuffered(io.RawIOBase):
+    """A storage writer as the raw file under Python's :class:`io.BufferedWriter`: the buffered file a
+    framework's ``open(path, "wb")`` gives it, so its calls reach storage coalesced as CPython coalesces
+    them (pieces that fit the buffer copied into it, larger ones written through whole)."""
+
+    def __init__(self, writer: Writer) -> None:
+        self._writer = writer
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, b: Any) -> int:
+        view = memoryview(b).cast("B")
+        self._writer.write(view)
+        return len(view)
+
+
+class _CallWriter:
+    """What one framework writer thread owns: a synthetic source for calls of up to ``calls`` bytes (a block
+    more: a call may start inside one)."""
+
+    def __init__(self, run_key: int, calls: int) -> None:
+        self.calls = calls
+        self.data = SyntheticData(run_key, calls + BLOCK)
+
+    def scope(self) -> Any:
+        return nullcontext()
+
+    def close(self) -> None:
+        self.data.close()
+
+
 class Engine:
     """Moves a process's files through a backend, ``backend.options.threads`` files at a time."""
 
@@ -242,13 +323,27 @@ class Engine:
         self._threads = backend.options.threads
         self._positional = caps.positional
         self._write_depth, self._read_depth, depth = _depths(backend)
-        self.buffer_bytes = io_buffer_bytes(backend, self._chunk)
+        self._stream_buffers = io_buffer_bytes(backend, self._chunk)
         self._idle: queue.SimpleQueue[_Worker] = queue.SimpleQueue()
         device = backend.device_memory() if caps.device_buffers else None
         self._workers = [_Worker(run_key, self._chunk, depth, device) for _ in range(self._threads)]
         for w in self._workers:
             self._idle.put(w)
         self._pool = ThreadPoolExecutor(self._threads, "dlio_ckpt_io") if self._threads > 1 else None
+        self._run_key = run_key
+        self.framework_writers = 1  # threads writing files that come with their calls (the run sets it)
+        self.framework_caller_writes = True  # whether the caller's thread is one of them (DCP's) or only waits
+        self._call_writers: list[_CallWriter] = []  # made when such files first come, as large as their calls
+
+    @cached_property
+    def _buffer_size(self) -> int:
+        """The buffer of a framework's file object on this storage (asked once)."""
+        return self.backend.buffer_size
+
+    @property
+    def buffer_bytes(self) -> int:
+        """Every buffer this engine holds: the stream's, and its framework writers' sources once made."""
+        return self._stream_buffers + sum(w.calls + BLOCK + SLACK for w in self._call_writers)
 
     def _each(self, fn: Callable[[_Worker, _J], int], tasks: list[_J]) -> int:
         """Run ``fn`` on every task, ``threads`` at a time; the first error cancels the rest."""
@@ -270,7 +365,7 @@ class Engine:
                 f.cancel()
             wait(futures)
 
-    def _attempt(self, fn: Callable[[_Worker, _J], int], worker: _Worker, task: _J) -> int:
+    def _attempt(self, fn: Callable[[_W, _J], int], worker: _W, task: _J) -> int:
         """One file, redone from its first byte after a transient storage error, at most
         ``retries`` times (the client's own attempts come on top); counted in ``self.retries``."""
         allowed = self.backend.options.retries
@@ -304,17 +399,7 @@ class Engine:
         looks only at the chunk's bytes [lo, hi) (a restore's range) gets those stamped and no more."""
         start = k * self._chunk
         end = min(start + self._chunk, task.size, start + hi if hi is not None else task.size)
-        window = data.window(task.key, start, end - start, lo - lo % BLOCK)
-        meta = task.metadata
-        patches = []
-        for i in range(max(bisect_right(meta, start + lo, key=lambda m: m[0]) - 1, 0), len(meta)):
-            offset, raw = meta[i]
-            if offset >= end:
-                break
-            lo, hi = max(offset, start), min(offset + len(raw), end)
-            if lo < hi:
-                patches.append((lo - start, raw[lo - offset:hi - offset]))
-        return window, patches
+        return _span_of(data, task, start, end, lo - lo % BLOCK)
 
     def _chunks_of(self, task: FileTask) -> range:
         return range(-(-task.size // self._chunk))
@@ -387,10 +472,15 @@ class Engine:
 
     # -- write ---------------------------------------------------------------------------------
 
-    def write_files(self, tasks: list[FileTask]) -> int:
+    def write_files(self, tasks: list[FileTask], writers: int | None = None) -> int:
         """Write every file, then fsync each (``checkpoint.fsync``): the rank's end time follows the
         last fsync, and the kernel writes one file back while the next is being written instead of
-        the stream stalling after every file. Stores that commit on close need no second pass."""
+        the stream stalling after every file. Stores that commit on close need no second pass.
+        Files that come with their framework's calls are written as it writes them (:meth:`_as_framework`), by
+        ``writers`` threads (``framework_writers`` by default)."""
+        if tasks and tasks[0].calls is not None:
+            return self._as_framework(tasks, writers or self.framework_writers, writers == 1 or
+                                      self.framework_caller_writes)
         if self._positional:
             nbytes = self._positioned(tasks, self._open_write, self._write_chunk, _finish, self._write_depth)
         else:
@@ -398,6 +488,92 @@ class Engine:
         if self.options.fsync and not self.backend.capabilities.durable_on_close:
             self._each(lambda _, t: self._sync(t.path), tasks)
         return nbytes
+
+    def _as_framework(self, tasks: list[FileTask], threads: int, caller_writes: bool) -> int:
+        """DCP's ``FileSystemWriter``: ``threads`` threads, the caller's one of them (``caller_writes``; else it
+        waits for them, as megatron-core's writer processes), each taking the next whole file until none is
+        left, each file made of its calls (:meth:`_write_calls`). The first error stops the others after the
+        file they are on."""
+        writers = self._framework_pool(tasks, threads)
+        todo: queue.SimpleQueue[FileTask] = queue.SimpleQueue()
+        for task in tasks:
+            todo.put(task)
+        failed: list[BaseException] = []
+        written = [0] * len(writers)
+
+        def drain(i: int) -> None:
+            try:
+                while not failed:
+                    try:
+                        task = todo.get_nowait()
+                    except queue.Empty:
+                        return
+                    written[i] += self._attempt(self._write_calls, writers[i], task)
+            except BaseException as exc:  # noqa: BLE001 (handed to the caller's thread, raised there)
+                failed.append(exc)
+
+        first = 1 if caller_writes else 0
+        helpers = [threading.Thread(target=drain, args=(i,), name="dlio_ckpt_writer")
+                   for i in range(first, len(writers))]
+        for helper in helpers:
+            helper.start()
+        if caller_writes:
+            drain(0)
+        for helper in helpers:
+            helper.join()
+        if failed:
+            raise failed[0]
+        return sum(written)
+
+    def _framework_pool(self, tasks: list[FileTask], threads: int) -> list[_CallWriter]:
+        """One source per writer thread, as large as the largest call of ``tasks`` (at most
+        :data:`LARGEST_CALL`): made once, remade only for more threads or larger calls."""
+        largest = min(max((n for t in tasks for n in t.calls or ()), default=1), LARGEST_CALL)
+        size = max([-(-largest // BLOCK) * BLOCK, *(w.calls for w in self._call_writers)])
+        count = max(1, min(threads, len(tasks)))
+        if len(self._call_writers) < count or self._call_writers[0].calls < size:
+            for w in self._call_writers:
+                w.close()
+            self._call_writers = [_CallWriter(self._run_key, size) for _ in range(count)]
+        return self._call_writers[:count]
+
+    def _write_calls(self, w: _CallWriter, task: FileTask) -> int:
+        """One file as its framework writes it: opened, each call made on a buffered file of the storage's
+        block size (a flush where the framework flushes), synced on its own descriptor before it is closed
+        (``checkpoint.fsync``; the framework's buffer is flushed at the close, after the fsync, as DCP's
+        ``with open(...)`` does), closed. The file's bytes are the stream's, offset for offset."""
+        writer = self.backend.open_write(task.path, False)
+        try:
+            buffered = io.BufferedWriter(_Unbuffered(writer), self._buffer_size)
+            offset = 0
+            for n in task.calls or ():
+                if n == FLUSH:
+                    buffered.flush()
+                    continue
+                for at in range(offset, offset + n, w.calls):  # a call beyond LARGEST_CALL: in pieces of it
+                    end = min(at + w.calls, offset + n)
+                    window, patches = _span_of(w.data, task, at, end)
+                    with _formatted(window, patches):
+                        buffered.write(window)
+                    self._progress(task.path, end - at)
+                offset += n
+            if offset != task.size:
+                raise AssertionError(f"{task.path}: calls of {offset} bytes for a file of {task.size}")
+            if task.synced and self.options.fsync and not self.backend.capabilities.durable_on_close:
+                if isinstance(writer, SyncingWriter):
+                    writer.sync()
+                    buffered.flush()
+                else:
+                    buffered.flush()
+                    writer.finish()
+                    self.backend.sync(task.path)
+                    return task.size
+            buffered.flush()
+            writer.finish()
+        except BaseException:
+            writer.abort()
+            raise
+        return task.size
 
     def _sync(self, path: str) -> int:
         """fsync one written file, as :meth:`_each` runs a task (it moves no bytes of its own)."""
@@ -644,3 +820,5 @@ class Engine:
             self._pool.shutdown(cancel_futures=True)
         for w in self._workers:
             w.close()
+        for c in self._call_writers:
+            c.close()

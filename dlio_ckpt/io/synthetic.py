@@ -1,8 +1,12 @@
 """Synthetic checkpoint bytes: incompressible, no 4 KiB block repeated in a run, at memory speed.
 
 Why this way: a random generator per write runs far below storage speed (bench/cpu.py). We fill a
-random pool once, then for each chunk pick a pseudo-random 4 KiB-aligned window of it and stamp the
-first 32 bytes of every 4 KiB block with (run key, file key, block index, a mix of the three).
+random pool once, then for each request take a 4 KiB-aligned window of it and stamp the first 32 bytes
+of every 4 KiB block with (run key, file key, block index, a mix of the three). The pool repeats a
+1 MiB period of random blocks, and block ``i`` of file ``key`` always takes the body of period block
+``(h(key) + i) mod 256``: so a file's bytes do not depend on how they are asked for. A framework's
+calls (a 704-byte header, a 32 MiB tensor at an odd offset) and the tuned stream's 8 MiB chunks
+write the same file, and a read of any range in any request size verifies it.
 Stamping touches 32 bytes per block, so a chunk is ready in microseconds and is written straight
 from the pool (no copy). Every block carries its own identity, so deduplicating storage finds no
 repeat and the read phase can say exactly which file and offset came back wrong.
@@ -22,7 +26,8 @@ from typing import Any
 import numpy as np
 
 BLOCK = 4096
-SLACK = 1 << 20  # pool bytes beyond one window
+SLACK = 1 << 20  # pool bytes beyond one window: one period of random block bodies
+_PERIOD_BLOCKS = SLACK // 4096
 STAMP_WORDS = 4
 _WORDS_PER_BLOCK = BLOCK // 8
 _MASK64 = (1 << 64) - 1
@@ -52,8 +57,9 @@ class SyntheticData:
     def __init__(self, run_key: int, max_window: int, device: Any = None, like: SyntheticData | None = None) -> None:
         if max_window % BLOCK:
             raise ValueError("max_window must be a multiple of 4096")
-        # A window and a slack of 256 distinct starts (stamps already make every block unique): a
-        # process keeps one pool per request in flight, so the pool is what in-flight bytes cost.
+        # A window beyond a period of 256 random blocks (stamps make every block unique): a process keeps
+        # one pool per request in flight, so the pool is what in-flight bytes cost. The period repeats
+        # through the pool, so a window may start at any of its blocks and read on without wrapping.
         pool_bytes = max_window + SLACK
         self.run_key = run_key & _MASK64
         mm = mmap.mmap(-1, pool_bytes)  # page-aligned: usable for O_DIRECT
@@ -62,13 +68,12 @@ class SyntheticData:
         if like is not None and like.run_key == self.run_key and like._mm is not None and len(like._mm) == pool_bytes:
             mm[:] = like._mm  # the same bytes, a copy being faster than generating them again
         else:
-            rng = np.random.default_rng(self.run_key)
-            step = 1 << 20
-            for i in range(0, words.size, step):
-                words[i:i + step] = rng.integers(0, _MASK64, size=min(step, words.size - i),
-                                                 dtype=np.uint64, endpoint=True)
+            period = SLACK // 8
+            words[:period] = np.random.default_rng(self.run_key).integers(0, _MASK64, size=period, dtype=np.uint64,
+                                                                          endpoint=True)
+            for i in range(period, words.size, period):
+                words[i:i + period] = words[:min(period, words.size - i)]
         self._max_blocks = max_window // BLOCK
-        self._starts = words.size // _WORDS_PER_BLOCK - self._max_blocks + 1
         self._blocks: Any  # a numpy array, or the device array module's; None once closed
         if device is None:
             self._blocks = words.reshape(-1, _WORDS_PER_BLOCK)
@@ -93,7 +98,7 @@ class SyntheticData:
             raise ValueError(f"bad window offset={offset} nbytes={nbytes} skip={skip}")
         first, skipped = offset // BLOCK, skip // BLOCK
         nblocks = -(-nbytes // BLOCK)
-        start = _splitmix64(self.run_key ^ _splitmix64(key ^ (first * 0x9E3779B97F4A7C15 & _MASK64))) % self._starts
+        start = (_splitmix64(self.run_key ^ _splitmix64(key)) + first) % _PERIOD_BLOCKS  # block first's body
         rows = self._blocks[start + skipped:start + nblocks]
         index = self._arange[:nblocks - skipped] + np.uint64(first + skipped)
         rows[:, 0] = np.uint64(self.run_key)  # numpy scalars: a device array module takes them as they are

@@ -371,6 +371,11 @@ class IO(Section):
     recovery_rank_shift: bool | None = Field(None, description="emulated: loads read another host's files")
     scale: float | None = Field(None, description="emulated: checkpoint.scale")
     chunk_size: int | None = Field(None, description="emulated: bytes per write or read")
+    io_pattern: Literal["framework", "stream"] | None = Field(
+        None, description="emulated: how the saves wrote: as the layout's framework does, or the tuned stream")
+    framework_writer: str | None = Field(None, description="emulated, io_pattern framework: whose calls were played")
+    writer_threads_per_process: int | None = Field(None, description="emulated, io_pattern framework: threads "
+                                                   "writing each process's files")
     io_buffer_bytes_per_process: int | None = Field(None, description="emulated: the engine's buffers")
     tiers: list[TierDescription] | None = Field(None, description="tiered runs: each tier")
     read_tier: int | None = Field(None, description="tiered runs: the tier loads read")

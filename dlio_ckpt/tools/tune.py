@@ -43,7 +43,10 @@ from dlio_ckpt.tools.sweep import FIRST_POINT, Point, grid, short_key, sweep
 GIB = 1 << 30
 FIXED = {"checkpoint.num_checkpoints_write": 1, "checkpoint.num_checkpoints_read": 1,
          "checkpoint.time_between_checkpoints": 0}  # one save and one load per point, back to back
-OURS = {*FIXED, "checkpoint.scale"}  # the keys tune sets itself; the user's values of them are dropped
+# what the storage can do is the tuned stream's: a framework's own calls take none of the settings tune tries
+STREAM = "checkpoint.io_pattern=stream"
+# the keys tune sets itself; the user's values of them are dropped
+OURS = {*FIXED, "checkpoint.scale", "checkpoint.io_pattern"}
 FIO_SECONDS = 2  # at most, per fio point (72 of them at most)
 SAMPLES = 3  # each finalist's, the first pass's included: the median of 3 outvotes one lucky or unlucky run
 FINALISTS = (2, 3)  # the best quarter of the points that ran, at least 2 and at most 3 (but never more than ran)
@@ -86,7 +89,8 @@ def run_tune(overrides: list[str], config_dir: str | None, comm: Comm, world_siz
         raise ConfigError("--max-gib", max_gib, f"a point writes {point_bytes / GIB:.2f} GiB and the storage under "
                           f"{backend.join(ck.checkpoint_folder)} has {free / GIB:.2f} GiB free: lower --max-gib")
     kept = [o for o in overrides if _key(o) not in OURS]
-    ours = [f"++workload.{k}={v}" for k, v in FIXED.items()] + [f"++workload.checkpoint.scale={scale}"]
+    ours = [f"++workload.{k}={v}" for k, v in FIXED.items()] + [f"++workload.checkpoint.scale={scale}",
+                                                                  f"++workload.{STREAM}"]
     swept = [f"++workload.{k}={','.join(str(v) for v in values)}" for k, values in entry.tuning
              if k in axes and k not in given]
     sizes = str(world_size) if world_size else None
@@ -196,7 +200,7 @@ def _report(outcome: Any, chosen: list[int], reruns: list[dict[str, Any]], fixed
     if len(win["samples"]) < SAMPLES:
         print(f"tune: the winner has {len(win['samples'])} of {SAMPLES} samples (--max-seconds reached): its "
               "place is less certain")
-    paste = [f"++workload.{k}={v}" for k, v in win["settings"].items()]  # as the sweep recorded them
+    paste = [f"++workload.{k}={v}" for k, v in win["settings"].items()] + [f"++workload.{STREAM}"]  # as swept
     # credentials given as overrides are shown and kept as '***' (launch.redact): give your own to re-run
     result |= {"winner": win, "overrides": paste, "reproduce": reproduce_command(processes, [*redact(fixed), *paste])}
     print(f"\ntune: the winner is point {win['point']}: save {win['save_GiB_per_second']:.3f} GiB/s, load "

@@ -137,3 +137,37 @@ def traced_load(cwd: Path, args: list[str]) -> tuple[dict, int]:
                if (m := call.match(line)) and "/ck/global_epoch1_step1/" in m[1])
     summary = load(cwd / args[args.index("++hydra.run.dir=traced")].split("=", 1)[1] / "summary.json")
     return summary, read
+
+
+def traced(cmd: list[str], prefix: Path, cwd: Path, env: dict[str, str] | None = None) -> None:
+    """``cmd`` run under strace (:func:`command`, traces at ``prefix.TID``); it must succeed."""
+    import shutil
+    import subprocess
+
+    import pytest
+
+    if shutil.which("strace") is None:
+        pytest.skip("strace is not installed")
+    r = subprocess.run([*command(prefix), *cmd], cwd=cwd, capture_output=True, text=True, timeout=300, env=env)
+    assert r.returncode == 0, r.stderr[-3000:]
+
+
+def write_pattern(calls: dict[str, list[Call]], suffixes: tuple[str, ...]) -> dict[str, Any]:
+    """How a save wrote its files (names ending in one of ``suffixes``), as two tools' saves are compared
+    (``tests/against_frameworks/test_io_patterns.py``): per file opened for writing, its :func:`summary` and
+    the sizes of its write calls by power of two (``n.bit_length()``: 704 B and 873 B in one bin, 1 MiB in
+    another); the renames between them (base names); and the threads that wrote any of them."""
+    files = {name: f for name, f in summary(calls, suffixes).items() if any("O_WRONLY" in o for o in f["open_flags"])}
+    sizes: dict[str, Counter[int]] = {name: Counter() for name in files}
+    renames, writers = [], set()
+    for thread, seq in calls.items():
+        for call, args, result in seq:
+            name = path_of(call, args)
+            if not name.endswith(suffixes) or result < 0:
+                continue
+            if call in WRITES and result > 0 and name in files:
+                sizes[name][result.bit_length()] += 1
+                writers.add(thread)
+            elif call.startswith("rename"):
+                renames.append(tuple(os.path.basename(p) for p in args.split('"')[1::2][:2]))
+    return {"files": files, "sizes": sizes, "renames": sorted(renames), "writer_threads": len(writers)}

@@ -36,3 +36,13 @@ def test_first_difference_finds_the_byte():
     assert first_difference(memoryview(got), memoryview(want)) is None
     got[MIB - 7] ^= 1
     assert first_difference(memoryview(got), memoryview(want)) == MIB - 7
+
+
+def test_a_files_bytes_do_not_depend_on_how_they_are_asked_for():
+    """A framework's calls (a header, a tensor at an odd offset) and the stream's chunks write one file:
+    any block-aligned window of it holds the bytes the whole file holds there, whatever pool it comes from."""
+    key = file_key(1, 3, 0)
+    whole = bytes(SyntheticData(run_key=5, max_window=4 * MIB).window(key, 0, 4 * MIB))
+    small = SyntheticData(run_key=5, max_window=MIB)
+    for offset, nbytes in ((0, MIB), (BLOCK, 5 * BLOCK), (3 * MIB - 7 * BLOCK, MIB), (MIB + 64 * BLOCK, 12345)):
+        assert bytes(small.window(key, offset, nbytes)) == whole[offset:offset + nbytes], (offset, nbytes)

@@ -21,6 +21,7 @@ from dlio_ckpt.io.backends.base import (
     PositionalWriter,
     Reader,
     Source,
+    SyncingWriter,
     Writer,
     parse_options,
 )
@@ -59,4 +60,4 @@ def get_backend(storage_type: str, root: str, options: dict, local_rank: int = 0
 
 
 __all__ = ["Backend", "Capabilities", "DeviceMemory", "Options", "PositionalReader", "PositionalWriter", "Reader",
-           "Source", "Writer", "check_options", "get_backend", "options_model"]
+           "Source", "SyncingWriter", "Writer", "check_options", "get_backend", "options_model"]

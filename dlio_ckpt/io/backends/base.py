@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import io
 import os
 import socket
 from abc import ABC, abstractmethod
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from typing import Any, Protocol, cast
+from typing import Any, Protocol, cast, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -108,6 +109,15 @@ class Reader(Protocol):
 
     def readinto(self, buf: memoryview) -> int: ...
     def close(self) -> None: ...
+
+
+@runtime_checkable
+class SyncingWriter(Writer, Protocol):
+    """A writer that makes what it wrote durable on its own descriptor before it is closed (a file system's),
+    as a framework's writer does (DCP's ``os.fsync(stream.fileno())``); the engine syncs other files by
+    name once they are closed (:meth:`Backend.sync`)."""
+
+    def sync(self) -> None: ...
 
 
 class PositionalWriter(Writer, Protocol):
@@ -225,6 +235,12 @@ class Backend(ABC):
     def queue_depth(self) -> int:
         """Requests of one file in flight at once, where ``capabilities.positional``."""
         return 1
+
+    @property
+    def buffer_size(self) -> int:
+        """The buffer of a file a framework opens here with ``open(path, "wb")``: CPython's default where the
+        storage gives no block size (a file system's is its ``st_blksize``)."""
+        return io.DEFAULT_BUFFER_SIZE
 
     @property
     def read_queue_depth(self) -> int:

@@ -14,6 +14,11 @@ from dlio_ckpt.registry import FORMATS
 
 Segment = bytes | int
 
+FLUSH = 0
+Calls = tuple[int, ...]
+"""A file's bytes as its framework hands them to a buffered file object, in order: each a ``write()`` of
+that many bytes, :data:`FLUSH` a ``flush()`` (``torch.save`` into an open file flushes it when done)."""
+
 
 class Format(Protocol):
     name: str

@@ -171,14 +171,18 @@ class _Zip:
     """Lays out stored entries at known offsets as PyTorch's writer (miniz) does: local headers with
     zero sizes and flag 0x0808, each entry's data padded to 64 bytes by an "FB" extra field and
     followed by a data descriptor (none after an empty one), then the central directory and, always,
-    the zip64 end records. The size of a ``torch.save`` file is then the real one to the byte."""
+    the zip64 end records. The size of a ``torch.save`` file is then the real one to the byte.
+
+    Each method returns the pieces in the calls miniz makes on the file: per entry its 30-byte header,
+    its name, its extra field, then (the caller's) its data and its 16-byte descriptor; at the end the
+    directory, the zip64 end record, its locator and the end record."""
 
     def __init__(self) -> None:
         self.offset = 0
         self.entries: list[tuple[bytes, int, int]] = []  # name, size, local header offset
-        self.descriptor = b""  # the previous entry's, written before the next header
+        self.descriptor = b""  # the previous entry's, written after its data
 
-    def header(self, name: str, size: int, align: int) -> bytes:
+    def header(self, name: str, size: int, align: int) -> list[bytes]:
         n, lead = name.encode(), self.descriptor
         start = self.offset + len(lead)
         big = size >= _U32 or start >= _U32
@@ -186,14 +190,14 @@ class _Zip:
         pad = (-(start + 30 + len(n) + len(z64) + 4)) % align
         extra = z64 + struct.pack("<HH", 0x4246, pad) + b"Z" * pad
         head = struct.pack("<IHHHHHIIIHH", 0x04034B50, 45 if big else 0, 0x0808, 0, 0, 0, 0, 0, 0,
-                           len(n), len(extra)) + n + extra
+                           len(n), len(extra))
         # miniz writes no descriptor after an empty entry
         self.descriptor = struct.pack("<IIQQ" if big else "<IIII", 0x08074B50, 0, size, size) if size else b""
         self.entries.append((n, size, start))
-        self.offset = start + len(head) + size
-        return lead + head
+        self.offset = start + len(head) + len(n) + len(extra) + size
+        return [lead, head, n, extra]
 
-    def directory(self) -> bytes:
+    def directory(self) -> list[bytes]:
         lead, self.descriptor = self.descriptor, b""
         cd_start, parts = self.offset + len(lead), []
         for name, size, off in self.entries:
@@ -206,36 +210,48 @@ class _Zip:
                                      len(extra), 0, 0, 0, 0, _U32 if big_off else off) + name + extra)
         cd = b"".join(parts)
         count, end = len(self.entries), cd_start + len(cd)
-        tail = (struct.pack("<IQHHIIQQQQ", 0x06064B50, 44, 0x031E, 45, 0, 0, count, count, len(cd), cd_start)
-                + struct.pack("<IIQI", 0x07064B50, 0, end, 1))
+        record = struct.pack("<IQHHIIQQQQ", 0x06064B50, 44, 0x031E, 45, 0, 0, count, count, len(cd), cd_start)
+        locator = struct.pack("<IIQI", 0x07064B50, 0, end, 1)
         eocd = struct.pack("<IHHHHIIH", 0x06054B50, 0, 0, min(count, 0xFFFF), min(count, 0xFFFF),
                            min(len(cd), _U32), min(cd_start, _U32), 0)
-        self.offset = end + len(tail) + len(eocd)
-        return lead + cd + tail + eocd
+        self.offset = end + len(record) + len(locator) + len(eocd)
+        return [lead, cd, record, locator, eocd]
 
 
-def archive(pickled: bytes, storages: list[int], serialization_id: bytes) -> list[Segment]:
-    """The segments of one ``torch.save`` zip: ``data.pkl``, the small records, one stored entry of
-    payload per storage (the engine's synthetic bytes), the trailing records and the directory."""
-    z, pending = _Zip(), []
-    out: list[Segment] = []
+def archive_calls(pickled: bytes, storages: list[int], serialization_id: bytes) -> list[Segment]:
+    """One ``torch.save`` zip as the calls its writer makes on the file object it saves into, in order:
+    ``bytes`` for the format's, an ``int`` for a storage's payload (the engine's synthetic bytes).
+    ``torch.save`` into an open file makes these and then flushes it (``torch/serialization.py``,
+    ``_open_zipfile_writer_buffer``, torch 2.13.0)."""
+    z, calls = _Zip(), list[Segment]()
     prefix = "archive/"
 
     def small(name: str, data: bytes) -> None:
-        pending.append(z.header(prefix + name, len(data), 64) + data)
+        calls.extend(z.header(prefix + name, len(data), 64) + [data])
 
     small("data.pkl", pickled)
     small(".format_version", b"1")
     small(".storage_alignment", b"64")
     small("byteorder", b"little")
     for key, nbytes in enumerate(storages):
-        pending.append(z.header(f"{prefix}data/{key}", nbytes, ALIGN))
-        out.extend([b"".join(pending), nbytes])
-        pending = []
+        calls.extend(z.header(f"{prefix}data/{key}", nbytes, ALIGN))
+        calls.append(nbytes)
     small("version", b"3\n")
     small(".data/serialization_id", serialization_id)
-    pending.append(z.directory())
-    out.append(b"".join(pending))
+    calls.extend(z.directory())
+    return [c for c in calls if c]  # miniz writes nothing of an empty piece
+
+
+def archive(pickled: bytes, storages: list[int], serialization_id: bytes) -> list[Segment]:
+    """The segments of one ``torch.save`` zip: ``data.pkl``, the small records, one stored entry of
+    payload per storage (the engine's synthetic bytes), the trailing records and the directory (its
+    calls, :func:`archive_calls`, with the format's bytes between payloads joined)."""
+    out: list[Segment] = []
+    for call in archive_calls(pickled, storages, serialization_id):
+        if isinstance(call, bytes) and out and isinstance(out[-1], bytes):
+            out[-1] += call
+        else:
+            out.append(call)
     return out
 
 

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 from dlio_ckpt.errors import ConfigError
 from dlio_ckpt.plan.collector import collector_paused
-from dlio_ckpt.plan.layouts.base import Layout
+from dlio_ckpt.plan.layouts.base import FrameworkIO, Layout
 from dlio_ckpt.registry import LAYOUTS
 
 if TYPE_CHECKING:
@@ -33,6 +33,14 @@ def get_layout(name: str) -> Layout:
 def file_format(workload: Workload) -> Format:
     """The bytes of the files the workload's layout writes."""
     return get_layout(workload.checkpoint.layout).file_format(workload)
+
+
+def framework_io(workload: Workload) -> FrameworkIO | None:
+    """How the workload's saves write when they play their framework's calls (``checkpoint.io_pattern=framework``
+    and a layout that has them); None: they write the tuned stream."""
+    if workload.checkpoint.io_pattern != "framework":
+        return None
+    return get_layout(workload.checkpoint.layout).framework_io
 
 
 def make_plan(workload: Workload, world_size: int) -> Plan:

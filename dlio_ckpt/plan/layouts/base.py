@@ -26,13 +26,31 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from dlio_ckpt.config import Workload
-    from dlio_ckpt.plan.formats import Format
+    from dlio_ckpt.plan.formats import Calls, Format
     from dlio_ckpt.plan.restore import Restore
-    from dlio_ckpt.plan.types import Plan
+    from dlio_ckpt.plan.types import CoordinatorFile, Plan, PlannedFile
 
 
 def _no_rules(workload: Workload) -> None:
     """A layout with no rules of its own beyond the configuration's."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class FrameworkIO:
+    """How a layout's framework makes its calls on storage, played with ``checkpoint.io_pattern=framework``
+    (:meth:`dlio_ckpt.io.engine.Engine.write_files`) and held to the framework's own calls under strace
+    (``tests/against_frameworks/test_io_patterns.py``).
+
+    A rank's files are written by as many threads as it has files (DCP's ``thread_count``: a file each, the
+    caller's thread among them unless ``caller_writes`` is False), each file made of its calls through a
+    buffered file and synced on its own descriptor before it is closed (``checkpoint.fsync``); the
+    coordinator's files follow everyone's data."""
+
+    writer: str  # what is played, as summary.json and the console name it
+    file_calls: Callable[[PlannedFile], Calls]  # a rank's file: its framework's write calls
+    coordinator_calls: Callable[[CoordinatorFile], Calls]  # a coordinator's file (its size may be scaled)
+    unsynced: frozenset[str] = frozenset()  # coordinator files the framework never syncs
+    caller_writes: bool = True  # the caller's thread writes one of the files (DCP's); else it waits for the writers
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -54,3 +72,5 @@ class Layout:
     whole_file_load: str | None = "its load is not modelled"
     # where a load that is modelled is still not held to the framework's own: why (None: it is held)
     load_caveat: Callable[[Workload], str | None] | None = None
+    # how its framework writes (checkpoint.io_pattern=framework); None: it writes the tuned stream either way
+    framework_io: FrameworkIO | None = None

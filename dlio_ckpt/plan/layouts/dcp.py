@@ -48,11 +48,11 @@ from dlio_ckpt.errors import ConfigError
 from dlio_ckpt.model.dense import TransformerShape
 from dlio_ckpt.model.dtypes import DATATYPE_BYTES
 from dlio_ckpt.model.moe import MoeShape
-from dlio_ckpt.plan.formats import Format, Segment, file_size
-from dlio_ckpt.plan.formats.pt import archive, tensor_pickle
+from dlio_ckpt.plan.formats import FLUSH, Calls, Format, Segment, file_size
+from dlio_ckpt.plan.formats.pt import archive, archive_calls, tensor_pickle
 from dlio_ckpt.plan.layouts import dcp_moe, dcp_restore
-from dlio_ckpt.plan.layouts.base import Layout
-from dlio_ckpt.plan.layouts.dcp_metadata import Tensor, fsdp_chunk, metadata_size
+from dlio_ckpt.plan.layouts.base import FrameworkIO, Layout
+from dlio_ckpt.plan.layouts.dcp_metadata import Tensor, fsdp_chunk, metadata_size, pickle_calls
 from dlio_ckpt.plan.layouts.rules import every_rank_writes, torch_save_only
 from dlio_ckpt.plan.restore import Restore
 from dlio_ckpt.plan.types import CoordinatorFile, Item, ItemFile, Plan, PlannedFile, RankPlan, shrink_shape
@@ -293,10 +293,41 @@ def item_size(item: Item) -> int:
 @cache
 def _archive(dtype: str, shape: tuple[int, ...], pickled: bytes) -> tuple[Segment, ...]:
     """Shared by every item of this dtype and shape (the serialization id: 40 digits, as torch's)."""
+    return tuple(archive(*_archive_args(dtype, shape, pickled)))
+
+
+def _archive_args(dtype: str, shape: tuple[int, ...], pickled: bytes) -> tuple[bytes, list[int], bytes]:
     serial = str(int.from_bytes(blake2b(repr((dtype, shape)).encode(), digest_size=16).digest())).zfill(40)[:40]
     if not dtype:
-        return tuple(archive(pickled, [], serial.encode()))
-    return tuple(archive(tensor_pickle(dtype, shape), [prod(shape) * DATATYPE_BYTES[dtype]], serial.encode()))
+        return pickled, [], serial.encode()
+    return tensor_pickle(dtype, shape), [prod(shape) * DATATYPE_BYTES[dtype]], serial.encode()
+
+
+@cache
+def _item_calls(dtype: str, shape: tuple[int, ...], pickled: bytes) -> Calls:
+    """One item as ``FileSystemWriter._write_item`` writes it into the file's stream (torch 2.13.0,
+    ``torch/distributed/checkpoint/filesystem.py``), then flushes it: an object's ``torch.save`` archive,
+    made by the planner beforehand, in one ``write``; a tensor saved into the stream (``torch.save``'s calls,
+    :func:`~dlio_ckpt.plan.formats.pt.archive_calls`)."""
+    if not dtype:
+        return (_archive_size(dtype, shape, pickled), FLUSH)
+    calls = archive_calls(*_archive_args(dtype, shape, pickled))
+    return (*(len(c) if isinstance(c, bytes) else c for c in calls), FLUSH)
+
+
+def file_calls(file: PlannedFile) -> Calls:
+    """A ``.distcp`` file's calls: its items', in order (objects first, then tensors, as the plan has them)."""
+    assert isinstance(file, ItemFile)
+    return tuple(c for item in file.items for c in _item_calls(item.dtype, item.shape, item.pickled))
+
+
+def coordinator_calls(file: CoordinatorFile) -> Calls:
+    """``.metadata``, pickled into ``.metadata.tmp`` by the coordinator (:func:`pickle_calls`)."""
+    return pickle_calls(file.size)
+
+
+FRAMEWORK_IO = FrameworkIO(writer="torch.distributed.checkpoint FileSystemWriter (torch 2.13.0)",
+                           file_calls=file_calls, coordinator_calls=coordinator_calls)
 
 
 @cache
@@ -422,4 +453,4 @@ def load_caveat(workload: Workload) -> str | None:
 LAYOUT = Layout(make_plan=make_plan, file_format=file_format, check=check, check_world=check_world,
                 restore=restore,
                 reads_keys=frozenset({"checkpoint.files_per_rank", "model.master_weights", "model.moments_datatype"}),
-                load_caveat=load_caveat)
+                load_caveat=load_caveat, framework_io=FRAMEWORK_IO)

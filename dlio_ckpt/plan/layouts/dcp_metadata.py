@@ -20,6 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cache
 
+from dlio_ckpt.plan.formats import Calls
 from dlio_ckpt.plan.types import Item
 
 FIXED = 1000  # the header, the class and field names pickled once, storage_meta (path, save id), version
@@ -231,3 +232,15 @@ def listed_metadata_size(tensors: list[Chunked], objects: list[str],
             entries += 1
         total += _str(name) - LATE_GET if items else 0
     return total + 2 * -(-entries // 1000) + 9 * (total // 65536)
+
+
+FRAME_WRITE = 65_548  # one pickle frame as the pickler hands it to the file: ~64 KiB of opcodes and its header
+
+
+def pickle_calls(size: int) -> Calls:
+    """``.metadata`` as ``pickle.dump`` writes it into an open file (DCP's ``FileSystemWriter.finish``, torch
+    2.13.0): protocol 4 commits a frame once it holds 64 KiB and writes it at once, then the last frame at the
+    end; a pickle smaller than a frame is one call (seen under strace: 65,548 then 25,829 bytes)."""
+    frames, rest = divmod(size, FRAME_WRITE)
+    return (FRAME_WRITE,) * frames + ((rest,) if rest else ())
+

@@ -40,9 +40,9 @@ from dlio_ckpt.errors import ConfigError
 from dlio_ckpt.model.dense import TransformerShape
 from dlio_ckpt.plan.formats import Format
 from dlio_ckpt.plan.layouts import megatron_moe, megatron_restore
-from dlio_ckpt.plan.layouts.base import Layout
-from dlio_ckpt.plan.layouts.dcp import DistcpFormat, item_size
-from dlio_ckpt.plan.layouts.dcp_metadata import Chunked
+from dlio_ckpt.plan.layouts.base import FrameworkIO, Layout
+from dlio_ckpt.plan.layouts.dcp import DistcpFormat, file_calls, item_size
+from dlio_ckpt.plan.layouts.dcp_metadata import Chunked, pickle_calls
 from dlio_ckpt.plan.layouts.megatron_files import (
     COMMON_PT_BYTES,
     EXTRA_STATE,
@@ -59,7 +59,7 @@ from dlio_ckpt.plan.layouts.megatron_files import (
 )
 from dlio_ckpt.plan.layouts.rules import every_rank_writes, torch_save_only
 from dlio_ckpt.plan.restore import Restore, whole_files
-from dlio_ckpt.plan.types import Item, ItemFile, Plan
+from dlio_ckpt.plan.types import CoordinatorFile, Item, ItemFile, Plan
 
 if TYPE_CHECKING:
     from dlio_ckpt.config import Workload
@@ -278,8 +278,23 @@ def file_format(workload: Workload) -> Format:
     return DistcpFormat()
 
 
+def coordinator_calls(file: CoordinatorFile) -> tuple[int, ...]:
+    """Rank 0's files: ``.metadata`` pickled by DCP's ``finish``; ``common.pt`` (``torch.save`` to a path: C++'s
+    stream, one write at its close for so small a file) and ``metadata.json`` (``json.dump``: one write at the
+    close) as one call each, never synced (``megatron/core/dist_checkpointing/serialization.py``, 0.16.1)."""
+    return pickle_calls(file.size) if file.name == ".metadata" else (file.size,)
+
+
+# A synchronous save still goes through megatron-core's async writer: one forked process per file of the rank
+# (strategies/filesystem_async.py, write_preloaded_data_multiproc), each writing as DCP's writer does and
+# always syncing its file; played here by a thread per file
+FRAMEWORK_IO = FrameworkIO(writer="megatron-core 0.16.1 FileSystemWriterAsync (a writer per file, as threads)",
+                           file_calls=file_calls, coordinator_calls=coordinator_calls,
+                           unsynced=frozenset({"common.pt", "metadata.json"}), caller_writes=False)
+
+
 LAYOUT = Layout(make_plan=make_plan, file_format=file_format, check=check, check_world=check_world,
-                restore=restore, reads=READS,
+                restore=restore, reads=READS, framework_io=FRAMEWORK_IO,
                 reads_keys=frozenset({"checkpoint.files_per_rank", "model.moments_datatype",
                                       "model.parallelism.first_stage_layers", "model.parallelism.last_stage_layers",
                                       "restore.tensor"}),

@@ -185,6 +185,9 @@ def plan_of(lay: MegatronPlanning) -> Plan:
         listed += [(f"{f.stem}.distcp", [(i, i.offsets) for i in f.items]) for f in files]
         objects += [i.fqn for f in files for i in f.items if not i.dtype]
     size = listed_metadata_size(lay.tensors(), objects, listed, item_size)
-    coordinator = (CoordinatorFile(".metadata", size), CoordinatorFile("common.pt", lay.common_pt_bytes),
+    # .metadata through DCP's FileSystemWriter.finish (written as .metadata.tmp, renamed), which megatron-core's
+    # FileSystemWriterAsync inherits (megatron/core/dist_checkpointing/strategies/filesystem_async.py, 0.16.1)
+    common = CoordinatorFile("common.pt", lay.common_pt_bytes)
+    coordinator = (CoordinatorFile(".metadata", size, ".metadata.tmp"), common,
                    CoordinatorFile("metadata.json", METADATA_JSON_BYTES))
     return Plan(cast(LayoutFacts, lay), tuple(ranks), coordinator)

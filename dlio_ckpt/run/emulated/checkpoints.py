@@ -19,7 +19,7 @@ from dlio_ckpt.io.backends import Backend
 from dlio_ckpt.io.engine import Engine, FileTask, IOOptions
 from dlio_ckpt.io.synthetic import file_key
 from dlio_ckpt.plan.formats import Format
-from dlio_ckpt.plan.layouts import file_format
+from dlio_ckpt.plan.layouts import file_format, framework_io
 from dlio_ckpt.plan.restore import RankReads, Restore
 from dlio_ckpt.plan.types import Plan, RankPlan
 from dlio_ckpt.run.context import RunContext
@@ -59,9 +59,11 @@ def shard_bytes(ctx: RunContext, process: int | None = None) -> list[int]:
 
 def tasks(ctx: RunContext, fmt: Format, step: int, plans: list[RankPlan], backend: Backend | None = None,
           ) -> list[FileTask]:
-    """The files of ``plans`` at ``step`` on ``backend`` (a tier; the first by default)."""
-    base = ctx.path(step, backend=backend)
-    return [FileTask(f"{base}/{f.stem}{fmt.extension}", tuple(fmt.segments(f)), file_key(step, p.rank, i))
+    """The files of ``plans`` at ``step`` on ``backend`` (a tier; the first by default), with their
+    framework's calls where the saves play them (:func:`~dlio_ckpt.plan.layouts.framework_io`)."""
+    base, played = ctx.path(step, backend=backend), framework_io(ctx.workload)
+    return [FileTask(f"{base}/{f.stem}{fmt.extension}", tuple(fmt.segments(f)), file_key(step, p.rank, i),
+                     played.file_calls(f) if played else None)
             for p in plans for i, f in enumerate(p.files)]
 
 
@@ -69,9 +71,19 @@ def coordinator_tasks(ctx: RunContext, step: int, backend: Backend | None = None
                       ) -> list[FileTask]:
     """The files rank 0 writes after everyone's data (DCP's ``.metadata``), under the name they are
     first written as when ``staged`` and the storage can rename."""
-    base, store = ctx.path(step, backend=backend), backend or ctx.backend
+    base, store, played = ctx.path(step, backend=backend), backend or ctx.backend, framework_io(ctx.workload)
     return [FileTask(f"{base}/{c.staged if staged and c.staged and store.capabilities.rename else c.name}",
-                     (c.size,), file_key(step, ctx.world_size, k)) for k, c in enumerate(plan_of(ctx).coordinator)]
+                     (c.size,), file_key(step, ctx.world_size, k), played.coordinator_calls(c) if played else None,
+                     synced=played is None or c.name not in played.unsynced)
+            for k, c in enumerate(plan_of(ctx).coordinator)]
+
+
+def writer_threads(ctx: RunContext, backend: Backend) -> int:
+    """Threads writing this process's files when the saves play their framework's calls: a rank's writer has a
+    thread per file it writes (DCP's ``thread_count``); a process emulating several ranks writes their files
+    at least that many at a time, and up to its storage's ``threads``."""
+    most = max((len(p.files) for p in ranks_of_process(ctx)), default=1)
+    return most if ctx.world_size == ctx.comm.size else max(most, backend.options.threads)
 
 
 def expected_files(ctx: RunContext, fmt: Format, processes: list[int] | None = None) -> dict[str, int]:
@@ -123,9 +135,9 @@ class EmulatedRun:
             return 0
         ctx.comm.barrier()
         nbytes = 0
-        if ctx.comm.rank == 0:
+        if ctx.comm.rank == 0:  # from its own thread, one file after another
             staged = coordinator_tasks(ctx, step, staged=True)
-            nbytes = engine.write_files(staged)
+            nbytes = engine.write_files(staged, writers=1)
             for task, final in zip(staged, coordinator_tasks(ctx, step), strict=True):
                 if task.path != final.path:
                     ctx.backend.rename(task.path, final.path)

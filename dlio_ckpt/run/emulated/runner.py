@@ -20,7 +20,7 @@ from dlio_ckpt.config import references, tier_key
 from dlio_ckpt.errors import ConfigError
 from dlio_ckpt.io.engine import Engine, FileTask, IOOptions, check_capabilities, io_buffer_bytes
 from dlio_ckpt.plan.formats import Format
-from dlio_ckpt.plan.layouts import file_format, make_plan
+from dlio_ckpt.plan.layouts import file_format, framework_io, make_plan
 from dlio_ckpt.plan.restore import RankReads, described, load_caveat, restore_plan
 from dlio_ckpt.plan.view import scaled_figures
 from dlio_ckpt.results.schema import IO, AsyncSave, RestoreSource, Retries, Summary
@@ -36,6 +36,7 @@ from dlio_ckpt.run.emulated.checkpoints import (
     plan_of,
     restore_of,
     shard_bytes,
+    writer_threads,
 )
 from dlio_ckpt.run.emulated.peers import LostShares
 from dlio_ckpt.run.emulated.tiers import Tiers
@@ -56,6 +57,10 @@ def preflight(ctx: RunContext) -> None:
     ctx.restore = restore_plan(ctx.workload, ctx.plan)
     check_capabilities(ctx.backend, io_options(ctx))
     ck = ctx.ck
+    if ck.odirect and (played := framework_io(ctx.workload)):
+        raise ConfigError("workload.checkpoint.odirect", True, f"checkpoint.io_pattern=framework writes as "
+                          f"{played.writer} does, through the page cache; set ++workload.checkpoint.io_pattern=stream "
+                          "to measure O_DIRECT")
     for backend in ctx.tiers[1:]:  # drains write without O_DIRECT; the read phase reads as asked
         check_capabilities(backend, IOOptions(fsync=ck.fsync))
     check_capabilities(ctx.tiers[ck.read_tier], io_options(ctx))
@@ -231,8 +236,16 @@ def run(ctx: RunContext) -> Summary | None:
             ctx.watchdog.progress(path)
         shown.advance(nbytes)
     engine = Engine(ctx.backend, run_key, io_options(ctx), progress)
+    played = framework_io(ctx.workload)
+    if played is not None:
+        engine.framework_writers = writer_threads(ctx, ctx.backend)
+        engine.framework_caller_writes = played.caller_writes
     if comm.rank == 0 and "transport" in (storage := ctx.backend.describe()):  # GDS or POSIX, said up front
         log.info("storage_type=%s moves bytes by %s: %s", ctx.backend.name, storage["transport"], storage["why"])
+    if comm.rank == 0 and ck.num_checkpoints_write:
+        log.info("saves write %s", f"as {played.writer} does, {engine.framework_writers} writer thread(s) per process "
+                 "(checkpoint.io_pattern=framework)" if played else
+                 f"the tuned stream: {ck.chunk_size} B requests (checkpoint.io_pattern=stream)")
     records = []
     retries: dict[str, Any] = {"save": 0, "load": 0}  # and this process's read_from, with lost hosts
     run = EmulatedRun(ctx, fmt, run_key, files, host_files)
@@ -343,6 +356,8 @@ def run(ctx: RunContext) -> Summary | None:
     io = IO(layout=ck.layout, format=fmt.name, odirect=ck.odirect,
             verified=backend.capabilities.stores_data and ck.verify,
             recovery_rank_shift=ck.recovery_rank_shift, scale=ck.scale, chunk_size=ck.chunk_size,
+            io_pattern="framework" if played else "stream", framework_writer=played.writer if played else None,
+            writer_threads_per_process=engine.framework_writers if played else None,
             io_buffer_bytes_per_process=engine.buffer_bytes + (read_engine.buffer_bytes if read_engine is not engine
                                                                else 0),
             tiers=tiers.describe() if tiers.active else None, read_tier=ck.read_tier if tiers.active else None,

@@ -1,0 +1,90 @@
+"""``checkpoint.io_pattern=framework`` held to the frameworks' own saves under strace: the emulated save of a
+small job makes the system calls the real save of the same job makes, file by file. Per file: the number of
+write calls within 10 % (equal here), the sizes of those calls in the same powers of two, the same flags at
+its open (but ``O_CLOEXEC``, which C++'s stream does not set), the same fsyncs, written by one thread; the same
+renames; as many threads writing the checkpoint in all. Real: ``dcp.save`` of ``mode=fsdp`` (FSDP2 on CPU,
+``FileSystemWriter``, torch 2.13.0) and megatron-core 0.16.1's fully parallel ``torch_dist`` save
+(``tests/oracles/megatron_save.py``)."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.support import ORACLES, REPO
+from tests.support.cli import MPIEXEC
+from tests.support.strace_calls import calls_on, traced, write_pattern
+from tests.support.workloads import datatypes
+
+pytestmark = pytest.mark.real
+STEP = "global_epoch1_step1"
+ONE_SAVE = ["++workload.checkpoint.num_checkpoints_write=1", "++workload.checkpoint.num_checkpoints_read=0",
+            "++workload.checkpoint.fsync=True"]
+DCP_FILES = (".distcp", ".metadata", ".metadata.tmp")
+
+
+def dlio_traced(tmp_path: Path, name: str, args: list[str], world: int) -> dict:
+    """A run of the tool on ``world`` processes under strace: how it wrote step 1's files."""
+    if not MPIEXEC.exists():
+        pytest.skip("mpiexec from the mpich wheel is not installed in this environment")
+    work = tmp_path / name
+    work.mkdir()
+    traced([str(MPIEXEC), "-n", str(world), sys.executable, "-m", "dlio_ckpt", "run", *args,
+            f"++workload.storage.storage_root={work / 'root'}", f"hydra.run.dir={work / 'out'}", *ONE_SAVE],
+           work / "trace", work, env={**os.environ, "PYTHONPATH": str(REPO)})
+    return write_pattern(calls_on(work / "trace", f"/{STEP}/"), DCP_FILES)
+
+
+def assert_same_calls(real: dict, emulated: dict) -> None:
+    assert sorted(emulated["files"]) == sorted(real["files"])
+    for name, want in real["files"].items():
+        got = emulated["files"][name]
+        assert abs(got["writes"] - want["writes"]) <= 0.1 * want["writes"], (name, got["writes"], want["writes"])
+        assert emulated["sizes"][name] == real["sizes"][name], name
+        assert got["syncs"] == want["syncs"], name
+        assert got.get("writer_threads") == want.get("writer_threads"), name
+        assert [f.replace("O_CLOEXEC|", "") for f in got["open_flags"]] == \
+            [f.replace("O_CLOEXEC|", "") for f in want["open_flags"]], name
+    assert emulated["renames"] == real["renames"]
+    assert emulated["writer_threads"] == real["writer_threads"]
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("writers", [1, 2], ids=["caller-thread", "2-writer-threads"])
+def test_the_emulated_dcp_save_makes_the_calls_dcp_save_makes(tmp_path, writers):
+    job = ["workload=tiny", "++workload.model.parallelism.tensor=1", *datatypes("bf16")]
+    real = dlio_traced(tmp_path, "real", [*job, "++workload.mode=fsdp", f"++workload.fsdp.thread_count={writers}"], 2)
+    emulated = dlio_traced(tmp_path, "emulated", [*job, "++workload.checkpoint.layout=dcp",
+                                                  f"++workload.checkpoint.files_per_rank={writers}"], 2)
+    assert_same_calls(real, emulated)
+    assert real["writer_threads"] == 2 * writers  # a thread per file: the caller's, and writers - 1 more
+    assert real["renames"] == [(".metadata.tmp", ".metadata")]
+
+
+def test_the_emulated_megatron_save_makes_the_calls_megatron_core_makes(tmp_path):
+    pytest.importorskip("megatron.core")
+    world, tp, layers, hidden, ffn, heads, kv, vocab, dtype, files = 2, 1, 2, 256, 688, 8, 4, 1000, "bf16", 2
+    out = tmp_path / "real" / STEP
+    out.parent.mkdir()
+    traced([sys.executable, str(ORACLES / "megatron_save.py"), str(out), *map(str, (world, tp, layers, hidden, ffn,
+                                                                                    heads, kv, vocab, dtype, files))],
+           tmp_path / "real" / "trace", tmp_path / "real")
+    suffixes = (*DCP_FILES, "common.pt", "metadata.json")
+    real = write_pattern(calls_on(tmp_path / "real" / "trace", f"/{STEP}/"), suffixes)
+    work = tmp_path / "emulated"
+    work.mkdir()
+    traced([str(MPIEXEC), "-n", str(world), sys.executable, "-m", "dlio_ckpt", "run", "workload=tiny",
+            "++workload.checkpoint.layout=megatron", f"++workload.model.parallelism.tensor={tp}",
+            f"++workload.model.num_layers={layers}", f"++workload.model.transformer.hidden_size={hidden}",
+            f"++workload.model.transformer.ffn_hidden_size={ffn}",
+            f"++workload.model.transformer.num_attention_heads={heads}",
+            f"++workload.model.transformer.num_kv_heads={kv}", f"++workload.model.transformer.vocab_size={vocab}",
+            f"++workload.model.model_datatype={dtype}", f"++workload.checkpoint.files_per_rank={files}",
+            f"++workload.storage.storage_root={work / 'root'}", f"hydra.run.dir={work / 'out'}", *ONE_SAVE],
+           work / "trace", work, env={**os.environ, "PYTHONPATH": str(REPO)})
+    emulated = write_pattern(calls_on(work / "trace", f"/{STEP}/"), suffixes)
+    assert_same_calls(real, emulated)
+    assert real["writer_threads"] == world * files + 1  # a process per file, and rank 0's own for its three
