@@ -38,6 +38,7 @@ from dlio_ckpt.io.backends import (
     DeviceMemory,
     PositionalReader,
     PositionalWriter,
+    RangedReader,
     Reader,
     Source,
     SyncingWriter,
@@ -45,6 +46,7 @@ from dlio_ckpt.io.backends import (
 )
 from dlio_ckpt.io.synthetic import BLOCK, SLACK, SyntheticData, first_difference, first_difference_on_device
 from dlio_ckpt.plan.formats import FLUSH, Calls, Segment, file_size
+from dlio_ckpt.plan.formats.pt import archive_records, load_reads
 from dlio_ckpt.plan.restore import spans
 
 log = logging.getLogger("dlio_ckpt")
@@ -61,6 +63,7 @@ class FileTask:
     key: int  # synthetic-data identity of the file (who wrote it, which step)
     calls: Calls | None = None  # its framework's write calls (io_pattern=framework); None: the tuned stream
     synced: bool = True  # with its calls: whether its framework syncs it (checkpoint.fsync says whether any is)
+    reads: Calls | None = None  # a coordinator's file: how its framework reads it, in order (its load's first reads)
 
     @cached_property
     def size(self) -> int:
@@ -218,6 +221,21 @@ def _span_of(data: SyntheticData, task: FileTask, start: int, end: int, skip: in
     return window, patches
 
 
+def _format_bytes(task: FileTask, lo: int, hi: int) -> bytes:
+    """The format's bytes of the file in [lo, hi) (headers, a directory: never payload), from the plan."""
+    meta, out = task.metadata, []
+    i = max(bisect_right(meta, lo, key=lambda m: m[0]) - 1, 0)
+    at = lo
+    while at < hi:
+        offset, raw = meta[i]
+        if not offset <= at < offset + len(raw):
+            raise AssertionError(f"{task.path}: [{lo}, {hi}) is not the format's bytes")
+        out.append(raw[at - offset:hi - offset])
+        at = min(hi, offset + len(raw))
+        i += 1
+    return b"".join(out)
+
+
 class _Slot:
     """What one request in flight owns: a synthetic source (windows are restamped in place, so
     requests cannot share one) and a chunk buffer to read into, both allocated once. With a backend
@@ -257,10 +275,20 @@ class _Worker:
             self.slots += [_Slot(run_key, chunk, device, like=self.slots[0]) for _ in range(depth - 1)]
         self.data, self.readbuf = self.slots[0].data, self.slots[0].readbuf  # the sequential path's
         self.pool = ThreadPoolExecutor(depth, "dlio_ckpt_request") if depth > 1 else None
+        self._big: mmap.mmap | None = None  # a framework's reads, larger than a chunk (framework_buffer)
 
     def scope(self) -> Any:
         """Where this worker's arrays live: its GPU selected for the calling thread, or nothing."""
         return self.device.scope() if self.device else nullcontext()
+
+    def framework_buffer(self, n: int) -> memoryview:
+        """``n`` bytes to read a framework's read into (a tensor's whole archive entry, up to
+        :data:`LARGEST_CALL`): made on first use, grown only for a larger read."""
+        if self._big is None or len(self._big) < n:
+            if self._big is not None:
+                self._big.close()
+            self._big = mmap.mmap(-1, max(n, BLOCK))
+        return memoryview(self._big)[:n]
 
     def first_difference(self, got: Any, want: Any) -> int | None:
         return first_difference_on_device(self.device.xp, got, want) if self.device else \
@@ -272,6 +300,11 @@ class _Worker:
         for slot in self.slots:
             slot.close()
         self.readbuf = None  # data is slots[0]'s, closed above (its pool dropped) and held by slots as before
+        if self._big is not None:
+            try:
+                self._big.close()
+            except BufferError:  # a view is still referenced (by a failed read's traceback): GC frees it
+                pass
 
 
 class _Unbuffered(io.RawIOBase):
@@ -289,6 +322,37 @@ class _Unbuffered(io.RawIOBase):
         view = memoryview(b).cast("B")
         self._writer.write(view)
         return len(view)
+
+
+class _RawReader(io.RawIOBase):
+    """A storage reader as the raw file under Python's :class:`io.BufferedReader`: the buffered file a framework's
+    ``open(path, "rb")`` gives it, so its reads reach storage as CPython's buffer makes them (small ones filled
+    a block at a time, seeks inside the block free, large ones read through). Counts the bytes storage served."""
+
+    def __init__(self, reader: RangedReader, size: int) -> None:
+        self._reader, self._size, self._at, self.served = reader, size, 0, 0
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        self._at = (offset, self._at + offset, self._size + offset)[whence]
+        return self._at
+
+    def tell(self) -> int:
+        return self._at
+
+    def readinto(self, b: Any) -> int:
+        """One request, of no more than the file holds from here: storage answers it in one call, as a file's
+        ``read(2)`` near its end returns what is left."""
+        view = memoryview(b).cast("B")[:max(self._size - self._at, 0)]
+        n = self._reader.read_at(view, self._at) if len(view) else 0
+        self._at += n
+        self.served += n
+        return n
 
 
 class _CallWriter:
@@ -622,11 +686,15 @@ class Engine:
     # -- read ----------------------------------------------------------------------------------
 
     def read_files(self, tasks: list[FileTask]) -> int:
+        """Read every file whole, each byte compared with what was written; a file that comes with its
+        framework's reads (a coordinator's ``.metadata``, on a file system) is read by them (:meth:`_read_calls`)."""
         caps = self.backend.capabilities
         if self.options.evict_before_read and not self.options.odirect and caps.evict_cache:
             self._each(lambda _, t: self._evict(t.path), tasks)
         if not self._verify:
             return self._each(self._read_unverified, tasks)
+        if tasks and tasks[0].reads is not None and self._positional:
+            return self._each(self._read_calls, tasks)
         if self._positional:
             return self._positioned(tasks, self._open_read, self._read_chunk, _close, self._read_depth)
         return self._each(self._read_file if self.options.verify else self._read_counted, tasks)
@@ -702,9 +770,71 @@ class Engine:
         if self.options.evict_before_read and not self.options.odirect and caps.evict_cache:
             files = list({t.path: t for t, _ in reads}.values())  # a file many ranks read, evicted once
             self._each(lambda _, t: self._evict(t.path), files)
+        if reads and reads[0][0].calls is not None and self._positional and self._verify:
+            return self._each(lambda worker, job: self._read_items(worker, job.task, job.spans),
+                              [_RangedRead(task, ranges) for task, ranges in reads])
         # one entry per (rank, file) read: several loading ranks of this process may read one file
         jobs = [_RangedRead(task, self._spans_of(task, ranges)) for task, ranges in reads]
         return self._each(lambda worker, job: self._read_ranges(worker, job.task, job.spans), jobs)
+
+    # -- a framework's reads -------------------------------------------------------------------------
+
+    def _read_calls(self, worker: _Worker, task: FileTask) -> int:
+        """A file read by its framework's reads (:attr:`FileTask.reads`), one after another through a buffered
+        file; the bytes storage served."""
+        with self._buffered(task) as (raw, buffered):
+            at = 0
+            for n in task.reads or ():
+                self._framework_read(worker, task, buffered, at, n, into=False)  # pickle.load's read()s
+                at += n
+        return raw.served
+
+    def _read_items(self, worker: _Worker, task: FileTask, items: tuple[tuple[int, int], ...]) -> int:
+        """The items a loading rank needs from one file, as DCP's ``FileSystemReader`` reads them: the file
+        opened once, buffered; each item (offset, length) a ``torch.save`` archive, read as ``torch.load`` reads
+        it, or an object read whole (an archive with no storage: DCP's bytes). The bytes storage served."""
+        with self._buffered(task) as (raw, buffered):
+            for offset, length in items:
+                def fmt(lo: int, hi: int, base: int = offset) -> bytes:
+                    return _format_bytes(task, base + lo, base + hi)
+
+                if any(name.startswith("data/") for name in archive_records(length, fmt)[1]):
+                    for k, (at, n) in enumerate(load_reads(length, fmt)):  # its magic by read(), then readinto()
+                        self._framework_read(worker, task, buffered, offset + at, n, into=k > 0)
+                else:
+                    self._framework_read(worker, task, buffered, offset, length, into=False)
+        return raw.served
+
+    @contextmanager
+    def _buffered(self, task: FileTask) -> Iterator[tuple[_RawReader, io.BufferedReader]]:
+        """The file opened as a framework opens it for reading: buffered, the storage's block size."""
+        reader = self.backend.open_ranged(task.path, False)
+        try:
+            raw = _RawReader(reader, task.size)
+            yield raw, io.BufferedReader(raw, self._buffer_size)
+        finally:
+            reader.close()
+
+    def _framework_read(self, worker: _Worker, task: FileTask, buffered: io.BufferedReader, at: int, n: int,
+                        into: bool) -> None:
+        """One read of a framework: ``n`` bytes from ``at`` (in pieces of at most :data:`LARGEST_CALL`),
+        compared with what was written there. ``into``: by ``readinto`` (``torch.load``'s), else by ``read``
+        (``pickle.load``'s, DCP's bytes): CPython's buffer serves the two differently (``read`` asks storage
+        for whole blocks and buffers the rest, ``readinto`` reads the remainder through)."""
+        buffered.seek(at)  # a read of nothing is a seek alone (torch.load's to the end, for the size)
+        for lo in range(at, at + n, LARGEST_CALL):
+            want = min(LARGEST_CALL, at + n - lo)
+            got: Any = worker.framework_buffer(want) if into else None
+            if into:
+                filled = buffered.readinto(got)
+            else:
+                got = memoryview(buffered.read(want))
+                filled = len(got)
+            if filled != want:
+                raise VerifyError(f"{task.path}: ends before offset {lo + want}, planned {task.size} bytes")
+            if self.options.verify:
+                self._check_span(worker, task, got, lo, lo, lo + want)
+            self._progress(task.path, want)
 
     def _spans_of(self, task: FileTask, ranges: tuple[tuple[int, int], ...]) -> tuple[tuple[int, int], ...]:
         """What is asked of storage for ``ranges`` (:func:`~dlio_ckpt.plan.restore.spans`, blocks under O_DIRECT),

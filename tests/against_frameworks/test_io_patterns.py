@@ -1,10 +1,12 @@
-"""``checkpoint.io_pattern=framework`` held to the frameworks' own saves under strace: the emulated save of a
-small job makes the system calls the real save of the same job makes, file by file. Per file: the number of
-write calls within 10 % (equal here), the sizes of those calls in the same powers of two, the same flags at
-its open (but ``O_CLOEXEC``, which C++'s stream does not set), the same fsyncs, written by one thread; the same
-renames; as many threads writing the checkpoint in all. Real: ``dcp.save`` of ``mode=fsdp`` (FSDP2 on CPU,
-``FileSystemWriter``, torch 2.13.0) and megatron-core 0.16.1's fully parallel ``torch_dist`` save
-(``tests/oracles/megatron_save.py``)."""
+"""``checkpoint.io_pattern=framework`` held to the frameworks' own saves and loads under strace: the emulated
+save of a small job makes the system calls the real save of the same job makes, file by file. Per file: the
+number of write calls within 10 % (equal here), the sizes of those calls in the same powers of two, the same
+flags at its open (but ``O_CLOEXEC``, which C++'s stream does not set), the same fsyncs, written by one thread;
+the same renames; as many threads writing the checkpoint in all. The load alike, per data file: the number of
+read calls within 10 % (equal here), their sizes in the same powers of two, the same bytes, as many threads.
+Real: ``dcp.save`` and ``dcp.load`` of ``mode=fsdp`` (FSDP2 on CPU, ``FileSystemWriter`` and
+``FileSystemReader``, torch 2.13.0) and megatron-core 0.16.1's fully parallel ``torch_dist`` save
+(``tests/oracles/megatron_save.py``; its load is not traced here)."""
 
 from __future__ import annotations
 
@@ -16,7 +18,7 @@ import pytest
 
 from tests.support import ORACLES, REPO
 from tests.support.cli import MPIEXEC
-from tests.support.strace_calls import calls_on, traced, write_pattern
+from tests.support.strace_calls import calls_on, read_pattern, traced, write_pattern
 from tests.support.workloads import datatypes
 
 pytestmark = pytest.mark.real
@@ -26,16 +28,19 @@ ONE_SAVE = ["++workload.checkpoint.num_checkpoints_write=1", "++workload.checkpo
 DCP_FILES = (".distcp", ".metadata", ".metadata.tmp")
 
 
-def dlio_traced(tmp_path: Path, name: str, args: list[str], world: int) -> dict:
-    """A run of the tool on ``world`` processes under strace: how it wrote step 1's files."""
+def dlio_traced(tmp_path: Path, name: str, args: list[str], world: int) -> tuple[dict, dict]:
+    """A run of the tool on ``world`` processes under strace, one save and one load: how it wrote step 1's
+    files, and how it read its data files."""
     if not MPIEXEC.exists():
         pytest.skip("mpiexec from the mpich wheel is not installed in this environment")
     work = tmp_path / name
     work.mkdir()
     traced([str(MPIEXEC), "-n", str(world), sys.executable, "-m", "dlio_ckpt", "run", *args,
-            f"++workload.storage.storage_root={work / 'root'}", f"hydra.run.dir={work / 'out'}", *ONE_SAVE],
-           work / "trace", work, env={**os.environ, "PYTHONPATH": str(REPO)})
-    return write_pattern(calls_on(work / "trace", f"/{STEP}/"), DCP_FILES)
+            f"++workload.storage.storage_root={work / 'root'}", f"hydra.run.dir={work / 'out'}", *ONE_SAVE,
+            "++workload.checkpoint.num_checkpoints_read=1"], work / "trace", work,
+           env={**os.environ, "PYTHONPATH": str(REPO)})
+    calls = calls_on(work / "trace", f"/{STEP}/")
+    return write_pattern(calls, DCP_FILES), read_pattern(calls, (".distcp",))
 
 
 def assert_same_calls(real: dict, emulated: dict) -> None:
@@ -44,7 +49,8 @@ def assert_same_calls(real: dict, emulated: dict) -> None:
         got = emulated["files"][name]
         assert abs(got["writes"] - want["writes"]) <= 0.1 * want["writes"], (name, got["writes"], want["writes"])
         assert emulated["sizes"][name] == real["sizes"][name], name
-        assert got["syncs"] == want["syncs"], name
+        # fsync is the frameworks' (and a save's); fdatasync is both modes' eviction of a file before a load reads it
+        assert got["syncs"].get("fsync") == want["syncs"].get("fsync"), name
         assert got.get("writer_threads") == want.get("writer_threads"), name
         assert [f.replace("O_CLOEXEC|", "") for f in got["open_flags"]] == \
             [f.replace("O_CLOEXEC|", "") for f in want["open_flags"]], name
@@ -53,15 +59,23 @@ def assert_same_calls(real: dict, emulated: dict) -> None:
 
 
 @pytest.mark.mpi
-@pytest.mark.parametrize("writers", [1, 2], ids=["caller-thread", "2-writer-threads"])
-def test_the_emulated_dcp_save_makes_the_calls_dcp_save_makes(tmp_path, writers):
+def test_the_emulated_dcp_save_and_load_make_the_calls_dcp_makes(tmp_path):
+    """Two writer threads a rank (the caller's and one more: DCP's thread_count 1 writes from the caller alone,
+    the same code), two ranks: every writer, item and call of a save, and every read of a load."""
+    writers = 2
     job = ["workload=tiny", "++workload.model.parallelism.tensor=1", *datatypes("bf16")]
-    real = dlio_traced(tmp_path, "real", [*job, "++workload.mode=fsdp", f"++workload.fsdp.thread_count={writers}"], 2)
-    emulated = dlio_traced(tmp_path, "emulated", [*job, "++workload.checkpoint.layout=dcp",
-                                                  f"++workload.checkpoint.files_per_rank={writers}"], 2)
+    real, real_reads = dlio_traced(tmp_path, "real", [*job, "++workload.mode=fsdp",
+                                                      f"++workload.fsdp.thread_count={writers}"], 2)
+    emulated, emulated_reads = dlio_traced(tmp_path, "emulated", [*job, "++workload.checkpoint.layout=dcp",
+                                                                  f"++workload.checkpoint.files_per_rank={writers}"], 2)
     assert_same_calls(real, emulated)
     assert real["writer_threads"] == 2 * writers  # a thread per file: the caller's, and writers - 1 more
     assert real["renames"] == [(".metadata.tmp", ".metadata")]
+    assert sorted(emulated_reads) == sorted(real_reads) == sorted(n for n in real["files"] if n.endswith(".distcp"))
+    for name, want in real_reads.items():  # the load: each rank's items, read as torch.load reads them
+        got = emulated_reads[name]
+        assert abs(got["reads"] - want["reads"]) <= 0.1 * want["reads"], (name, got["reads"], want["reads"])
+        assert (got["sizes"], got["read"], len(got["threads"])) == (want["sizes"], want["read"], len(want["threads"]))
 
 
 def test_the_emulated_megatron_save_makes_the_calls_megatron_core_makes(tmp_path):

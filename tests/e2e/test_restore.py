@@ -26,14 +26,18 @@ def test_a_checkpoint_saved_at_4_loads_verified_at_2_and_says_what_it_read(tmp_p
     summary = load(tmp_path / "run" / "summary.json")
     restore, (loaded,) = summary["io"]["restore"], summary["checkpoints"]["load"]
     assert restore["world_size"] == 2 and restore["saved_world_size"] == 4 and restore["resharded"]
-    assert restore["bytes_read"] == loaded["bytes"] > 0 and restore["reads_per_rank"]["max"] > 4
+    # the load plays its framework's reads (io_pattern=framework): the items the plan names, and the headers its
+    # buffered file reads again a block at a time, so storage serves more than the items' bytes (the kernel's
+    # count below is the load's figure)
+    assert 0 < restore["bytes_read"] <= loaded["bytes"]
+    assert restore["reads_per_rank"]["max"] > 4
     assert sum(restore["read_bytes"]["histogram"].values()) == 2 * restore["reads_per_rank"]["mean"]
     assert loaded["metadata_read_seconds_max"] > 0 and loaded["duration_imbalance"] >= 1.0
     # the bytes the file system handed over: the same load again, alone, under strace; every read of the step's
     # files summed from the kernel's answers equals what it reports read, exactly
     traced, trace = traced_load(tmp_path, [*args, "++workload.checkpoint.num_checkpoints_write=0",
                                             "++hydra.run.dir=traced"])
-    assert traced["io"]["restore"]["bytes_read"] == traced["checkpoints"]["load"][0]["bytes"] == trace
+    assert traced["checkpoints"]["load"][0]["bytes"] == trace
     shard = tmp_path / "data" / "ck" / "global_epoch1_step1" / "__3_0.distcp"
     raw = bytearray(shard.read_bytes())
     raw[len(raw) // 2] ^= 0xFF
@@ -83,8 +87,10 @@ def test_a_load_its_processes_cannot_share_is_refused_before_anything_is_written
 
 
 def test_one_process_loading_for_two_ranks_reads_both_ranks_ranges(tmp_path):
-    """A process emulating several loading ranks reads each rank's ranges of a file they share, not the last's."""
+    """A process emulating several loading ranks reads each rank's ranges of a file they share, not the last's
+    (the tuned stream reads exactly the ranges the plan names)."""
     r = dlio([*DCP, "--world-size", "4", "++workload.checkpoint.num_checkpoints_read=1", "++hydra.run.dir=run",
+              "++workload.checkpoint.io_pattern=stream",
               "++workload.storage.storage_root=data", "++workload.restore.world_size=2",
               "++workload.checkpoint.num_checkpoints_write=1"], tmp_path)
     assert r.returncode == 0, r.stderr
@@ -106,7 +112,8 @@ def test_a_loads_figure_is_the_checkpoint_over_its_duration_and_its_world_size_i
     m, restore = summary["metric"], summary["io"]["restore"]
     (saved,), (loaded,) = summary["checkpoints"]["save"], summary["checkpoints"]["load"]
     assert restore["bytes_restored"] == saved["bytes"] == loaded["checkpoint_bytes"]
-    assert loaded["bytes"] == restore["bytes_read"] > 1.9 * saved["bytes"]  # what was read stays in io.restore
+    # what was read stays in io.restore (storage served those bytes and the headers its framework read again)
+    assert loaded["bytes"] >= restore["bytes_read"] > 1.9 * saved["bytes"]
     for unit, size in (("GB", 2**30), ("GiB", 2**30), ("GB_decimal", 10**9)):
         assert m[f"load_checkpoint_io_mean_{unit}_per_second"] == pytest.approx(
             saved["bytes"] / size / m["load_checkpoint_duration_mean_seconds"])

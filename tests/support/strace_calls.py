@@ -171,3 +171,19 @@ def write_pattern(calls: dict[str, list[Call]], suffixes: tuple[str, ...]) -> di
             elif call.startswith("rename"):
                 renames.append(tuple(os.path.basename(p) for p in args.split('"')[1::2][:2]))
     return {"files": files, "sizes": sizes, "renames": sorted(renames), "writer_threads": len(writers)}
+
+
+def read_pattern(calls: dict[str, list[Call]], suffixes: tuple[str, ...]) -> dict[str, dict[str, Any]]:
+    """How a load read its files (names ending in one of ``suffixes``): per file its read calls, the bytes they
+    returned, their sizes by power of two (as :func:`write_pattern`), and the threads that read it."""
+    out: dict[str, dict[str, Any]] = {}
+    for thread, seq in calls.items():
+        for call, args, result in seq:
+            name = path_of(call, args)
+            if call in READS and result >= 0 and name.endswith(suffixes):
+                f = out.setdefault(name, {"reads": 0, "read": 0, "sizes": Counter(), "threads": set()})
+                f["reads"] += 1
+                f["read"] += result
+                f["sizes"][result.bit_length()] += 1
+                f["threads"].add(thread)
+    return out

@@ -36,3 +36,54 @@ def test_data_pkl_is_torch_saves_byte_for_byte(nested, sizes):
     groups = [TensorGroup(str(k) if nested else None, tuple(range(1, n + 1))) for k, n in enumerate(sizes)]
     plan = FilePlan("f", "model", "fp16", tuple(groups))
     assert pickle_state(plan) == _torch_pickle(groups, "fp16")
+
+
+def test_the_reads_torch_load_makes_are_those_load_reads_plays():
+    """``load_reads`` against a file object that logs what torch.load asks of it: torch.save's own archives
+    (a tensor, an empty one, one under 4 KiB, a nested state dict) and a DCP item of the emulator's."""
+    import io
+
+    import torch
+
+    from dlio_ckpt.plan.formats import file_size
+    from dlio_ckpt.plan.formats.pt import load_reads
+    from dlio_ckpt.plan.layouts.dcp import item_segments
+    from dlio_ckpt.plan.types import Item
+
+    class Logged(io.RawIOBase):
+        def __init__(self, data: bytes) -> None:
+            self.f, self.reads = io.BytesIO(data), []
+
+        def readable(self) -> bool:
+            return True
+
+        def seekable(self) -> bool:
+            return True
+
+        def seek(self, offset: int, whence: int = 0) -> int:
+            at = self.f.seek(offset, whence)
+            if whence == io.SEEK_END:  # the size asked: what a buffered file drops its buffer for
+                self.reads.append((at, 0))
+            return at
+
+        def tell(self) -> int:
+            return self.f.tell()
+
+        def readinto(self, b) -> int:  # noqa: ANN001
+            self.reads.append((self.f.tell(), len(b)))
+            return self.f.readinto(b)
+
+    archives = []
+    for obj in (torch.ones(1 << 18), torch.zeros(0), torch.ones(3000, dtype=torch.bfloat16),
+                {"a": torch.ones(3), "b": {"c": torch.ones(5), "d": 7}}):
+        buf = io.BytesIO()
+        torch.save(obj, buf)
+        archives.append(buf.getvalue())
+    segments = item_segments(Item("w", "bf16", (64, 32)))
+    archives.append(b"".join(s if isinstance(s, bytes) else bytes(s) for s in segments))
+    assert len(archives[-1]) == file_size(list(segments))
+    for data in archives:
+        logged = Logged(data)
+        logged.read = lambda n=-1, f=logged: (f.reads.append((f.f.tell(), n)), f.f.read(n))[1]  # the magic's read
+        torch.load(logged, weights_only=True)
+        assert logged.reads == load_reads(len(data), lambda lo, hi, d=data: d[lo:hi])

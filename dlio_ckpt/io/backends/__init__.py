@@ -19,6 +19,7 @@ from dlio_ckpt.io.backends.base import (
     Options,
     PositionalReader,
     PositionalWriter,
+    RangedReader,
     Reader,
     Source,
     SyncingWriter,
@@ -59,5 +60,5 @@ def get_backend(storage_type: str, root: str, options: dict, local_rank: int = 0
     return make(root, parsed)
 
 
-__all__ = ["Backend", "Capabilities", "DeviceMemory", "Options", "PositionalReader", "PositionalWriter", "Reader",
-           "Source", "SyncingWriter", "Writer", "check_options", "get_backend", "options_model"]
+__all__ = ["Backend", "Capabilities", "DeviceMemory", "Options", "PositionalReader", "PositionalWriter", "RangedReader",
+           "Reader", "Source", "SyncingWriter", "Writer", "check_options", "get_backend", "options_model"]

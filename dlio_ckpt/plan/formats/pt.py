@@ -255,6 +255,53 @@ def archive(pickled: bytes, storages: list[int], serialization_id: bytes) -> lis
     return out
 
 
+# the records torch.load reads first, in its order (``torch/serialization.py``, ``_load``, torch 2.13.0);
+# then each storage it unpickles (``data/<key>``), none of an empty one
+_LOAD_ORDER = (".data/serialization_id", "version", ".format_version", "byteorder", ".storage_alignment", "data.pkl")
+
+
+def archive_records(length: int, fmt: Callable[[int, int], bytes]) -> tuple[int, dict[str, tuple[int, int]]]:
+    """A ``torch.save`` archive's central directory read as miniz reads it: where it starts, and each record's
+    local header offset and size by name (``data.pkl``, ``data/0``...). ``fmt(lo, hi)``: the archive's bytes
+    there (its headers and directory are the format's, known from the plan)."""
+    cd_size, cd_start = struct.unpack_from("<QQ", fmt(length - 98, length - 42), 40)
+    cd, pos, entries = fmt(cd_start, cd_start + cd_size), 0, {}
+    while pos < len(cd):
+        size, nlen, xlen, clen = struct.unpack_from("<IHHH", cd, pos + 24)
+        (offset,) = struct.unpack_from("<I", cd, pos + 42)
+        name = cd[pos + 46:pos + 46 + nlen].decode()
+        extra = cd[pos + 46 + nlen:pos + 46 + nlen + xlen]
+        big = list(struct.unpack_from(f"<{(len(extra) - 4) // 8}Q", extra, 4)) if extra else []
+        if size == _U32:
+            size = big.pop(0)
+            big.pop(0)  # the compressed size, the same when stored
+        if offset == _U32:
+            offset = big.pop(0)
+        entries[name.split("/", 1)[1]] = (offset, size)
+        pos += 46 + nlen + xlen + clen
+    return cd_start, entries
+
+
+def load_reads(length: int, fmt: Callable[[int, int], bytes]) -> list[tuple[int, int]]:
+    """The reads ``torch.load`` makes on a file object holding one ``torch.save`` archive of ``length`` bytes,
+    as (offset, bytes) from the archive's start, in order (torch 2.13.0 and its miniz, seen through a logging
+    file object and held to it in tests/unit/test_pt_format.py): the magic, a seek to the end to learn the size
+    (``(length, 0)``: no bytes, but a buffered file drops its buffer), the first 8 bytes, the last 4 KiB
+    (or all of a smaller archive), the end records, the central directory; then per record it loads (the
+    small ones, ``data.pkl``, each storage it unpickles but an empty one) its 30-byte local header and its data."""
+    tail = min(4096, length)
+    cd_start, entries = archive_records(length, fmt)
+    reads = [(0, 4), (length, 0), (0, 8), (length - tail, tail), (length - 22, 22), (length - 42, 20),
+             (length - 98, 56), (cd_start, length - 98 - cd_start)]
+    storages = sorted((n for n in entries if n.startswith("data/")), key=lambda n: int(n.split("/")[1]))
+    for name in (*_LOAD_ORDER, *storages):
+        offset, size = entries[name]
+        if size or not name.startswith("data/"):
+            nlen, xlen = struct.unpack_from("<HH", fmt(offset, offset + 30), 26)
+            reads += [(offset, 30), (offset + 30 + nlen + xlen, size)]
+    return reads
+
+
 class PtFormat:
     name = "pt"
     extension = ".pt"

@@ -44,11 +44,14 @@ class FrameworkIO:
     A rank's files are written by as many threads as it has files (DCP's ``thread_count``: a file each, the
     caller's thread among them unless ``caller_writes`` is False), each file made of its calls through a
     buffered file and synced on its own descriptor before it is closed (``checkpoint.fsync``); the
-    coordinator's files follow everyone's data."""
+    coordinator's files follow everyone's data. A load (on a file system) reads each coordinator's file by
+    its ``coordinator_reads``, then each item it needs, file by file on the caller's thread: a tensor as
+    ``torch.load`` reads its archive, an object whole (DCP's ``FileSystemReader``)."""
 
     writer: str  # what is played, as summary.json and the console name it
     file_calls: Callable[[PlannedFile], Calls]  # a rank's file: its framework's write calls
     coordinator_calls: Callable[[CoordinatorFile], Calls]  # a coordinator's file (its size may be scaled)
+    coordinator_reads: Callable[[CoordinatorFile], Calls]  # how every rank of a load reads it, in order
     unsynced: frozenset[str] = frozenset()  # coordinator files the framework never syncs
     caller_writes: bool = True  # the caller's thread writes one of the files (DCP's); else it waits for the writers
 

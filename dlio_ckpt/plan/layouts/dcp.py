@@ -52,7 +52,7 @@ from dlio_ckpt.plan.formats import FLUSH, Calls, Format, Segment, file_size
 from dlio_ckpt.plan.formats.pt import archive, archive_calls, tensor_pickle
 from dlio_ckpt.plan.layouts import dcp_moe, dcp_restore
 from dlio_ckpt.plan.layouts.base import FrameworkIO, Layout
-from dlio_ckpt.plan.layouts.dcp_metadata import Tensor, fsdp_chunk, metadata_size, pickle_calls
+from dlio_ckpt.plan.layouts.dcp_metadata import Tensor, fsdp_chunk, metadata_size, pickle_calls, pickle_reads
 from dlio_ckpt.plan.layouts.rules import every_rank_writes, torch_save_only
 from dlio_ckpt.plan.restore import Restore
 from dlio_ckpt.plan.types import CoordinatorFile, Item, ItemFile, Plan, PlannedFile, RankPlan, shrink_shape
@@ -326,8 +326,14 @@ def coordinator_calls(file: CoordinatorFile) -> Calls:
     return pickle_calls(file.size)
 
 
+def coordinator_reads(file: CoordinatorFile) -> Calls:
+    """``.metadata`` as every loading rank unpickles it (:func:`pickle_reads`)."""
+    return pickle_reads(file.size)
+
+
 FRAMEWORK_IO = FrameworkIO(writer="torch.distributed.checkpoint FileSystemWriter (torch 2.13.0)",
-                           file_calls=file_calls, coordinator_calls=coordinator_calls)
+                           file_calls=file_calls, coordinator_calls=coordinator_calls,
+                           coordinator_reads=coordinator_reads)
 
 
 @cache

@@ -244,3 +244,14 @@ def pickle_calls(size: int) -> Calls:
     frames, rest = divmod(size, FRAME_WRITE)
     return (FRAME_WRITE,) * frames + ((rest,) if rest else ())
 
+
+def pickle_reads(size: int) -> Calls:
+    """``.metadata`` as ``pickle.load`` reads it from an open file (every rank of DCP's load, torch 2.13.0): per
+    frame its header (the first with the protocol's two bytes), then the frame; a logging file object shows
+    ``read(11)``, ``read(65538)``, ``read(9)``, ``read(13937)`` for a two-frame pickle."""
+    reads: list[int] = []
+    for k, frame in enumerate(pickle_calls(size)):
+        head = min(11 if k == 0 else 9, frame)
+        reads += [head, frame - head] if frame > head else [head]
+    return tuple(reads)
+

@@ -42,7 +42,7 @@ from dlio_ckpt.plan.formats import Format
 from dlio_ckpt.plan.layouts import megatron_moe, megatron_restore
 from dlio_ckpt.plan.layouts.base import FrameworkIO, Layout
 from dlio_ckpt.plan.layouts.dcp import DistcpFormat, file_calls, item_size
-from dlio_ckpt.plan.layouts.dcp_metadata import Chunked, pickle_calls
+from dlio_ckpt.plan.layouts.dcp_metadata import Chunked, pickle_calls, pickle_reads
 from dlio_ckpt.plan.layouts.megatron_files import (
     COMMON_PT_BYTES,
     EXTRA_STATE,
@@ -285,12 +285,19 @@ def coordinator_calls(file: CoordinatorFile) -> tuple[int, ...]:
     return pickle_calls(file.size) if file.name == ".metadata" else (file.size,)
 
 
+def coordinator_reads(file: CoordinatorFile) -> tuple[int, ...]:
+    """How each loading rank reads rank 0's files: ``.metadata`` unpickled; ``common.pt`` and ``metadata.json``
+    as one read each (small files: ``torch.load`` and ``json.load`` find them in their first buffer)."""
+    return pickle_reads(file.size) if file.name == ".metadata" else (file.size,)
+
+
 # A synchronous save still goes through megatron-core's async writer: one forked process per file of the rank
 # (strategies/filesystem_async.py, write_preloaded_data_multiproc), each writing as DCP's writer does and
 # always syncing its file; played here by a thread per file
 FRAMEWORK_IO = FrameworkIO(writer="megatron-core 0.16.1 FileSystemWriterAsync (a writer per file, as threads)",
                            file_calls=file_calls, coordinator_calls=coordinator_calls,
-                           unsynced=frozenset({"common.pt", "metadata.json"}), caller_writes=False)
+                           coordinator_reads=coordinator_reads, unsynced=frozenset({"common.pt", "metadata.json"}),
+                           caller_writes=False)
 
 
 LAYOUT = Layout(make_plan=make_plan, file_format=file_format, check=check, check_world=check_world,

@@ -74,7 +74,8 @@ def coordinator_tasks(ctx: RunContext, step: int, backend: Backend | None = None
     base, store, played = ctx.path(step, backend=backend), backend or ctx.backend, framework_io(ctx.workload)
     return [FileTask(f"{base}/{c.staged if staged and c.staged and store.capabilities.rename else c.name}",
                      (c.size,), file_key(step, ctx.world_size, k), played.coordinator_calls(c) if played else None,
-                     synced=played is None or c.name not in played.unsynced)
+                     synced=played is None or c.name not in played.unsynced,
+                     reads=played.coordinator_reads(c) if played else None)
             for k, c in enumerate(plan_of(ctx).coordinator)]
 
 
