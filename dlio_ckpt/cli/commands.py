@@ -13,6 +13,7 @@ import json
 import os
 import sys
 import traceback
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -25,10 +26,12 @@ def run(args: argparse.Namespace, comm: Comm) -> int:
     """Write the checkpoints, then read them back, on every process of the job."""
     from dlio_ckpt.run.failure import RunState, Watchdog, fail_every_rank, on_signals
     from dlio_ckpt.run.launch import check_run_dir, execute, start
+    from dlio_ckpt.tools.repeats import check_repeat, repeat_folder, replaced, write_repeats
 
     state = RunState()
     on_signals(comm, state)  # from here on, SIGINT/SIGTERM end every rank (no rank left in a barrier)
     world_size = comm.size if args.world_size is None else args.world_size
+    check_repeat(args.repeat)
     # Every rank validates (same input, same answer, no collective needed); rank 0 alone resolves
     # the run folder (it holds the time) and shares it. Config-only rules all come before storage.
     workload, raw, run_dir = compose(args.overrides, args.config_dir)
@@ -36,9 +39,17 @@ def run(args: argparse.Namespace, comm: Comm) -> int:
     run_dir = comm.bcast(run_dir if comm.rank == 0 else None)
     on_root(comm, lambda: check_run_dir(run_dir, args.replace_results))
     run_dir = os.path.abspath(run_dir)
-    mode, ctx = start(workload, comm, world_size, state, Watchdog(comm, state, workload.checkpoint.io_timeout))
+    watchdog = Watchdog(comm, state, workload.checkpoint.io_timeout)  # one thread, whichever repeat it watches
     try:
-        execute(mode, ctx, run_dir, raw, args.overrides, sys.argv[1:], args.replace_results)
+        for k in range(1, args.repeat + 1):  # each repeat an ordinary run, in a folder of its own
+            here, w, r = (run_dir, workload, raw) if args.repeat == 1 else \
+                (repeat_folder(run_dir, k), *(replaced(workload, raw) if k > 1 else (workload, raw)))
+            if here != run_dir:
+                on_root(comm, partial(check_run_dir, here, args.replace_results))
+            mode, ctx = start(w, comm, world_size, state, watchdog)
+            execute(mode, ctx, here, r, args.overrides, sys.argv[1:], args.replace_results)
+        if args.repeat > 1 and comm.rank == 0:
+            print(f"repeats: {write_repeats(run_dir, args.repeat)}", flush=True)
         return 0
     except DlioCkptError as exc:  # raised on one rank or on all: either way every rank must end
         fail_every_rank(comm, state, str(exc), exc.exit_code, quiet=reported_by_another_rank(exc, comm.rank))
@@ -163,7 +174,9 @@ def diff(args: argparse.Namespace, comm: Comm) -> int:
         text, regressed = diff_sweeps(args.a, args.b, args.threshold, args.metrics, args.format)
         print(text)
         return 1 if regressed else 0
-    a, b = load_run(args.a), load_run(args.b)
+    from dlio_ckpt.tools.repeats import is_repeats, load_repeats
+
+    a, b = (load_repeats(p) if is_repeats(p) else load_run(p) for p in (args.a, args.b))
     changes = compare_metrics(a, b, args.threshold, args.metrics)
     if not any(c.direction != "none" and c.a is not None for c in changes):
         raise ConfigError("--metrics" if args.metrics else "A", args.metrics or args.a,

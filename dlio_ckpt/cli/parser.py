@@ -37,9 +37,9 @@ COMMANDS: dict[str, Command] = {
     "run": Command(
         "(none), run",
         "dlio_ckpt [run] workload=NAME [++workload.KEY=VALUE ...] [--config-dir DIR] [--world-size W] "
-        "[--replace-results]",
+        "[--replace-results] [--repeat N]",
         "write num_checkpoints_write checkpoints, then read back num_checkpoints_read (under mpiexec -n N, or "
-        "alone as a world of one process)"),
+        "alone as a world of one process); --repeat N: N times, with each figure's median and interval"),
     "plan": Command(
         "plan",
         "dlio_ckpt plan workload=NAME [++workload.KEY=VALUE ...] [--config-dir DIR] --world-size W "
@@ -187,6 +187,9 @@ def _run_options(p: argparse.ArgumentParser) -> None:
                    "each process writing world-size/N ranks (default: the process count)")
     p.add_argument("--replace-results", action="store_true", help="the run folder (hydra.run.dir) may hold an "
                    "earlier run's results; they are removed first (only the files a run writes)")
+    p.add_argument("--repeat", type=int, default=1, metavar="N", help="run the job N times, each an ordinary run in "
+                   "RUN_DIR/repeat<k> (its checkpoints replaced, caches evicted as usual), then write "
+                   "RUN_DIR/repeats.json: each figure's median and its 95%% order-statistic interval (diff reads it)")
 
 
 def _plan_options(p: argparse.ArgumentParser) -> None:

@@ -11,8 +11,11 @@ import re
 from pathlib import Path
 from typing import Any
 
-RESULT_FILES = ("summary.json", "provenance.json", "dlio_ckpt.log", ".hydra/config.yaml", ".hydra/overrides.yaml")
-FIGURES = ("throughput.png", "durations.png", "stragglers.png", "timeline.png", "requests.png")  # report's
+RESULT_FILES = ("summary.json", "provenance.json", "dlio_ckpt.log", ".hydra/config.yaml", ".hydra/overrides.yaml",
+                # a repeated run's parent folder (dlio_ckpt.tools.repeats); the calls' histograms (results.summary)
+                "repeats.json", "latency_histograms.json")
+FIGURES = ("throughput.png", "durations.png", "stragglers.png", "timeline.png", "requests.png",
+           "latency.png")  # report's
 REPORT_FILES = (*FIGURES, "report.html")  # what report may write into a run folder
 PER_PROCESS = re.compile(r"(\d+)_per_epoch_stats\.json")
 

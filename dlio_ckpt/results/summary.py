@@ -20,15 +20,16 @@ import resource
 import statistics
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
 from dlio_ckpt.cluster.comm import Comm
 from dlio_ckpt.cluster.host import host_memory, hostname, peak_rss
 from dlio_ckpt.inflight import temporary
+from dlio_ckpt.io.latency import Histograms, bucket_bounds, merged
 from dlio_ckpt.io.requests import Request, summarize
-from dlio_ckpt.results import goodput
+from dlio_ckpt.results import goodput, latency
 from dlio_ckpt.results.schema import (
     FSYNC_TIMES,
     SECOND_PASS,
@@ -97,6 +98,7 @@ class OpRecord:
     stalled: float = 0.0  # async saves: of which waiting for the previous checkpoint's background write
     cost: ProcessCost = ProcessCost()  # this process (all threads, drains included) from start to end
     metadata_seconds: float | None = None  # loads: reading the metadata every rank reads before its data
+    latency: Histograms = field(default_factory=dict)  # this process's storage calls during it, by kind
 
 
 def iso(t: float) -> str:
@@ -185,8 +187,15 @@ def checkpoint_figures(records: list[OpRecord], phase: str, checkpoint_bytes: in
             duration_imbalance=(duration / statistics.fmean(r.duration for r in group) if duration else 1.0)
             if metadata else None,
             drain_wait_seconds_max=max(drain_waits) if drain_waits else None,  # a sync save that waited for a drain
-            async_=async_figures(group, duration) if group[0].held is not None else None))
+            async_=async_figures(group, duration) if group[0].held is not None else None,
+            latency=latency.operation_latency(operation_calls(group), duration, slowest.process),
+            stonewall=latency.stonewall(group)))
     return out
+
+
+def operation_calls(group: list[OpRecord]) -> dict[int, Histograms]:
+    """Each process's timed calls during one operation: its storage calls and its object-store requests."""
+    return {r.process: merged([r.latency, latency.request_histograms(r.requests)]) for r in group}
 
 
 def async_figures(group: list[OpRecord], duration: float) -> AsyncFigures:
@@ -256,7 +265,7 @@ def phase_means(phase: str, items: list[CheckpointFigures]) -> dict[str, float]:
 
 
 def metric_figures(checkpoint_bytes: int, saves: list[CheckpointFigures], loads: list[CheckpointFigures],
-                   durable: dict[int, list[float]]) -> Metric:
+                   durable: dict[int, list[float]], records: list[OpRecord] | None = None) -> Metric:
     """``metric``: the checkpoint's size (DLIO's ``checkpoint_size_GB`` in GiB, as DLIO has it), each phase
     that ran (:func:`phase_means`), what async saves cost training (a figure ``metrics diff`` can gate on) and
     each lower tier's mean time to durable."""
@@ -269,7 +278,23 @@ def metric_figures(checkpoint_bytes: int, saves: list[CheckpointFigures], loads:
         save_checkpoint_time_to_durable_mean_seconds=statistics.fmean(h.time_to_durable_seconds for h in held)
         if held else None,
         **{f"save_checkpoint_time_to_durable_tier{k}_mean_seconds": statistics.fmean(seconds)
-           for k, seconds in durable.items()})
+           for k, seconds in durable.items()},
+        **latency_metrics(records or [], saves, loads))
+
+
+def latency_metrics(records: list[OpRecord], saves: list[CheckpointFigures], loads: list[CheckpointFigures],
+                    ) -> dict[str, float]:
+    """``metric``'s latency headlines, over every checkpoint of a phase (a figure ``diff`` and repeats judge):
+    the p99 of the saves' writes, the loads' reads and the saves' metadata calls; the mean stonewall rate."""
+    out: dict[str, float | None] = {
+        "save_checkpoint_write_p99_ms": latency.p99_of([r.latency for r in records if r.phase == "save"], "write"),
+        "load_checkpoint_read_p99_ms": latency.p99_of([r.latency for r in records if r.phase == "load"], "read"),
+        "save_checkpoint_metadata_p99_ms": latency.p99_of([r.latency for r in records if r.phase == "save"],
+                                                          "metadata")}
+    for phase, items in (("save", saves), ("load", loads)):
+        walls = [c.stonewall.GiB_per_second for c in items if c.stonewall is not None]
+        out[f"{phase}_checkpoint_stonewall_mean_GiB_per_second"] = statistics.fmean(walls) if walls else None
+    return {k: v for k, v in out.items() if v is not None}
 
 
 def goodput_figures(asked: GoodputAsked, saves: list[CheckpointFigures], loads: list[CheckpointFigures],
@@ -285,17 +310,24 @@ def goodput_figures(asked: GoodputAsked, saves: list[CheckpointFigures], loads: 
 
 
 def summary(records: list[OpRecord], *, checkpoint_bytes: int, meta: dict[str, Any],
-            loaded_bytes: int | None = None, goodput_asked: GoodputAsked | None = None) -> Summary:
+            loaded_bytes: int | None = None, goodput_asked: GoodputAsked | None = None,
+            outside_latency: list[Histograms] | None = None) -> Summary:
     """``summary.json`` of ``records``: ``meta`` is every other field of :class:`Summary` by name (the run's
     facts, the mode's ``io``...), to which the checkpoints' figures and ``metric`` are added, and where asked,
     ``goodput``, the requests during checkpoints and a scaled run's projection. ``loaded_bytes``: the stored
     bytes one load restores (the checkpoint as saved, or its model alone), over which the load figures are
-    taken; None: the bytes the loads read (modes whose loads read the checkpoint whole, once)."""
+    taken; None: the bytes the loads read (modes whose loads read the checkpoint whole, once). ``outside_latency``:
+    each process's storage calls outside the records (by process), which with the records' make ``latency``."""
     saves, loads = checkpoint_figures(records, "save"), checkpoint_figures(records, "load", loaded_bytes)
     durable = tier_figures(records, saves)
     drains = {f"drain_tier{k}": checkpoint_figures(records, f"drain_tier{k}") for k in durable}
-    result = Summary(**meta, metric=metric_figures(checkpoint_bytes, saves, loads, durable),
+    result = Summary(**meta, metric=metric_figures(checkpoint_bytes, saves, loads, durable, records),
                      checkpoints=Checkpoints(save=saves, load=loads, **drains))
+    calls: dict[int, list[Histograms]] = {}
+    for r in records:
+        calls.setdefault(r.process, []).append(operation_calls([r])[r.process])
+    result.latency = latency.run_latency({p: merged(hs) for p, hs in calls.items()}, dict(enumerate(outside_latency))) \
+        if outside_latency is not None else None
     if result.requests is not None:
         result.requests.during_checkpoints = summarize([q for r in records for q in r.requests])
     if goodput_asked is not None and saves:
@@ -337,14 +369,16 @@ def dumps(obj: Any) -> str:
 
 def finish_run(comm: Comm, run_dir: str, meta: dict[str, Any], run_start: float, records: list[OpRecord],
                checkpoint_bytes: int, mine: Any, describe: Callable[[list[Any]], dict[str, Any]],
-               loaded_bytes: int | None = None, goodput_asked: GoodputAsked | None = None) -> Summary | None:
+               loaded_bytes: int | None = None, goodput_asked: GoodputAsked | None = None,
+               outside_latency: Histograms | None = None) -> Summary | None:
     """Gather every process's records and facts; rank 0 writes ``{process}_per_epoch_stats.json`` and
     ``summary.json`` and returns the summary (None elsewhere). ``meta``: the launch's fields of
     :class:`Summary` by name (workload, run_id, command...); ``mine`` is this process's own facts
     (retries, set-up time...); ``describe`` turns every process's into the mode's summary fields, by name.
     ``checkpoint_bytes``: one checkpoint, all processes; ``loaded_bytes``: what one load restores (see
-    :func:`summary`). Every mode ends here, so their result files agree."""
-    gathered = comm.gather((records, hostname(), host_memory(), peak_rss(), mine))
+    :func:`summary`); ``outside_latency``: this process's storage calls outside its records (None: not timed).
+    Every mode ends here, so their result files agree."""
+    gathered = comm.gather((records, hostname(), host_memory(), peak_rss(), mine, outside_latency))
     if gathered is None:
         return None
     run_end = time.time()
@@ -360,9 +394,34 @@ def finish_run(comm: Comm, run_dir: str, meta: dict[str, Any], run_start: float,
     # replaces the launch's
     result = summary([r for g in gathered for r in g[0]], checkpoint_bytes=checkpoint_bytes,
                      meta={**meta, **ran, **describe([g[4] for g in gathered])}, loaded_bytes=loaded_bytes,
-                     goodput_asked=goodput_asked)
+                     goodput_asked=goodput_asked,
+                     outside_latency=[g[5] or {} for g in gathered] if any(g[5] is not None for g in gathered)
+                     else None)
     write_result(f"{run_dir}/summary.json", dumps(result))
+    if result.latency is not None:
+        write_result(f"{run_dir}/{LATENCY_FILE}", dumps(latency_histograms([r for g in gathered for r in g[0]],
+                                                                           [g[5] or {} for g in gathered])))
     return result
+
+
+LATENCY_FILE = "latency_histograms.json"
+
+
+def latency_histograms(records: list[OpRecord], outside: list[Histograms]) -> dict[str, Any]:
+    """``latency_histograms.json``: by phase (save, load, drain..., outside: the calls outside them), each kind's
+    calls of every process and checkpoint merged, as ``[[upper bound ns, count], ...]`` of the non-empty buckets:
+    what ``report`` draws its distributions from (summary.json has their percentiles)."""
+    phases: dict[str, list[Histograms]] = {"outside": outside}
+    for r in records:
+        phases.setdefault(r.phase, []).append(operation_calls([r])[r.process])
+    out: dict[str, Any] = {"note": "per phase and kind: [[bucket upper bound (ns), calls], ...], every process "
+                                   "merged; each bucket is at most 1/128 of its value wide", "phases": {}}
+    for phase, parts in phases.items():
+        every = merged(parts)
+        out["phases"][phase] = {kind: {"count": h.count, "min_ns": h.min_ns, "max_ns": h.max_ns,
+                                       "buckets": [[bucket_bounds(i)[1], n] for i, n in sorted(h.counts.items())]}
+                                for kind, h in sorted(every.items())}
+    return out
 
 
 def write_result(path: str, text: str) -> None:

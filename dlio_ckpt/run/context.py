@@ -23,6 +23,8 @@ from dlio_ckpt.cluster.placement import Placement
 from dlio_ckpt.config import Checkpoint, Workload
 from dlio_ckpt.errors import mark_reported_by
 from dlio_ckpt.io.backends import Backend
+from dlio_ckpt.io.backends.timed import TimedBackend
+from dlio_ckpt.io.latency import Histograms, merged
 from dlio_ckpt.io.requests import Request, summarize
 from dlio_ckpt.plan.restore import Restore
 from dlio_ckpt.plan.types import Plan
@@ -61,6 +63,8 @@ class RunContext:
     found: list[Found | None] = field(default_factory=list)  # each tier's acting rank: what its folder held before
     placement: Placement = Placement(("",), 0, False)  # which host each process is on (launch.start places them)
     memory_bytes: dict[int, int | None] = field(default_factory=dict)  # acting ranks: host memory a tier takes
+    outside_latency: list[Histograms] = field(default_factory=list)  # storage calls not during a timed operation
+    open_operations: int = 0  # timed operations begun and not yet recorded (an async save runs past its block)
 
     def __post_init__(self) -> None:
         self.tiers = self.tiers or [self.backend]
@@ -107,6 +111,16 @@ class RunContext:
         return cast(T, next((value for _, value in answers if value is not None), None))
 
     @property
+    def times_calls(self) -> bool:
+        """Whether the run's storage calls are timed (launch wraps every tier's backend)."""
+        return any(isinstance(b, TimedBackend) for b in self.tiers)
+
+    def take_latency(self, backend: Backend | None = None) -> Histograms:
+        """Storage calls timed since the last call: of ``backend``'s tier, or of every tier, by kind."""
+        tiers = [backend] if backend else self.tiers
+        return merged([b.recorder.take() for b in tiers if isinstance(b, TimedBackend)])
+
+    @property
     def counts_requests(self) -> bool:
         """Whether any storage of the run logs its requests (object stores)."""
         return any(b.requests is not None for b in self.tiers)
@@ -137,12 +151,17 @@ class Clock:
 @contextmanager
 def timed(ctx: RunContext, phase: str, step: int, what: str = "") -> Iterator[Clock]:
     """Every process starts the operation together (barrier), then the clock runs while the watchdog
-    watches this process's I/O. ``what`` names the path or file for messages."""
+    watches this process's I/O. ``what`` names the path or file for messages. Storage calls since the last
+    operation are not this one's, unless an operation still runs (an async save's background write): then they
+    are that one's, and its record takes them."""
     ctx.state.phase, ctx.state.step = f"{phase} ({what})" if what else phase, step
     ctx.outside_requests += ctx.take_requests()  # requests since the last operation are not this one's
+    if not ctx.open_operations:
+        ctx.outside_latency.append(ctx.take_latency())
     entered = time.perf_counter()
     ctx.comm.barrier()
     clock = Clock(time.time(), time.perf_counter())
+    ctx.open_operations += 1
     clock.waited = clock.t0 - entered
     with ctx.watch():
         yield clock
@@ -162,11 +181,13 @@ def record(ctx: RunContext, phase: str, index: int, clock: Clock, nbytes: int, f
     time reading the metadata every rank reads first (DCP's ``.metadata``)."""
     seconds = clock.seconds if seconds is None else seconds
     requests = tuple(ctx.take_requests(backend or ctx.backend))
+    calls = ctx.take_latency(backend or ctx.backend)
+    ctx.open_operations = max(ctx.open_operations - 1, 0)
     cost = (ended or ProcessCost.now()).since(clock.cost)
     return OpRecord(phase=phase, index=index, step=index if step is None else step, process=ctx.comm.rank,
                     start=clock.start, end=clock.start + seconds, duration=seconds, bytes=nbytes, files=files,
                     file_times=file_times, waited=clock.waited, requests=requests, held=held, stalled=stalled,
-                    cost=cost, metadata_seconds=metadata_seconds)
+                    cost=cost, metadata_seconds=metadata_seconds, latency=calls)
 
 
 def say_done(ctx: RunContext, name: str, seconds: float, detail: str = "") -> None:
@@ -257,8 +278,10 @@ def write_results(ctx: RunContext, records: list[OpRecord], checkpoint_bytes: in
                 **(describe(mine_all) if describe else {"per_process": mine_all})}
 
     ctx.outside_requests += ctx.take_requests()
+    outside = merged([*ctx.outside_latency, ctx.take_latency()]) if ctx.times_calls else None
     return finish_run(ctx.comm, ctx.run_dir, ctx.meta, ctx.started, records, checkpoint_bytes,
-                      (mine if mine is not None else {}, ctx.outside_requests), fields, loaded_bytes, goodput_asked)
+                      (mine if mine is not None else {}, ctx.outside_requests), fields, loaded_bytes, goodput_asked,
+                      outside)
 
 
 def finished_line(result: Summary, run_dir: str) -> str:

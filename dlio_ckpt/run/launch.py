@@ -24,9 +24,12 @@ from dlio_ckpt.config import Workload
 from dlio_ckpt.errors import ConfigError, StorageError
 from dlio_ckpt.io.backends import get_backend
 from dlio_ckpt.io.backends.base import SECRET_OPTIONS
+from dlio_ckpt.io.backends.timed import TimedBackend, timed_backend
+from dlio_ckpt.io.latency import LatencyRecorder
 from dlio_ckpt.registry import BACKENDS
 from dlio_ckpt.results import provenance
 from dlio_ckpt.results.folder import results_in
+from dlio_ckpt.results.latency import console_line
 from dlio_ckpt.results.schema import Summary
 from dlio_ckpt.results.summary import dumps, write_result
 from dlio_ckpt.run.context import Mode, RunContext, finished_line
@@ -40,13 +43,21 @@ _SECRETS = SECRET_OPTIONS  # storage_options that hold credentials (backends.bas
 
 def start(workload: Workload, comm: Comm, world_size: int, state: RunState,
           watchdog: Watchdog | None) -> tuple[Mode, RunContext]:
-    """The mode and its context, checked (``preflight``) before anything is written."""
+    """The mode and its context, checked (``preflight``) before anything is written. Every tier's backend is
+    timed (:mod:`dlio_ckpt.io.backends.timed`): each storage call of the run, by kind, in a histogram per tier;
+    once the plan is known, calls on the coordinator's files are told apart."""
     mode: Mode = load_mode(workload.mode)
     state.phase = "storage checks"
     placement = place(comm, workload.hosts.simulate)
-    tiers = [tier_backend(workload, k, comm.local_rank, placement.node_folder) for k in range(len(workload.storages))]
+    tiers: list = [timed_backend(tier_backend(workload, k, comm.local_rank, placement.node_folder), LatencyRecorder())
+                   for k in range(len(workload.storages))]
     ctx = RunContext(workload, comm, tiers[0], world_size, state, watchdog, tiers=tiers, placement=placement)
     mode.preflight(ctx)
+    if ctx.plan is not None:
+        names = frozenset(name for c in ctx.plan.coordinator for name in (c.name, c.staged) if name)
+        for backend in ctx.tiers:
+            if isinstance(backend, TimedBackend):
+                backend.coordinator = names
     ctx.fsync_wording = mode.FSYNC
     prepare_storage(ctx, lambda: mode.needed_bytes(ctx), mode.writes(ctx))
     mode.check_reads(ctx)
@@ -97,10 +108,21 @@ def execute(mode: Mode, ctx: RunContext, run_dir: str, raw: dict, overrides: lis
         start_writing(ctx, lambda: mode.needed_bytes(ctx))
     result = mode.run(ctx)
     if result is not None:
+        for line in latency_lines(result):
+            log.info("%s", line)
         library = provenance.storage_library({"storage_type": ctx.backend.name, **ctx.backend.describe()})
         write_result(os.path.join(run_dir, "provenance.json"), dumps(provenance.document(redact(raw), library)))
         log.info("%s", finished_line(result, run_dir))
     return result
+
+
+def latency_lines(result: Summary) -> list[str]:
+    """Each checkpoint's p99s and stonewall for the console, after its duration was said: the figures exist once
+    every process's histograms are merged, at the end of the run."""
+    if result.checkpoints is None:
+        return []
+    return [line for phase in ("save", "load") for c in result.checkpoints.phase(phase)
+            if (line := console_line(f"{phase}_ckpt{c.index} ({c.duration_seconds:.3f} s)", c.latency, c.stonewall))]
 
 
 def redact(item: Any) -> Any:

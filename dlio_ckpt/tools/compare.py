@@ -29,12 +29,13 @@ _RUN_SPECIFIC = ("checkpoint.checkpoint_folder", "storage.storage_root")  # diff
 
 
 def direction(name: str) -> Direction:
-    """Which way is better for a metric, from its name (DLIO's and ours follow the same words)."""
+    """Which way is better for a metric, from its name (DLIO's and ours follow the same words; a latency in ms is
+    better lower)."""
     if "stdev" in name or "size" in name:
         return "none"
     if name.endswith(("_per_second", "_percentage")) or "throughput" in name:
         return "higher"
-    if "duration" in name or name.endswith("_seconds"):
+    if "duration" in name or name.endswith(("_seconds", "_ms")):
         return "lower"
     return "none"
 
@@ -54,6 +55,8 @@ class MetricChange:
     direction: Direction
     verdict: str  # better, worse, same, regression, missing in B, new in B, no figure, not judged
     judged_by: str | None = None  # where a rate moved against its phase's duration: the duration, whose verdict it took
+    a_interval: tuple[float, float] | None = None  # repeated runs: the median's interval (dlio_ckpt.tools.repeats)
+    b_interval: tuple[float, float] | None = None
 
 
 UP, DOWN = ("better",), ("worse", "regression")
@@ -95,7 +98,11 @@ def _each_metric(a: Run, b: Run, threshold_pct: float) -> list[MetricChange]:
         else:
             worse = change < 0 if d == "higher" else change > 0
             verdict = ("regression" if abs(change) > threshold_pct else "worse") if worse else "better"
-        out.append(MetricChange(name, na, nb, change, d, verdict))
+        ia, ib = a.intervals.get(name), b.intervals.get(name)
+        if ia is not None and ib is not None and verdict in ("better", "worse", "regression") \
+                and not (ia[1] < ib[0] or ib[1] < ia[0]):
+            verdict = "same (intervals overlap)"  # repeated on both sides: a move inside the spread is no finding
+        out.append(MetricChange(name, na, nb, change, d, verdict, a_interval=ia, b_interval=ib))
     return out
 
 
@@ -127,16 +134,23 @@ def _fmt(v: float | None) -> str:
     return f"{v:.4g}" if abs(v) < 1e6 else f"{v:.4e}"
 
 
+def _interval(bounds: tuple[float, float] | None) -> str:
+    return f" [{_fmt(bounds[0])}, {_fmt(bounds[1])}]" if bounds is not None else ""
+
+
 def render_table(a: Run, b: Run, changes: list[MetricChange], configs: list[dict] | None, threshold: float) -> str:
     rows = [("metric", "A", "B", "change", "verdict")]
     for c in changes:
         pct = f"{c.change_pct:+.1f}%" if c.change_pct is not None else ""
         verdict = c.verdict.upper() if c.verdict == "regression" else c.verdict
-        rows.append((c.name, _fmt(c.a), _fmt(c.b), pct, verdict + (" (by duration)" if c.judged_by else "")))
+        rows.append((c.name, _fmt(c.a) + _interval(c.a_interval), _fmt(c.b) + _interval(c.b_interval), pct,
+                     verdict + (" (by duration)" if c.judged_by else "")))
     widths = [max(len(r[i]) for r in rows) for i in range(5)]
     lines = [f"A: {a.path}", f"B: {b.path}", f"threshold: {threshold:g}% (throughput down or duration up; a "
                                              "throughput moving against its duration takes the duration's verdict)",
-             *([note] if (note := layout_note(a, b)) else []), ""]
+             *([note] if (note := layout_note(a, b)) else []),
+             *([f"repeated runs: medians [95 % interval]; a change is a regression only where the intervals "
+                f"separate (A {a.repeats or 1} runs, B {b.repeats or 1})"] if a.intervals or b.intervals else []), ""]
     for i, r in enumerate(rows):
         lines.append("  ".join(v.ljust(w) if j == 0 else v.rjust(w) for j, (v, w) in enumerate(zip(r, widths,
                                                                                                       strict=True))))

@@ -24,6 +24,7 @@ from typing import Any
 
 from dlio_ckpt.results.folder import FIGURES, REPORT_FILES
 from dlio_ckpt.results.schema import EVICT_TIMES, FSYNC_TIMES, RestoreFigures, Spread
+from dlio_ckpt.results.summary import LATENCY_FILE
 from dlio_ckpt.tools.runfiles import Run, load_run, operations
 
 GIB, MIB = 1 << 30, 1 << 20
@@ -31,6 +32,7 @@ PHASE_COLOURS = {"save": "#1f77b4", "load": "#ff7f0e"}
 SYNC_COLOUR = "#9e9e9e"
 HELD_COLOUR = "#d62728"
 TRAIN_COLOUR = "#e0e0e0"  # async runs: training between one checkpoint's hold and the next one's
+SLOWEST_COLOUR = "#000000"  # the timeline's mark of each checkpoint's slowest process
 DRAIN_COLOUR = "#2ca02c"  # tiered runs: copies to the tiers below, in the lower band of each row
 DRAINS = r"drain_tier(\d+)_ckpt\d+"
 SYNC_TIMES = (FSYNC_TIMES, EVICT_TIMES)  # each file's second pass, beside its data (results.summary.per_epoch_stats)
@@ -215,6 +217,12 @@ def timeline_figure(run: Run, path: Path) -> None:
                 colours.append(_shade(DRAIN_COLOUR, (1.0 if k % 2 == 0 else 0.7) / tier ** 0.5))
     fig, ax = plt.subplots(figsize=(11, min(14, 2.5 + len(procs) / 25)))
     ax.add_collection(PolyCollection(verts, facecolors=colours, edgecolors="none"))
+    slowest = _slowest_marks(run, procs, t0)
+    if slowest:  # each checkpoint's slowest process: its row outlined over the operation, its end marked
+        for x0, x1, row in slowest:
+            ax.add_patch(plt.Rectangle((x0, row - height / 2), x1 - x0, height, fill=False, edgecolor=SLOWEST_COLOUR,
+                                       linewidth=1.2))
+        ax.plot([x1 for _, x1, _ in slowest], [row for *_, row in slowest], "<", color=SLOWEST_COLOUR, markersize=7)
     ax.autoscale()
     ax.set_ylim(-0.5, len(procs) - 0.5)
     ax.invert_yaxis()
@@ -226,15 +234,69 @@ def timeline_figure(run: Run, path: Path) -> None:
     drained = any(operations(s, DRAINS) for s in run.per_process.values())
     handles = [plt.Rectangle((0, 0), 1, 1, color=c)
                for c in (*PHASE_COLOURS.values(), SYNC_COLOUR, *([HELD_COLOUR, TRAIN_COLOUR] if held else []),
-                         *([DRAIN_COLOUR] if drained else []))]
+                         *([DRAIN_COLOUR] if drained else []), *([SLOWEST_COLOUR] if slowest else []))]
     labels = ["save (a bar per file, or per checkpoint in real modes)", "load", "fsync / cache eviction",
               *(["training held (async: staging, waiting)", "training (top band)"] if held else []),
-              *(["drain to the next tier (lower band; darker: lower tier)"] if drained else [])]
+              *(["drain to the next tier (lower band; darker: lower tier)"] if drained else []),
+              *(["slowest process of each checkpoint (outlined, its end marked): it sets the duration"]
+                if slowest else [])]
     ax.legend(handles, labels, loc="upper center",
               bbox_to_anchor=(0.5, -0.08 if len(procs) > 64 else -0.3), ncol=3, fontsize=8, frameon=False)
     ax.set_title(f"Timeline of each process's files ({len(procs)} processes)")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def _slowest_marks(run: Run, procs: list[int], t0: float) -> list[tuple[float, float, int]]:
+    """(start, end, row) of each checkpoint's slowest process (summary.json's ``slowest_process``), seconds since
+    ``t0``: the process whose duration is the checkpoint's."""
+    from datetime import datetime
+
+    checkpoints, rows, out = run.summary.checkpoints, {p: i for i, p in enumerate(procs)}, []
+    for phase in PHASE_COLOURS:
+        for c in checkpoints.phase(phase) if checkpoints is not None else []:
+            entry = operations(run.per_process.get(c.slowest_process, {})).get(f"{phase}_ckpt{c.index}")
+            if entry is not None and c.slowest_process in rows:
+                start = datetime.fromisoformat(entry["start"]).timestamp() - t0
+                out.append((start, start + float(entry["duration"]), rows[c.slowest_process]))
+    return out
+
+
+def latency_figure(run: Run, path: Path) -> None:
+    """The distribution of every kind of storage call, one panel per phase (saves, loads, the calls outside
+    them): the share of calls at or below each latency, on a logit axis so that p90, p99 and p99.9 are as far
+    apart as p50 and p90 (the tail is what a storage team reads), from ``latency_histograms.json``."""
+    import numpy as np
+
+    assert run.folder is not None  # write_report draws it only for a folder holding the histograms
+    body = json.loads((run.folder / LATENCY_FILE).read_text())["phases"]
+    phases = [p for p in ("save", "load", "outside") if body.get(p)]
+    plt = _pyplot()
+    fig, axes = plt.subplots(1, len(phases), figsize=(5.2 * len(phases), 4.6), squeeze=False)
+    for ax, phase in zip(axes[0], phases, strict=True):
+        kinds = sorted(body[phase].items(), key=lambda kv: -kv[1]["count"])
+        for kind, h in kinds[:10]:
+            n = h["count"]
+            xs = np.array([max(h["min_ns"], 1), *(b for b, _ in h["buckets"])], dtype=float) / 1e6
+            ys = np.clip(np.cumsum([0, *(c for _, c in h["buckets"])]) / n, 0.5 / n, 1 - 0.5 / n)
+            ax.step(np.minimum(xs, h["max_ns"] / 1e6), ys, where="pre", label=f"{kind} ({n:,})")
+        ax.set_xscale("log")
+        ax.set_yscale("logit")
+        ax.set_ylim(0.01, 0.9999)
+        ticks = (0.01, 0.1, 0.5, 0.9, 0.99, 0.999, 0.9999)
+        ax.set_yticks(ticks, ["p1", "p10", "p50", "p90", "p99", "p99.9", "p99.99"])
+        ax.yaxis.set_minor_locator(plt.NullLocator())
+        for q in ticks:
+            ax.axhline(q, color="#dddddd", linewidth=0.6, zorder=0)
+        ax.set_xlabel("latency (ms)")
+        ax.set_ylabel("share of calls at or below")
+        ax.set_title({"save": "saves", "load": "loads", "outside": "outside the checkpoints"}[phase])
+        ax.legend(fontsize=7, loc="lower right")
+    fig.suptitle(f"Latency of each kind of storage call, every process ({run.summary.num_processes} processes)",
+                 fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
     plt.close(fig)
 
 
@@ -275,8 +337,8 @@ def requests_figure(run: Run, path: Path) -> None:
     plt.close(fig)
 
 
-DRAW = dict(zip(FIGURES, (throughput_figure, durations_figure, heatmap_figure, timeline_figure, requests_figure),
-                strict=True))
+DRAW = dict(zip(FIGURES, (throughput_figure, durations_figure, heatmap_figure, timeline_figure, requests_figure,
+                          latency_figure), strict=True))
 
 
 def write_report(path: str) -> list[Path]:
@@ -286,7 +348,8 @@ def write_report(path: str) -> list[Path]:
     assert folder is not None  # load_run names the folder it read
     written = []
     figures = {name: draw for name, draw in DRAW.items()
-               if draw is not requests_figure or run.summary.requests is not None}
+               if (draw is not requests_figure or run.summary.requests is not None)
+               and (draw is not latency_figure or (folder / LATENCY_FILE).is_file())}
     for name, draw in figures.items():
         draw(run, folder / name)
         written.append(folder / name)

@@ -1,0 +1,261 @@
+"""Any storage backend with every call timed: each write and read request, fsync, create, open, close,
+rename, mkdir, listing, stat and removal goes into this process's :class:`~dlio_ckpt.io.latency.LatencyRecorder`
+by kind (``summary.json``'s ``latency`` sections are made from it).
+
+Why a wrapper around the backend and not timers in the engine: every caller of the storage (the engine's
+threads, the coordinator's rename, manifests, storage checks, clean-up, drains to other tiers) goes through
+the backend the run holds, so wrapping it once where the run builds it times them all, and the engine, the
+backends and the layouts stay as they are. What the wrapper cannot see is what bypasses the backend: the real
+modes' frameworks open the storage's URL themselves (their I/O is theirs, untimed), and an object-store
+client's own part requests (those are in ``requests``, by kind).
+
+The wrapper keeps the wrapped writer's and reader's shape, since the engine asks it: a writer offers
+``sync`` only where the backend's does (:class:`~dlio_ckpt.io.backends.base.SyncingWriter` is a runtime
+check), a reader ``views`` only where the backend's lends its buffers.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from time import perf_counter_ns
+from typing import Any
+
+from dlio_ckpt.io.backends.base import Backend, DeviceMemory, RangedReader, Reader, Writer
+from dlio_ckpt.io.latency import LatencyRecorder
+
+# Each kind's class: data moves bytes (or makes them durable); metadata creates, finds, names and removes them.
+DATA_KINDS = frozenset({"write", "read", "fsync", "close", "small write", "small read", "evict"})
+METADATA_KINDS = frozenset({"create", "open", "stat", "rename", "mkdir", "list", "remove", "rmdir", "statfs",
+                            "probe"})
+COORDINATOR = "coordinator "  # the prefix of a call on a coordinator's file (DCP's .metadata, megatron's common.pt)
+
+
+def kind_class(kind: str) -> str:
+    """``data``, ``metadata`` or ``request`` (an object-store request, by its client's name for it)."""
+    base = kind.removeprefix(COORDINATOR)
+    if base in METADATA_KINDS:
+        return "metadata"
+    return "data" if base in DATA_KINDS else "request"
+
+
+class _TimedWriter:
+    """A writer whose calls are timed: ``write``/``write_at`` as data requests with their bytes, ``finish`` as
+    the close (on an object store, the upload's completion)."""
+
+    def __init__(self, inner: Writer, rec: LatencyRecorder, prefix: str) -> None:
+        self._w, self._rec = inner, rec
+        self._write, self._close, self._fsync = prefix + "write", prefix + "close", prefix + "fsync"
+
+    def write(self, data: memoryview) -> None:
+        t0 = perf_counter_ns()
+        self._w.write(data)
+        self._rec.record(self._write, perf_counter_ns() - t0, len(data))
+
+    def write_at(self, data: memoryview, offset: int) -> None:  # positional backends only (the engine asks)
+        t0 = perf_counter_ns()
+        self._w.write_at(data, offset)  # type: ignore[attr-defined]
+        self._rec.record(self._write, perf_counter_ns() - t0, len(data))
+
+    def finish(self) -> None:
+        t0 = perf_counter_ns()
+        self._w.finish()
+        self._rec.record(self._close, perf_counter_ns() - t0)
+
+    def abort(self) -> None:
+        self._w.abort()
+
+
+class _TimedSyncingWriter(_TimedWriter):
+    def sync(self) -> None:
+        t0 = perf_counter_ns()
+        self._w.sync()  # type: ignore[attr-defined]
+        self._rec.record(self._fsync, perf_counter_ns() - t0)
+
+
+class _TimedReader:
+    """A reader whose requests are timed (``readinto``, ``read_at``), its ``size`` as a stat, ``close`` as a close."""
+
+    def __init__(self, inner: Any, rec: LatencyRecorder, prefix: str) -> None:
+        self._r, self._rec = inner, rec
+        self._read, self._close, self._stat = prefix + "read", prefix + "close", prefix + "stat"
+
+    def readinto(self, buf: memoryview) -> int:
+        t0 = perf_counter_ns()
+        n: int = self._r.readinto(buf)
+        if n:  # the read that finds the end moves nothing: not a request of the file's data
+            self._rec.record(self._read, perf_counter_ns() - t0, n)
+        return n
+
+    def read_at(self, buf: Any, offset: int) -> int:
+        t0 = perf_counter_ns()
+        n: int = self._r.read_at(buf, offset)
+        self._rec.record(self._read, perf_counter_ns() - t0, n)
+        return n
+
+    def size(self) -> int:
+        t0 = perf_counter_ns()
+        n: int = self._r.size()
+        self._rec.record(self._stat, perf_counter_ns() - t0)
+        return n
+
+    def close(self) -> None:
+        t0 = perf_counter_ns()
+        self._r.close()
+        self._rec.record(self._close, perf_counter_ns() - t0)
+
+
+class _TimedViewsReader(_TimedReader):
+    def views(self) -> Iterator[memoryview]:
+        """The client's own buffers, each timed from asking for it to having it (not while it is verified)."""
+        parts = self._r.views()
+        try:
+            while True:
+                t0 = perf_counter_ns()
+                try:
+                    view = next(parts)
+                except StopIteration:
+                    return
+                self._rec.record(self._read, perf_counter_ns() - t0, len(view))
+                yield view
+        finally:
+            close = getattr(parts, "close", None)
+            if close is not None:
+                close()
+
+
+class TimedBackend(Backend):
+    """``inner`` with every call recorded in ``recorder``. ``coordinator``: the names of the coordinator's
+    files (set once the plan is known); calls on them are recorded apart (``coordinator write``...).
+    Anything else the wrapped backend offers (a client for a framework, its root) is its own, asked through."""
+
+    def __init__(self, inner: Backend, recorder: LatencyRecorder) -> None:
+        self.inner, self.recorder = inner, recorder
+        self.name, self.capabilities, self.options = inner.name, inner.capabilities, inner.options
+        self.coordinator: frozenset[str] = frozenset()
+
+    def __getattr__(self, attr: str) -> Any:  # only what this class lacks: a backend's own extras
+        return getattr(self.__dict__["inner"], attr)
+
+    @property
+    def requests(self) -> Any:
+        return self.inner.requests
+
+    def _prefix(self, path: str) -> str:
+        return COORDINATOR if self.coordinator and os.path.basename(path) in self.coordinator else ""
+
+    def _timed(self, kind: str, fn: Any, *args: Any) -> Any:
+        t0 = perf_counter_ns()
+        try:
+            return fn(*args)
+        finally:  # a failed call took its time too
+            self.recorder.record(kind, perf_counter_ns() - t0)
+
+    # -- files: what the engine opens -----------------------------------------------------------
+
+    def open_write(self, path: str, odirect: bool) -> Writer:
+        prefix = self._prefix(path)
+        writer = self._timed(prefix + "create", self.inner.open_write, path, odirect)
+        cls = _TimedSyncingWriter if hasattr(writer, "sync") else _TimedWriter
+        return cls(writer, self.recorder, prefix)
+
+    def open_read(self, path: str, odirect: bool) -> Reader:
+        prefix = self._prefix(path)
+        reader = self._timed(prefix + "open", self.inner.open_read, path, odirect)
+        cls = _TimedViewsReader if hasattr(reader, "views") else _TimedReader
+        return cls(reader, self.recorder, prefix)
+
+    def open_ranged(self, path: str, odirect: bool) -> RangedReader:
+        prefix = self._prefix(path)
+        reader = self._timed(prefix + "open", self.inner.open_ranged, path, odirect)
+        return _TimedReader(reader, self.recorder, prefix)
+
+    def sync(self, path: str) -> None:
+        self._timed(self._prefix(path) + "fsync", self.inner.sync, path)
+
+    def evict(self, path: str) -> None:
+        self._timed(self._prefix(path) + "evict", self.inner.evict, path)
+
+    def rename(self, source: str, target: str) -> None:
+        self._timed(self._prefix(target) + "rename", self.inner.rename, source, target)
+
+    # -- the rest of the storage's calls: metadata, small files -----------------------------------
+
+    def check(self, writing: bool) -> None:
+        self.inner.check(writing)
+
+    def describe(self) -> dict[str, Any]:
+        return self.inner.describe()
+
+    def join(self, *parts: str) -> str:
+        return self.inner.join(*parts)
+
+    def size(self, path: str) -> int | None:
+        result: int | None = self._timed(self._prefix(path) + "stat", self.inner.size, path)
+        return result
+
+    def list_tree(self, path: str) -> list[str]:
+        result: list[str] = self._timed("list", self.inner.list_tree, path)
+        return result
+
+    def list_names(self, path: str) -> list[str]:
+        result: list[str] = self._timed("list", self.inner.list_names, path)
+        return result
+
+    def put_small(self, path: str, data: bytes) -> None:
+        self._timed("small write", self.inner.put_small, path, data)
+
+    def get_small(self, path: str) -> bytes | None:
+        result: bytes | None = self._timed("small read", self.inner.get_small, path)
+        return result
+
+    def remove(self, path: str) -> None:
+        self._timed("remove", self.inner.remove, path)
+
+    def makedirs(self, path: str) -> None:
+        self._timed("mkdir", self.inner.makedirs, path)
+
+    def remove_empty(self, path: str) -> None:
+        self._timed("rmdir", self.inner.remove_empty, path)
+
+    def probe_write(self, folder: str, keep_folders: bool = False) -> list[str]:
+        result: list[str] = self._timed("probe", self.inner.probe_write, folder, keep_folders)
+        return result
+
+    def free_bytes(self, path: str) -> int | None:
+        result: int | None = self._timed("statfs", self.inner.free_bytes, path)
+        return result
+
+    # -- asked, not timed: no storage call, or one that is the framework's ---------------------------
+
+    def in_memory(self, path: str) -> bool:
+        return self.inner.in_memory(path)
+
+    @property
+    def queue_depth(self) -> int:
+        return self.inner.queue_depth
+
+    @property
+    def read_queue_depth(self) -> int:
+        return self.inner.read_queue_depth
+
+    @property
+    def buffer_size(self) -> int:
+        return self.inner.buffer_size
+
+    def url(self, path: str) -> str:
+        return self.inner.url(path)
+
+    def fsspec_options(self) -> dict[str, Any]:
+        return self.inner.fsspec_options()
+
+    def device_memory(self) -> DeviceMemory:
+        return self.inner.device_memory()
+
+
+def timed_backend(backend: Backend, recorder: LatencyRecorder) -> TimedBackend:
+    """``backend`` with its calls recorded in ``recorder`` (a backend already timed is re-pointed, not
+    wrapped twice)."""
+    inner = backend.inner if isinstance(backend, TimedBackend) else backend
+    return TimedBackend(inner, recorder)
+
