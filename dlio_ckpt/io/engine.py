@@ -29,7 +29,7 @@ from collections.abc import Callable, Generator, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
-from functools import cached_property
+from functools import cached_property, lru_cache
 from typing import Any, NamedTuple, Protocol, TypeVar, cast
 
 from dlio_ckpt.errors import ConfigError, StorageError, VerifyError
@@ -69,6 +69,25 @@ class FileTask:
     def size(self) -> int:
         """The file's bytes (summed once: a restore asks it at every read of a file of many segments)."""
         return file_size(list(self.segments))
+
+    @cached_property
+    def metadata_starts(self) -> list[int]:
+        """Where each of :attr:`metadata`'s pieces starts (searched at every call a framework makes)."""
+        return [offset for offset, _ in self.metadata]
+
+    def format_piece(self, at: int) -> tuple[int, bytes] | None:
+        """The piece of the format's bytes holding offset ``at`` (where it starts, its bytes), or None (payload)."""
+        i = bisect_right(self.metadata_starts, at) - 1
+        if i >= 0 and at < self.metadata[i][0] + len(self.metadata[i][1]):
+            return self.metadata[i]
+        return None
+
+    def format_slice(self, lo: int, hi: int) -> memoryview | None:
+        """The format's bytes [lo, hi) where one of its pieces holds them all (a header, a pickle), else None."""
+        piece = self.format_piece(lo)
+        if piece is not None and hi <= piece[0] + len(piece[1]):
+            return memoryview(piece[1])[lo - piece[0]:hi - piece[0]]
+        return None
 
     @cached_property
     def metadata(self) -> tuple[tuple[int, bytes], ...]:
@@ -219,6 +238,37 @@ def _span_of(data: SyntheticData, task: FileTask, start: int, end: int, skip: in
         if lo < hi:
             patches.append((lo - start, raw[lo - offset:hi - offset]))
     return window, patches
+
+
+def _item_reads(task: FileTask, offset: int, length: int) -> tuple[tuple[int, int, bool], ...]:
+    """How DCP's reader reads the item of ``task`` at [offset, offset + length): (offset in the item, bytes, by
+    ``readinto``). A tensor's archive as ``torch.load`` reads it (its magic by ``read``), an object whole by
+    ``read``. Worked out once per item shape: an item is its header's bytes, its payload and its trailer's (or
+    one piece of the format's, an object), and items alike share those bytes objects (the layout makes each
+    archive once per dtype and shape), so the pieces themselves are the key."""
+    head, tail = task.format_piece(offset), task.format_piece(offset + length - 1)
+    if head is not None and tail is not None and head[0] == offset and tail[0] + len(tail[1]) == offset + length:
+        return _archive_reads(length, head[1], tail[1])
+    return _reads_of(length, lambda lo, hi: _format_bytes(task, offset + lo, offset + hi))
+
+
+@lru_cache(maxsize=4096)
+def _archive_reads(length: int, head: bytes, tail: bytes) -> tuple[tuple[int, int, bool], ...]:
+    """:func:`_item_reads` of an item whose format's bytes are ``head`` at its start and ``tail`` at its end."""
+    def fmt(lo: int, hi: int) -> bytes:
+        if hi <= len(head):
+            return head[lo:hi]
+        if lo >= length - len(tail):
+            return tail[lo - (length - len(tail)):hi - (length - len(tail))]
+        raise AssertionError(f"[{lo}, {hi}) of an item of {length} bytes is its payload")
+
+    return _reads_of(length, fmt)
+
+
+def _reads_of(length: int, fmt: Callable[[int, int], bytes]) -> tuple[tuple[int, int, bool], ...]:
+    if any(name.startswith("data/") for name in archive_records(length, fmt)[1]):
+        return tuple((at, n, k > 0) for k, (at, n) in enumerate(load_reads(length, fmt)))
+    return ((0, length, False),)
 
 
 def _format_bytes(task: FileTask, lo: int, hi: int) -> bytes:
@@ -614,6 +664,11 @@ class Engine:
                 if n == FLUSH:
                     buffered.flush()
                     continue
+                if (raw := task.format_slice(offset, offset + n)) is not None:  # a header: the format's alone
+                    buffered.write(raw)
+                    self._progress(task.path, n)
+                    offset += n
+                    continue
                 for at in range(offset, offset + n, w.calls):  # a call beyond LARGEST_CALL: in pieces of it
                     end = min(at + w.calls, offset + n)
                     window, patches = _span_of(w.data, task, at, end)
@@ -795,14 +850,8 @@ class Engine:
         it, or an object read whole (an archive with no storage: DCP's bytes). The bytes storage served."""
         with self._buffered(task) as (raw, buffered):
             for offset, length in items:
-                def fmt(lo: int, hi: int, base: int = offset) -> bytes:
-                    return _format_bytes(task, base + lo, base + hi)
-
-                if any(name.startswith("data/") for name in archive_records(length, fmt)[1]):
-                    for k, (at, n) in enumerate(load_reads(length, fmt)):  # its magic by read(), then readinto()
-                        self._framework_read(worker, task, buffered, offset + at, n, into=k > 0)
-                else:
-                    self._framework_read(worker, task, buffered, offset, length, into=False)
+                for at, n, into in _item_reads(task, offset, length):
+                    self._framework_read(worker, task, buffered, offset + at, n, into)
         return raw.served
 
     @contextmanager
@@ -832,7 +881,13 @@ class Engine:
                 filled = len(got)
             if filled != want:
                 raise VerifyError(f"{task.path}: ends before offset {lo + want}, planned {task.size} bytes")
-            if self.options.verify:
+            if not self.options.verify:
+                pass
+            elif (raw := task.format_slice(lo, lo + want)) is not None:  # a header: compared with the format's
+                if got != raw:
+                    bad = first_difference(got, raw)
+                    raise _wrong(task, lo + (bad or 0))
+            else:
                 self._check_span(worker, task, got, lo, lo, lo + want)
             self._progress(task.path, want)
 
