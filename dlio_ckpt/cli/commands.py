@@ -40,13 +40,16 @@ def run(args: argparse.Namespace, comm: Comm) -> int:
     on_root(comm, lambda: check_run_dir(run_dir, args.replace_results))
     run_dir = os.path.abspath(run_dir)
     watchdog = Watchdog(comm, state, workload.checkpoint.io_timeout)  # one thread, whichever repeat it watches
+    # the first run's checks (bad input, unusable storage) fail alike on every rank: reported once, by main
+    mode, ctx = start(workload, comm, world_size, state, watchdog)
     try:
         for k in range(1, args.repeat + 1):  # each repeat an ordinary run, in a folder of its own
             here, w, r = (run_dir, workload, raw) if args.repeat == 1 else \
                 (repeat_folder(run_dir, k), *(replaced(workload, raw) if k > 1 else (workload, raw)))
             if here != run_dir:
                 on_root(comm, partial(check_run_dir, here, args.replace_results))
-            mode, ctx = start(w, comm, world_size, state, watchdog)
+            if k > 1:
+                mode, ctx = start(w, comm, world_size, state, watchdog)
             execute(mode, ctx, here, r, args.overrides, sys.argv[1:], args.replace_results)
         if args.repeat > 1 and comm.rank == 0:
             print(f"repeats: {write_repeats(run_dir, args.repeat)}", flush=True)
