@@ -11,7 +11,7 @@ import pytest
 from tests.support.cli import dlio, load
 
 pytestmark = pytest.mark.mpi
-SHAPE = ["workload=llama_7b_zero3", "--world-size", "2", "++workload.checkpoint.scale=0.004",
+SHAPE = ["workload=llama_7b_zero3", "--world-size", "2", "++workload.checkpoint.scale=0.001",  # 88 MiB a checkpoint
          "++workload.checkpoint.num_checkpoints_write=3", "++workload.checkpoint.num_checkpoints_read=1",
          "++workload.checkpoint.fsync=True", "++workload.checkpoint.mtbf_hours=8"]
 
@@ -29,7 +29,7 @@ def _seconds(iso: str) -> float:
     return datetime.fromisoformat(iso).timestamp()
 
 
-def test_async_saves_count_holds_and_stalls_as_the_records_show_them(tmp_path):
+def test_async_saves_count_holds_and_stalls_as_the_records_show_them(tmp_path, dlio_here):
     """No pass mark on speed (that is bench/tiers.py's): each process's own records must agree with
     what it reports, in orderings the code fixes (no tolerance a loaded machine could exceed): a
     checkpoint holds training at least until the previous background write ended, plus the modelled
@@ -38,7 +38,7 @@ def test_async_saves_count_holds_and_stalls_as_the_records_show_them(tmp_path):
     finish before the next checkpoint, so stalls are there to count."""
     sync = run(tmp_path, "sync", "++workload.checkpoint.time_between_checkpoints=0")
     slow = run(tmp_path, "async", "++workload.checkpoint.async_save=True",
-               "++workload.checkpoint.time_between_checkpoints=2", "++workload.checkpoint.staging_gb_per_second=55")
+               "++workload.checkpoint.time_between_checkpoints=1", "++workload.checkpoint.staging_gb_per_second=55")
     fast = run(tmp_path, "short", "++workload.checkpoint.async_save=True",
                "++workload.checkpoint.time_between_checkpoints=0", "++workload.checkpoint.training=cpu")
     assert slow["async_save"] == {"staging": "modelled", "staging_gb_per_second": 55.0, "training": "sleep"}
@@ -67,12 +67,12 @@ def test_async_saves_count_holds_and_stalls_as_the_records_show_them(tmp_path):
     summary = load(tmp_path / "short" / "summary.json")
     summary["metric"]["save_checkpoint_held_mean_seconds"] *= 1.5
     (worse / "summary.json").write_text(json.dumps(summary))
-    gate = dlio(["diff", "short/summary.json", "worse/summary.json", "--metrics", "held"], tmp_path)
+    gate = dlio_here(["diff", "short/summary.json", "worse/summary.json", "--metrics", "held"])  # read-only: here
     assert gate.returncode == 1 and "REGRESSION in save_checkpoint_held_mean_seconds" in gate.stdout, gate.stdout
-    report = dlio(["report", "short"], tmp_path)
+    report = dlio_here(["report", "short"])
     assert report.returncode == 0 and (tmp_path / "short" / "timeline.png").exists()
     g = slow["goodput"]
-    assert g["interval_seconds"] == 2 and g["mtbf_hours"] == 8 and 0 < g["goodput"] <= g["goodput_at_optimal"] < 1
+    assert g["interval_seconds"] == 1 and g["mtbf_hours"] == 8 and 0 < g["goodput"] <= g["goodput_at_optimal"] < 1
     assert g["held_seconds_per_checkpoint"] == slow["metric"]["save_checkpoint_held_mean_seconds"]
     assert sync["goodput"]["held_seconds_per_checkpoint"] == sync["metric"]["save_checkpoint_duration_mean_seconds"]
 
@@ -88,7 +88,7 @@ def test_real_staging_copies_the_shard_into_host_memory_and_says_how_much(tmp_pa
 
 
 @pytest.mark.real
-def test_the_frameworks_async_saves_report_the_same_fields_as_the_emulators(tmp_path):
+def test_the_frameworks_async_saves_report_the_same_fields_as_the_emulators(tmp_path, dlio_here):
     """fsdp's dcp.async_save beside the emulator's async saves of the same workload: both say how long
     training was held and when each checkpoint was durable."""
     pytest.importorskip("torch")
@@ -107,6 +107,6 @@ def test_the_frameworks_async_saves_report_the_same_fields_as_the_emulators(tmp_
         for c in s["checkpoints"]["save"]:
             a = c["async"]
             assert 0 <= a["stalled_seconds_max"] <= a["held_seconds_max"] <= a["time_to_durable_seconds"] + 1e-6
-    refused = dlio([*common, "++workload.mode=fsdp", "++workload.checkpoint.mtbf_hours=8"], tmp_path)
+    refused = dlio_here([*common, "++workload.mode=fsdp", "++workload.checkpoint.mtbf_hours=8"])  # bad input: here
     assert refused.returncode == 2
     assert "workload.checkpoint.mtbf_hours=8.0: applies to emulated runs only" in refused.stderr

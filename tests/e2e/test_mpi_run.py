@@ -19,8 +19,9 @@ DLIO_METRICS = [
 ]
 
 
-def planned(tmp_path, args, world):
-    res = dlio(["plan", *args, "--world-size", str(world), "--format", "json"], tmp_path)
+def planned(dlio_here, args, world):
+    """The plan the run is held to, from ``plan`` in this process (it writes nothing: a process adds only its start)."""
+    res = dlio_here(["plan", *args, "--world-size", str(world), "--format", "json"])
     assert res.returncode == 0, res.stderr
     return json.loads(res.stdout)
 
@@ -39,16 +40,17 @@ def assert_files_match_plan(folder, plan, steps):
     (2, ["++workload.checkpoint.format=raw", "++workload.checkpoint.odirect=True"]),
     (4, ["++workload.model.parallelism.zero_stage=3", "++workload.checkpoint.recovery_rank_shift=True"]),
 ])
-def test_run_writes_planned_files_and_dlio_results(tmp_path, nprocs, extra):
+def test_run_writes_planned_files_and_dlio_results(tmp_path, dlio_here, nprocs, extra):
     args = ["workload=tiny", *FAST, *extra, "++workload.checkpoint.checkpoint_folder=ck", "++hydra.run.dir=out"]
     res = dlio(args, tmp_path, nprocs=nprocs)
     assert res.returncode == 0, res.stderr + res.stdout
-    assert_files_match_plan(tmp_path / "ck", planned(tmp_path, args, nprocs), 2)
+    plan = planned(dlio_here, args, nprocs)
+    assert_files_match_plan(tmp_path / "ck", plan, 2)
     summary = load(tmp_path / "out" / "summary.json")
     assert summary["status"] == "ok" and summary["num_processes"] == nprocs
     for key in DLIO_METRICS:
         assert summary["metric"][key] >= 0, key
-    assert summary["metric"]["checkpoint_size_GB"] == planned(tmp_path, args, nprocs)["checkpoint_size_GB"]
+    assert summary["metric"]["checkpoint_size_GB"] == plan["checkpoint_size_GB"]
     for key in ("num_accelerators", "num_hosts", "hostname", "start", "end"):
         assert key in summary
     for rank in range(nprocs):
@@ -62,13 +64,13 @@ def test_run_writes_planned_files_and_dlio_results(tmp_path, nprocs, extra):
     assert (tmp_path / "out" / ".hydra" / "config.yaml").exists()
 
 
-def test_logical_ranks_and_scale_run_llama_1t_layout_on_4_processes(tmp_path):
+def test_logical_ranks_and_scale_run_llama_1t_layout_on_4_processes(tmp_path, dlio_here):
     args = ["workload=llama_1t", *FAST, "++workload.checkpoint.scale=0.00002",
             "++workload.checkpoint.num_checkpoints_write=1", "++workload.checkpoint.num_checkpoints_read=1",
             "++workload.checkpoint.fsync=False", "++workload.checkpoint.checkpoint_folder=ck", "++hydra.run.dir=out"]
     res = dlio(["--world-size", "1024", *args], tmp_path, nprocs=4, timeout=300)  # options first works too
     assert res.returncode == 0, res.stderr
-    assert_files_match_plan(tmp_path / "ck", planned(tmp_path, args, 1024), 1)
+    assert_files_match_plan(tmp_path / "ck", planned(dlio_here, args, 1024), 1)
     assert load(tmp_path / "out" / "summary.json")["num_accelerators"] == 1024
 
 
@@ -100,13 +102,13 @@ def test_read_only_run_refuses_a_step_without_manifest(tmp_path):
     assert list(tmp_path.iterdir()) == [], "a refused run creates nothing"
 
 
-def test_pt_files_open_with_torch_load(tmp_path):
+def test_pt_files_open_with_torch_load(tmp_path, dlio_here):
     torch = pytest.importorskip("torch")
     args = ["workload=tiny", *FAST, "++workload.checkpoint.checkpoint_folder=ck", "++hydra.run.dir=out",
             "++workload.checkpoint.num_checkpoints_write=1", "++workload.checkpoint.num_checkpoints_read=0"]
     res = dlio(args, tmp_path, nprocs=2)
     assert res.returncode == 0, res.stderr
-    plan = planned(tmp_path, args, 2)
+    plan = planned(dlio_here, args, 2)
     step = tmp_path / "ck" / "global_epoch1_step1"
     model = torch.load(step / "model_0_model_states.pt", weights_only=True)
     assert list(model) == [str(i) for i in range(7)]  # layers 0..L+2 of stage 0
@@ -122,14 +124,14 @@ def _names(stats: dict, op: str) -> set[str]:
     return {f[0] for f in stats[op]["file_times"]}
 
 
-def test_recovery_rank_shift_reads_the_files_of_the_rank_one_host_further(tmp_path):
+def test_recovery_rank_shift_reads_the_files_of_the_rank_one_host_further(tmp_path, dlio_here):
     """Four processes as two hosts of two (ranks_per_host=2): process p reads rank (p+2) % 4's files,
     never its own; on one host with the default, the shift is the world and a warning says so."""
     args = ["workload=tiny", *FAST, "++workload.model.parallelism.zero_stage=3",
             "++workload.checkpoint.checkpoint_folder=ck", "++workload.checkpoint.recovery_rank_shift=True"]
     res = dlio([*args, "++workload.checkpoint.ranks_per_host=2", "++hydra.run.dir=out"], tmp_path, nprocs=4)
     assert res.returncode == 0, res.stderr
-    plan = planned(tmp_path, args, 4)
+    plan = planned(dlio_here, args, 4)
     owned = {r["rank"]: {f["name"] for f in r["files"]} for r in plan["ranks"]}
     assert len(set(map(frozenset, owned.values()))) == 4  # every rank has files of its own
     for p in range(4):

@@ -14,8 +14,10 @@ import pytest
 from tests.support.cli import dlio
 from tests.support.storage import Store
 
+# tiny at 1/20 of its bytes (2 MiB a step, its files and their names as at full size): what is removed or kept is
+# decided by names, manifests and run records, never by bytes, and each run and each tree() read is then quick
 RUN = ["workload=tiny", "--world-size", "2", "++workload.checkpoint.checkpoint_folder=ck",
-       "++workload.checkpoint.num_checkpoints_read=0"]
+       "++workload.checkpoint.num_checkpoints_read=0", "++workload.checkpoint.scale=0.05"]
 USERS = {"global_epoch1_step1.txt": b"p", "global_epoch1_step9_backup/keep": b"b",
          "global_epoch1_step12/mine.bin": b"m", "notes.md": b"n"}
 
@@ -69,21 +71,32 @@ def test_overwrite_removes_an_earlier_runs_steps_and_nothing_of_the_users(where,
     assert set(before) - set(after) == {p for p in before if p.startswith("global_epoch1_step3")}
 
 
-@pytest.mark.parametrize("planted", ["global_epoch1_step1/mine.bin", "global_epoch1_step3/mine.bin",
-                                     "global_epoch1_step2.manifest.json", "dlio_ckpt_run.json"])
-def test_a_foreign_file_where_a_step_must_be_replaced_refuses_the_run_and_nothing_is_removed(where, tmp_path,
-                                                                                             planted):
+PLANTED = ["global_epoch1_step1/mine.bin", "global_epoch1_step3/mine.bin", "global_epoch1_step2.manifest.json",
+           "dlio_ckpt_run.json"]
+
+
+def test_a_foreign_file_where_a_step_must_be_replaced_refuses_the_run_and_nothing_is_removed(where, tmp_path):
     """Step 1 is rewritten, step 3 (the earlier run's) removed: neither may hold a file of the user's;
-    nor may a manifest or run record that this tool did not write stand under those names."""
+    nor may a manifest or run record that this tool did not write stand under those names. Each planted file
+    in turn beside one earlier run: a refused run removes nothing, so once the planted file is taken back (or
+    ours put back where it replaced ours) the folder is the earlier run's again, byte for byte, for the next."""
     first = run(where, tmp_path, "++workload.checkpoint.num_checkpoints_write=3")
     assert first.returncode == 0, first.stderr
-    put(where, {planted: b"the user's"})
-    before = tree(where)
-    again = run(where, tmp_path, "++workload.checkpoint.overwrite=True", rundir="run2")
-    assert again.returncode == 2, again.stderr
-    assert f"workload.checkpoint.checkpoint_folder='ck': holds {planted}" in again.stderr, again.stderr
-    assert "which dlio_ckpt did not write" in again.stderr and "nothing was removed" in again.stderr
-    assert tree(where) == before and not (tmp_path / "run2").exists()
+    ours = tree(where)
+    backend = where.backend()
+    for planted in PLANTED:
+        put(where, {planted: b"the user's"})
+        before = tree(where)
+        again = run(where, tmp_path, "++workload.checkpoint.overwrite=True", rundir="run2")
+        assert again.returncode == 2, (planted, again.stderr)
+        assert f"workload.checkpoint.checkpoint_folder='ck': holds {planted}" in again.stderr, again.stderr
+        assert "which dlio_ckpt did not write" in again.stderr and "nothing was removed" in again.stderr
+        assert tree(where) == before and not (tmp_path / "run2").exists(), planted
+        if planted in ours:
+            put(where, {planted: ours[planted]})
+        else:
+            backend.remove(backend.join("ck", planted))
+        assert tree(where) == ours, planted
 
 
 def test_a_step_this_run_writes_must_not_hold_a_foreign_file_even_in_an_empty_folder(tmp_path):
@@ -137,14 +150,14 @@ def test_a_sweep_removes_its_points_checkpoints_and_leaves_the_users_files(tmp_p
     (tmp_path / "ck" / "sw").mkdir(parents=True)
     (tmp_path / "ck" / "sw" / "notes.txt").write_text("mine")
     (tmp_path / "ck" / "other").mkdir()
-    r = dlio(["sweep", "workload=tiny", "++workload.checkpoint.checkpoint_folder=ck",
+    r = dlio(["sweep", "workload=tiny", "++workload.checkpoint.checkpoint_folder=ck", "++workload.checkpoint.scale=.05",
               "++workload.checkpoint.num_checkpoints_read=1", "++workload.checkpoint.format=pt,raw",
               "++hydra.sweep.dir=sw"], tmp_path, nprocs=2)
     assert r.returncode == 0, r.stderr
     assert sorted(str(p.relative_to(tmp_path / "ck")) for p in (tmp_path / "ck").rglob("*")) == [
         "other", "sw", "sw/notes.txt"]
     (tmp_path / "ck" / "sw" / "notes.txt").unlink()
-    r = dlio(["sweep", "workload=tiny", "++workload.checkpoint.checkpoint_folder=ck",
+    r = dlio(["sweep", "workload=tiny", "++workload.checkpoint.checkpoint_folder=ck", "++workload.checkpoint.scale=.05",
               "++workload.checkpoint.format=pt,raw", "++hydra.sweep.dir=sw2"], tmp_path, nprocs=2)
     assert r.returncode == 0, r.stderr
     assert sorted(p.name for p in (tmp_path / "ck").iterdir()) == ["other", "sw"]  # sw2: emptied, removed

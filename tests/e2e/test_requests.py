@@ -45,7 +45,7 @@ def failures(summary: dict) -> dict[str, int]:
 
 
 @pytest.mark.parametrize("kind", ["s3", "gcs"])
-def test_request_counts_equal_the_servers_kind_by_kind(tmp_path, request, kind):
+def test_request_counts_equal_the_servers_kind_by_kind(tmp_path, request, kind, dlio_here):
     server = request.getfixturevalue(f"{kind}_server")
     with proxy(server.endpoint, KINDS[kind]) as p:
         r = run_through(tmp_path, server, p, kind)
@@ -62,7 +62,7 @@ def test_request_counts_equal_the_servers_kind_by_kind(tmp_path, request, kind):
     if kind == "s3":  # one GET per object and no HEAD first: the engine checks sizes by reading
         assert "HeadObject" not in loaded
         assert loaded["call: get_object (time to first byte)"]["count"] == len(_sizes(tmp_path))
-    report = dlio(["report", "out"], tmp_path)
+    report = dlio_here(["report", "out"])  # it reads the run folder: in this process
     assert report.returncode == 0 and (tmp_path / "out" / "requests.png").stat().st_size > 10_000
     c = save["coordination"]
     assert 0 <= c["start_spread_seconds"] <= c["end_spread_seconds"] + save["duration_seconds"]

@@ -15,12 +15,18 @@ from tests.support.cli import dlio, load
 from tests.unit.test_results_tools import _png_size
 
 
-def cli(*args, cwd=REPO) -> subprocess.CompletedProcess:
-    return dlio([str(a) for a in args], cwd, timeout=300)
+@pytest.fixture
+def cli(dlio_here):
+    """diff, report and check on the real runs' folders, in this process (``dlio_here``): they only read them, so a
+    process of their own adds 1-2 s of start each and nothing else (their entry point as a process: test_sweep's
+    report and diff, test_console's check)."""
+    def run(*args, cwd=REPO) -> subprocess.CompletedProcess:
+        return dlio_here([str(a) for a in args], cwd)
+    return run
 
 
 @pytest.mark.mpi
-def test_diff_two_real_runs_as_a_ci_gate(tmp_path):
+def test_diff_two_real_runs_as_a_ci_gate(tmp_path, cli):
     args = ["workload=tiny", "++workload.checkpoint.num_checkpoints_write=2",
             "++workload.checkpoint.num_checkpoints_read=2"]
     for name in ("base", "new"):
@@ -46,25 +52,25 @@ def test_diff_two_real_runs_as_a_ci_gate(tmp_path):
 
 
 @pytest.mark.mpi
-def test_report_of_a_real_four_process_run(tmp_path):
+def test_report_of_a_real_four_process_run(tmp_path, cli):
     r = dlio(["workload=tiny", "++workload.checkpoint.num_checkpoints_write=3", f"++hydra.run.dir={tmp_path / 'run'}"],
              tmp_path, nprocs=4)
     assert r.returncode == 0, r.stderr
     r = cli("report", tmp_path / "run")
     assert r.returncode == 0, r.stderr
-    names = {"throughput.png", "durations.png", "stragglers.png", "timeline.png", "report.html"}
+    names = {"throughput.png", "durations.png", "stragglers.png", "timeline.png", "latency.png", "report.html"}
     assert {os.path.basename(p) for p in r.stdout.split()} == names
     for png in names - {"report.html"}:
         w, h = _png_size(tmp_path / "run" / png)
         assert 600 <= w <= 2500 and 250 <= h <= 1600
     page = (tmp_path / "run" / "report.html").read_text()
-    assert page.count("data:image/png;base64,") == 4 and "save_checkpoint_io_mean_GB_per_second" in page
+    assert page.count("data:image/png;base64,") == 5 and "save_checkpoint_io_mean_GB_per_second" in page
     stats = load(tmp_path / "run" / "0_per_epoch_stats.json")["1"]["save_ckpt1"]
     assert len(stats["file_times"]) >= stats["files"]  # the timeline's data: every file, with its fsync
 
 
 @pytest.mark.mpi
-def test_check_a_real_llama3_8b_run_scaled_down(tmp_path):
+def test_check_a_real_llama3_8b_run_scaled_down(tmp_path, cli):
     """8 real processes, 10 writes and 10 reads: every rule holds except the full size (scale)."""
     r = dlio(["workload=llama3_8b", "++workload.checkpoint.scale=0.0001", f"++hydra.run.dir={tmp_path / 'run'}",
               "++workload.accelerator_type=b200",

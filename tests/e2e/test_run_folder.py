@@ -30,7 +30,7 @@ def snapshot(folder) -> dict[str, bytes]:
 # -- one run, one folder ------------------------------------------------------------------------------
 
 @pytest.mark.mpi
-def test_a_second_run_into_a_held_run_folder_is_refused_unless_replaced(tmp_path):
+def test_a_second_run_into_a_held_run_folder_is_refused_unless_replaced(tmp_path, dlio_here):
     first = dlio(["workload=tiny", "++hydra.run.dir=results/new", "++workload.checkpoint.checkpoint_folder=ck1"],
                  tmp_path, nprocs=4)
     assert first.returncode == 0, first.stderr
@@ -52,16 +52,26 @@ def test_a_second_run_into_a_held_run_folder_is_refused_unless_replaced(tmp_path
     assert summary["num_processes"] == 2 and summary["run_id"]
     assert {load(folder / f"{p}_per_epoch_stats.json")["1"]["run_id"] for p in (0, 1)} == {summary["run_id"]}
     for command in (["report", str(folder)], ["check", str(folder)], ["diff", str(folder), str(folder)]):
-        r = dlio(command, tmp_path)
+        r = dlio_here(command)  # read-only commands, in this process: a process of their own adds only its start
         assert r.returncode in (0, 1) and "disagree" not in r.stderr, r.stderr  # check: 1, rules not met
 
 
-@pytest.mark.parametrize("mix", ["more_processes", "another_run"])
-def test_report_diff_and_check_refuse_a_folder_whose_files_disagree_on_the_run(tmp_path, mix):
+@pytest.fixture(scope="module")
+def two_runs(tmp_path_factory):
+    """Two runs, a and b, each a folder of its own: each case below mixes copies of them (the same two runs for
+    both cases, made once)."""
+    tmp = tmp_path_factory.mktemp("two_runs")
     for name in ("a", "b"):
         r = dlio(["workload=tiny", "--world-size", "2", f"++hydra.run.dir={name}",
-                  f"++workload.checkpoint.checkpoint_folder=ck_{name}"], tmp_path)
+                  f"++workload.checkpoint.checkpoint_folder=ck_{name}"], tmp)
         assert r.returncode == 0, r.stderr
+    return tmp
+
+
+@pytest.mark.parametrize("mix", ["more_processes", "another_run"])
+def test_report_diff_and_check_refuse_a_folder_whose_files_disagree_on_the_run(tmp_path, mix, two_runs, dlio_here):
+    for name in ("a", "b"):
+        shutil.copytree(two_runs / name, tmp_path / name)
     if mix == "more_processes":  # what a second run of more processes left beside this one's files
         shutil.copy(tmp_path / "b" / "0_per_epoch_stats.json", tmp_path / "a" / "1_per_epoch_stats.json")
         shutil.copy(tmp_path / "b" / "0_per_epoch_stats.json", tmp_path / "a" / "3_per_epoch_stats.json")
@@ -70,7 +80,7 @@ def test_report_diff_and_check_refuse_a_folder_whose_files_disagree_on_the_run(t
         shutil.copy(tmp_path / "b" / "0_per_epoch_stats.json", tmp_path / "a" / "0_per_epoch_stats.json")
         said = "the per_epoch_stats of processes [0] are of another run"
     for command in (["report", "a"], ["check", "a"], ["diff", "b", "a"]):
-        r = dlio(command, tmp_path)
+        r = dlio_here(command)  # bad input: in this process
         assert r.returncode == 2, (command, r.stdout, r.stderr)
         assert "its files disagree on the run" in r.stderr and said in r.stderr, r.stderr
         assert len(r.stderr.strip().splitlines()) == 1
@@ -127,11 +137,11 @@ def test_an_immutable_folder_is_bad_input_before_step_1(tmp_path, immutable, whe
 
 # -- no override is ignored (the other cases: tests/unit/test_run_folder.py) ---------------------------
 
-def test_hydras_own_keys_and_a_tier_typo(tmp_path):
+def test_hydras_own_keys_and_a_tier_typo(tmp_path, dlio_here):
     r = run(tmp_path, "++hydra.run.dir=out", "++hydra.job.chdir=False")
     assert r.returncode == 0, r.stderr
     assert json.loads((tmp_path / "out" / "summary.json").read_text())["status"] == "ok"
-    r = dlio(["plan", *ONE, "++workload.tiers=[{storage_type: local_fs, storage_root: far, keep_lst: 1}]"], tmp_path)
+    r = dlio_here(["plan", *ONE, "++workload.tiers=[{storage_type: local_fs, storage_root: far, keep_lst: 1}]"])
     assert r.returncode == 2, r.stderr
     assert "workload.tiers[0].keep_lst=1: unknown key (did you mean 'keep_last'?); allowed keys here: keep_last, " \
            "replicas, replication, scope, storage_options, storage_root, storage_type" in r.stderr

@@ -26,7 +26,8 @@ def names(backend, *parts: str) -> list[str]:
     return sorted(backend.list_names(backend.join(*parts)))
 
 
-def test_async_saves_drained_to_s3_with_a_marker_per_tier_and_reads_from_s3(tmp_path, s3_server, monkeypatch):
+def test_async_saves_drained_to_s3_with_a_marker_per_tier_and_reads_from_s3(tmp_path, s3_server, monkeypatch,
+                                                                           dlio_here):
     from dlio_ckpt.io.backends import get_backend
 
     for key, value in s3_server.env.items():
@@ -64,7 +65,7 @@ def test_async_saves_drained_to_s3_with_a_marker_per_tier_and_reads_from_s3(tmp_
     assert any(kind.startswith("GetObject") for kind in load_["requests"]), load_["requests"]
     stats = load(tmp_path / "run" / "0_per_epoch_stats.json")["1"]
     assert {"drain_tier1_ckpt1", "drain_tier1_ckpt4", "save_ckpt4", "load_ckpt1"} <= set(stats)
-    report = dlio(["report", "run"], tmp_path)
+    report = dlio_here(["report", "run"])  # it reads the run folder: in this process
     assert report.returncode == 0, report.stderr
 
 
@@ -105,7 +106,7 @@ def test_the_network_to_the_s3_tier_cut_mid_drain_ends_the_job_and_the_markers_s
         args = [*SHAPE, "++hydra.run.dir=out", "++workload.checkpoint.num_checkpoints_write=6",
                 "++workload.checkpoint.time_between_checkpoints=0",
                 f"++workload.tiers=[{{storage_type: s3, storage_root: '{s3_server.bucket}/{root}', "
-                f"storage_options: {{endpoint_url: '{cut.endpoint}'}}}}]"]
+                f"storage_options: {{endpoint_url: '{cut.endpoint}', max_attempts: 2}}}}]"]  # 2: less backoff to wait
         proc = start(args, tmp_path, env=s3_server.env)
         wait_for(cut.is_cut.is_set, timeout=120)
         code, err, _ = ended(proc, 45)
