@@ -1,0 +1,222 @@
+#!/usr/bin/env python3
+"""The real framework's save and load beside the emulated one (``checkpoint.io_pattern=framework``), on the
+same storage, alternating over rounds; medians and per-round ratios emulated/real (issue 38's benchmark).
+
+What runs each round (the order rotated between rounds: disks and page caches drift):
+- dcp, real: ``python -m dlio_ckpt run workload=tiny ++workload.mode=fsdp`` on ``--procs`` processes, the
+  shape below (FSDP2 on CPU with gloo, Adam, ``dcp.save``/``dcp.load`` through FileSystemWriter/Reader with
+  ``fsdp.thread_count=--threads`` and ``sync_files=True``; on ``--s3``, s3torchconnector's S3StorageWriter);
+- dcp, emulated: the same workload with ``checkpoint.layout=dcp``, ``checkpoint.files_per_rank=--threads``
+  and each ``--io-pattern`` asked for (``framework``, the default; ``stream``, the tuned stream, for
+  comparison);
+- megatron, real: ``bench/megatron_timed.py`` (the oracle's GPTModel of ``tests/oracles/megatron_save.py``,
+  the distributed optimizer, megatron-core 0.16.1's fully parallel ``torch_dist`` save with ``--megatron-threads``
+  writers per rank, then Megatron-LM's default ``dist_checkpointing.load``), on the same shape;
+- megatron, emulated: ``checkpoint.layout=megatron`` with that shape and ``files_per_rank=--megatron-threads``;
+- lightning, real only: ``workload=lightning_demo`` (``--lightning-layers``, TorchCheckpointIO). The emulator has
+  no ``lightning`` layout yet (issue 38 asks for one): TODO, add its emulated side here when it exists; no
+  emulated figure is made up meanwhile.
+The shape (issue 38's): llama, ``--layers`` 8, hidden 1024, ffn 2816, vocab 32000, 8 heads / 4 KV heads (tiny's),
+bf16 weights and moments (dcp; megatron keeps its distributed optimizer's fp32 state whatever the dtype), TP 1,
+``--saves`` saves then ``--loads`` loads per run, ``checkpoint.fsync=True``, pages evicted before each load.
+A checkpoint's duration is the slowest process's, from a barrier before the save (load) to its return, as
+``summary.json``'s ``checkpoints.save[].duration_seconds`` (``load``) says; a run's figure is the mean over its
+checkpoints, and the ratio of a round divides the emulated run's figure by the real run's of the same round.
+``--settle`` seconds pass before every run (see bench/fio_compare.py: this VM's buffered writes are slower into
+memory freed seconds ago, and the real side's set-up takes seconds the emulator's does not).
+
+    python bench/framework_io.py --dir /path/on/storage --rounds 5 --io-pattern framework,stream \
+        --markdown /tmp/figures.md
+    python bench/framework_io.py --dir DIR --frameworks dcp --s3      # dcp on a local SeaweedFS (scripts/local_s3.py)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+BIN = Path(sys.executable).parent
+REPO = Path(__file__).resolve().parents[1]
+ENV = {**os.environ, "PYTHONPATH": str(REPO), "PYTHONWARNINGS": "ignore"}
+
+
+def shape(a: argparse.Namespace) -> list[str]:
+    return [f"++workload.model.num_layers={a.layers}", f"++workload.model.transformer.hidden_size={a.hidden}",
+            f"++workload.model.transformer.ffn_hidden_size={a.ffn}",
+            f"++workload.model.transformer.vocab_size={a.vocab}",
+            f"++workload.model.transformer.num_attention_heads={a.heads}",
+            f"++workload.model.transformer.num_kv_heads={a.kv_heads}", "++workload.model.parallelism.tensor=1"]
+
+
+def dlio(args: list[str], procs: int, root: str, env: dict[str, str]) -> dict:
+    """One run of the tool; its saves' and loads' durations and bytes from summary.json."""
+    out = Path(tempfile.mkdtemp(prefix="bench_fwio_"))
+    storage = [] if root.startswith("s3://") else [f"++workload.storage.storage_root={root}"]
+    cmd = [str(BIN / "mpiexec"), "-n", str(procs), sys.executable, "-m", "dlio_ckpt", "run", *args, *storage,
+           f"++hydra.run.dir={out}", "++workload.checkpoint.fsync=True", "++workload.checkpoint.overwrite=True",
+           "++workload.checkpoint.time_between_checkpoints=0"]
+    r = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    if r.returncode:
+        sys.exit(f"failed ({r.returncode}): {' '.join(cmd)}\n{r.stderr[-3000:]}")
+    s = json.loads((out / "summary.json").read_text())
+    shutil.rmtree(out)
+    if not root.startswith("s3://"):
+        shutil.rmtree(root, ignore_errors=True)
+    return {"save": [c["duration_seconds"] for c in s["checkpoints"]["save"]],
+            "load": [c["duration_seconds"] for c in s["checkpoints"]["load"]],
+            "bytes": s["checkpoints"]["save"][0]["bytes"]}
+
+
+def megatron_real(a: argparse.Namespace, root: str) -> dict:
+    Path(root).mkdir(parents=True, exist_ok=True)
+    result = Path(root) / "timed.json"
+    cmd = [sys.executable, str(REPO / "bench" / "megatron_timed.py"), root, str(result), str(a.saves), str(a.loads),
+           str(a.procs), "1", str(a.layers), str(a.hidden), str(a.ffn), str(a.heads), str(a.kv_heads), str(a.vocab),
+           "bf16", str(a.megatron_threads)]
+    r = subprocess.run(cmd, capture_output=True, text=True, env=ENV)
+    if r.returncode:
+        sys.exit(f"failed ({r.returncode}): {' '.join(cmd)}\n{r.stderr[-3000:]}")
+    got = json.loads(result.read_text())
+    shutil.rmtree(root, ignore_errors=True)
+    return {"save": got["save"], "load": got["load"], "bytes": got["bytes"][0]}
+
+
+def cases(a: argparse.Namespace, s3: list[str]) -> dict[str, dict[str, tuple]]:
+    """framework -> {side: (how to run it)}; the real side first."""
+    dt = ["++workload.model.model_datatype=bf16", "++workload.model.optimizer_datatype=bf16"]
+    n = [f"++workload.checkpoint.num_checkpoints_write={a.saves}",
+         f"++workload.checkpoint.num_checkpoints_read={a.loads}"]
+    out: dict[str, dict[str, tuple]] = {}
+    if "dcp" in a.frameworks:
+        job = ["workload=tiny", *shape(a), *dt, *n, *s3]
+        out["dcp"] = {"real": ("dlio", [*job, "++workload.mode=fsdp", f"++workload.fsdp.thread_count={a.threads}"])}
+        for p in a.io_pattern:
+            out["dcp"][f"emulated {p}"] = ("dlio", [*job, "++workload.checkpoint.layout=dcp",
+                                                    f"++workload.checkpoint.files_per_rank={a.threads}",
+                                                    f"++workload.checkpoint.io_pattern={p}"])
+    if "megatron" in a.frameworks:
+        job = ["workload=tiny", *shape(a), "++workload.model.model_datatype=bf16", *n]
+        out["megatron"] = {"real": ("megatron", None)}
+        for p in a.io_pattern:
+            out["megatron"][f"emulated {p}"] = ("dlio", [*job, "++workload.checkpoint.layout=megatron",
+                                                         f"++workload.checkpoint.files_per_rank={a.megatron_threads}",
+                                                         f"++workload.checkpoint.io_pattern={p}"])
+    if "lightning" in a.frameworks:
+        # TODO(issue 38): the emulated side, once a `lightning` layout exists (checkpoint.layout=lightning)
+        out["lightning"] = {"real": ("dlio1", ["workload=lightning_demo",
+                                               f"++workload.model.num_layers={a.lightning_layers}", *n])}
+    return out
+
+
+def fmt(xs: list[float]) -> str:
+    return ", ".join(f"{x:.2f}" for x in xs)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--dir", required=True, help="a folder on the storage measured (local files)")
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--procs", type=int, default=2)
+    ap.add_argument("--frameworks", type=lambda s: s.split(","), default=["dcp", "megatron", "lightning"])
+    ap.add_argument("--io-pattern", type=lambda s: s.split(","), default=["framework"],
+                    help="emulated side(s): framework, stream or framework,stream")
+    ap.add_argument("--layers", type=int, default=8)
+    ap.add_argument("--hidden", type=int, default=1024)
+    ap.add_argument("--ffn", type=int, default=2816)
+    ap.add_argument("--vocab", type=int, default=32000)
+    ap.add_argument("--heads", type=int, default=8)
+    ap.add_argument("--kv-heads", type=int, default=4)
+    ap.add_argument("--threads", type=int, default=1, help="dcp: fsdp.thread_count = files_per_rank")
+    ap.add_argument("--megatron-threads", type=int, default=2, help="megatron-core's thread_count = files_per_rank")
+    ap.add_argument("--lightning-layers", type=int, default=10)
+    ap.add_argument("--saves", type=int, default=2)
+    ap.add_argument("--loads", type=int, default=2)
+    ap.add_argument("--settle", type=float, default=10.0, help="seconds before each run")
+    ap.add_argument("--s3", action="store_true", help="dcp on a local SeaweedFS (scripts/local_s3.py) instead")
+    ap.add_argument("--markdown", help="also write the tables here")
+    a = ap.parse_args()
+    folder = Path(a.dir)
+    folder.mkdir(parents=True, exist_ok=True)
+    server, s3, env = None, [], ENV
+    if a.s3:
+        if a.frameworks != ["dcp"]:
+            sys.exit("--s3 runs dcp alone: add --frameworks dcp")
+        info = json.loads(subprocess.run([sys.executable, str(REPO / "scripts" / "local_s3.py"), "--bucket",
+                                          "bench", "--background", "--json", "--dir", str(folder / "seaweedfs")],
+                                         check=True, capture_output=True, text=True).stdout)
+        server, s3 = info, info["overrides"]
+        env = {**ENV, **info["environment"]}
+    plan = cases(a, s3)
+    runs: dict[tuple[str, str], list[dict]] = {(f, side): [] for f, sides in plan.items() for side in sides}
+    try:
+        for r in range(a.rounds):
+            for fw, sides in plan.items():
+                names = list(sides)
+                names = names[r % len(names):] + names[:r % len(names)]  # alternate who goes first
+                for side in names:
+                    kind, args = sides[side]
+                    time.sleep(a.settle)
+                    root = s3[1].split("=", 1)[1] if s3 else str(folder / "root")
+                    t0 = time.monotonic()
+                    if kind == "megatron":
+                        got = megatron_real(a, root)
+                    else:
+                        got = dlio(args, 1 if kind == "dlio1" else a.procs, root, env)
+                    runs[(fw, side)].append(got)
+                    print(f"round {r + 1}/{a.rounds} {fw} {side}: save {fmt(got['save'])} s, load {fmt(got['load'])} s"
+                          f" ({time.monotonic() - t0:.0f} s wall)", file=sys.stderr, flush=True)
+    finally:
+        if server:
+            subprocess.run([sys.executable, str(REPO / "scripts" / "local_s3.py"), "stop", str(server["pid"])])
+    lines = report(a, plan, runs)
+    print("\n".join(lines))
+    if a.markdown:
+        Path(a.markdown).write_text("\n".join(lines) + "\n")
+
+
+def report(a: argparse.Namespace, plan: dict, runs: dict) -> list[str]:
+    med = statistics.median
+    mean = statistics.fmean
+    storage = "S3 (local SeaweedFS on 127.0.0.1)" if a.s3 else f"local files ({a.dir})"
+    lines = [f"- {time.strftime('%Y-%m-%d %H:%M')} on {platform.node()} ({os.cpu_count()} cores), {storage}",
+             f"- `{' '.join([Path(sys.executable).name, *sys.argv])}`", "",
+             "| framework | side | MiB | save 1 s | save 2+ s | save s (mean) | load s (mean) | "
+             "save ratio | load ratio |", "|---|---|---|---|---|---|---|---|---|"]
+    ratio_lines = []
+    for fw, sides in plan.items():
+        real = runs[(fw, "real")]
+        for side in sides:
+            rows = runs[(fw, side)]
+            first = med(row["save"][0] for row in rows)
+            later = med(mean(row["save"][1:]) for row in rows) if len(rows[0]["save"]) > 1 else float("nan")
+            save, load = med(mean(row["save"]) for row in rows), med(mean(row["load"]) for row in rows)
+            if side == "real":
+                rs = rl = "1"
+                if len(sides) == 1:
+                    rs = rl = "no emulated side yet (TODO)"
+            else:
+                s_r = [mean(e["save"]) / mean(x["save"]) for e, x in zip(rows, real, strict=True)]
+                l_r = [mean(e["load"]) / mean(x["load"]) for e, x in zip(rows, real, strict=True)]
+                rs, rl = f"{med(s_r):.2f}", f"{med(l_r):.2f}"
+                ratio_lines.append(f"- {fw} {side} / real, per round: save {fmt(s_r)}; load {fmt(l_r)}")
+            lines.append(f"| {fw} | {side} | {rows[0]['bytes'] / (1 << 20):.1f} | {first:.2f} | {later:.2f} | "
+                         f"{save:.2f} | {load:.2f} | {rs} | {rl} |")
+        for side in sides:
+            rows = runs[(fw, side)]
+            saves, loads = fmt([mean(x["save"]) for x in rows]), fmt([mean(x["load"]) for x in rows])
+            ratio_lines.append(f"- {fw} {side}, per round: save (mean of the run's) {saves} s; load {loads} s")
+    return [*lines, "", "Medians over rounds; a ratio is emulated/real, the median of the per-round ratios.", "",
+            *ratio_lines]
+
+
+if __name__ == "__main__":
+    main()

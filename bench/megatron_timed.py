@@ -1,0 +1,100 @@
+#!/usr/bin/env python3
+"""Megatron-core's real save and load, timed as dlio_ckpt times a checkpoint (bench only).
+
+The model is the oracle's (``tests/oracles/megatron_save.py``'s ``build``: a GPTModel on CPU with gloo, the
+distributed optimizer after one Adam step), saved with the same strategy as the oracle (``torch_dist`` through
+``TorchDistSaveShardedStrategy`` with ``THREADS`` writer threads, wrapped in the fully parallel save over the
+data-parallel group, as Megatron-LM saves) and loaded as Megatron-LM loads by default
+(``dist_checkpointing.load``, model and optimizer). Each save and load is timed on every rank from a barrier just
+before it to its return, and a checkpoint's time is the slowest rank's, as dlio_ckpt's ``summary.json`` reports;
+before each load, rank 0 writes back and drops every file of the step from the page cache (``fdatasync`` +
+``POSIX_FADV_DONTNEED``, what ``checkpoint.read_from_page_cache=False`` does in the emulator).
+
+    python bench/megatron_timed.py ROOT RESULT_JSON SAVES LOADS WORLD TP LAYERS HIDDEN FFN HEADS KV VOCAB DTYPE THREADS
+
+``ROOT/global_epoch1_step{i}`` are written; RESULT_JSON gets ``{"save": [s, ...], "load": [s, ...], "bytes": [...]}``.
+megatron-core's save writes with its own writer (sync files: its ``FileSystemWriterAsync`` fsyncs each file).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "oracles"))
+import megatron_save  # noqa: E402  (the oracle's model, imported, not copied)
+
+
+def _evict(folder: str) -> None:
+    for name in os.listdir(folder):
+        fd = os.open(os.path.join(folder, name), os.O_RDONLY)
+        try:
+            os.fdatasync(fd)
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        finally:
+            os.close(fd)
+
+
+def _slowest(seconds: float) -> float:
+    got: list[float | None] = [None] * dist.get_world_size()
+    dist.all_gather_object(got, seconds)
+    return max(x for x in got if x is not None)
+
+
+def worker(rank: int, world: int, port: int, root: str, result: str, saves: int, loads: int,
+           args: list[str]) -> None:
+    from megatron.core import dist_checkpointing
+    from megatron.core.dist_checkpointing.strategies.fully_parallel import FullyParallelSaveStrategyWrapper
+    from megatron.core.dist_checkpointing.strategies.torch import TorchDistSaveShardedStrategy
+
+    gpt, opt, ps = megatron_save.build(rank, world, port, args)
+    threads = int(args[8])
+    meta = {"distrib_optim_sharding_type": "fully_reshardable"}
+    out: dict[str, list] = {"save": [], "load": [], "bytes": []}
+    for i in range(1, saves + 1):
+        step = os.path.join(root, f"global_epoch1_step{i}")
+        if rank == 0:
+            os.makedirs(step, exist_ok=True)
+        model_sd = gpt.sharded_state_dict()
+        state = {"model": model_sd, "iteration": i,
+                 "optimizer": opt.sharded_state_dict(model_sd, is_loading=False, metadata=meta)}
+        writer = TorchDistSaveShardedStrategy("torch_dist", 1, thread_count=threads)
+        strategy = FullyParallelSaveStrategyWrapper(writer, ps.get_data_parallel_group(with_context_parallel=True),
+                                                    True)
+        dist.barrier()
+        t0 = time.perf_counter()
+        dist_checkpointing.save(state, step, sharded_strategy=strategy)
+        out["save"].append(_slowest(time.perf_counter() - t0))
+        out["bytes"].append(sum(os.path.getsize(os.path.join(step, n)) for n in os.listdir(step)))
+    for i in range(1, loads + 1):
+        step = os.path.join(root, f"global_epoch1_step{i}")
+        model_sd = gpt.sharded_state_dict()
+        state = {"model": model_sd, "optimizer": opt.sharded_state_dict(model_sd, is_loading=True, metadata=meta)}
+        if rank == 0:
+            _evict(step)
+        dist.barrier()
+        t0 = time.perf_counter()
+        dist_checkpointing.load(state, step)
+        out["load"].append(_slowest(time.perf_counter() - t0))
+    if rank == 0:
+        Path(result).write_text(json.dumps(out))
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+def main() -> None:
+    import megatron.core.dist_checkpointing  # noqa: F401 - imported once, before the ranks are forked
+    root, result, saves, loads, world, rest = (sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]),
+                                               int(sys.argv[5]), sys.argv[6:])
+    mp.start_processes(worker, args=(world, megatron_save._port(), root, result, saves, loads, rest), nprocs=world,
+                       join=True, start_method="fork")
+
+
+if __name__ == "__main__":
+    main()
