@@ -26,11 +26,11 @@ def test_a_runs_summary_is_the_models_dump_of_itself(tmp_path, shape):
         "workload", "run_id", "world_size", "run_dir", "command", "invocation_start_time", "accelerator_type",
         "file_systems", "status", "num_processes", "num_hosts", "hostname", "start", "end", "invocation_end_time",
         "host_memory_GB", "hosts", "memory", "mode", "num_accelerators", "save_world_size", "load_world_size", "io",
-        *asked, "async_save", "retries", "metric", "checkpoints"]
+        *asked, "async_save", "retries", "metric", "checkpoints", "latency"]
     assert list(raw["checkpoints"]["load"][0]) == [
         "index", "step", "bytes", "files", "checkpoint_bytes", "duration_seconds", "slowest_process",
         "fastest_process_duration_seconds", "start", "end", "throughput_GiB_per_second", "throughput_GB_per_second",
-        "read_GiB_per_second", "coordination", "cpu"]
+        "read_GiB_per_second", "coordination", "cpu", "latency", "stonewall"]
     if shape == "tiered_async_goodput_scaled":
         assert summary.checkpoints is not None and summary.goodput is not None and summary.io.scaled is not None
         saves, drains = summary.checkpoints.save, summary.checkpoints.phase("drain_tier1")
