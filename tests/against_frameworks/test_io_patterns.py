@@ -6,7 +6,8 @@ the same renames; as many threads writing the checkpoint in all. The load alike,
 read calls within 10 % (equal here), their sizes in the same powers of two, the same bytes, as many threads.
 Real: ``dcp.save`` and ``dcp.load`` of ``mode=fsdp`` (FSDP2 on CPU, ``FileSystemWriter`` and
 ``FileSystemReader``, torch 2.13.0) and megatron-core 0.16.1's fully parallel ``torch_dist`` save
-(``tests/oracles/megatron_save.py``; its load is not traced here)."""
+(``tests/oracles/megatron_save.py``; its load is not traced here). Each real save's files are also held to the
+layout here (the checks of test_dcp_layout.py and test_megatron_layout.py), so one real save serves both."""
 
 from __future__ import annotations
 
@@ -16,10 +17,13 @@ from pathlib import Path
 
 import pytest
 
+from dlio_ckpt.config import compose
+from dlio_ckpt.plan.layouts import make_plan
+from tests.against_frameworks.test_dcp_layout import UNEVEN_BF16, assert_files_are_dcps
+from tests.against_frameworks.test_megatron_layout import assert_same_files, assert_same_items
 from tests.support import ORACLES, REPO
 from tests.support.cli import MPIEXEC
 from tests.support.strace_calls import calls_on, read_pattern, traced, write_pattern
-from tests.support.workloads import datatypes
 
 pytestmark = pytest.mark.real
 STEP = "global_epoch1_step1"
@@ -63,11 +67,12 @@ def test_the_emulated_dcp_save_and_load_make_the_calls_dcp_makes(tmp_path):
     """Two writer threads a rank (the caller's and one more: DCP's thread_count 1 writes from the caller alone,
     the same code), two ranks: every writer, item and call of a save, and every read of a load."""
     writers = 2
-    job = ["workload=tiny", "++workload.model.parallelism.tensor=1", *datatypes("bf16")]
+    job = ["workload=tiny", "++workload.model.parallelism.tensor=1", *UNEVEN_BF16]
     real, real_reads = dlio_traced(tmp_path, "real", [*job, "++workload.mode=fsdp",
                                                       f"++workload.fsdp.thread_count={writers}"], 2)
     emulated, emulated_reads = dlio_traced(tmp_path, "emulated", [*job, "++workload.checkpoint.layout=dcp",
                                                                   f"++workload.checkpoint.files_per_rank={writers}"], 2)
+    assert_files_are_dcps(tmp_path / "real" / "root" / "checkpoints" / "tiny" / STEP, 2, writers, UNEVEN_BF16)
     assert_same_calls(real, emulated)
     assert real["writer_threads"] == 2 * writers  # a thread per file: the caller's, and writers - 1 more
     assert real["renames"] == [(".metadata.tmp", ".metadata")]
@@ -90,15 +95,18 @@ def test_the_emulated_megatron_save_makes_the_calls_megatron_core_makes(tmp_path
     real = write_pattern(calls_on(tmp_path / "real" / "trace", f"/{STEP}/"), suffixes)
     work = tmp_path / "emulated"
     work.mkdir()
-    traced([str(MPIEXEC), "-n", str(world), sys.executable, "-m", "dlio_ckpt", "run", "workload=tiny",
-            "++workload.checkpoint.layout=megatron", f"++workload.model.parallelism.tensor={tp}",
-            f"++workload.model.num_layers={layers}", f"++workload.model.transformer.hidden_size={hidden}",
-            f"++workload.model.transformer.ffn_hidden_size={ffn}",
-            f"++workload.model.transformer.num_attention_heads={heads}",
-            f"++workload.model.transformer.num_kv_heads={kv}", f"++workload.model.transformer.vocab_size={vocab}",
-            f"++workload.model.model_datatype={dtype}", f"++workload.checkpoint.files_per_rank={files}",
+    job = ["workload=tiny", "++workload.checkpoint.layout=megatron", f"++workload.model.parallelism.tensor={tp}",
+           f"++workload.model.num_layers={layers}", f"++workload.model.transformer.hidden_size={hidden}",
+           f"++workload.model.transformer.ffn_hidden_size={ffn}",
+           f"++workload.model.transformer.num_attention_heads={heads}",
+           f"++workload.model.transformer.num_kv_heads={kv}", f"++workload.model.transformer.vocab_size={vocab}",
+           f"++workload.model.model_datatype={dtype}", f"++workload.checkpoint.files_per_rank={files}"]
+    traced([str(MPIEXEC), "-n", str(world), sys.executable, "-m", "dlio_ckpt", "run", *job,
             f"++workload.storage.storage_root={work / 'root'}", f"hydra.run.dir={work / 'out'}", *ONE_SAVE],
            work / "trace", work, env={**os.environ, "PYTHONPATH": str(REPO)})
     emulated = write_pattern(calls_on(work / "trace", f"/{STEP}/"), suffixes)
+    workload, _, _ = compose(job, None)  # the files are megatron-core's, to the byte and item by item
+    assert_same_files({p.name: p.stat().st_size for p in out.iterdir()}, workload, world)
+    assert_same_items(out, make_plan(workload, world))
     assert_same_calls(real, emulated)
     assert real["writer_threads"] == world * files + 1  # a process per file, and rank 0's own for its three

@@ -156,6 +156,7 @@ def test_a_rank_leaves_a_point_only_once_its_large_messages_are_delivered(tmp_pa
 # 1 save and 1 load of the smallest checkpoint. llama3_8b, not 70b: its DCP metadata is a ninth of 70b's, so a
 # point takes half the time and the sweep's messages are the same
 LARGE_RESULTS = ["workload=llama3_8b", "++workload.checkpoint.layout=dcp", "++workload.model.parallelism.tensor=1",
+                 "++workload.checkpoint.io_pattern=stream",  # the points sweep the stream's settings
                  "++workload.checkpoint.scale=0.0002", "--world-size", "64",
                  "++workload.checkpoint.checkpoint_folder=ck",
                  "++workload.checkpoint.num_checkpoints_write=1", "++workload.checkpoint.num_checkpoints_read=1",
