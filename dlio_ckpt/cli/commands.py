@@ -189,6 +189,21 @@ def diff(args: argparse.Namespace, comm: Comm) -> int:
     return 1 if regressions(changes) else 0
 
 
+def repeats(args: argparse.Namespace, comm: Comm) -> int:
+    """``repeats.json`` from repeats run as jobs of their own (new processes each, unlike ``run --repeat``);
+    prints its path."""
+    from dlio_ckpt.tools.repeats import repeat_folder, write_repeats
+
+    count = 0
+    while os.path.isdir(repeat_folder(args.dir, count + 1)):
+        count += 1
+    if count < 2:
+        raise ConfigError("DIR", args.dir, f"holds {count} repeat folder(s) (repeat1, repeat2, ...): two at least, "
+                          "each a run's folder (++hydra.run.dir=DIR/repeat<k>)")
+    print(write_repeats(os.path.abspath(args.dir), count))
+    return 0
+
+
 def report(args: argparse.Namespace, comm: Comm) -> int:
     """Figures and report.html in a run folder (a sweep's: its figures); prints the files written."""
     from dlio_ckpt.tools.report import write_report

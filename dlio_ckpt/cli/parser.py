@@ -65,6 +65,10 @@ COMMANDS: dict[str, Command] = {
         "dlio_ckpt diff A B [--threshold PCT] [--format table|json] [--metrics REGEX]",
         "compare two runs or sweeps; exit 1 on a regression (a CI gate)"),
     "report": Command("report RUN", "dlio_ckpt report RUN", "figures and report.html in a run folder"),
+    "repeats": Command(
+        "repeats DIR", "dlio_ckpt repeats DIR",
+        "DIR/repeats.json from the runs in DIR/repeat1, repeat2, ... (each a job of its own, in new processes: "
+        "++hydra.run.dir=DIR/repeat<k>): each figure's median and its interval, as run --repeat writes it"),
     "check": Command(
         "check RUN",
         "dlio_ckpt check RUN [READ_RUN] [--edition 2.0|3.0|4.0] [--division closed|open] [--format table|json]",
@@ -161,6 +165,7 @@ def build_parsers() -> Parsers:
     _tune_options(commands["tune"])
     _diff_options(commands["diff"])
     commands["report"].add_argument("run", help="a dlio_ckpt run folder (or a sweep's folder)")
+    commands["repeats"].add_argument("dir", help="the folder holding repeat1, repeat2, ... (two at least)")
     _check_options(commands["check"])
     commands["keys"].add_argument("section", nargs="?", help="one section (checkpoint, storage, model, ...)")
     return Parsers(top, commands)

@@ -27,8 +27,10 @@ Call = tuple[str, str, int]  # (call, its arguments as strace prints them, its r
 
 
 def command(prefix: Path) -> list[str]:
-    """strace's options: every thread (``-ff`` a file each, named ``prefix.PID``), paths beside descriptors."""
-    return ["strace", "-f", "-ff", "-y", "-qq", "-o", str(prefix), "-e", "trace=" + ",".join(TRACED)]
+    """strace's options: every thread (``-ff`` a file each, named ``prefix.PID``), paths beside descriptors; the
+    calls not traced filtered in the kernel (``--seccomp-bpf``: a traced job runs at twice the speed or more, the
+    calls recorded the same)."""
+    return ["strace", "-f", "-ff", "-y", "-qq", "--seccomp-bpf", "-o", str(prefix), "-e", "trace=" + ",".join(TRACED)]
 
 
 def calls_on(prefix: Path, marker: str) -> dict[str, list[Call]]:
@@ -127,7 +129,8 @@ def traced_load(cwd: Path, args: list[str]) -> tuple[dict, int]:
     if shutil.which("strace") is None:
         pytest.skip("strace is not installed")
     out = cwd / "strace"  # -ff: a file per thread, so no call is split into "unfinished" and "resumed" lines
-    cmd = ["strace", "-f", "-ff", "-qq", "-y", "-o", str(out), "-e", "trace=read,pread64,readv,preadv,preadv2",
+    cmd = ["strace", "-f", "-ff", "-qq", "-y", "--seccomp-bpf", "-o", str(out),
+           "-e", "trace=read,pread64,readv,preadv,preadv2",
            str(MPIEXEC), "-n", "2", sys.executable, "-m", "dlio_ckpt", *args]
     r = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=300,
                        env={**os.environ, "PYTHONPATH": str(REPO)})

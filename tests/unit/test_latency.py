@@ -211,6 +211,13 @@ def test_repeat_runs_the_job_n_times_and_reports_intervals_that_diff_and_report_
     changes = {c["name"]: c for c in json.loads(d.stdout)["metrics"]}
     assert changes["save_checkpoint_duration_mean_seconds"]["a_interval"] == [m["low"], m["high"]]
     assert changes["save_checkpoint_duration_mean_seconds"]["a"] == m["median"]
+    # the same from repeats run as jobs of their own: `repeats DIR` over their folders writes the same file
+    (tmp_path / "out" / "repeats.json").unlink()
+    again = dlio_here(["repeats", "out"])
+    assert again.returncode == 0 and again.stdout.strip().endswith("repeats.json"), again.stderr
+    assert json.loads((tmp_path / "out" / "repeats.json").read_text()) == body
+    one = dlio_here(["repeats", "out/repeat1"])
+    assert one.returncode == 2 and "DIR='out/repeat1': holds 0 repeat folder(s)" in one.stderr, one.stderr
     rep = dlio_here(["report", "out/repeat2"])
     assert rep.returncode == 0, rep.stderr
     assert (tmp_path / "out" / "repeat2" / "latency.png").stat().st_size > 10_000
