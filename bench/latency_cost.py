@@ -26,6 +26,7 @@ import time
 from pathlib import Path
 
 from dlio_ckpt.io.backends import timed
+from dlio_ckpt.io.backends.null import NullWriter
 from dlio_ckpt.io.latency import LatencyRecorder
 
 N = 1_000_000
@@ -47,20 +48,9 @@ def record_cost() -> float:
     return cpu() - t
 
 
-class _Nothing:
-    def write(self, data: memoryview) -> None:
-        pass
-
-    def finish(self) -> None:
-        pass
-
-    def abort(self) -> None:
-        pass
-
-
 def wrapper_cost() -> float:
     """Added CPU seconds per million writes: through the timed writer minus straight to the writer."""
-    data, raw = memoryview(b"x" * 4096), _Nothing()
+    data, raw = memoryview(b"x" * 4096), NullWriter()
     wrapped = timed._TimedWriter(raw, LatencyRecorder(), "")
     t = cpu()
     for _ in range(N):

@@ -231,7 +231,7 @@ def _span_of(data: SyntheticData, task: FileTask, start: int, end: int, skip: in
     window = data.window(task.key, start - lead, end - start + lead, skip)[lead:]
     meta = task.metadata
     patches = []
-    for i in range(max(bisect_right(meta, start + skip, key=lambda m: m[0]) - 1, 0), len(meta)):
+    for i in range(max(bisect_right(task.metadata_starts, start + skip) - 1, 0), len(meta)):
         offset, raw = meta[i]
         if offset >= end:
             break
@@ -274,16 +274,14 @@ def _reads_of(length: int, fmt: Callable[[int, int], bytes]) -> tuple[tuple[int,
 
 def _format_bytes(task: FileTask, lo: int, hi: int) -> bytes:
     """The format's bytes of the file in [lo, hi) (headers, a directory: never payload), from the plan."""
-    meta, out = task.metadata, []
-    i = max(bisect_right(meta, lo, key=lambda m: m[0]) - 1, 0)
-    at = lo
+    out, at = [], lo
     while at < hi:
-        offset, raw = meta[i]
-        if not offset <= at < offset + len(raw):
+        piece = task.format_piece(at)
+        if piece is None:
             raise AssertionError(f"{task.path}: [{lo}, {hi}) is not the format's bytes")
+        offset, raw = piece
         out.append(raw[at - offset:hi - offset])
         at = min(hi, offset + len(raw))
-        i += 1
     return b"".join(out)
 
 
@@ -682,20 +680,17 @@ class Engine:
                 offset += n
             if offset != task.size:
                 raise AssertionError(f"{task.path}: calls of {offset} bytes for a file of {task.size}")
-            if task.synced and self.options.fsync and not self.backend.capabilities.durable_on_close:
-                if isinstance(writer, SyncingWriter):
-                    writer.sync()
-                    buffered.flush()
-                else:
-                    buffered.flush()
-                    writer.finish()
-                    self.backend.sync(task.path)
-                    return task.size
+            sync = task.synced and self.options.fsync and not self.backend.capabilities.durable_on_close
+            own = sync and isinstance(writer, SyncingWriter)
+            if own:
+                cast(SyncingWriter, writer).sync()
             buffered.flush()
             writer.finish()
         except BaseException:
             writer.abort()
             raise
+        if sync and not own:  # a writer with no descriptor of its own to sync: the closed file, by name
+            self.backend.sync(task.path)
         return task.size
 
     def _sync(self, path: str) -> int:
@@ -877,22 +872,20 @@ class Engine:
         buffered.seek(at)  # a read of nothing is a seek alone (torch.load's to the end, for the size)
         for lo in range(at, at + n, LARGEST_CALL):
             want = min(LARGEST_CALL, at + n - lo)
-            got: Any = worker.framework_buffer(want) if into else None
             if into:
+                got = worker.framework_buffer(want)
                 filled = buffered.readinto(got)
             else:
                 got = memoryview(buffered.read(want))
                 filled = len(got)
             if filled != want:
                 raise VerifyError(f"{task.path}: ends before offset {lo + want}, planned {task.size} bytes")
-            if not self.options.verify:
-                pass
-            elif (raw := task.format_slice(lo, lo + want)) is not None:  # a header: compared with the format's
-                if got != raw:
-                    bad = first_difference(got, raw)
-                    raise _wrong(task, lo + (bad or 0))
-            else:
-                self._check_span(worker, task, got, lo, lo, lo + want)
+            if self.options.verify:
+                raw = task.format_slice(lo, lo + want)
+                if raw is None:
+                    self._check_span(worker, task, got, lo, lo, lo + want)
+                elif (bad := first_difference(got, raw)) is not None:  # a header: compared with the format's
+                    raise _wrong(task, lo + bad)
             self._progress(task.path, want)
 
     def _spans_of(self, task: FileTask, ranges: tuple[tuple[int, int], ...]) -> tuple[tuple[int, int], ...]:

@@ -21,7 +21,7 @@ from collections.abc import Iterator
 from time import perf_counter_ns
 from typing import Any
 
-from dlio_ckpt.io.backends.base import Backend, DeviceMemory, RangedReader, Reader, Writer
+from dlio_ckpt.io.backends.base import Backend, DeviceMemory, RangedReader, Reader, SyncingWriter, Writer
 from dlio_ckpt.io.latency import LatencyRecorder
 
 # Each kind's class: data moves bytes (or makes them durable); metadata creates, finds, names and removes them.
@@ -156,7 +156,7 @@ class TimedBackend(Backend):
     def open_write(self, path: str, odirect: bool) -> Writer:
         prefix = self._prefix(path)
         writer = self._timed(prefix + "create", self.inner.open_write, path, odirect)
-        cls = _TimedSyncingWriter if hasattr(writer, "sync") else _TimedWriter
+        cls = _TimedSyncingWriter if isinstance(writer, SyncingWriter) else _TimedWriter
         return cls(writer, self.recorder, prefix)
 
     def open_read(self, path: str, odirect: bool) -> Reader:
