@@ -20,11 +20,13 @@ from __future__ import annotations
 import io
 import logging
 import mmap
+import os
 import queue
+import tempfile
 import threading
 import time
 import zlib
-from bisect import bisect_right
+from bisect import bisect_left, bisect_right
 from collections import deque
 from collections.abc import Callable, Generator, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor, wait
@@ -43,6 +45,7 @@ from dlio_ckpt.io.backends import (
     Reader,
     Source,
     SyncingWriter,
+    VectorWriter,
     Writer,
 )
 from dlio_ckpt.io.synthetic import BLOCK, SLACK, SyntheticData, first_difference, first_difference_on_device
@@ -65,6 +68,10 @@ class FileTask:
     calls: Calls | None = None  # its framework's write calls (io_pattern=framework); None: the tuned stream
     synced: bool = True  # with its calls: whether its framework syncs it (checkpoint.fsync says whether any is)
     reads: Calls | None = None  # a coordinator's file: how its framework reads it, in order (its load's first reads)
+    stream: str = "python"  # with its calls: the file object they go through ("python": open(path, "wb"); "c++":
+    #                         torch.save(obj, path)'s std::ofstream)
+    via_tmpdir: bool = False  # with its calls: written in $TMPDIR, then moved into place (fsspec's transaction)
+    archive: bool = False  # with its calls: one torch.save archive, which a load reads as torch.load does
 
     @cached_property
     def size(self) -> int:
@@ -246,9 +253,12 @@ def _item_reads(task: FileTask, offset: int, length: int) -> tuple[tuple[int, in
     ``readinto``). A tensor's archive as ``torch.load`` reads it (its magic by ``read``), an object whole by
     ``read``. Worked out once per item shape: an item is its header's bytes, its payload and its trailer's (or
     one piece of the format's, an object), and items alike share those bytes objects (the layout makes each
-    archive once per dtype and shape), so the pieces themselves are the key."""
+    archive once per dtype and shape), so the pieces themselves are the key. An archive of several storages (a
+    whole state dict's: DeepSpeed's files) is read from the plan's bytes."""
     head, tail = task.format_piece(offset), task.format_piece(offset + length - 1)
-    if head is not None and tail is not None and head[0] == offset and tail[0] + len(tail[1]) == offset + length:
+    pieces = bisect_left(task.metadata_starts, offset + length) - bisect_left(task.metadata_starts, offset)
+    if head is not None and tail is not None and head[0] == offset and tail[0] + len(tail[1]) == offset + length \
+            and pieces == 2:
         return _archive_reads(length, head[1], tail[1])
     return _reads_of(length, lambda lo, hi: _format_bytes(task, offset + lo, offset + hi))
 
@@ -371,6 +381,43 @@ class _Unbuffered(io.RawIOBase):
         view = memoryview(b).cast("B")
         self._writer.write(view)
         return len(view)
+
+
+class _FileBuf:
+    """The C++ stream ``torch.save(obj, path)`` writes through (libstdc++'s ``basic_filebuf``, the one
+    ``std::ofstream`` torch's ``PyTorchFileWriter`` opens): a buffer of 8 KiB, one byte kept back. A piece of at
+    least 1 KiB, or at least the room left, goes out at once with what is pending, in one ``writev``; a smaller
+    one is copied in; the close writes what is pending. Seen under strace with torch 2.13.0: a 4 MiB tensor's
+    archive is ``writev(704 + 4194304)`` then ``write(781)``."""
+
+    SIZE, CHUNK = 8192, 1024
+
+    def __init__(self, writer: Writer) -> None:
+        self._writer, self._pending = writer, bytearray()
+
+    def write(self, b: Any) -> None:
+        view = memoryview(b).cast("B")
+        if len(view) >= min(self.CHUNK, self.SIZE - 1 - len(self._pending)):
+            _writev(self._writer, [memoryview(self._pending), view])
+            self._pending.clear()
+        else:
+            self._pending += view
+
+    def flush(self) -> None:
+        """What is pending, in one ``write`` (torch.save(path) flushes only when it closes the stream)."""
+        if self._pending:
+            self._writer.write(memoryview(self._pending))
+            self._pending.clear()
+
+
+def _writev(writer: Writer, parts: list[memoryview]) -> None:
+    """One gathered write where the storage has it (a file's ``writev(2)``), else the parts in order."""
+    if isinstance(writer, VectorWriter):
+        writer.writev(parts)
+        return
+    for part in parts:
+        if len(part):
+            writer.write(part)
 
 
 class _RawReader(io.RawIOBase):
@@ -656,10 +703,16 @@ class Engine:
         (``checkpoint.fsync``; the framework's buffer is flushed at the close, after the fsync, as DCP's
         ``with open(...)`` does), closed. The file's bytes are the stream's, offset for offset. Each payload
         call's CRC-32 is computed as ``torch.save`` computes it over each record (torch 2.13.0's default): the one
-        CPU cost of a save that grows with its bytes (its value is not written: the format's CRC fields stay 0)."""
-        writer = self.backend.open_write(task.path, False)
+        CPU cost of a save that grows with its bytes (its value is not written: the format's CRC fields stay 0).
+        A file the framework writes through torch.save's C++ stream goes through :class:`_FileBuf` instead; one it
+        writes in ``$TMPDIR`` first (``via_tmpdir``, on a file system) is written there and moved into place
+        (:meth:`Backend.rename <dlio_ckpt.io.backends.base.Backend.rename>`: a rename, or a copy to another
+        device), as fsspec's transaction does under Lightning."""
+        staged = self._staged_path() if task.via_tmpdir and self.backend.capabilities.rename else None
+        writer = self.backend.open_write(staged or task.path, False)
         try:
-            buffered = io.BufferedWriter(_Unbuffered(writer), self._buffer_size)
+            buffered: io.BufferedWriter | _FileBuf = _FileBuf(writer) if task.stream == "c++" else \
+                io.BufferedWriter(_Unbuffered(writer), self._buffer_size)
             offset = 0
             for n in task.calls or ():
                 if n == FLUSH:
@@ -688,10 +741,26 @@ class Engine:
             writer.finish()
         except BaseException:
             writer.abort()
+            if staged is not None:
+                self.backend.remove(staged)  # the temporary file this save made
             raise
         if sync and not own:  # a writer with no descriptor of its own to sync: the closed file, by name
-            self.backend.sync(task.path)
+            self.backend.sync(staged or task.path)
+        if staged is not None:
+            try:
+                self.backend.rename(staged, task.path)
+            except BaseException:
+                self.backend.remove(staged)
+                raise
         return task.size
+
+    @staticmethod
+    def _staged_path() -> str:
+        """A new temporary file in ``$TMPDIR``, made as fsspec's local transaction makes it (``mkstemp``) and
+        reopened for the calls."""
+        fd, path = tempfile.mkstemp()
+        os.close(fd)
+        return path
 
     def _sync(self, path: str) -> int:
         """fsync one written file, as :meth:`_each` runs a task (it moves no bytes of its own)."""
@@ -741,7 +810,8 @@ class Engine:
 
     def read_files(self, tasks: list[FileTask]) -> int:
         """Read every file whole, each byte compared with what was written; a file that comes with its
-        framework's reads (a coordinator's ``.metadata``, on a file system) is read by them (:meth:`_read_calls`)."""
+        framework's reads (a coordinator's ``.metadata``, on a file system) is read by them (:meth:`_read_calls`),
+        and a file that is one ``torch.save`` archive (``FileTask.archive``) as ``torch.load`` reads it."""
         caps = self.backend.capabilities
         if self.options.evict_before_read and not self.options.odirect and caps.evict_cache:
             self._each(lambda _, t: self._evict(t.path), tasks)
@@ -749,6 +819,8 @@ class Engine:
             return self._each(self._read_unverified, tasks)
         if tasks and tasks[0].reads is not None and self._positional:
             return self._each(self._read_calls, tasks)
+        if tasks and tasks[0].archive and self._positional:
+            return self._each(lambda worker, task: self._read_items(worker, task, ((0, task.size),)), tasks)
         if self._positional:
             return self._positioned(tasks, self._open_read, self._read_chunk, _close, self._read_depth)
         return self._each(self._read_file if self.options.verify else self._read_counted, tasks)

@@ -5,9 +5,11 @@ flags at its open (but ``O_CLOEXEC``, which C++'s stream does not set), the same
 the same renames; as many threads writing the checkpoint in all. The load alike, per data file: the number of
 read calls within 10 % (equal here), their sizes in the same powers of two, the same bytes, as many threads.
 Real: ``dcp.save`` and ``dcp.load`` of ``mode=fsdp`` (FSDP2 on CPU, ``FileSystemWriter`` and
-``FileSystemReader``, torch 2.13.0) and megatron-core 0.16.1's fully parallel ``torch_dist`` save
-(``tests/oracles/megatron_save.py``; its load is not traced here). Each real save's files are also held to the
-layout here (the checks of test_dcp_layout.py and test_megatron_layout.py), so one real save serves both."""
+``FileSystemReader``, torch 2.13.0), megatron-core 0.16.1's fully parallel ``torch_dist`` save
+(``tests/oracles/megatron_save.py``; its load is not traced here), and DeepSpeed's save and load, which are
+``torch.save(state_dict, path)`` and ``torch.load(path)`` (``tests/oracles/torch_save_path.py``). Each real save's
+files are also held to the layout here (the checks of test_dcp_layout.py and test_megatron_layout.py), so one
+real save serves both."""
 
 from __future__ import annotations
 
@@ -32,9 +34,10 @@ ONE_SAVE = ["++workload.checkpoint.num_checkpoints_write=1", "++workload.checkpo
 DCP_FILES = (".distcp", ".metadata", ".metadata.tmp")
 
 
-def dlio_traced(tmp_path: Path, name: str, args: list[str], world: int) -> tuple[dict, dict]:
+def dlio_traced(tmp_path: Path, name: str, args: list[str], world: int, files: tuple[str, ...] = DCP_FILES,
+                data: tuple[str, ...] = (".distcp",)) -> tuple[dict, dict]:
     """A run of the tool on ``world`` processes under strace, one save and one load: how it wrote step 1's
-    files, and how it read its data files."""
+    ``files``, and how it read its ``data`` files."""
     if not MPIEXEC.exists():
         pytest.skip("mpiexec from the mpich wheel is not installed in this environment")
     work = tmp_path / name
@@ -44,7 +47,7 @@ def dlio_traced(tmp_path: Path, name: str, args: list[str], world: int) -> tuple
             "++workload.checkpoint.num_checkpoints_read=1"], work / "trace", work,
            env={**os.environ, "PYTHONPATH": str(REPO)})
     calls = calls_on(work / "trace", f"/{STEP}/")
-    return write_pattern(calls, DCP_FILES), read_pattern(calls, (".distcp",))
+    return write_pattern(calls, files), read_pattern(calls, data)
 
 
 def assert_same_calls(real: dict, emulated: dict) -> None:
@@ -56,8 +59,8 @@ def assert_same_calls(real: dict, emulated: dict) -> None:
         # fsync is the frameworks' (and a save's); fdatasync is both modes' eviction of a file before a load reads it
         assert got["syncs"].get("fsync") == want["syncs"].get("fsync"), name
         assert got.get("writer_threads") == want.get("writer_threads"), name
-        assert [f.replace("O_CLOEXEC|", "") for f in got["open_flags"]] == \
-            [f.replace("O_CLOEXEC|", "") for f in want["open_flags"]], name
+        assert sorted(f.replace("O_CLOEXEC|", "") for f in got["open_flags"]) == \
+            sorted(f.replace("O_CLOEXEC|", "") for f in want["open_flags"]), name
     assert emulated["renames"] == real["renames"]
     assert emulated["writer_threads"] == real["writer_threads"]
 
@@ -110,3 +113,36 @@ def test_the_emulated_megatron_save_makes_the_calls_megatron_core_makes(tmp_path
     assert_same_items(out, make_plan(workload, world))
     assert_same_calls(real, emulated)
     assert real["writer_threads"] == world * files + 1  # a process per file, and rank 0's own for its three
+
+
+@pytest.mark.mpi
+def test_the_emulated_deepspeed_save_and_load_make_the_calls_torch_save_and_load_of_a_path_make(tmp_path):
+    """DeepSpeed's ``TorchCheckpointEngine`` saves each of a rank's files by ``torch.save(state_dict, path)`` and
+    loads it by ``torch.load(path)``: through C++'s stream (8 KiB, ``writev`` of what is pending and each piece of
+    1 KiB or more), on the caller's thread, one file after another, never synced. The real calls are those of
+    the same state dicts (the emulated files, loaded) saved and loaded by torch (``tests/oracles/
+    torch_save_path.py``; DeepSpeed is not installed here): ZeRO 1, data-parallel 2, bf16, two ranks."""
+    job = ["workload=tiny", "++workload.checkpoint.layout=deepspeed", "++workload.model.parallelism.tensor=1",
+           "++workload.model.parallelism.zero_stage=1", "++workload.model.model_datatype=bf16"]
+    emulated, emulated_reads = dlio_traced(tmp_path, "emulated", job, 2, (".pt",), (".pt",))
+    saved = tmp_path / "emulated" / "root" / "checkpoints" / "tiny" / STEP
+    plan = make_plan(compose(job, None)[0], 2)
+    ranks = [",".join(str(saved / f"{f.stem}.pt") for f in r.files) for r in plan.ranks]
+    out = tmp_path / "real" / STEP
+    out.mkdir(parents=True)
+    traced([sys.executable, str(ORACLES / "torch_save_path.py"), str(out), *ranks], tmp_path / "real" / "trace",
+           tmp_path / "real")
+    calls = calls_on(tmp_path / "real" / "trace", f"/real/{STEP}/")
+    real, real_reads = write_pattern(calls, (".pt",)), read_pattern(calls, (".pt",))
+    assert len(real["files"]) == 3 and real["writer_threads"] == 2  # the model's file and each rank's optimizer's
+    assert_same_calls(real, emulated)
+    for name, want in real["files"].items():  # C++'s stream gathers: every call a writev but the close's write
+        got = emulated["files"][name]
+        assert want["writevs"] >= want["writes"] - 1 and got["writevs"] == want["writevs"], name
+        assert got["written"] == want["written"], name  # the same archive: records named by the file
+    assert sorted(emulated_reads) == sorted(real_reads)
+    for name, want in real_reads.items():  # each file read whole, as torch.load reads it
+        got = emulated_reads[name]
+        assert abs(got["reads"] - want["reads"]) <= 0.1 * want["reads"], (name, got["reads"], want["reads"])
+        assert (got["sizes"], got["read"], len(got["threads"])) == \
+            (want["sizes"], want["read"], len(want["threads"])), name

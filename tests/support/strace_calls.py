@@ -74,8 +74,9 @@ def open_flags(args: str) -> str:
 
 def summary(calls: dict[str, list[Call]], suffixes: tuple[str, ...]) -> dict[str, dict[str, Any]]:
     """Per checkpoint file (names ending in one of ``suffixes``): how it was opened (the flags of each open,
-    as a sorted list of distinct sets), written (calls, bytes), read (calls, bytes), synced (calls by kind),
-    advised (fadvise64 calls), mapped (mmap calls), and by how many threads written."""
+    as a sorted list of distinct sets), written (calls, of them gathered ``writev``s, bytes), read (calls,
+    bytes), synced (calls by kind), advised (fadvise64 calls), mapped (mmap calls), and by how many threads
+    written."""
     out: dict[str, dict[str, Any]] = {}
     writers: dict[str, set[str]] = {}
     for thread, seq in calls.items():
@@ -83,13 +84,14 @@ def summary(calls: dict[str, list[Call]], suffixes: tuple[str, ...]) -> dict[str
             name = path_of(call, args)
             if not name.endswith(suffixes) or result < 0:
                 continue
-            f = out.setdefault(name, {"open_flags": [], "writes": 0, "written": 0, "reads": 0, "read": 0,
-                                      "syncs": {}, "fadvise": 0, "mmap": 0})
+            f = out.setdefault(name, {"open_flags": [], "writes": 0, "writevs": 0, "written": 0, "reads": 0,
+                                      "read": 0, "syncs": {}, "fadvise": 0, "mmap": 0})
             if call in OPENS:
                 if (flags := open_flags(args)) not in f["open_flags"]:
                     f["open_flags"] = sorted([*f["open_flags"], flags])
             elif call in WRITES:
                 f["writes"] += 1
+                f["writevs"] += call == "writev"
                 f["written"] += result
                 writers.setdefault(name, set()).add(thread)
             elif call in READS:

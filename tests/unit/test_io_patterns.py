@@ -1,18 +1,24 @@
 """The framework pattern in the engine, in process: a file written by its framework's calls holds the bytes the
 tuned stream writes (so either pattern reads and verifies the other's checkpoint), its items read back as
 ``torch.load`` reads them, a wrong byte in a header or a tensor named by its offset, a failing writer thread
-ending the save with its error. (The calls themselves are held to the frameworks under strace in
-tests/against_frameworks/test_io_patterns.py.)"""
+ending the save with its error; a state dict saved as ``torch.save(obj, path)`` saves it (C++'s stream), a
+file written in ``$TMPDIR`` first (Lightning's) moved into place. (The calls themselves are held to the
+frameworks under strace in tests/against_frameworks/test_io_patterns.py.)"""
 
 from __future__ import annotations
+
+import shutil
+import tempfile
+from pathlib import Path
 
 import pytest
 
 from dlio_ckpt.errors import StorageError, VerifyError
 from dlio_ckpt.io.backends import get_backend
 from dlio_ckpt.io.engine import Engine, FileTask, IOOptions
+from dlio_ckpt.plan.formats.pt import PtFormat, save_calls
 from dlio_ckpt.plan.layouts.dcp import file_calls, item_segments, item_size
-from dlio_ckpt.plan.types import Item, ItemFile
+from dlio_ckpt.plan.types import FilePlan, Item, ItemFile, TensorGroup
 
 ITEMS = (Item("optim.param_groups.0.lr", "", (), pickled=b"\x80\x02G?PbM\xd2\xf1\xa9\xfc."),
          Item("w", "bf16", (1024, 96)), Item("b", "fp32", (7,)), Item("e", "bf16", (0, 96)),
@@ -74,3 +80,64 @@ def test_a_writer_thread_that_fails_ends_the_save_with_its_error_and_the_others_
             engine.write_files(tasks)
     finally:
         engine.close()
+
+
+def state_dict_file() -> FilePlan:
+    """A DeepSpeed optimizer file's shape: several storages, one of them small (C++'s stream copies it in)."""
+    return FilePlan("bf16_zero_pp_rank_0_mp_rank_00_optim_states", "optimizer", "fp32",
+                    (TensorGroup(None, (300_000, 300_000, 300_000, 1, 100)),))
+
+
+@pytest.mark.parametrize("stream", ["c++", "python"])
+def test_a_state_dict_file_written_as_torch_save_writes_it_is_the_streams_and_torch_loads_it(tmp_path, stream):
+    """DeepSpeed's ``torch.save(state_dict, path)`` (C++'s stream) and a file object's: the same bytes as the
+    tuned stream, a file torch.load opens with every storage, read back whole as torch.load reads it."""
+    torch = pytest.importorskip("torch")
+    f, fmt = state_dict_file(), PtFormat(by_path=True)
+    backend = get_backend("local_fs", str(tmp_path), {})
+    engine = Engine(backend, 5, IOOptions(chunk_size=1 << 20))
+    try:
+        segments = tuple(fmt.segments(f))
+        played = FileTask(backend.join("played.pt"), segments, 3, save_calls(f), synced=False, stream=stream,
+                          archive=True)
+        streamed = FileTask(backend.join("streamed.pt"), segments, 3)
+        assert engine.write_files([played]) == engine.write_files([streamed]) == played.size
+        assert (tmp_path / "played.pt").read_bytes() == (tmp_path / "streamed.pt").read_bytes()
+        state = torch.load(tmp_path / "played.pt", weights_only=False)
+        assert [t.numel() for t in state.values()] == [300_000, 300_000, 300_000, 1, 100]
+        assert engine.read_files([played]) >= played.size  # torch.load's reads: a few headers twice
+    finally:
+        engine.close()
+
+
+@pytest.mark.parametrize("device", ["same", "other"])
+def test_a_file_written_in_tmpdir_first_is_moved_into_place_and_leaves_nothing_there(tmp_path, monkeypatch, device):
+    """Lightning's save (fsspec's transaction): the file written in ``$TMPDIR`` and moved to its place (renamed;
+    copied where ``$TMPDIR`` is on another device: here /dev/shm); what the save made in ``$TMPDIR`` is gone,
+    what was there before is kept."""
+    if device == "other":
+        shm = Path("/dev/shm")
+        if not shm.is_dir() or shm.stat().st_dev == tmp_path.stat().st_dev:
+            pytest.skip("no /dev/shm on another device than the test's folder")
+        tmpdir = Path(tempfile.mkdtemp(dir=shm))
+    else:
+        tmpdir = tmp_path / "tmpdir"
+        tmpdir.mkdir()
+    (tmpdir / "theirs").write_bytes(b"not ours")
+    monkeypatch.setenv("TMPDIR", str(tmpdir))
+    monkeypatch.setattr(tempfile, "tempdir", None)  # tempfile reads $TMPDIR again
+    f = state_dict_file()
+    backend = get_backend("local_fs", str(tmp_path / "root"), {})
+    (tmp_path / "root").mkdir()
+    engine = Engine(backend, 5, IOOptions(chunk_size=1 << 20))
+    try:
+        segments = tuple(PtFormat().segments(f))
+        size = FileTask("", segments, 3).size
+        played = FileTask(backend.join("ckpt.ckpt"), segments, 3, (size,), synced=False, via_tmpdir=True)
+        assert engine.write_files([played]) == size
+        assert (tmp_path / "root" / "ckpt.ckpt").stat().st_size == size
+        assert sorted(p.name for p in tmpdir.iterdir()) == ["theirs"]
+    finally:
+        engine.close()
+        if device == "other":
+            shutil.rmtree(tmpdir)

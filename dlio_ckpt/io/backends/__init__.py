@@ -23,6 +23,7 @@ from dlio_ckpt.io.backends.base import (
     Reader,
     Source,
     SyncingWriter,
+    VectorWriter,
     Writer,
     parse_options,
 )
@@ -61,4 +62,5 @@ def get_backend(storage_type: str, root: str, options: dict, local_rank: int = 0
 
 
 __all__ = ["Backend", "Capabilities", "DeviceMemory", "Options", "PositionalReader", "PositionalWriter", "RangedReader",
-           "Reader", "Source", "SyncingWriter", "Writer", "check_options", "get_backend", "options_model"]
+           "Reader", "Source", "SyncingWriter", "VectorWriter", "Writer", "check_options", "get_backend",
+           "options_model"]

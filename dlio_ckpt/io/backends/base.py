@@ -120,6 +120,14 @@ class SyncingWriter(Writer, Protocol):
     def sync(self) -> None: ...
 
 
+@runtime_checkable
+class VectorWriter(Writer, Protocol):
+    """A writer that gathers pieces into one call (a file's ``writev(2)``), as C++'s file stream does under
+    ``torch.save(obj, path)``; elsewhere the engine writes the pieces in order."""
+
+    def writev(self, parts: list[memoryview]) -> None: ...
+
+
 class PositionalWriter(Writer, Protocol):
     """The writer of a positional backend (``capabilities.positional``)."""
 

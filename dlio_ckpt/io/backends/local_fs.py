@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import errno
 import os
+import shutil
 from typing import Any
 
 from dlio_ckpt.cluster.host import in_memory, on_nearest
@@ -53,6 +54,25 @@ class LocalWriter:
             if self._dontneed:
                 _advise(self._fd, self._offset, len(data), os.POSIX_FADV_DONTNEED)
         self._offset += len(data)
+
+    def writev(self, parts: list[memoryview]) -> None:
+        """In order, the parts gathered in one ``writev(2)`` (again for what a short write left)."""
+        if self._align > 1:
+            for part in parts:
+                self.write(part)
+            return
+        total = sum(len(p) for p in parts)
+        try:
+            done = os.writev(self._fd, parts)
+            if done < total:  # a short write (a signal, a full disk): the rest, as write() goes on
+                rest = memoryview(b"".join(parts))[done:]
+                while rest:
+                    rest = rest[os.write(self._fd, rest):]
+        except OSError as exc:
+            raise _fail("write failed on", self.path, exc) from None
+        if self._dontneed:
+            _advise(self._fd, self._offset, total, os.POSIX_FADV_DONTNEED)
+        self._offset += total
 
     def sync(self) -> None:
         """fsync on this descriptor, before it is closed (a framework's ``os.fsync(stream.fileno())``)."""
@@ -312,8 +332,10 @@ class LocalFSBackend(Backend):
             raise _fail("cannot write", path, exc) from None
 
     def rename(self, source: str, target: str) -> None:
+        """``shutil.move``: a rename, or where ``source`` is on another device (a framework's temporary file in
+        ``$TMPDIR``), a copy (``sendfile``) and the source removed."""
         try:
-            os.replace(source, target)
+            shutil.move(source, target)
         except OSError as exc:
             raise _fail("cannot rename to", target, exc) from None
 

@@ -21,7 +21,15 @@ from collections.abc import Iterator
 from time import perf_counter_ns
 from typing import Any
 
-from dlio_ckpt.io.backends.base import Backend, DeviceMemory, RangedReader, Reader, SyncingWriter, Writer
+from dlio_ckpt.io.backends.base import (
+    Backend,
+    DeviceMemory,
+    RangedReader,
+    Reader,
+    SyncingWriter,
+    VectorWriter,
+    Writer,
+)
 from dlio_ckpt.io.latency import LatencyRecorder
 
 # Each kind's class: data moves bytes (or makes them durable); metadata creates, finds, names and removes them.
@@ -71,6 +79,15 @@ class _TimedSyncingWriter(_TimedWriter):
         t0 = perf_counter_ns()
         self._w.sync()  # type: ignore[attr-defined]
         self._rec.record(self._fsync, perf_counter_ns() - t0)
+
+
+class _TimedFileWriter(_TimedSyncingWriter):
+    """A file's writer (it syncs and gathers): a ``writev`` is one data request of all its bytes."""
+
+    def writev(self, parts: list[memoryview]) -> None:
+        t0 = perf_counter_ns()
+        self._w.writev(parts)  # type: ignore[attr-defined]
+        self._rec.record(self._write, perf_counter_ns() - t0, sum(len(p) for p in parts))
 
 
 class _TimedReader:
@@ -156,7 +173,8 @@ class TimedBackend(Backend):
     def open_write(self, path: str, odirect: bool) -> Writer:
         prefix = self._prefix(path)
         writer = self._timed(prefix + "create", self.inner.open_write, path, odirect)
-        cls = _TimedSyncingWriter if isinstance(writer, SyncingWriter) else _TimedWriter
+        syncs = isinstance(writer, SyncingWriter)
+        cls = (_TimedFileWriter if isinstance(writer, VectorWriter) else _TimedSyncingWriter) if syncs else _TimedWriter
         return cls(writer, self.recorder, prefix)
 
     def open_read(self, path: str, odirect: bool) -> Reader:

@@ -17,13 +17,14 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Callable
+from functools import cache
 from hashlib import blake2b
 from math import prod
 from typing import Any
 
 from dlio_ckpt.model.dtypes import DTYPES
-from dlio_ckpt.plan.formats import Segment
-from dlio_ckpt.plan.types import FilePlan
+from dlio_ckpt.plan.formats import Calls, Segment
+from dlio_ckpt.plan.types import FilePlan, PlannedFile
 
 ALIGN = 64  # torch.save's own storage alignment: overhead stays ~100-200 bytes per tensor
 _U32 = 0xFFFFFFFF
@@ -218,13 +219,16 @@ class _Zip:
         return [lead, cd, record, locator, eocd]
 
 
-def archive_calls(pickled: bytes, storages: list[int], serialization_id: bytes) -> list[Segment]:
+def archive_calls(pickled: bytes, storages: list[int], serialization_id: bytes, name: str = "archive",
+                  ) -> list[Segment]:
     """One ``torch.save`` zip as the calls its writer makes on the file object it saves into, in order:
     ``bytes`` for the format's, an ``int`` for a storage's payload (the engine's synthetic bytes).
     ``torch.save`` into an open file makes these and then flushes it (``torch/serialization.py``,
-    ``_open_zipfile_writer_buffer``, torch 2.13.0)."""
+    ``_open_zipfile_writer_buffer``, torch 2.13.0). Its records are named under ``name``: ``archive`` for a
+    file object; for a path, the file's name up to its last dot (``caffe2/serialize/inline_container.cc``,
+    ``basename``)."""
     z, calls = _Zip(), list[Segment]()
-    prefix = "archive/"
+    prefix = name + "/"
 
     def small(name: str, data: bytes) -> None:
         calls.extend(z.header(prefix + name, len(data), 64) + [data])
@@ -242,12 +246,12 @@ def archive_calls(pickled: bytes, storages: list[int], serialization_id: bytes) 
     return [c for c in calls if c]  # miniz writes nothing of an empty piece
 
 
-def archive(pickled: bytes, storages: list[int], serialization_id: bytes) -> list[Segment]:
+def archive(pickled: bytes, storages: list[int], serialization_id: bytes, name: str = "archive") -> list[Segment]:
     """The segments of one ``torch.save`` zip: ``data.pkl``, the small records, one stored entry of
     payload per storage (the engine's synthetic bytes), the trailing records and the directory (its
     calls, :func:`archive_calls`, with the format's bytes between payloads joined)."""
     out: list[Segment] = []
-    for call in archive_calls(pickled, storages, serialization_id):
+    for call in archive_calls(pickled, storages, serialization_id, name):
         if isinstance(call, bytes) and out and isinstance(out[-1], bytes):
             out[-1] += call
         else:
@@ -302,11 +306,34 @@ def load_reads(length: int, fmt: Callable[[int, int], bytes]) -> list[tuple[int,
     return reads
 
 
+def _archive_of(file: FilePlan, by_path: bool) -> tuple[bytes, list[int], bytes, str]:
+    """What ``torch.save`` of a state-dict file is made of: its pickle, its storages' bytes, its serialization id,
+    and its records' folder (the file's stem when saved to a path, else ``archive``)."""
+    storages = [numel * file.itemsize for group in file.groups for numel in group.numels]
+    # torch.save's serialization id is 40 characters
+    sid = blake2b(file.stem.encode(), digest_size=20).hexdigest().encode()
+    return pickle_state(file), storages, sid, file.stem if by_path else "archive"
+
+
+@cache
+def save_calls(file: FilePlan) -> Calls:
+    """The writes ``torch.save(state_dict, path)`` makes on its stream for a state-dict file (the pieces of
+    :func:`archive_calls`, records named by the path), in order, with no flush: its stream writes what is
+    pending when it closes."""
+    return tuple(len(c) if isinstance(c, bytes) else c for c in archive_calls(*_archive_of(file, True)))
+
+
 class PtFormat:
+    """``torch.save`` of each file's state dict: into an open file (DLIO's, ``with open(path, "wb") as f``), or
+    to the file's path (``by_path``: DeepSpeed's ``torch.save(state_dict, path)``, its records named by the
+    file)."""
+
     name = "pt"
     extension = ".pt"
 
-    def segments(self, file: FilePlan) -> list[Segment]:
-        storages = [numel * file.itemsize for group in file.groups for numel in group.numels]
-        # torch.save's serialization id is 40 characters
-        return archive(pickle_state(file), storages, blake2b(file.stem.encode(), digest_size=20).hexdigest().encode())
+    def __init__(self, by_path: bool = False) -> None:
+        self.by_path = by_path
+
+    def segments(self, file: PlannedFile) -> list[Segment]:
+        assert isinstance(file, FilePlan)  # a state dict's file (a file of items is its layout's format)
+        return archive(*_archive_of(file, self.by_path))

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 if TYPE_CHECKING:
     from dlio_ckpt.config import Workload
@@ -35,6 +35,11 @@ def _no_rules(workload: Workload) -> None:
     """A layout with no rules of its own beyond the configuration's."""
 
 
+def _one_call(file: CoordinatorFile) -> Calls:
+    """A small file written, or read, in one call."""
+    return (file.size,)
+
+
 @dataclass(frozen=True, kw_only=True)
 class FrameworkIO:
     """How a layout's framework makes its calls on storage, played with ``checkpoint.io_pattern=framework``
@@ -42,18 +47,28 @@ class FrameworkIO:
     (``tests/against_frameworks/test_io_patterns.py``).
 
     A rank's files are written by as many threads as it has files (DCP's ``thread_count``: a file each, the
-    caller's thread among them unless ``caller_writes`` is False), each file made of its calls through a
-    buffered file and synced on its own descriptor before it is closed (``checkpoint.fsync``); the
-    coordinator's files follow everyone's data. A load (on a file system) reads each coordinator's file by
-    its ``coordinator_reads``, then each item it needs, file by file on the caller's thread: a tensor as
-    ``torch.load`` reads its archive, an object whole (DCP's ``FileSystemReader``)."""
+    caller's thread among them unless ``caller_writes`` is False), or by the caller alone, one after another
+    (``thread_per_file`` False); each file made of its calls through a buffered file (Python's, or torch.save's
+    C++ stream: ``stream``) and synced on its own descriptor before it is closed (``checkpoint.fsync``, where
+    the framework syncs at all: ``syncs_files``); the coordinator's files follow everyone's data. A load (on
+    a file system) reads each coordinator's file by its ``coordinator_reads``, then each item it needs, file by
+    file on the caller's thread: a tensor as ``torch.load`` reads its archive, an object whole (DCP's
+    ``FileSystemReader``); a file that is one archive (``archives``) as ``torch.load`` reads it whole."""
 
     writer: str  # what is played, as summary.json and the console name it
     file_calls: Callable[[PlannedFile], Calls]  # a rank's file: its framework's write calls
-    coordinator_calls: Callable[[CoordinatorFile], Calls]  # a coordinator's file (its size may be scaled)
-    coordinator_reads: Callable[[CoordinatorFile], Calls]  # how every rank of a load reads it, in order
+    coordinator_calls: Callable[[CoordinatorFile], Calls] = _one_call  # a coordinator's file (its size may be scaled)
+    coordinator_reads: Callable[[CoordinatorFile], Calls] = _one_call  # how every rank of a load reads it, in order
     unsynced: frozenset[str] = frozenset()  # coordinator files the framework never syncs
     caller_writes: bool = True  # the caller's thread writes one of the files (DCP's); else it waits for the writers
+    thread_per_file: bool = True  # a thread per file of the rank (DCP's, megatron-core's); else the caller writes
+    #                               its files one after another (DeepSpeed's and Lightning's torch.save)
+    stream: Literal["python", "c++"] = "python"  # the file object under the calls: Python's open(path, "wb"), or
+    #                                              the C++ std::ofstream of torch.save(obj, path) (8 KiB, writev)
+    syncs_files: bool = True  # whether it fsyncs its files (checkpoint.fsync); DeepSpeed and Lightning never do
+    via_tmpdir: bool = False  # each file written to a temporary file in $TMPDIR, then moved into place (shutil.move:
+    #                           a rename, or a copy where the checkpoint is on another device): fsspec's transaction
+    archives: bool = False  # each file is one torch.save archive that its load reads whole, as torch.load does
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -29,9 +29,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
 from dlio_ckpt.errors import ConfigError
-from dlio_ckpt.plan.formats import Format, get_format
+from dlio_ckpt.plan.formats import Calls, Format
+from dlio_ckpt.plan.formats.pt import PtFormat, save_calls
 from dlio_ckpt.plan.layouts import deepspeed_moe, dlio
-from dlio_ckpt.plan.layouts.base import Layout
+from dlio_ckpt.plan.layouts.base import FrameworkIO, Layout
 from dlio_ckpt.plan.layouts.deepspeed_files import (
     flat_partition,
     model_states,
@@ -42,7 +43,7 @@ from dlio_ckpt.plan.layouts.deepspeed_files import (
     placeholder_states,
 )
 from dlio_ckpt.plan.layouts.rules import every_rank_writes, torch_save_only
-from dlio_ckpt.plan.types import FilePlan, Plan, RankPlan
+from dlio_ckpt.plan.types import FilePlan, Plan, PlannedFile, RankPlan
 
 if TYPE_CHECKING:
     from dlio_ckpt.config import Workload
@@ -116,10 +117,9 @@ class DeepSpeedLayout(dlio.DlioLayout):
             for layer, group in zip(layers, self.stage_groups(pp, nested=False), strict=True):
                 files.append(model_states(self.layer_stem(layer, mp, tp), self.model_dtype, group.numels))
         elif self.zero_stage in (1, 2) and dp == 0:
-            # the weights are views of ZeRO's flat buffer, which torch.save writes whole, padding and all
-            numels = [n for g in groups for n in g.numels]
-            numels[-1] += self.data * self.partition(pp) - sum(numels)
-            files.append(model_states(self.model_stem(mp), self.model_dtype, tuple(numels)))
+            # the weights are views of ZeRO's flat buffer: torch.save writes it whole, padding and all, as the
+            # one storage of the file (DeepSpeed's saves: one record of data)
+            files.append(model_states(self.model_stem(mp), self.model_dtype, (self.data * self.partition(pp),)))
         elif self.zero_stage == 3:
             files.append(placeholder_states(self.sharded_model_stem(dp, mp), self.model_dtype,
                                             sum(len(g.numels) for g in groups)))
@@ -139,9 +139,24 @@ def check_world(workload: Workload, world_size: int) -> None:
 
 
 def file_format(workload: Workload) -> Format:
-    return get_format("pt")
+    """``torch.save(state_dict, path)``: pt, its records named by the file (``checkpoint.format=pt`` is checked)."""
+    return PtFormat(by_path=True)
+
+
+def file_calls(file: PlannedFile) -> Calls:
+    """A file as DeepSpeed's ``TorchCheckpointEngine.save`` writes it: ``torch.save(state_dict, path)``."""
+    assert isinstance(file, FilePlan)  # DeepSpeed's files are state dicts
+    return save_calls(file)
+
+
+# deepspeed/runtime/checkpoint_engine/torch_checkpoint_engine.py (deepspeedai/DeepSpeed, 0.19.x): save() is
+# torch.save(state_dict, path), each of a rank's files in turn on its own thread; load() is torch.load(path).
+# torch.save of a path writes through C++'s std::ofstream, and nothing syncs the file.
+FRAMEWORK_IO = FrameworkIO(writer="DeepSpeed TorchCheckpointEngine: torch.save(state_dict, path) (torch 2.13.0)",
+                           file_calls=file_calls, thread_per_file=False, stream="c++", syncs_files=False,
+                           archives=True)
 
 
 LAYOUT = Layout(make_plan=make_plan, file_format=file_format, check=check, check_world=check_world,
-                reads=READS, no_restore=NO_RESTORE,
+                reads=READS, no_restore=NO_RESTORE, framework_io=FRAMEWORK_IO,
                 whole_file_load="DeepSpeed's load_checkpoint is not modelled")

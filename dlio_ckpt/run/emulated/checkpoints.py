@@ -62,8 +62,12 @@ def tasks(ctx: RunContext, fmt: Format, step: int, plans: list[RankPlan], backen
     """The files of ``plans`` at ``step`` on ``backend`` (a tier; the first by default), with their
     framework's calls where the saves play them (:func:`~dlio_ckpt.plan.layouts.framework_io`)."""
     base, played = ctx.path(step, backend=backend), framework_io(ctx.workload)
+    if played is None:
+        return [FileTask(f"{base}/{f.stem}{fmt.extension}", tuple(fmt.segments(f)), file_key(step, p.rank, i))
+                for p in plans for i, f in enumerate(p.files)]
     return [FileTask(f"{base}/{f.stem}{fmt.extension}", tuple(fmt.segments(f)), file_key(step, p.rank, i),
-                     played.file_calls(f) if played else None)
+                     played.file_calls(f), synced=played.syncs_files, stream=played.stream,
+                     via_tmpdir=played.via_tmpdir, archive=played.archives)
             for p in plans for i, f in enumerate(p.files)]
 
 
@@ -81,9 +85,12 @@ def coordinator_tasks(ctx: RunContext, step: int, backend: Backend | None = None
 
 def writer_threads(ctx: RunContext, backend: Backend) -> int:
     """Threads writing this process's files when the saves play their framework's calls: a rank's writer has a
-    thread per file it writes (DCP's ``thread_count``); a process emulating several ranks writes their files
-    at least that many at a time, and up to its storage's ``threads``."""
-    most = max((len(p.files) for p in ranks_of_process(ctx)), default=1)
+    thread per file it writes (DCP's ``thread_count``), or only its caller's, one file after another
+    (``torch.save``'s: DeepSpeed, Lightning); a process emulating several ranks writes their files at least
+    that many at a time, and up to its storage's ``threads``."""
+    played = framework_io(ctx.workload)
+    most = max((len(p.files) for p in ranks_of_process(ctx)), default=1) if played is None or \
+        played.thread_per_file else 1
     return most if ctx.world_size == ctx.comm.size else max(most, backend.options.threads)
 
 
