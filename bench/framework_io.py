@@ -47,6 +47,9 @@ from pathlib import Path
 BIN = Path(sys.executable).parent
 REPO = Path(__file__).resolve().parents[1]
 ENV = {**os.environ, "PYTHONPATH": str(REPO), "PYTHONWARNINGS": "ignore"}
+# the real saves here train on the CPU: their state is in host memory, so the emulated saves copy nothing from
+# an accelerator either
+HOST_MEMORY = ["++workload.checkpoint.gpu_copy_gb_per_second=0"]
 
 
 def shape(a: argparse.Namespace) -> list[str]:
@@ -100,14 +103,14 @@ def cases(a: argparse.Namespace, s3: list[str]) -> dict[str, dict[str, tuple]]:
         job = ["workload=tiny", *shape(a), *dt, *n, *s3]
         out["dcp"] = {"real": ("dlio", [*job, "++workload.mode=fsdp", f"++workload.fsdp.thread_count={a.threads}"])}
         for p in a.io_pattern:
-            out["dcp"][f"emulated {p}"] = ("dlio", [*job, "++workload.checkpoint.layout=dcp",
+            out["dcp"][f"emulated {p}"] = ("dlio", [*job, "++workload.checkpoint.layout=dcp", *HOST_MEMORY,
                                                     f"++workload.checkpoint.files_per_rank={a.threads}",
                                                     f"++workload.checkpoint.io_pattern={p}"])
     if "megatron" in a.frameworks:
         job = ["workload=tiny", *shape(a), "++workload.model.model_datatype=bf16", *n]
         out["megatron"] = {"real": ("megatron", None)}
         for p in a.io_pattern:
-            out["megatron"][f"emulated {p}"] = ("dlio", [*job, "++workload.checkpoint.layout=megatron",
+            out["megatron"][f"emulated {p}"] = ("dlio", [*job, "++workload.checkpoint.layout=megatron", *HOST_MEMORY,
                                                          f"++workload.checkpoint.files_per_rank={a.megatron_threads}",
                                                          f"++workload.checkpoint.io_pattern={p}"])
     if "lightning" in a.frameworks:

@@ -1,15 +1,15 @@
 #!/usr/bin/env bash
 # Everything that needs a GPU, run on the lent GPU machine in one or two commands (the device tool:
 # carry .whl, made here first by scripts/gpu_wheels.sh). Steps: tests, sizes, mode, fsdp, lightning,
-# bench (all by default). Output goes to stdout and $OUT/gpu_check.log; checkpoints under .gpucheck/.
-#   bash scripts/gpu_check.sh tests sizes mode       # then: bash scripts/gpu_check.sh fsdp lightning bench
+# copy, bench (all by default). Output goes to stdout and $OUT/gpu_check.log; checkpoints under .gpucheck/.
+#   bash scripts/gpu_check.sh tests sizes mode       # then: bash scripts/gpu_check.sh fsdp lightning copy bench
 set -uo pipefail
 cd "$(dirname "$0")/.."
 PY=${PY:-/opt/torch/.venv/bin/python}
 MPI=$(dirname "$PY")/mpiexec
 W=$PWD/.gpucheck
 OUT=${OUT:-$W}
-STEPS=${*:-tests sizes mode fsdp lightning bench}
+STEPS=${*:-tests sizes mode fsdp lightning copy bench}
 # DRY_RUN_PYTHONPATH=tests/standins tries the script here against the CPU stand-ins (nothing measured)
 export PYTHONPATH=${DRY_RUN_PYTHONPATH:+$PWD/$DRY_RUN_PYTHONPATH:}$PWD PYTHONUNBUFFERED=1
 mkdir -p "$W" "$OUT"
@@ -73,6 +73,8 @@ p = make_plan(compose(['workload=llama_7b_zero3'])[0], 8); print($gib * 2**30 / 
         "++workload.storage.storage_root=$W/light_store" ++workload.checkpoint.overwrite=True
       "$PY" -c "import json; print(json.load(open('$W/lightning_gpu/summary.json'))['per_process'][0]['accelerator'])"
       rm -rf "$W/light_store" ;;
+    copy)  # the device-to-host rates a save's copies are modelled at, beside their defaults
+      timeout 120 "$PY" bench/device_copy.py ;;
     bench)
       timeout 540 "$PY" bench/gds.py --dir "$W/bench" --procs 8 --gib 1 --rounds 3
       rm -rf "$W/bench" ;;

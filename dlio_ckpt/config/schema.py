@@ -24,7 +24,7 @@ from pydantic import (
     model_validator,
 )
 
-from dlio_ckpt.config.accelerators import ACCELERATOR_MEMORY_GB
+from dlio_ckpt.config.accelerators import ACCELERATOR_MEMORY_GB, H100_DEVICE_TO_HOST_GB_PER_SECOND
 from dlio_ckpt.config.references import NAMES as REFERENCE_NAMES
 from dlio_ckpt.errors import ConfigError
 from dlio_ckpt.model.dtypes import DTYPES
@@ -229,14 +229,21 @@ class Checkpoint(Section):
                             "(storage_options.queue_depth)")
     io_pattern: Literal["framework", "stream"] = Field(
         "framework", description="how the emulated job writes: framework, as the layout's framework does (its "
-        "writer threads, its calls and their sizes, an fsync per file, a rename; layouts dcp and megatron); "
-        "stream, chunk_size requests with queue_depth in flight (what the storage can do). Layouts dlio and "
-        "deepspeed write the stream either way")
+        "writer threads, its calls and their sizes, its fsyncs and renames); stream, chunk_size requests with "
+        "queue_depth in flight (what the storage can do). Layout dlio writes the stream either way")
     # Async checkpoints (our keys): time_between_checkpoints is then the training time between them
     async_save: bool = Field(False, description="hold training only to stage each checkpoint, write it in the "
                              "background while the next interval trains; the next checkpoint waits for it")
-    staging_gb_per_second: float = Field(12.5, gt=0, description="modelled device-to-host copy rate per accelerator, "
-                                     "GB/s (H100: 55 from pinned memory, 12.5-17 pageable)")
+    staging_gb_per_second: float = Field(
+        H100_DEVICE_TO_HOST_GB_PER_SECOND["pinned"], gt=0, description="async saves: the modelled copy of each "
+        "accelerator's shard into pinned host memory, GB/s (DCP's async_save stages into pinned memory; the default "
+        "is an H100's rate)")
+    gpu_copy_gb_per_second: float = Field(
+        H100_DEVICE_TO_HOST_GB_PER_SECOND["pageable"], ge=0, description="synchronous saves with io_pattern "
+        "framework: the modelled copy of each tensor from its accelerator into pageable host memory before its "
+        "framework writes it (DCP's .cpu() of each tensor, torch.save of a device tensor; megatron-core copies "
+        "the rank's tensors before its writers start), GB/s per accelerator (the default is an H100's rate); "
+        "0: the state is in host memory, no copy. summary.json gives its time apart (device_copy_seconds_max)")
     staging: Literal["modelled", "real"] = Field("modelled", description="modelled: the shard at "
                                                  "staging_gb_per_second (memory bounded); real: a real copy of the "
                                                  "process's shard into host memory held for the run (memory = shard)")
@@ -463,4 +470,4 @@ def tier_key(k: int) -> str:
 # framework's own save (real modes have fsdp.async_save and lightning.async_save)
 EMULATOR_ONLY = ("layout", "files_per_rank", "format", "scale", "odirect", "verify", "chunk_size", "io_pattern",
                  "recovery_rank_shift", "ranks_per_host", "mode", "async_save", "staging_gb_per_second", "staging",
-                 "training", "mtbf_hours", "read_tier")
+                 "gpu_copy_gb_per_second", "training", "mtbf_hours", "read_tier")

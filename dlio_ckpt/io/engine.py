@@ -72,6 +72,8 @@ class FileTask:
     #                         torch.save(obj, path)'s std::ofstream)
     via_tmpdir: bool = False  # with its calls: written in $TMPDIR, then moved into place (fsspec's transaction)
     archive: bool = False  # with its calls: one torch.save archive, which a load reads as torch.load does
+    tensors: bool = True  # with its calls: its payload is tensors, copied from the accelerator where a save copies
+    #                       them (Engine.device_copy_rate); a coordinator's metadata is not
 
     @cached_property
     def size(self) -> int:
@@ -493,6 +495,8 @@ class Engine:
         self._run_key = run_key
         self.framework_writers = 1  # threads writing files that come with their calls (the run sets it)
         self.framework_caller_writes = True  # whether the caller's thread is one of them (DCP's) or only waits
+        self.device_copy_rate = 0.0  # bytes/s a writer thread copies a tensor from its accelerator at (0: no copy)
+        self._copy_seconds: dict[int, float] = {}  # modelled copy time by writer thread, since the last take
         self._call_writers: list[_CallWriter] = []  # made when such files first come, as large as their calls
 
     @cached_property
@@ -723,6 +727,8 @@ class Engine:
                     self._progress(task.path, n)
                     offset += n
                     continue
+                if self.device_copy_rate and task.tensors:
+                    self._copy_from_device(n)
                 for at in range(offset, offset + n, w.calls):  # a call beyond LARGEST_CALL: in pieces of it
                     end = min(at + w.calls, offset + n)
                     window, patches = _span_of(w.data, task, at, end)
@@ -753,6 +759,22 @@ class Engine:
                 self.backend.remove(staged)
                 raise
         return task.size
+
+    def _copy_from_device(self, nbytes: int) -> None:
+        """A tensor's copy from its accelerator before its framework writes it, modelled: a sleep at
+        :attr:`device_copy_rate` (memory bounded: no bytes move), counted per writer thread."""
+        seconds = nbytes / self.device_copy_rate
+        time.sleep(seconds)
+        with self._lock:
+            thread = threading.get_ident()
+            self._copy_seconds[thread] = self._copy_seconds.get(thread, 0.0) + seconds
+
+    def take_copy_seconds(self) -> float:
+        """The modelled copy time on this process's busiest writer thread since the last call: what the copies
+        added to its save (its threads copy side by side, each at its share of its accelerator's rate)."""
+        with self._lock:
+            seconds, self._copy_seconds = max(self._copy_seconds.values(), default=0.0), {}
+        return seconds
 
     @staticmethod
     def _staged_path() -> str:

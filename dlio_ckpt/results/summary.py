@@ -98,6 +98,7 @@ class OpRecord:
     stalled: float = 0.0  # async saves: of which waiting for the previous checkpoint's background write
     cost: ProcessCost = ProcessCost()  # this process (all threads, drains included) from start to end
     metadata_seconds: float | None = None  # loads: reading the metadata every rank reads before its data
+    device_copy_seconds: float | None = None  # saves: the modelled copy of its tensors from the accelerators
     latency: Histograms = field(default_factory=dict)  # this process's storage calls during it, by kind
 
 
@@ -173,6 +174,7 @@ def checkpoint_figures(records: list[OpRecord], phase: str, checkpoint_bytes: in
         # a load: the metadata every rank read first, and how uneven the processes were
         metadata = [r.metadata_seconds for r in group if r.metadata_seconds is not None]
         drain_waits = [r.stalled for r in group] if group[0].held is None and any(r.stalled for r in group) else []
+        copies = [r.device_copy_seconds for r in group if r.device_copy_seconds is not None]
         out.append(CheckpointFigures(
             index=index, step=group[0].step, bytes=total, files=sum(r.files for r in group),
             checkpoint_bytes=checkpoint_bytes, duration_seconds=duration, slowest_process=slowest.process,
@@ -187,6 +189,7 @@ def checkpoint_figures(records: list[OpRecord], phase: str, checkpoint_bytes: in
             duration_imbalance=(duration / statistics.fmean(r.duration for r in group) if duration else 1.0)
             if metadata else None,
             drain_wait_seconds_max=max(drain_waits) if drain_waits else None,  # a sync save that waited for a drain
+            device_copy_seconds_max=max(copies) if copies else None,
             async_=async_figures(group, duration) if group[0].held is not None else None,
             latency=latency.operation_latency(operation_calls(group), duration, slowest.process),
             stonewall=latency.stonewall(group)))

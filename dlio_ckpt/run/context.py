@@ -172,13 +172,14 @@ def record(ctx: RunContext, phase: str, index: int, clock: Clock, nbytes: int, f
            step: int | None = None, seconds: float | None = None,
            file_times: tuple[tuple[str, float, float, int], ...] = (), held: float | None = None,
            stalled: float = 0.0, backend: Backend | None = None, ended: ProcessCost | None = None,
-           metadata_seconds: float | None = None) -> OpRecord:
+           metadata_seconds: float | None = None, device_copy_seconds: float | None = None) -> OpRecord:
     """This process's part of one operation. ``seconds`` replaces the clock's where the operation
     ends after its block (an async save, finished in the background); ``held``: how long it held
     training (async), ``stalled`` of which waiting for the previous background write (or a drain);
     ``backend``: the tier it used, if not the first (whose requests it made); ``ended``: this process's
     cost when the operation ended, where the record is made later (else now); ``metadata_seconds``: a load's
-    time reading the metadata every rank reads first (DCP's ``.metadata``)."""
+    time reading the metadata every rank reads first (DCP's ``.metadata``); ``device_copy_seconds``: a save's
+    modelled copy of its tensors from the accelerators, within its time."""
     seconds = clock.seconds if seconds is None else seconds
     requests = tuple(ctx.take_requests(backend or ctx.backend))
     calls = ctx.take_latency(backend or ctx.backend)
@@ -187,7 +188,8 @@ def record(ctx: RunContext, phase: str, index: int, clock: Clock, nbytes: int, f
     return OpRecord(phase=phase, index=index, step=index if step is None else step, process=ctx.comm.rank,
                     start=clock.start, end=clock.start + seconds, duration=seconds, bytes=nbytes, files=files,
                     file_times=file_times, waited=clock.waited, requests=requests, held=held, stalled=stalled,
-                    cost=cost, metadata_seconds=metadata_seconds, latency=calls)
+                    cost=cost, metadata_seconds=metadata_seconds, latency=calls,
+                    device_copy_seconds=device_copy_seconds)
 
 
 def say_done(ctx: RunContext, name: str, seconds: float, detail: str = "") -> None:

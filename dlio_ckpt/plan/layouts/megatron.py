@@ -297,7 +297,7 @@ def coordinator_reads(file: CoordinatorFile) -> tuple[int, ...]:
 FRAMEWORK_IO = FrameworkIO(writer="megatron-core 0.16.1 FileSystemWriterAsync (a writer per file, as threads)",
                            file_calls=file_calls, coordinator_calls=coordinator_calls,
                            coordinator_reads=coordinator_reads, unsynced=frozenset({"common.pt", "metadata.json"}),
-                           caller_writes=False)
+                           caller_writes=False, copies="first")
 
 
 LAYOUT = Layout(make_plan=make_plan, file_format=file_format, check=check, check_world=check_world,

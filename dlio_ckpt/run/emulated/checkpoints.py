@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 from typing import Any
 
 from dlio_ckpt import __version__
@@ -19,7 +20,7 @@ from dlio_ckpt.io.backends import Backend
 from dlio_ckpt.io.engine import Engine, FileTask, IOOptions
 from dlio_ckpt.io.synthetic import file_key
 from dlio_ckpt.plan.formats import Format
-from dlio_ckpt.plan.layouts import file_format, framework_io
+from dlio_ckpt.plan.layouts import FrameworkIO, file_format, framework_io
 from dlio_ckpt.plan.restore import RankReads, Restore
 from dlio_ckpt.plan.types import Plan, RankPlan
 from dlio_ckpt.run.context import RunContext
@@ -79,7 +80,7 @@ def coordinator_tasks(ctx: RunContext, step: int, backend: Backend | None = None
     return [FileTask(f"{base}/{c.staged if staged and c.staged and store.capabilities.rename else c.name}",
                      (c.size,), file_key(step, ctx.world_size, k), played.coordinator_calls(c) if played else None,
                      synced=played is None or c.name not in played.unsynced,
-                     reads=played.coordinator_reads(c) if played else None)
+                     reads=played.coordinator_reads(c) if played else None, tensors=False)
             for k, c in enumerate(plan_of(ctx).coordinator)]
 
 
@@ -92,6 +93,34 @@ def writer_threads(ctx: RunContext, backend: Backend) -> int:
     most = max((len(p.files) for p in ranks_of_process(ctx)), default=1) if played is None or \
         played.thread_per_file else 1
     return most if ctx.world_size == ctx.comm.size else max(most, backend.options.threads)
+
+
+class DeviceCopy:
+    """The copy a synchronous save makes of all a rank's tensors before its writers start (megatron-core's),
+    modelled: a sleep of ``seconds``, none where the copies are made tensor by tensor (the engine's) or not
+    at all."""
+
+    def __init__(self, seconds: float = 0.0) -> None:
+        self.seconds = seconds
+
+    def __call__(self) -> None:
+        if self.seconds:
+            time.sleep(self.seconds)
+
+
+def device_copy(ctx: RunContext, engine: Engine, played: FrameworkIO | None) -> DeviceCopy:
+    """How this process's synchronous saves copy their tensors from the accelerators
+    (``checkpoint.gpu_copy_gb_per_second``; only where the saves play their framework's calls: the stream
+    measures the storage alone, and an async save's copy is its staging). Tensor by tensor: the engine's
+    writer threads copy side by side, sharing the process's accelerators (one per rank it plays), a thread at
+    most one accelerator's rate. All first: the largest of its ranks' shards, each rank copying from its own."""
+    rate = ctx.workload.checkpoint.gpu_copy_gb_per_second * 1e9
+    if played is None or ctx.workload.checkpoint.async_save or not rate:
+        return DeviceCopy()
+    if played.copies == "first":
+        return DeviceCopy(max(shard_bytes(ctx), default=0) / rate)
+    engine.device_copy_rate = min(rate, rate * len(ranks_of_process(ctx)) / engine.framework_writers)
+    return DeviceCopy()
 
 
 def expected_files(ctx: RunContext, fmt: Format, processes: list[int] | None = None) -> dict[str, int]:
@@ -199,13 +228,13 @@ class EmulatedRun:
                 ctx.backend.remove(manifest_path(ctx.backend, ctx.ck.checkpoint_folder, step))
                 ctx.backend.makedirs(ctx.path(step))
 
-    def commit(self, step: int, seconds: float) -> None:
-        """Every process has finished ``step`` (``seconds``: this process's time for it): the first
-        tier's acting rank (each host's, on a node-scoped tier) writes its manifest, last, and every
-        process learns it is committed (or the failure). A collective."""
+    def commit(self, step: int, seconds: float, copied: float | None = None) -> None:
+        """Every process has finished ``step`` (``seconds``: this process's time for it, ``copied`` of which
+        copying from the accelerators): the first tier's acting rank (each host's, on a node-scoped tier)
+        writes its manifest, last, and every process learns it is committed (or the failure). A collective."""
         ctx = self.ctx
         ctx.state.phase = "commit"
-        everyone = ctx.comm.gather(seconds)
+        everyone = ctx.comm.gather((seconds, copied or 0.0))
 
         def committed() -> None:
             ctx.state.committed = [*(ctx.state.committed or []), step]
@@ -217,7 +246,9 @@ class EmulatedRun:
             committed()  # at once: a signal's failed summary (rank 0's) must not lag the manifest on disk
             ctx.state.landing = None  # (and between the two, the summary looks whether it landed)
             if everyone is not None:  # rank 0: summary.json's figure
-                log.info("save_ckpt%d: %.3f s, %d files", step, max(everyone), len(self.files))
+                copy = max(c for _, c in everyone)
+                log.info("save_ckpt%d: %.3f s, %d files%s", step, max(s for s, _ in everyone), len(self.files),
+                         f" (of which {copy:.3f} s copying from the accelerators)" if copy else "")
         ctx.on_tier_io(0, put)
         if not ctx.acts_on(0):
             committed()

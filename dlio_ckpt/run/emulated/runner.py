@@ -30,6 +30,7 @@ from dlio_ckpt.run.emulated.background import BackgroundSaves, Staging, train
 from dlio_ckpt.run.emulated.checkpoints import (
     EmulatedRun,
     check_manifest,
+    device_copy,
     expected_files,
     held_files,
     io_options,
@@ -240,6 +241,7 @@ def run(ctx: RunContext) -> Summary | None:
     if played is not None:
         engine.framework_writers = writer_threads(ctx, ctx.backend)
         engine.framework_caller_writes = played.caller_writes
+    copy_first = device_copy(ctx, engine, played)
     if comm.rank == 0 and "transport" in (storage := ctx.backend.describe()):  # GDS or POSIX, said up front
         log.info("storage_type=%s moves bytes by %s: %s", ctx.backend.name, storage["transport"], storage["why"])
     if comm.rank == 0 and ck.num_checkpoints_write:
@@ -257,11 +259,13 @@ def run(ctx: RunContext) -> Summary | None:
         shown.start(f"save_ckpt{index}", sum(t.size for t in todo))
         try:
             with timed(ctx, "save", index) as clock:
+                copy_first()
                 nbytes = engine.write_files(todo) + run.finish_save(engine, index)
         finally:
             shown.stop()
+        copied = copy_first.seconds + engine.take_copy_seconds()
         records.append(record(ctx, "save", index, clock, nbytes, len(todo), file_times=engine.take_file_times(),
-                              stalled=stalled, backend=engine.backend))
+                              stalled=stalled, backend=engine.backend, device_copy_seconds=copied or None))
         retries["save"] += engine.retries - before
 
     tiers = Tiers(run)
@@ -278,7 +282,7 @@ def run(ctx: RunContext) -> Summary | None:
             run.prepare(i)
             save(i, run.tasks(i, coordinator=False), stalled)
             tiers.written(i)
-            run.commit(i, records[-1].duration)
+            run.commit(i, records[-1].duration, records[-1].device_copy_seconds)
             tiers.committed(i)
         else:
             assert stage is not None  # made with background, for async saves
