@@ -167,6 +167,8 @@ LAYOUTS: Registry[LayoutEntry] = Registry("layouts", "workload.checkpoint.layout
                        emulates="torch.distributed.checkpoint of an FSDP2 job: torchtitan, Lightning FSDP"),
     "megatron": LayoutEntry(target=f"{_LAYOUTS}.megatron:LAYOUT",
                             emulates="Megatron-core's torch_dist of a GPT job with the distributed optimizer"),
+    "lightning": LayoutEntry(target=f"{_LAYOUTS}.lightning:LAYOUT",
+                             emulates="the one .ckpt global rank 0 of a Lightning job writes, of its demo transformer"),
 })
 
 _FORMATS = "dlio_ckpt.plan.formats"

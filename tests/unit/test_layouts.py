@@ -97,7 +97,8 @@ def test_the_config_choices_are_the_registries():
     from dlio_ckpt.config import Storage, Workload
     from dlio_ckpt.registry import BACKENDS, FORMATS, LAYOUTS, MODES
 
-    assert Checkpoint.model_fields["layout"].annotation.__args__ == ("dlio", "deepspeed", "dcp", "megatron")
+    layouts = ("dlio", "deepspeed", "dcp", "megatron", "lightning")
+    assert Checkpoint.model_fields["layout"].annotation.__args__ == layouts
     assert Checkpoint.model_fields["layout"].annotation.__args__ == LAYOUTS.names
     assert Checkpoint.model_fields["format"].annotation.__args__ == ("pt", "raw", "safetensors", "hdf5")
     assert Checkpoint.model_fields["format"].annotation.__args__ == FORMATS.names

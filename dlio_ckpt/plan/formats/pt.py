@@ -52,7 +52,7 @@ def pickle_state(file: FilePlan) -> bytes:
     """data.pkl of ``torch.save`` of the file's (possibly nested) dict of 1-D tensors, storages keyed 0, 1,
     2, ..., byte for byte as torch.save's pickler writes it (held to DLIO's own files in
     tests/against_frameworks/test_references.py and to torch.save in tests/unit/test_pt_format.py)."""
-    p, key = _Pickler(), iter(range(sum(len(g.numels) for g in file.groups)))
+    p, key = Pickler(), iter(range(sum(len(g.numels) for g in file.groups)))
 
     def group(numels: tuple[int, ...]) -> None:
         p.dict([(str(i), n) for i, n in enumerate(numels)], lambda n: p.tensor(file.dtype, str(next(key)), (n,)))
@@ -64,7 +64,7 @@ def pickle_state(file: FilePlan) -> bytes:
     return p.done()
 
 
-class _Pickler:
+class Pickler:
     """Python's C pickler at protocol 2, as ``torch.save`` runs it, for the few objects a checkpoint holds:
     every dict, string, tuple and reduced object memoized as it first appears; what is the same object each
     time (``torch._utils._rebuild_tensor_v2``, the storage class, ``OrderedDict``, the strings "storage" and
@@ -161,7 +161,7 @@ def _small_int(n: int) -> bytes:
 
 def tensor_pickle(dtype: str, shape: tuple[int, ...]) -> bytes:
     """``data.pkl`` of ``torch.save(tensor)`` for a contiguous CPU tensor of ``shape``: storage "0"."""
-    p = _Pickler()
+    p = Pickler()
     p.tensor(dtype, "0", shape)
     return p.done()
 

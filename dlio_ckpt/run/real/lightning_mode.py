@@ -28,9 +28,9 @@ from torch.utils.data import DataLoader, TensorDataset
 
 from dlio_ckpt.config import LightningSettings
 from dlio_ckpt.errors import ConfigError, DlioCkptError, StorageError, VerifyError
+from dlio_ckpt.model.lightning_demo import predict
 from dlio_ckpt.results.schema import IO, Summary
 from dlio_ckpt.run.context import Clock, RunContext, evict_before_read, record, timed, write_results
-from dlio_ckpt.run.real.demo_shapes import predict
 from dlio_ckpt.run.steps import Writes
 
 if TYPE_CHECKING:

@@ -11,7 +11,7 @@ from typing import Any
 from dlio_ckpt.config import Workload
 from dlio_ckpt.model.dense import TransformerShape
 from dlio_ckpt.model.dtypes import DATATYPE_BYTES
-from dlio_ckpt.run.real.demo_shapes import predict
+from dlio_ckpt.model.lightning_demo import predict
 
 MIB = 1 << 20
 

@@ -1,16 +1,21 @@
-"""Tensor arithmetic of Lightning's demo transformer and of its checkpoint file. Imports no torch.
+"""Tensor arithmetic of Lightning's demo transformer and the size of its checkpoint file. Imports no torch.
 
-Why: ``plan`` describes the lightning mode without building the model, and its prediction of the
-bytes a run writes is checked against real runs (within 1%). The demo is ``nn.Transformer`` with
+Why here, below the plan: ``checkpoint.layout=lightning`` (:mod:`dlio_ckpt.plan.layouts.lightning`) writes the
+file a Lightning job of this model writes, and ``plan`` predicts the file ``mode=lightning`` will write (held
+within 1% of real runs: tests/e2e/test_real_modes.py), both without torch. The demo is ``nn.Transformer`` with
 ``nlayers`` encoder and ``nlayers`` decoder layers, an embedding and a decoder head.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from math import prod
+from typing import TYPE_CHECKING
 
-from dlio_ckpt.config import Workload
 from dlio_ckpt.model.dtypes import DATATYPE_BYTES
+
+if TYPE_CHECKING:
+    from dlio_ckpt.config import Workload
 
 # Fitted to .ckpt files written by torch 2.13 / Lightning 2.6 (2, 10 and 100 layers, SGD and Adam;
 # tests/e2e/test_real_modes.py holds the prediction to 1%): per parameter tensor, its zip record, pickle
@@ -57,13 +62,13 @@ class DemoTransformer:
 
     @property
     def num_parameters(self) -> int:
-        total = 0
-        for _, shape in self.shapes():
-            count = 1
-            for d in shape:
-                count *= d
-            total += count
-        return total
+        return sum(prod(shape) for _, shape in self.shapes())
+
+    @classmethod
+    def of(cls, workload: Workload) -> DemoTransformer:
+        """The demo a workload describes: ``workload.lightning``'s sizes, ``model.num_layers`` deep."""
+        s = workload.lightning
+        return cls(s.vocab_size, s.ninp, s.nhid, workload.model.num_layers)
 
 
 @dataclass(frozen=True)
@@ -76,15 +81,14 @@ class LightningPrediction:
 
 def predict(workload: Workload) -> LightningPrediction:
     """The size of one Lightning checkpoint of this workload (fp32 parameters, as the demo trains)."""
-    s = workload.lightning
-    model = DemoTransformer(s.vocab_size, s.ninp, s.nhid, workload.model.num_layers)
+    model = DemoTransformer.of(workload)
     params = model.num_parameters
     count = len(model.shapes())
     width = DATATYPE_BYTES["fp32"]
     payload = params * width
     overhead = FIXED_BYTES + count * PARAM_TENSOR_BYTES
     tensors = count
-    if s.optimizer == "adam":  # exp_avg and exp_avg_sq like each parameter, and a scalar step
+    if workload.lightning.optimizer == "adam":  # exp_avg and exp_avg_sq like each parameter, and a scalar step
         payload += 2 * params * width + count * 4
         overhead += 3 * count * STATE_TENSOR_BYTES
         tensors += 3 * count
