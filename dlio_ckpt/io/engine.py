@@ -779,9 +779,13 @@ class Engine:
     @staticmethod
     def _staged_path() -> str:
         """A new temporary file in ``$TMPDIR``, made as fsspec's local transaction makes it (``mkstemp``) and
-        reopened for the calls."""
+        reopened for the calls. Its mode is the one fsspec gives the file once it is in place (``0o666`` less the
+        umask: ``mkstemp``'s 0600 would leave the checkpoint unreadable to others)."""
         fd, path = tempfile.mkstemp()
         os.close(fd)
+        umask = os.umask(0o022)
+        os.umask(umask)
+        os.chmod(path, 0o666 & ~umask)
         return path
 
     def _sync(self, path: str) -> int:

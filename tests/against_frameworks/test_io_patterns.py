@@ -7,7 +7,8 @@ read calls within 10 % (equal here), their sizes in the same powers of two, the 
 Real: ``dcp.save`` and ``dcp.load`` of ``mode=fsdp`` (FSDP2 on CPU, ``FileSystemWriter`` and
 ``FileSystemReader``, torch 2.13.0), megatron-core 0.16.1's fully parallel ``torch_dist`` save
 (``tests/oracles/megatron_save.py``; its load is not traced here), and DeepSpeed's save and load, which are
-``torch.save(state_dict, path)`` and ``torch.load(path)`` (``tests/oracles/torch_save_path.py``). Each real save's
+``torch.save(state_dict, path)`` and ``torch.load(path)`` (``tests/oracles/torch_save_path.py``), and
+``mode=lightning``'s (Lightning 2.6.6's ``TorchCheckpointIO``). Each real save's
 files are also held to the layout here (the checks of test_dcp_layout.py and test_megatron_layout.py), so one
 real save serves both."""
 
@@ -146,3 +147,42 @@ def test_the_emulated_deepspeed_save_and_load_make_the_calls_torch_save_and_load
         assert abs(got["reads"] - want["reads"]) <= 0.1 * want["reads"], (name, got["reads"], want["reads"])
         assert (got["sizes"], got["read"], len(got["threads"])) == \
             (want["sizes"], want["read"], len(want["threads"])), name
+
+
+def lightning_traced(tmp_path: Path, name: str, args: list[str]) -> tuple[dict, dict, list]:
+    """A run of Lightning's demo (2 layers, one save and one load) under strace, ``$TMPDIR`` in its folder: how the
+    file was written in ``$TMPDIR`` (write_pattern of the temporary files), how the ``.ckpt`` was read, and the
+    renames from ``$TMPDIR`` into the checkpoint's folder."""
+    work = tmp_path / name
+    (work / "tmpdir").mkdir(parents=True)
+    traced([sys.executable, "-m", "dlio_ckpt", "run", "workload=lightning_demo", "++workload.model.num_layers=2",
+            *args, "++workload.checkpoint.num_checkpoints_write=1", "++workload.checkpoint.num_checkpoints_read=1",
+            f"++workload.storage.storage_root={work / 'root'}", f"hydra.run.dir={work / 'out'}"], work / "trace",
+           work, env={**os.environ, "PYTHONPATH": str(REPO), "TMPDIR": str(work / "tmpdir")})
+    staged = write_pattern(calls_on(work / "trace", str(work / "tmpdir")), ("",))
+    loaded = read_pattern(calls_on(work / "trace", ".ckpt"), (".ckpt",))
+    moved = [(call, args) for seq in calls_on(work / "trace", str(work / "tmpdir")).values() for call, args, _ in seq
+             if call.startswith("rename") and str(work / "root") in args]
+    return staged, loaded, moved
+
+
+def test_the_emulated_lightning_save_and_load_make_the_calls_lightnings_make(tmp_path):
+    """Lightning 2.6.6's ``TorchCheckpointIO`` (``mode=lightning``, its demo transformer, SGD): ``torch.save`` into
+    memory, then one write of the whole file to a temporary file in ``$TMPDIR`` (opened twice: ``mkstemp``, then
+    for writing), never synced, renamed into the checkpoint's folder; the load ``torch.load``'s reads of the whole
+    file. The emulated ``layout=lightning`` makes the same calls (its file is named ``checkpoint.ckpt`` in the
+    step's folder, Lightning's ``global_epoch1_step1.ckpt`` beside it: compared by role)."""
+    pytest.importorskip("lightning")
+    real, real_reads, real_moves = lightning_traced(tmp_path, "real", [])
+    emulated, emulated_reads, emulated_moves = lightning_traced(
+        tmp_path, "emulated", ["++workload.mode=emulated", "++workload.checkpoint.layout=lightning"])
+    assert len(real["files"]) == len(emulated["files"]) == 1 and len(real_moves) == len(emulated_moves) == 1
+    (want,), (got,) = real["files"].values(), emulated["files"].values()
+    assert got["writes"] == want["writes"] == 1 and got["syncs"] == want["syncs"] == {}
+    assert sorted(f.replace("O_CLOEXEC|", "") for f in got["open_flags"]) == \
+        sorted(f.replace("O_CLOEXEC|", "") for f in want["open_flags"])
+    assert list(emulated["sizes"].values()) == list(real["sizes"].values())
+    assert emulated["writer_threads"] == real["writer_threads"] == 1
+    (want,), (got,) = real_reads.values(), emulated_reads.values()
+    assert abs(got["reads"] - want["reads"]) <= 0.1 * want["reads"], (got["reads"], want["reads"])
+    assert (got["sizes"], len(got["threads"])) == (want["sizes"], len(want["threads"]))
