@@ -13,12 +13,12 @@ What runs each round (the order rotated between rounds: disks and page caches dr
   the distributed optimizer, megatron-core 0.16.1's fully parallel ``torch_dist`` save with ``--megatron-threads``
   writers per rank, then Megatron-LM's default ``dist_checkpointing.load``), on the same shape;
 - megatron, emulated: ``checkpoint.layout=megatron`` with that shape and ``files_per_rank=--megatron-threads``;
-- lightning, real only: ``workload=lightning_demo`` (``--lightning-layers``, TorchCheckpointIO). The emulator has
-  no ``lightning`` layout yet (issue 38 asks for one): TODO, add its emulated side here when it exists; no
-  emulated figure is made up meanwhile.
+- lightning, real: ``workload=lightning_demo`` (``--lightning-layers``, SGD, TorchCheckpointIO) on one process;
+- lightning, emulated: the same workload with ``mode=emulated`` and ``checkpoint.layout=lightning``.
 The shape (issue 38's): llama, ``--layers`` 8, hidden 1024, ffn 2816, vocab 32000, 8 heads / 4 KV heads (tiny's),
 bf16 weights and moments (dcp; megatron keeps its distributed optimizer's fp32 state whatever the dtype), TP 1,
-``--saves`` saves then ``--loads`` loads per run, ``checkpoint.fsync=True``, pages evicted before each load.
+``--saves`` saves then ``--loads`` loads per run, ``checkpoint.fsync=True`` (lightning: False, as Lightning), pages
+evicted before each load.
 A checkpoint's duration is the slowest process's, from a barrier before the save (load) to its return, as
 ``summary.json``'s ``checkpoints.save[].duration_seconds`` (``load``) says; a run's figure is the mean over its
 checkpoints, and the ratio of a round divides the emulated run's figure by the real run's of the same round.
@@ -65,7 +65,7 @@ def dlio(args: list[str], procs: int, root: str, env: dict[str, str]) -> dict:
     out = Path(tempfile.mkdtemp(prefix="bench_fwio_"))
     storage = [] if root.startswith("s3://") else [f"++workload.storage.storage_root={root}"]
     cmd = [str(BIN / "mpiexec"), "-n", str(procs), sys.executable, "-m", "dlio_ckpt", "run", *args, *storage,
-           f"++hydra.run.dir={out}", "++workload.checkpoint.fsync=True", "++workload.checkpoint.overwrite=True",
+           f"++hydra.run.dir={out}", "++workload.checkpoint.overwrite=True",
            "++workload.checkpoint.time_between_checkpoints=0"]
     r = subprocess.run(cmd, capture_output=True, text=True, env=env)
     if r.returncode:
@@ -97,7 +97,7 @@ def cases(a: argparse.Namespace, s3: list[str]) -> dict[str, dict[str, tuple]]:
     """framework -> {side: (how to run it)}; the real side first."""
     dt = ["++workload.model.model_datatype=bf16", "++workload.model.optimizer_datatype=bf16"]
     n = [f"++workload.checkpoint.num_checkpoints_write={a.saves}",
-         f"++workload.checkpoint.num_checkpoints_read={a.loads}"]
+         f"++workload.checkpoint.num_checkpoints_read={a.loads}", "++workload.checkpoint.fsync=True"]
     out: dict[str, dict[str, tuple]] = {}
     if "dcp" in a.frameworks:
         job = ["workload=tiny", *shape(a), *dt, *n, *s3]
@@ -114,9 +114,14 @@ def cases(a: argparse.Namespace, s3: list[str]) -> dict[str, dict[str, tuple]]:
                                                          f"++workload.checkpoint.files_per_rank={a.megatron_threads}",
                                                          f"++workload.checkpoint.io_pattern={p}"])
     if "lightning" in a.frameworks:
-        # TODO(issue 38): the emulated side, once a `lightning` layout exists (checkpoint.layout=lightning)
-        out["lightning"] = {"real": ("dlio1", ["workload=lightning_demo",
-                                               f"++workload.model.num_layers={a.lightning_layers}", *n])}
+        # Lightning never syncs its .ckpt (the real mode would add an fsync where asked: not here)
+        job = ["workload=lightning_demo", f"++workload.model.num_layers={a.lightning_layers}", *n,
+               "++workload.checkpoint.fsync=False"]
+        out["lightning"] = {"real": ("dlio1", job)}
+        for p in a.io_pattern:
+            out["lightning"][f"emulated {p}"] = ("dlio1", [*job, "++workload.mode=emulated", *HOST_MEMORY,
+                                                           "++workload.checkpoint.layout=lightning",
+                                                           f"++workload.checkpoint.io_pattern={p}"])
     return out
 
 
