@@ -142,14 +142,15 @@ def stonewall(group: list[Any]) -> Stonewall | None:
     """IOR's stonewall from one checkpoint's records (``OpRecord``): every process's bytes moved by the time
     the first process was done, over that time. A process's bytes by then come from its files' own start and
     end (``file_times``), each file's bytes spread over its own interval; without file times (real modes), from
-    the process's bytes spread over its duration. None where a process moved nothing or took no time."""
+    the process's bytes spread over its duration. Only the processes that moved bytes count: one with nothing to
+    move (under Lightning, all but global rank 0's) is done at once and would put the wall at nought. None where
+    no process moved anything, or one that did took no time."""
+    group = [r for r in group if r.bytes]
     if not group or any(r.duration <= 0 for r in group):
         return None
     first = min(group, key=lambda r: r.duration)
     last = max(group, key=lambda r: r.duration)
     total = sum(r.bytes for r in group)
-    if not total:
-        return None
     t = first.duration
     timed_files = all(any(n for *_, n in r.file_times) for r in group if r.bytes)
     done = 0.0

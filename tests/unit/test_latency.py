@@ -172,6 +172,8 @@ def test_stonewall_is_what_every_process_moved_until_the_first_was_done():
     assert (wall.first_done_process, wall.last_done_process, wall.first_to_last_seconds) == (0, 1, 1.0)
     untimed = stonewall([_record(0, 1.0, 100), _record(1, 4.0, 100)])  # real modes: no file times
     assert untimed is not None and untimed.bytes_by_first_done == 125 and untimed.estimated_from == "process_bytes"
+    idle = stonewall([_record(0, 2.0, 100), _record(1, 0.001, 0)])  # process 1 has nothing to write (Lightning's)
+    assert idle is not None and (idle.first_done_process, idle.bytes_by_first_done) == (0, 100)
 
 
 def test_the_medians_interval_is_the_order_statistic_one():
