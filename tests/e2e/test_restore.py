@@ -139,3 +139,22 @@ def test_a_load_not_held_to_its_frameworks_own_says_so_on_the_console_and_in_the
         and said[0].endswith("each rank reads its own files whole"), r.stdout
     restore = load(tmp_path / "run" / "summary.json")["io"]["restore"]
     assert restore["caveat"] == said[0].split("load: ", 1)[1] and restore["frameworks_own_load"] is False
+
+
+def test_a_dcp_mixture_of_experts_saved_at_4_loads_verified_at_2_as_its_frameworks_own(tmp_path):
+    """torchtitan's expert-parallel placement (tiny_moe: 8 routed experts over EP 2) saved at 4 ranks (two experts a
+    rank) and loaded at 2 (four a rank, from the two saving ranks of its EP rank): every range read is verified, the
+    load restores what the save wrote, and it is said to be the framework's own (what a real dcp.load of that
+    placement reads: tests/against_frameworks/test_moe_restore.py), with no caveat."""
+    r = dlio(["workload=tiny_moe", "++workload.checkpoint.layout=dcp", "++workload.model.mtp_layers=0", "--world-size",
+              "4", "++workload.restore.world_size=2", "++workload.checkpoint.num_checkpoints_write=1",
+              "++workload.checkpoint.num_checkpoints_read=1", "++workload.storage.storage_root=data",
+              "++hydra.run.dir=run"], tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert "not the framework's own load" not in r.stdout and "not held to" not in r.stdout, r.stdout
+    summary = load(tmp_path / "run" / "summary.json")
+    restore, (saved,), (loaded,) = summary["io"]["restore"], summary["checkpoints"]["save"], \
+        summary["checkpoints"]["load"]
+    assert (restore["world_size"], restore["saved_world_size"], restore["resharded"]) == (2, 4, True)
+    assert restore["frameworks_own_load"] is True and restore["caveat"] is None
+    assert restore["bytes_restored"] == saved["bytes"] == loaded["checkpoint_bytes"]

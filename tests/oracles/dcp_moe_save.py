@@ -123,11 +123,10 @@ class Model(nn.Module):
         self.output = linear(c["dim"], c["vocab"])
 
 
-def worker(rank: int, world: int, port: int, out: str, c: dict) -> None:
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world))
-    dist.init_process_group("gloo", rank=rank, world_size=world)
-    import torch.distributed.checkpoint as dcp
-    from torch.distributed.checkpoint.state_dict import get_state_dict
+def trained(c: dict, world: int) -> tuple[nn.Module, torch.optim.Optimizer]:
+    """The model placed as torchtitan places it on ``world`` ranks (this process one of them, its process group
+    up), and Adam after one step on zero gradients: what a save writes and what a load fills (a load at another
+    world size places the same model on its own meshes)."""
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import fully_shard
     from torch.distributed.tensor import Shard, distribute_tensor
@@ -151,6 +150,16 @@ def worker(rank: int, world: int, port: int, out: str, c: dict) -> None:
     for p in model.parameters():  # made-up gradients: the optimizer has state to save
         p.grad = torch.zeros_like(p)
     opt.step()
+    return model, opt
+
+
+def worker(rank: int, world: int, port: int, out: str, c: dict) -> None:
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world))
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import get_state_dict
+
+    model, opt = trained(c, world)
     msd, osd = get_state_dict(model, opt)
     writer = dcp.FileSystemWriter(out, thread_count=c["threads"])
     dcp.save({"model": msd, "optim": osd}, storage_writer=writer)
@@ -158,13 +167,19 @@ def worker(rank: int, world: int, port: int, out: str, c: dict) -> None:
     dist.destroy_process_group()
 
 
-def main() -> None:
-    out, world, config = sys.argv[1], int(sys.argv[2]), json.loads(sys.argv[3])
+def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    # forked, not spawned: torch is imported once, not once per rank
-    mp.start_processes(worker, args=(world, port, out, config), nprocs=world, join=True, start_method="fork")
+        return s.getsockname()[1]
+
+
+def save(out: str, world: int, c: dict) -> None:
+    """The save by ``world`` processes forked from this one (torch imported once, not once per rank)."""
+    mp.start_processes(worker, args=(world, free_port(), out, c), nprocs=world, join=True, start_method="fork")
+
+
+def main() -> None:
+    save(sys.argv[1], int(sys.argv[2]), json.loads(sys.argv[3]))
 
 
 if __name__ == "__main__":

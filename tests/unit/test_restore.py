@@ -12,6 +12,9 @@ from dlio_ckpt.plan.layouts import make_plan
 from dlio_ckpt.plan.restore import restore_plan
 from tests.support.workloads import DCP
 
+# tiny_moe in DCP's layout (torchtitan's: 8 routed experts over EP 2), saved at 4 ranks below
+MOE_DCP = ["workload=tiny_moe", "++workload.checkpoint.layout=dcp", "++workload.model.mtp_layers=0"]
+
 
 @pytest.mark.parametrize(("extra", "message"), [
     (["++workload.checkpoint.layout=deepspeed", "++workload.restore.world_size=2"],
@@ -21,9 +24,17 @@ from tests.support.workloads import DCP
     (["++workload.checkpoint.layout=megatron", "++workload.restore.tensor=3"],
      "workload.restore.tensor=3: must divide model.transformer.num_attention_heads (8)"),
     ([*DCP[1:], "++workload.restore.tensor=2"], "workload.restore.tensor=2: means nothing with checkpoint.layout=dcp"),
+    # torchtitan's expert mesh at the load's size, (world / EP, EP), must place the saved experts evenly
+    ([*MOE_DCP, "++workload.restore.world_size=3"],
+     "workload.restore.world_size=3: must be a multiple of model.parallelism.expert (2)"),
+    ([*MOE_DCP, "++workload.restore.world_size=6"],
+     "workload.restore.world_size=6: must divide model.moe.num_experts (8)"),
+    ([*MOE_DCP, "++workload.model.moe.expert_ffn_hidden_size=100", "++workload.restore.world_size=16"],
+     "workload.restore.world_size=16: makes FSDP2 split each routed expert's dim 1 (100) over world / expert = 8"),
 ])
 def test_a_load_its_framework_cannot_do_is_refused_before_anything_is_written(tmp_path, dlio_here, extra, message):
-    r = dlio_here(["workload=tiny", *extra, "--world-size", "4", "++workload.checkpoint.num_checkpoints_read=1",
+    workload = [] if extra[0].startswith("workload=") else ["workload=tiny"]
+    r = dlio_here([*workload, *extra, "--world-size", "4", "++workload.checkpoint.num_checkpoints_read=1",
                    f"++workload.storage.storage_root={tmp_path / 'store'}"])
     assert r.returncode == 2 and message in r.stderr, r.stderr
     assert not (tmp_path / "store").exists()
@@ -48,8 +59,8 @@ def test_a_scaled_megatron_save_loads_at_another_tensor_parallelism_with_the_sha
 
 
 @pytest.mark.parametrize(("extra", "caveat"), [
-    (["workload=tiny_moe", "++workload.checkpoint.layout=dcp", "++workload.model.mtp_layers=0"],
-     "not held to the framework's own load"),
+    (MOE_DCP, None),  # torchtitan's expert-parallel placement: tests/against_frameworks/test_moe_restore.py
+    ([*MOE_DCP, "++workload.restore.world_size=2"], None),
     (["workload=tiny_moe", "++workload.checkpoint.layout=deepspeed"], "not the framework's own load (DeepSpeed"),
     (DCP, None), (["workload=tiny", "++workload.checkpoint.layout=megatron"], None), (["workload=tiny"], None),
 ])

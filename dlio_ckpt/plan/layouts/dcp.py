@@ -158,14 +158,18 @@ class DcpLayout:
         with the model, steps are replicated 0-d tensors, a buffer (the experts' bias) replicated fp32."""
         params = self.params()
         out = [Tensor(f"model.{name}", shape, self.model_dtype if kind != "buffer" else "fp32",
-                      *self.placed(shape, kind)) for name, shape, kind in params]
+                      *self.placed(shape, kind), self._ep(kind)) for name, shape, kind in params]
         for name, shape, kind in params:
             if kind != "buffer":
                 sharded, split = self.placed(shape, kind)
                 out += [Tensor(f"optim.state.{name}.step", (), "fp32", False),
-                        Tensor(f"optim.state.{name}.exp_avg", shape, self.moments, sharded, split),
-                        Tensor(f"optim.state.{name}.exp_avg_sq", shape, self.moments, sharded, split)]
+                        Tensor(f"optim.state.{name}.exp_avg", shape, self.moments, sharded, split, self._ep(kind)),
+                        Tensor(f"optim.state.{name}.exp_avg_sq", shape, self.moments, sharded, split, self._ep(kind))]
         return out
+
+    def _ep(self, kind: str) -> int:
+        """A tensor's EP degree: the layout's for routed experts (on torchtitan's expert mesh), else 1."""
+        return self.expert if kind == "experts" else 1
 
     def group_items(self) -> tuple[Item, ...]:
         """The param group's settings, each an object pickled whole (``optim.param_groups.0.<key>``)."""
@@ -368,24 +372,33 @@ def _intervals(tensors: list[Tensor], world: int) -> list[tuple[int, int]]:
     return list(zip(bounds, bounds[1:], strict=False))
 
 
-def _with_extras(common: list[tuple[Item, ...]], extras: list[Item], position: dict[str, int],
+def _merged(items: tuple[Item, ...], extras: list[Item], position: dict[str, tuple[int, int]]) -> list[Item]:
+    """One file's items when a rank also writes ``extras`` (replicated items, empty shards) besides ``items`` (its
+    shards, in plan order): the objects first, then the tensors in plan order, each extra before its plan successor.
+    ``position``: per tensor, how many of ``items`` precede it in plan order, and its place in that order."""
+    out, last = [i for i in extras if not i.dtype], 0
+    for item in sorted((i for i in extras if i.dtype), key=lambda i: position[i.fqn]):
+        at = position[item.fqn][0]
+        out += items[last:at]
+        out.append(item)
+        last = at
+    return out + list(items[last:])
+
+
+def _with_extras(common: list[tuple[Item, ...]], extras: list[Item], position: dict[str, tuple[int, int]],
                  bins: int) -> list[tuple[Item, ...]] | None:
-    """A rank's files when it also writes replicated items: the ranks' common files plus these, placed as
-    ``_split`` would place them, without walking every item again in Python (None: not that simple)."""
-    objects, tensors = [i for i in extras if not i.dtype], [i for i in extras if i.dtype]
-    if bins == 1:  # objects first, then tensors in plan order: each extra tensor before its plan successor
-        out, last = list(objects), 0
-        for item in sorted(tensors, key=lambda i: position[i.fqn]):
-            out += common[0][last:position[item.fqn]]
-            out.append(item)
-            last = position[item.fqn]
-        return [tuple(out + list(common[0][last:]))]
+    """A rank's files when it also writes replicated items or empty shards: the ranks' common files plus these,
+    placed as ``_split`` would place them, without walking every item again in Python (None: not that simple)."""
+    if bins == 1:
+        return [tuple(_merged(common[0], extras, position))]
+    objects = [i for i in extras if not i.dtype]
+    tensors = sorted((i for i in extras if i.dtype), key=lambda i: position[i.fqn])  # in plan order
     smallest = min((i.whole_nbytes for b in common for i in b), default=0)
     if any(i.whole_nbytes >= smallest for i in tensors):
         return None  # the extras would sort among the common tensors
     buckets = [list(objects[k::bins]) + list(b) for k, b in enumerate(common)]
     sizes = [sum(i.whole_nbytes for i in b) for b in common]
-    for item in sorted(tensors, key=lambda i: i.whole_nbytes, reverse=True):
+    for item in sorted(tensors, key=lambda i: i.whole_nbytes, reverse=True):  # ties in size keep the plan's order
         k = sizes.index(min(sizes))
         buckets[k].append(item)
         sizes[k] += item.whole_nbytes
@@ -404,17 +417,18 @@ def make_plan(workload: Workload, world_size: int) -> Plan:
     for t in tensors:
         if t.fqn in empty:
             extras.setdefault(empty[t.fqn], []).append(_shard_item(t, world_size, world_size - 1))
-    # where a replicated tensor goes among a rank's sharded ones: before its plan successor
-    position, seen = {}, 0  # (an empty shard, written by one rank: where its tensor is among the others)
-    for t in tensors:
-        position[t.fqn] = seen
-        seen += t.sharded
     ranks: list[RankPlan] = []
     classes: list[tuple[range, list[tuple[Item, ...]]]] = []  # ranks with the same shards, and those files
     for start, end in _intervals(tensors, world_size):
         sharded = [i for i in (_shard_item(t, world_size, start) for t in tensors if t.sharded)
                    if i.shape[0] or i.fqn not in empty]
         common = [tuple(b) for b in _split(sharded, lay.files_per_rank)]
+        # where a replicated tensor or an empty shard (written by one rank) goes among these ranks' shards:
+        # before its plan successor among them (the empty shards these ranks do not write are not among them)
+        kept, position, seen = {i.fqn for i in sharded}, {}, 0
+        for k, t in enumerate(tensors):
+            position[t.fqn] = (seen, k)  # and the tensor's own place, for extras before the same successor
+            seen += t.fqn in kept
         classes.append((range(start, end), common))
         sizes = [(sum(i.nbytes for i in b), sum(item_size(i) for i in b)) for b in common]
         for r in range(start, end):
@@ -422,7 +436,7 @@ def make_plan(workload: Workload, world_size: int) -> Plan:
             if r in extras:
                 mine = extras[r]
                 buckets = _with_extras(common, mine, position, lay.files_per_rank) or \
-                    [tuple(b) for b in _split([*sharded, *mine], lay.files_per_rank)]
+                    [tuple(b) for b in _split(_merged(tuple(sharded), mine, position), lay.files_per_rank)]
                 if lay.files_per_rank == 1:  # the common file and these: no walk over every item
                     files = (ItemFile(f"__{r}_0", buckets[0], sizes[0][0] + sum(i.nbytes for i in mine),
                                       sizes[0][1] + sum(item_size(i) for i in mine)),)
@@ -437,26 +451,17 @@ def make_plan(workload: Workload, world_size: int) -> Plan:
 
 
 def restore(workload: Workload, plan: Plan, world_size: int, model_only: bool) -> Restore:
-    """What ``dcp.load`` reads on each rank at ``world_size`` (the save's or another): :mod:`.dcp_restore`."""
-    if world_size != plan.world_size and workload.model.family == "moe" and workload.model.parallelism.expert > 1:
-        raise ConfigError("workload.restore.world_size", world_size, f"must be the save's ({plan.world_size}) for a "
-                          "mixture of experts with model.parallelism.expert > 1: torchtitan places routed experts on "
-                          "a 2-D mesh whose shape changes with the world size, and that resharding is not modelled yet")
+    """What ``dcp.load`` reads on each rank at ``world_size`` (the save's or another): :mod:`.dcp_restore`. A mixture
+    of experts with expert parallelism loads on torchtitan's expert mesh at that size, with the save's EP: a size
+    that mesh cannot place the saved experts on evenly is refused (:func:`.dcp_moe.check_load`)."""
     lay: DcpLayout = plan.layout  # type: ignore[assignment]
-    return dcp_restore.reads(plan, lay.tensors(), list(lay.group_items()), world_size, model_only, item_size)
+    tensors = lay.tensors()
+    if lay.expert > 1 and world_size != plan.world_size:
+        dcp_moe.check_load([t.shape for t in tensors if t.ep > 1], lay.expert, world_size, lay.scale != 1.0)
+    return dcp_restore.reads(plan, tensors, list(lay.group_items()), world_size, model_only, item_size)
 
-
-
-def load_caveat(workload: Workload) -> str | None:
-    """DCP's plan of a mixture of experts with expert parallelism applies FSDP2's rules at the save's
-    placement, which no real ``dcp.load`` of torchtitan's expert mesh has been held to."""
-    model = workload.model
-    if model.family == "moe" and model.parallelism.expert > 1:
-        return ("not held to the framework's own load (no real dcp.load of torchtitan's expert-parallel placement "
-                "was compared): each rank reads its own stored shards and the replicated items, by FSDP2's rules")
-    return None
 
 LAYOUT = Layout(make_plan=make_plan, file_format=file_format, check=check, check_world=check_world,
                 restore=restore,
                 reads_keys=frozenset({"checkpoint.files_per_rank", "model.master_weights", "model.moments_datatype"}),
-                load_caveat=load_caveat, framework_io=FRAMEWORK_IO)
+                framework_io=FRAMEWORK_IO)

@@ -37,6 +37,7 @@ class Tensor:
     dtype: str
     sharded: bool
     split: tuple[int, int] | None = None  # routed experts on dim 0 over (EP, then FSDP2 on dim 1 over the rest)
+    ep: int = 1  # routed experts on torchtitan's expert mesh: its EP degree (a load reads by that mesh's chunks)
 
     def chunk(self, world: int, rank: int) -> tuple[int, ...]:
         """``rank``'s shard: FSDP2's dim-0 chunk (short or empty for the last ranks), or an EP rank's experts

@@ -14,7 +14,12 @@ Derived from torchtitan v0.2.0 (``models/moe/moe.py``, ``models/deepseek_v3/mode
 - Routed experts are sharded on dim 0 over the EP ranks (adjacent ranks), then by FSDP2 over the others
   (dp_shard_mod_ep = world / EP): on dim 0 again, which gives every rank ``experts / world`` whole experts (the
   same chunks as FSDP2 over every rank, in another order), or on dim 1 when dp_shard_mod_ep x EP exceeds the
-  experts: every rank then holds its EP rank's experts, a 1/dp_shard_mod_ep slice of their rows each.
+  experts: every rank then holds its EP rank's experts, a 1/dp_shard_mod_ep slice of their rows each. The mesh is
+  (dp_shard_mod_ep, EP), row-major: rank ``i * EP + j`` is EP rank j's i-th FSDP2 shard, and on dim 0 holds
+  experts from ``j * experts / EP + i * experts / world`` (:func:`expert_box`; seen in a real save's ``.metadata``).
+- A load at another world size places the same model on that size's meshes (the same EP; dp_shard_mod_ep and
+  the dim FSDP2 splits follow the new size), and reads the stored chunks its own chunk overlaps
+  (:mod:`.dcp_restore`; held to a real ``dcp.load`` in ``tests/against_frameworks/test_moe_restore.py``).
 - Everything else is FSDP2 over every rank (dim 0, the last ranks short or empty); the ``expert_bias`` buffer
   is the same on every rank and written once (DCP's deduplication), with no optimizer state.
 Not modelled: DeepSeek's MTP module (torchtitan has none: refused), tensor, pipeline and expert-tensor parallelism.
@@ -62,6 +67,38 @@ def check_world(workload: Workload, world_size: int) -> None:
         raise ConfigError("workload.model.moe.num_experts", s.num_experts, f"must divide by the world size "
                           f"{world_size} with checkpoint.layout=dcp and expert={ep}: FSDP2 gives each rank whole "
                           "experts, the same number on every rank")
+
+
+def expert_box(shape: tuple[int, ...], world: int, ep: int, rank: int) -> tuple[tuple[int, int], tuple[int, int]]:
+    """``rank``'s chunk of a routed expert tensor on torchtitan's expert mesh at ``world`` ranks, as (start,
+    length) on dim 0 (experts) and dim 1 (each expert's rows); the other dims whole. Shapes must divide (the
+    rules of :func:`check_world`)."""
+    rest, (i, j) = world // ep, divmod(rank, ep)
+    experts, rows = shape[0] // ep, shape[1]
+    if rest * ep > shape[0]:  # FSDP2's Shard(1) over dp_shard_mod_ep: the EP rank's experts, a slice of their rows
+        return (j * experts, experts), (i * (rows // rest), rows // rest)
+    return (j * experts + i * (shape[0] // world), shape[0] // world), (0, rows)
+
+
+def check_load(experts: list[tuple[int, ...]], ep: int, world: int, scaled: bool) -> None:
+    """A load at ``world`` ranks must place the routed experts (``experts``: their stored shapes) as evenly
+    as a save must (:func:`check_world`): refused otherwise, naming ``workload.restore.world_size``."""
+    key = "workload.restore.world_size"
+    if world % ep:
+        raise ConfigError(key, world, f"must be a multiple of model.parallelism.expert ({ep}) with "
+                          "checkpoint.layout=dcp: torchtitan's load places the routed experts on a (world / EP, EP) "
+                          "mesh, with the save's EP")
+    rest = world // ep
+    for shape in experts:
+        if rest * ep > shape[0] and shape[1] % rest:
+            what = f"each routed expert's dim 1 ({shape[1]}{', as checkpoint.scale shrinks it' if scaled else ''})"
+            raise ConfigError(key, world, f"makes FSDP2 split {what} over world / expert = {rest} ranks with "
+                              "checkpoint.layout=dcp (torchtitan's Shard(1) when they outnumber the experts per EP "
+                              f"rank): it must divide by {rest}, as a save's must")
+        if rest * ep <= shape[0] and shape[0] % world:
+            raise ConfigError(key, world, f"must divide model.moe.num_experts ({shape[0]}) with checkpoint.layout=dcp "
+                              f"and expert={ep}: FSDP2 gives each loading rank whole experts, the same number on every "
+                              "rank, as a save's must")
 
 
 def torchtitan_params(s: MoeShape) -> list[Param]:

@@ -6,9 +6,15 @@ Derived from torch 2.13.0 and held to an instrumented ``FileSystemReader`` in
 - Every rank reads ``.metadata`` first (``state_dict_loader._load_state_dict``'s ``local_step``).
 - ``create_default_local_load_plan`` walks the rank's state dict in order (the model, then per parameter
   Adam's ``step``, ``exp_avg``, ``exp_avg_sq``, then the param group), and for each tensor the stored
-  chunks that overlap the rank's own shard, sorted by where they start (``planner_helpers.
-  create_read_items_for_chunk_list``): FSDP2's dim-0 chunk at the load's world size against the save's
-  chunks; a replicated tensor or an object, the one stored copy. An empty shard reads nothing.
+  chunks that overlap the rank's own shard (``planner_helpers.create_read_items_for_chunk_list``): FSDP2's
+  dim-0 chunk at the load's world size against the save's chunks; a replicated tensor or an object, the one
+  stored copy. An empty shard reads nothing. The overlapping chunks come in the order of their end on the
+  tensor's longest dim (its sweep dim, the first of the longest), then of their place in ``.metadata``'s list
+  (the saving ranks' order): for FSDP2's dim-0 chunks, the saving ranks' order either way.
+- Routed experts on torchtitan's expert mesh (``Tensor.ep`` > 1; :func:`~.dcp_moe.expert_box`): the load's
+  chunk on its own mesh, (world / EP, EP) at its world size, against the save's chunks, in the saving ranks'
+  order (held in ``tests/against_frameworks/test_moe_restore.py``, and to torch's own resharding over larger
+  meshes).
 - ``FileSystemReader.read_data`` groups the read items by file, in the order each file first appears,
   and in each file reads every item's whole stored archive (``_slice_file``, then ``torch.load`` and a
   narrow): a rank that needs a few rows of a stored chunk reads all of it. That is the read amplification.
@@ -21,6 +27,7 @@ from math import prod
 
 from dlio_ckpt.model.dtypes import DATATYPE_BYTES
 from dlio_ckpt.plan.layouts.dcp_metadata import Tensor, fsdp_chunk
+from dlio_ckpt.plan.layouts.dcp_moe import expert_box
 from dlio_ckpt.plan.restore import Restore, by_file
 from dlio_ckpt.plan.types import Item, ItemFile, Plan
 
@@ -77,7 +84,9 @@ def reads(plan: Plan, tensors: list[Tensor], objects: list[Item], w2: int, model
     for q in range(w2):
         wanted: list[tuple[int, str, int]] = []  # (writer rank, fqn, bytes needed from that stored chunk)
         for t in tensors:
-            if t.sharded and w1 == w2:  # the same placement: the rank's own stored shard, if it has rows
+            if t.ep > 1:
+                wanted += _expert_reads(t, w1, w2, q)
+            elif t.sharded and w1 == w2:  # the same placement: the rank's own stored shard, if it has rows
                 if n := prod(t.chunk(w1, q)):
                     wanted.append((q, t.fqn, n * DATATYPE_BYTES[t.dtype]))
             elif t.sharded:
@@ -92,3 +101,27 @@ def reads(plan: Plan, tensors: list[Tensor], objects: list[Item], w2: int, model
         ranks.append(by_file(q, [(rank, *places.of(rank, fqn)) for rank, fqn, _ in wanted],
                              sum(n for _, _, n in wanted)))
     return Restore(w2, w1, model_only, tuple(ranks), FOLLOWS)
+
+
+def _expert_reads(t: Tensor, w1: int, w2: int, q: int) -> list[tuple[int, str, int]]:
+    """Rank ``q``'s reads of a routed expert tensor saved on the expert mesh at ``w1`` ranks and loaded on the one
+    at ``w2``: (saving rank, fqn, bytes needed), in DCP's order. Found by arithmetic on the chunks, not by walking
+    every stored chunk (a load of thousands of ranks asks for each rank and tensor). The EP is the save's, so a
+    loading rank's chunk lies within one EP rank's experts, whose stored chunks' ends on every dim grow with the
+    saving rank: DCP's order (by end on the sweep dim, then place in ``.metadata``) is the saving ranks'."""
+    ep, shape = t.ep, t.shape
+    (lo0, n0), (lo1, n1) = expert_box(shape, w2, ep, q)
+    rest = w1 // ep
+    if rest * ep > shape[0]:  # saved split on dim 1: EP rank j's experts, FSDP2's slice i of their rows
+        s0, s1 = shape[0] // ep, shape[1] // rest
+        held = sorted(i * ep + j for j in range(lo0 // s0, -(-(lo0 + n0) // s0))
+                      for i in range(lo1 // s1, -(-(lo1 + n1) // s1)))
+    else:  # saved on dim 0: block b of experts / w1 is EP rank b // rest's (b % rest)-th shard
+        s0 = shape[0] // w1
+        held = sorted((b % rest) * ep + b // rest for b in range(lo0 // s0, -(-(lo0 + n0) // s0)))
+    out = []
+    for k in held:
+        (a0, m0), (a1, m1) = expert_box(shape, w1, ep, k)
+        rows = (min(lo0 + n0, a0 + m0) - max(lo0, a0)) * (min(lo1 + n1, a1 + m1) - max(lo1, a1))
+        out.append((k, t.fqn, rows * prod(shape[2:]) * DATATYPE_BYTES[t.dtype]))
+    return out
