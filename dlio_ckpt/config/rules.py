@@ -56,6 +56,7 @@ LAYOUT_KEYS = {
     "model.parallelism.first_stage_layers": "Megatron's uneven pipeline split",
     "model.parallelism.last_stage_layers": "Megatron's uneven pipeline split",
     "restore.tensor": "a load at another tensor parallelism",
+    "restore.expert": "a mixture of experts' load at another expert parallelism",
 }
 
 
@@ -133,10 +134,10 @@ def tier_rules(workload: Workload) -> None:
         raise ConfigError("workload.checkpoint.read_tier", ck.read_tier, f"{tier_key(ck.read_tier)} is a peer "
                           "tier: each host keeps other hosts' parts there, read only by a lost host's "
                           "replacement (restore.lost_hosts); read from a node or shared tier")
-    if everywhere[ck.read_tier].scope == "node" and (workload.restore.world_size or workload.restore.tensor):
-        asked = workload.restore
-        raise ConfigError("workload.restore.world_size" if asked.world_size else "workload.restore.tensor",
-                          asked.world_size or asked.tensor, "reshards, reading other ranks' files, "
+    asked = workload.restore
+    if everywhere[ck.read_tier].scope == "node" and (asked.world_size or asked.tensor or asked.expert):
+        key = "world_size" if asked.world_size else "tensor" if asked.tensor else "expert"
+        raise ConfigError(f"workload.restore.{key}", getattr(asked, key), "reshards, reading other ranks' files, "
                           f"and {tier_key(ck.read_tier)} (the read tier) is node-scoped: each host holds only its "
                           "own; read from a shared tier (checkpoint.read_tier)")
     if everywhere[ck.read_tier].scope == "node" and ck.recovery_rank_shift:

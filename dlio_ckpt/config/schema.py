@@ -296,6 +296,9 @@ class Restore(Section):
                                    "every rank reading the stored chunks its own shards overlap")
     tensor: int | None = Field(None, ge=1, description="layout=megatron: the load's tensor parallelism (default: "
                                "the save's); the stages stay the save's, data parallelism is the rest of world_size")
+    expert: int | None = Field(None, ge=1, description="layout=megatron with model.family=moe: the load's expert "
+                               "parallelism (default: the save's); each rank reads the stored chunks of the routed "
+                               "experts it holds at the load's, wherever the save put them")
     model_only: bool = Field(False, description="load the model's weights alone, no optimizer state (evaluation, "
                              "fine-tuning starts, inference servers)")
     lost_hosts: list[int] = Field(default_factory=list, description="hosts (by index, in rank order) lost before "

@@ -1,7 +1,8 @@
 """Restores as a user runs them (``workload.restore``): a checkpoint saved at one world size and loaded verified
 at another, on local files and on S3 (a ranged GET per read, as the server saw them), the figures a load reports,
 and what a load not held to its framework's own says. What a real ``dcp.load`` and Megatron's load read is in
-tests/against_frameworks/test_restore.py; the restore plans and their refusals in tests/unit/test_restore.py."""
+tests/against_frameworks/test_restore.py (of a mixture of experts: test_moe_restore.py, test_megatron_moe_restore.py);
+the restore plans and their refusals in tests/unit/test_restore.py."""
 
 from __future__ import annotations
 
@@ -127,10 +128,27 @@ def test_a_loads_figure_is_the_checkpoint_over_its_duration_and_its_world_size_i
     assert "save_world_size" not in again and again["io"]["restore"]["saved_world_size"] == 4
 
 
-def test_a_load_not_held_to_its_frameworks_own_says_so_on_the_console_and_in_the_summary(tmp_path):
-    """Megatron's load of a mixture of experts is not modelled: each rank reads its own files whole. The run says
-    so beside "verified", once, and summary.json beside ``follows``."""
+def test_a_megatron_moe_checkpoint_loads_verified_at_another_world_and_expert_parallelism(tmp_path):
+    """Megatron's load of a mixture of experts, emulated end to end (what megatron-core reads is in
+    tests/against_frameworks/test_megatron_moe_restore.py): tiny_moe saved at 4 ranks (8 experts over EP 2) and
+    loaded verified at 2 with EP 1, the model alone (its optimizer's state loads only where EP stays above 1); the
+    load is the framework's own, every byte it reads compared."""
     r = dlio(["workload=tiny_moe", "++workload.checkpoint.layout=megatron", "--world-size", "4",
+              "++workload.checkpoint.num_checkpoints_write=1", "++workload.checkpoint.num_checkpoints_read=1",
+              "++workload.restore.world_size=2", "++workload.restore.expert=1", "++workload.restore.model_only=True",
+              "++workload.storage.storage_root=data", "++hydra.run.dir=run"], tmp_path)
+    assert r.returncode == 0, r.stderr
+    restore = load(tmp_path / "run" / "summary.json")["io"]["restore"]
+    assert (restore["world_size"], restore["saved_world_size"], restore["model_only"]) == (2, 4, True)
+    assert restore["frameworks_own_load"] and restore["caveat"] is None and "dist_checkpointing.load" in \
+        restore["follows"]
+    assert 0 < restore["bytes_needed"] < restore["bytes_read"] and "not the framework's own load" not in r.stdout
+
+
+def test_a_load_not_held_to_its_frameworks_own_says_so_on_the_console_and_in_the_summary(tmp_path):
+    """DeepSpeed's load is not modelled: each rank reads its own files whole. The run says so beside "verified",
+    once, and summary.json beside ``follows``."""
+    r = dlio(["workload=tiny_moe", "++workload.checkpoint.layout=deepspeed", "--world-size", "4",
               "++workload.checkpoint.num_checkpoints_write=1", "++workload.checkpoint.num_checkpoints_read=1",
               "++workload.storage.storage_root=data", "++hydra.run.dir=run"], tmp_path)
     assert r.returncode == 0, r.stderr

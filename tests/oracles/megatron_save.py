@@ -1,14 +1,15 @@
 """A real Megatron-core ``torch_dist`` save on CPU (gloo), the oracle of ``checkpoint.layout=megatron``.
 
     python tests/oracles/megatron_save.py OUT WORLD TP LAYERS HIDDEN FFN HEADS KV_HEADS VOCAB DTYPE THREADS [MOE]
-    python tests/oracles/megatron_save.py load OUT_JSON STEP TP:WORLD:MODEL_ONLY[,...] TP LAYERS ... (the model)
+    python tests/oracles/megatron_save.py load OUT_JSON STEP TP:WORLD:MODEL_ONLY[:EP][,...] TP LAYERS ... [MOE]
 
 TP is ``TP``, ``TPxPP`` or ``TPxPPxFIRST``: pipeline parallelism PP (a GPTModel per stage, its pre_process
 and post_process as Megatron-LM sets them), FIRST the first stage's blocks (Megatron's uneven split,
 ``num_layers_in_first_pipeline_stage``).
 
 The second form loads a saved step as Megatron-LM loads by default (``dist_checkpointing.load``, no fully
-parallel load) at each TP and world size given (the save's stages kept), the model alone when MODEL_ONLY is 1,
+parallel load) at each TP and world size given (the save's stages kept; a mixture of experts, given the save's MOE,
+at the MOE's expert parallelism or EP where given), the model alone when MODEL_ONLY is 1,
 and writes what each rank read, in order: every file it opened in the step folder, whole (``metadata.json``,
 ``common.pt``, ``.metadata``: whichever library opens them), and (file, offset, length) per item DCP's
 ``FileSystemReader`` reads of the ``.distcp`` files.
@@ -30,6 +31,7 @@ with the layout: those calls are sent to the CPU here (``_on_cpu``) and nothing 
 from __future__ import annotations
 
 import functools
+import gc
 import json
 import os
 import socket
@@ -233,8 +235,9 @@ def _port() -> int:
 
 
 def main() -> None:
-    """``OUT WORLD MODEL...`` saves; ``load OUT_JSON STEP TP:WORLD:MODEL_ONLY,... MODEL...`` loads STEP once per
-    load given (the model's TP replaced by the load's) and writes ``{"TP:WORLD:MODEL_ONLY": {rank: reads}}``.
+    """``OUT WORLD MODEL...`` saves; ``load OUT_JSON STEP TP:WORLD:MODEL_ONLY[:EP],... MODEL...`` loads STEP once
+    per load given (the model's TP replaced by the load's, and a mixture of experts' EP where given) and writes
+    ``{"TP:WORLD:MODEL_ONLY[:EP]": {rank: reads}}``.
     The ranks are forked from this process: megatron-core is imported once, not once per rank."""
     import megatron.core.dist_checkpointing  # noqa: F401 - imported once, before the ranks are forked
     if sys.argv[1] != "load":
@@ -244,10 +247,11 @@ def main() -> None:
     out, step, loads, model = sys.argv[2], sys.argv[3], sys.argv[4].split(","), sys.argv[5:]
     found = {}
     for load in loads:
-        tp, world, model_only = load.split(":")
-        part = f"{out}.{tp}-{world}-{model_only}"
+        tp, world, model_only, *ep = load.split(":")
+        part = f"{out}.{load.replace(':', '-')}"
         stages = model[0][len(model[0].split("x")[0]):]  # the save's stages, kept
-        mp.start_processes(load_worker, args=(int(world), _port(), part, [step, model_only, tp + stages, *model[1:]]),
+        rest = [*model[1:9], *([json.dumps({**json.loads(model[9]), "ep": int(ep[0])})] if ep else model[9:])]
+        mp.start_processes(load_worker, args=(int(world), _port(), part, [step, model_only, tp + stages, *rest]),
                            nprocs=int(world), join=True, start_method="fork")
         with open(part) as f:
             found[load] = json.load(f)
@@ -257,3 +261,5 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
+    # done and written: the interpreter's last collection would walk every object torch made (1 s of the exit)
+    gc.freeze()

@@ -34,7 +34,7 @@ from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import cache
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from dlio_ckpt.errors import ConfigError
 from dlio_ckpt.model.dense import TransformerShape
@@ -58,7 +58,7 @@ from dlio_ckpt.plan.layouts.megatron_files import (
     tp_cuts,
 )
 from dlio_ckpt.plan.layouts.rules import every_rank_writes, torch_save_only
-from dlio_ckpt.plan.restore import Restore, whole_files
+from dlio_ckpt.plan.restore import Restore
 from dlio_ckpt.plan.types import CoordinatorFile, Item, ItemFile, Plan
 
 if TYPE_CHECKING:
@@ -69,9 +69,6 @@ LINEARS = ("self_attention.linear_proj", "self_attention.linear_qkv", "mlp.linea
 BLOCK_PARAMETERS = ("self_attention.linear_qkv.layer_norm_weight", "self_attention.linear_proj.weight",
                     "self_attention.linear_qkv.weight", "mlp.linear_fc1.layer_norm_weight", "mlp.linear_fc1.weight",
                     "mlp.linear_fc2.weight")
-
-READS = "each rank its own files, whole (a mixture of experts' load is not modelled yet)"
-
 
 
 def check(workload: Workload) -> None:
@@ -84,6 +81,9 @@ def check(workload: Workload) -> None:
     if m.family == "moe":
         megatron_moe.check(workload)
         return
+    if workload.restore.expert is not None:
+        raise ConfigError("workload.restore.expert", workload.restore.expert, "means nothing for a dense model: it is "
+                          "a mixture of experts' expert parallelism at the load (model.family=moe)")
     if (broken := not_split_by(t, par.tensor)) is not None:
         name, value = broken
         raise ConfigError(f"{key}.transformer.{name}", value, f"must be a multiple of model.parallelism.tensor "
@@ -185,6 +185,13 @@ class MegatronLayout:
                 yield (Item(f"decoder.layers.{linear}._extra_state/shard_{layer}_{n}", "", (), pickled=EXTRA_STATE),
                        rank_of(self.tensor, self.data, 0, 0, self.stages[layer]))
 
+    def alike(self, rank: int) -> tuple[int, ...]:
+        """Ranks with the same state dict (data-parallel replicas: the same TP rank and stage) read alike."""
+        return rank % self.tensor, rank // self.tensor // self.data
+
+    def order(self, rank: int) -> dict[tuple[str, tuple[int, ...]], int]:
+        return self.traversal(*self.alike(rank))
+
     @cache  # noqa: B019 - one per (TP rank, stage), asked by every rank of a plan and of a restore
     def traversal(self, tp: int, pp: int) -> dict[tuple[str, tuple[int, ...]], int]:
         """What a rank of tensor-parallel rank ``tp`` and stage ``pp`` holds, in the order of its sharded state
@@ -249,18 +256,14 @@ def _replicated(fqn: str) -> bool:
 
 
 def restore(workload: Workload, plan: Plan, world_size: int, model_only: bool) -> Restore:
-    """What ``dist_checkpointing.load`` reads on each rank (:mod:`.megatron_restore`): a dense model at the
-    save's parallelism or at ``restore.tensor`` and ``world_size``, the model alone or with the optimizer."""
-    asked = workload.restore
-    if workload.model.family == "moe":
-        if world_size != plan.world_size or model_only or asked.tensor not in (None, workload.model.parallelism.tensor):
-            raise ConfigError("workload.restore", asked.model_dump(exclude_defaults=True), "is not modelled for a "
-                              "mixture of experts with checkpoint.layout=megatron yet (its experts' load is not held "
-                              "to a real one); leave workload.restore out")
-        return whole_files(plan, READS)
-    lay: MegatronLayout = plan.layout  # type: ignore[assignment]
-    return megatron_restore.reads(plan, megatron_restore.load_layout(workload, lay, world_size), model_only,
-                                  item_size)
+    """What ``dist_checkpointing.load`` reads on each rank (:mod:`.megatron_restore`): a dense model or a mixture
+    of experts at the save's parallelism or at ``restore.tensor``, ``restore.expert`` (a mixture of experts') and
+    ``world_size``, the model alone or with the optimizer."""
+    saved: Any = plan.layout
+    load: megatron_restore.Sharded = (megatron_moe.load_layout(workload, saved, world_size)
+                                      if workload.model.family == "moe" else
+                                      megatron_restore.load_layout(workload, saved, world_size))
+    return megatron_restore.reads(plan, load, model_only, item_size)
 
 
 def make_plan(workload: Workload, world_size: int) -> Plan:
@@ -301,8 +304,8 @@ FRAMEWORK_IO = FrameworkIO(writer="megatron-core 0.16.1 FileSystemWriterAsync (a
 
 
 LAYOUT = Layout(make_plan=make_plan, file_format=file_format, check=check, check_world=check_world,
-                restore=restore, reads=READS, framework_io=FRAMEWORK_IO,
+                restore=restore, framework_io=FRAMEWORK_IO,
                 reads_keys=frozenset({"checkpoint.files_per_rank", "model.moments_datatype",
                                       "model.parallelism.first_stage_layers", "model.parallelism.last_stage_layers",
-                                      "restore.tensor"}),
-                whole_file_load="megatron-core's load of a mixture of experts is not modelled yet")
+                                      "restore.tensor", "restore.expert"}),
+                whole_file_load=None)

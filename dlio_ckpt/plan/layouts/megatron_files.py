@@ -57,6 +57,8 @@ class MegatronPlanning(Protocol):
 
     def objects(self) -> Iterator[tuple[Item, int]]: ...
 
+    def order(self, rank: int) -> dict[tuple[str, tuple[int, ...]], int]: ...
+
 
 def layer_stages(layers: int, pipeline: int, first: int | None = None, last: int | None = None) -> tuple[int, ...]:
     """Each block's pipeline stage: ``first`` blocks on the first stage and ``last`` on the last where given
@@ -148,15 +150,11 @@ def spread(lay: MegatronPlanning, shards: Iterable[Shard]) -> dict[int, list[Ite
     return per_rank
 
 
-def in_plan_order(lay: MegatronPlanning, items: list[Item], tp: int, pp: int) -> list[Item]:
-    """A rank's items in the order of its save plan, where the layout knows its state dict's order
-    (``traversal``): each tensor where its first chunk on this rank comes, its chunks there in state-dict
-    order (megatron-core merges a key's shards at their first appearance: ``_replace_state_dict_keys_with_
-    sharded_keys``). Elsewhere (MoE) the order the fully parallel save dealt them, which files' sizes ignore."""
-    traversal = getattr(lay, "traversal", None)
-    if traversal is None:
-        return items
-    position = traversal(tp, pp)
+def in_plan_order(lay: MegatronPlanning, items: list[Item], rank: int) -> list[Item]:
+    """A rank's items in the order of its save plan, from its state dict's order (the layout's ``order``):
+    each tensor where its first chunk on this rank comes, its chunks there in state-dict order (megatron-core
+    merges a key's shards at their first appearance: ``_replace_state_dict_keys_with_sharded_keys``)."""
+    position = lay.order(rank)
     first: dict[str, int] = {}
     for item in items:
         first[item.fqn] = min(first.get(item.fqn, len(position)), position[(item.fqn, item.offsets)])
@@ -177,7 +175,7 @@ def plan_of(lay: MegatronPlanning) -> Plan:
     objects: list[str] = []  # the items without a dtype, in rank, file and item order
     for r in range(lay.world_size):
         tp, rest = r % lay.tensor, r // lay.tensor
-        items = in_plan_order(full, per_rank[r], tp, rest // lay.data)
+        items = in_plan_order(full, per_rank[r], r)
         buckets = [tuple(scaled.get(id(i), i) for i in b) for b in _split(items, lay.files_per_rank)]
         files = tuple(ItemFile(f"__{r}_{k}", b, sum(i.nbytes for i in b), sum(item_size(i) for i in b))
                       for k, b in enumerate(buckets) if b)

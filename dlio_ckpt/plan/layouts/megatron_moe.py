@@ -23,6 +23,13 @@ specs, SequentialMLP experts, the distributed optimizer, the fully parallel save
   projections whole on every rank), ``q_layernorm``, ``kv_layernorm``, ``input_layernorm``, ``pre_mlp_layernorm``.
 - DeepSeek's MTP module (``mtp_layers``) on the last stage: ``mtp.layers.{k}.enorm``, ``hnorm``, ``eh_proj``
   (split on rows), ``transformer_layer.*`` (one MoE block, keys never stacked) and ``final_layernorm``.
+- Without expert parallelism (``expert`` 1) the experts are ordinary parameters of the one optimizer:
+  ``optimizer.state.{param,exp_avg,exp_avg_sq}.<key>``, no chain, and ``common.pt`` the dense model's.
+- Each rank's items lie in its files in the order of its sharded state dict (``MegatronMoeLayout.traversal``:
+  held item for item, offsets included, to real saves' ``.metadata``), which the load follows too: a load
+  (:func:`load_layout`, :mod:`.megatron_restore`) at another world size, ``restore.tensor`` or
+  ``restore.expert`` reads, on each rank, the stored chunks of what it holds at the load's parallelism
+  (``tests/against_frameworks/test_megatron_moe_restore.py``: four recorded saves, fifteen loads).
 Not modelled: TransformerEngine's grouped experts' extra state (one object
 per expert as the local SequentialMLP writes), virtual pipeline stages.
 """
@@ -31,13 +38,16 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterator
-from dataclasses import dataclass
-from functools import cached_property
+from dataclasses import dataclass, replace
+from functools import cache, cached_property
 from typing import TYPE_CHECKING, ClassVar
 
 from dlio_ckpt.errors import ConfigError
 from dlio_ckpt.model.moe import MoeShape
 from dlio_ckpt.plan.layouts.dcp_metadata import Chunked
+from dlio_ckpt.plan.layouts.megatron_files import (
+    COMMON_PT_BYTES as DENSE_COMMON_PT_BYTES,
+)
 from dlio_ckpt.plan.layouts.megatron_files import (
     EXTRA_STATE,
     FILES_PER_RANK,
@@ -60,14 +70,23 @@ Placed = tuple[Chunk, tuple[int, int], tuple[int, ...] | None]  # a chunk, its g
 def check(workload: Workload) -> None:
     """Megatron's rules for an MoE model: every dimension it splits divides by what splits it; a tied head
     is not modelled."""
-    m, par = workload.model, workload.model.parallelism
-    s = MoeShape.from_model(m)
-    etp = par.expert_tensor or par.tensor
-    if s.tie_embeddings:
+    par = workload.model.parallelism
+    if workload.model.transformer.tie_embeddings:
         raise ConfigError("workload.model.transformer.tie_embeddings", True, "is not modelled with "
                           "checkpoint.layout=megatron (its shared output layer has not been held to a real save): "
                           "leave it out, or use checkpoint.layout=dcp or deepspeed")
-    t = m.transformer
+    if (broken := not_split(workload, par.tensor, par.expert_tensor or par.tensor)) is not None:
+        name, value, width, by, divisor = broken
+        raise ConfigError(f"workload.model.{name}", value, f"gives a split width of {width}, which must be a "
+                          f"multiple of model.parallelism.{by} ({divisor}) with checkpoint.layout=megatron")
+
+
+def not_split(workload: Workload, tensor: int, expert_tensor: int) -> tuple[str, int | None, int, str, int] | None:
+    """The first width that tensor parallelism ``tensor`` (expert tensor parallelism ``expert_tensor``) cannot
+    split: its key under ``model``, value, the width it gives, what splits it and by how many; or None.
+    Megatron's rule for a save and for a load alike."""
+    m = workload.model
+    s, t = MoeShape.from_model(m), m.transformer
     # (key, its value, the width it gives, what splits it): a width is what must divide
     rules: list[tuple[str, int | None, int, str]] = [
         ("transformer.num_attention_heads", t.num_attention_heads, s.num_attention_heads, "tensor"),
@@ -84,10 +103,10 @@ def check(workload: Workload) -> None:
         rules += [("transformer.q_lora_rank", t.q_lora_rank, s.q_lora_rank, "tensor"),
                   ("transformer.kv_lora_rank", t.kv_lora_rank, s.kv_lora_rank + s.qk_rope_head_dim, "tensor")]
     for name, value, width, by in rules:
-        divisor = etp if by == "expert_tensor" else par.tensor
+        divisor = expert_tensor if by == "expert_tensor" else tensor
         if width % divisor:
-            raise ConfigError(f"workload.model.{name}", value, f"gives a split width of {width}, which must be a "
-                              f"multiple of model.parallelism.{by} ({divisor}) with checkpoint.layout=megatron")
+            return name, value, width, by, divisor
+    return None
 
 
 def check_world(workload: Workload, world_size: int) -> None:
@@ -101,10 +120,53 @@ def check_world(workload: Workload, world_size: int) -> None:
                           "into expert tensor x expert x expert data parallelism)")
 
 
+def load_layout(workload: Workload, saved: MegatronMoeLayout, world: int) -> MegatronMoeLayout:
+    """The layout at the load's parallelism: ``restore.tensor`` and ``restore.expert`` (default the save's) over
+    ``world`` ranks, the save's stages, expert tensor parallelism ``model.parallelism.expert_tensor`` (default:
+    the load's tensor parallelism, as Megatron's); its rules checked as the save's are (exit 2 naming the
+    restore's keys)."""
+    par, asked = workload.model.parallelism, workload.restore
+    tensor, expert = asked.tensor or saved.tensor, asked.expert or saved.expert
+    etp = par.expert_tensor or tensor
+    if (broken := not_split(workload, tensor, etp)) is not None:
+        name, value, width, by, _ = broken
+        raise ConfigError("workload.restore.tensor", tensor, f"must divide the split width model.{name}={value} "
+                          f"gives ({width}{', over expert tensor parallelism' if by == 'expert_tensor' else ''}) "
+                          "with checkpoint.layout=megatron")
+    if saved.shape.num_experts % expert:
+        raise ConfigError("workload.restore.expert", expert, f"must divide model.moe.num_experts "
+                          f"({saved.shape.num_experts}) with checkpoint.layout=megatron")
+    if (expert > 1) != (saved.expert > 1) and not asked.model_only:
+        raise ConfigError("workload.restore.expert", expert, f"cannot load the optimizer's state saved at expert "
+                          f"parallelism {saved.expert}: Megatron chains a second optimizer for the experts only "
+                          "where expert parallelism is above 1, so the state's keys differ (megatron-core 0.16.1's "
+                          "load fails on them); keep both above 1 or both 1, or load the model alone "
+                          "(restore.model_only)")
+    load = replace(saved, world_size=world, tensor=tensor, expert=expert, expert_tensor=etp,
+                   widths=saved.widths or (saved.tensor, saved.expert_tensor))
+    for name, shape, cut in load.split_weights():
+        if cut in ("whole", "bias"):
+            continue
+        width = {"rows": shape[0], "cols": shape[-1], "halves": shape[0] // 2, "experts_fc1": shape[-2] // 2,
+                 "experts_fc2": shape[-1]}[cut]
+        experts = cut.startswith("experts")  # (expert TP changes at the load only where it follows TP)
+        if width % (etp if experts else tensor):
+            raise ConfigError("workload.restore.tensor", tensor, f"must divide {name}'s width split over "
+                              f"{'expert ' if experts else ''}tensor parallelism as checkpoint.scale={saved.scale} "
+                              f"saved it ({width}) with checkpoint.layout=megatron")
+    if world % (tensor * saved.pipeline):
+        raise ConfigError("workload.restore.world_size", world, f"must be a multiple of tensor x pipeline "
+                          f"({tensor} x {saved.pipeline}) with checkpoint.layout=megatron")
+    if (world // saved.pipeline) % (expert * etp):
+        raise ConfigError("workload.restore.world_size", world, f"must give each pipeline stage a multiple of "
+                          f"expert x expert_tensor ({expert} x {etp}) ranks with checkpoint.layout=megatron "
+                          "(Megatron refolds a stage's ranks into expert tensor x expert x expert data parallelism)")
+    return load
+
+
 @dataclass(frozen=True)
 class MegatronMoeLayout:
     name: ClassVar[str] = "megatron"
-    common_pt_bytes: ClassVar[int] = COMMON_PT_BYTES
     shape: MoeShape
     world_size: int
     tensor: int
@@ -116,6 +178,7 @@ class MegatronMoeLayout:
     stages: tuple[int, ...]  # each block's pipeline stage
     scale: float = 1.0
     moments_dtype: str = "fp32"  # the distributed optimizer's exp_avg and exp_avg_sq (its precision-aware option)
+    widths: tuple[int, int] | None = None  # a load's: the save's (TP, expert TP), which scaled widths were rounded to
 
     @classmethod
     def from_workload(cls, workload: Workload, world_size: int) -> MegatronMoeLayout:
@@ -147,7 +210,7 @@ class MegatronMoeLayout:
 
     def sized(self, shape: tuple[int, ...], cut: str) -> tuple[int, ...]:
         """A weight's shape at ``checkpoint.scale`` (:func:`.megatron_files.miniature`)."""
-        return miniature(shape, cut, self.scale, self.tensor, self.expert_tensor)
+        return miniature(shape, cut, self.scale, *(self.widths or (self.tensor, self.expert_tensor)))
 
     # -- the tensors of one block, as (key, shape, how it is cut) ---------------------------------------------
     def block(self, moe: bool, fused_norms: bool = True) -> list[tuple[str, tuple[int, ...], str]]:
@@ -303,14 +366,23 @@ class MegatronMoeLayout:
         return [(Chunked(key, shape, tuple(c for c, _, _ in placed)), cut, placed)
                 for key, shape, cut, placed in listed]
 
-    def _optimizer_key(self, state: str, t: Chunked, cut: str) -> str:
-        chain = 1 if cut.startswith("experts") else 0
-        return f"chained_{chain}.optimizer.state.{state}.{t.fqn}"
+    @property
+    def common_pt_bytes(self) -> int:
+        """``common.pt``: two chained optimizers' param groups, or one where nothing is expert parallel."""
+        return COMMON_PT_BYTES if self.expert > 1 else DENSE_COMMON_PT_BYTES
+
+    def _optimizer_key(self, state: str, fqn: str, expert: bool) -> str:
+        """Megatron chains a second optimizer for the expert-parallel parameters (``chained_1``; the others
+        ``chained_0``); without expert parallelism (``expert`` 1) the experts are ordinary parameters of the one
+        optimizer, whose keys have no prefix (megatron-core 0.16.1: ``allreduce`` is False only where EP > 1)."""
+        if self.expert == 1:
+            return f"optimizer.state.{state}.{fqn}"
+        return f"chained_{int(expert)}.optimizer.state.{state}.{fqn}"
 
     def tensors(self) -> list[Chunked]:
         weights = [t for t, _, _ in self._entries]
         trainable = [(t, cut) for t, cut, _ in self._entries if cut != "bias"]
-        return weights + [Chunked(self._optimizer_key(state, t, cut), t.shape, t.chunks)
+        return weights + [Chunked(self._optimizer_key(state, t.fqn, cut.startswith("experts")), t.shape, t.chunks)
                           for state in ("param", "exp_avg", "exp_avg_sq") for t, cut in trainable]
 
     def shards(self) -> Iterator[Shard]:
@@ -321,7 +393,7 @@ class MegatronMoeLayout:
         for state in ("param", "exp_avg", "exp_avg_sq"):
             for t, cut, placed in self._entries:
                 if cut != "bias":
-                    key = self._optimizer_key(state, t, cut)
+                    key = self._optimizer_key(state, t.fqn, cut.startswith("experts"))
                     for (off, size), where, holders in placed:
                         dtype = "fp32" if state == "param" else self.moments_dtype
                         yield Shard(Item(key, dtype, size, offsets=off), where, holders)
@@ -347,6 +419,119 @@ class MegatronMoeLayout:
         for k in range(self.shape.mtp_layers):
             yield (Item(f"mtp.layers.{k}.eh_proj._extra_state/shard_0_1", "", (), pickled=EXTRA_STATE),
                    rank_of(self.tensor, self.data, 0, 0, last))
+
+    def split_weights(self) -> list[tuple[str, tuple[int, ...], str]]:
+        """One of each kind of weight a load splits (its blocks', the vocabulary's, the MTP module's projection),
+        as saved: what a load's parallelism must divide."""
+        s = self.shape
+        kinds = {s.is_moe_layer(i) for i in range(s.num_layers)} | ({True} if s.mtp_layers else set())
+        out = [(f"decoder.layers.{name}", shape, cut) for moe in sorted(kinds) for name, shape, cut in self.block(moe)]
+        out.append(("output_layer.weight", self.sized((s.vocab_size, s.hidden_size), "rows"), "rows"))
+        if s.mtp_layers:
+            out.append(("mtp.layers.0.eh_proj.weight", self.sized((s.hidden_size, 2 * s.hidden_size), "rows"), "rows"))
+        return out
+
+    # -- what a rank's sharded state dict holds, in order (the save's plan and a load's reads follow it) ----------
+    def coords(self, rank: int) -> tuple[int, int, int, int]:
+        """A rank's (tensor-parallel rank, expert-tensor rank, expert-parallel rank, pipeline stage)."""
+        pp, q = divmod(rank, self.tensor * self.data)
+        return q % self.tensor, q % self.expert_tensor, (q // self.expert_tensor) % self.expert, pp
+
+    def alike(self, rank: int) -> tuple[int, ...]:
+        """Ranks with the same state dict (data-parallel and expert-data-parallel replicas) read alike."""
+        return self.coords(rank)
+
+    def order(self, rank: int) -> dict[tuple[str, tuple[int, ...]], int]:
+        return self.traversal(*self.coords(rank))
+
+    @cache  # noqa: B019 - one per (TP, expert TP, EP rank, stage), asked by every rank of a plan and a restore
+    def traversal(self, tp: int, etp: int, ep: int, pp: int) -> dict[tuple[str, tuple[int, ...]], int]:
+        """What a rank holds, in the order of its sharded state dict (megatron-core 0.16.1, held to real saves'
+        files and loads' reads): the model in registration order (the embedding; per block of the stage its
+        attention, norms, the dense MLP or the router, its bias, each local expert's fc1 and fc2, the shared
+        experts; each linear's ``_extra_state`` after its weight, an expert's after each of its two; the final
+        norm, the MTP module, the output layer), then the distributed optimizer's ``fully_reshardable`` state of
+        the two chained optimizers: the dense parameters (``chained_0``) in reverse, then the experts'
+        (``chained_1``, one parameter per expert and block) in reverse, each as param, exp_avg, exp_avg_sq.
+        Entries (fqn, offsets) in order, each with its position; an object's offsets are ()."""
+        s, n, e, last = self.shape, self.shape.num_layers, self.shape.num_experts, self.pipeline - 1
+        model: list[tuple[str, tuple[int, ...]]] = []
+        params: list[tuple[int, str, list[tuple[int, ...]]]] = []  # per parameter: its chain, key and chunks held
+
+        def tensor(key: str, shape: tuple[int, ...], cut: str, layer: int | None) -> None:
+            held = [off for (off, _), p, _ in self.cuts(shape, cut) if cut in ("whole", "bias") or p == tp]
+            held = [(layer, *off) for off in held] if layer is not None else held
+            model.extend((key, off) for off in held)
+            if cut != "bias":  # a buffer: no optimizer state
+                params.append((0, key, held))
+
+        def extra(key: str, where: str) -> None:
+            model.append((f"{key.removesuffix('.weight')}._extra_state/shard_{where}", ()))
+
+        def block(prefix: str, moe: bool, layer: int | None, fused: bool = True) -> None:
+            """One block's entries; ``layer``: its index on the stacked keys' leading dimension, or None."""
+            listed = self.block(moe, fused)
+            linears = {f"{linear}.weight" for linear in self.linears(moe)}
+            for name, shape, cut in listed:
+                if cut == "experts_fc2":
+                    continue
+                if cut != "experts_fc1":
+                    tensor(prefix + name, shape, cut, layer)
+                    if name in linears:
+                        extra(prefix + name, f"{layer}_{n}" if layer is not None else "0_1")
+                    continue
+                # the local experts, each its fc1 (gate and up halves) and fc2, at this expert-tensor rank
+                (fc2, fc2_shape, _), = ((nm, sh, c) for nm, sh, c in listed if c == "experts_fc2")
+                for x in range(ep * self.local_experts, (ep + 1) * self.local_experts):
+                    for key, sh, c in ((name, shape, cut), (fc2, fc2_shape, "experts_fc2")):
+                        offs = self._expert_cuts(sh, c)[(etp, x)]
+                        held = [(layer, *off) for off in offs] if layer is not None else offs
+                        model.extend((prefix + key, off) for off in held)
+                        params.append((1, prefix + key, held))
+                        extra(prefix + key, f"{layer}.{x}_{n}.{e}" if layer is not None else f"{x}_{e}")
+
+        vh, norm = self.sized((s.vocab_size, s.hidden_size), "rows"), self.sized((s.hidden_size,), "whole")
+        if pp == 0:
+            tensor("embedding.word_embeddings.weight", vh, "rows", None)
+        for layer in range(n):
+            if self.stages[layer] == pp:
+                if self.homogeneous:
+                    block("decoder.layers.", True, layer)
+                else:
+                    block(f"decoder.layers.{layer}.", s.is_moe_layer(layer), None)
+        if pp == last:
+            tensor("decoder.final_layernorm.weight", norm, "whole", None)
+            for k in range(s.mtp_layers):  # the MTP module: its norms, projection and block; keys never stacked
+                prefix = f"mtp.layers.{k}."
+                tensor(prefix + "enorm.weight", norm, "whole", None)
+                tensor(prefix + "hnorm.weight", norm, "whole", None)
+                tensor(prefix + "eh_proj.weight", self.sized((s.hidden_size, 2 * s.hidden_size), "rows"), "rows", None)
+                extra(prefix + "eh_proj.weight", "0_1")
+                block(prefix + "transformer_layer.", True, None, False)
+                tensor(prefix + "final_layernorm.weight", norm, "whole", None)
+            tensor("output_layer.weight", vh, "rows", None)
+        out = model
+        for chain in ((0, 1),) if self.expert == 1 else ((0,), (1,)):  # one optimizer without EP
+            for c, key, held in reversed(params):
+                if c in chain:
+                    for state in ("param", "exp_avg", "exp_avg_sq"):
+                        out += [(self._optimizer_key(state, key, c == 1), off) for off in held]
+        return {entry: k for k, entry in enumerate(out)}
+
+    @cache  # noqa: B019 - per expert tensor's shape, asked by every traversal
+    def _expert_cuts(self, shape: tuple[int, ...], cut: str) -> dict[tuple[int, int], list[tuple[int, ...]]]:
+        """An expert tensor's chunks' offsets by (expert-tensor rank, expert)."""
+        out: dict[tuple[int, int], list[tuple[int, ...]]] = {}
+        for (off, _), p, x in self.cuts(shape, cut):
+            out.setdefault((p, x or 0), []).append(off)
+        return out
+
+    def dtype_of(self, fqn: str) -> str:
+        """A tensor's stored dtype: weights in the model dtype (the router's bias in fp32), the optimizer's
+        parameters in fp32 and its moments in ``moments_dtype``."""
+        if fqn.startswith(("optimizer.state.", "chained_")):  # one optimizer (no EP), or two chained
+            return "fp32" if ".state.param." in fqn else self.moments_dtype
+        return "fp32" if fqn.endswith(".expert_bias") else self.model_dtype
 
     def problems(self, plan: Plan) -> list[str]:
         """Every chunk of every tensor written exactly once, every object once."""

@@ -1,18 +1,22 @@
-"""What Megatron-core's default ``dist_checkpointing.load`` reads on each rank, at the save's tensor parallelism
-and world size or others (a dense GPT model; the model alone or with the distributed optimizer's
-``fully_reshardable`` state).
+"""What Megatron-core's default ``dist_checkpointing.load`` reads on each rank, at the save's parallelism and
+world size or others (a dense GPT model, or a mixture of experts at another expert parallelism too; the model
+alone or with the distributed optimizer's ``fully_reshardable`` state).
 
-Derived from megatron-core 0.16.1 and torch 2.13.0 and held to a real load in
-``tests/against_frameworks/test_restore.py``
-(``tests/oracles/megatron_save.py load``: DCP's ``FileSystemReader`` instrumented):
+Derived from megatron-core 0.16.1 and torch 2.13.0 and held to real loads (``tests/oracles/megatron_save.py
+load``: DCP's ``FileSystemReader`` instrumented), recorded: the dense model's in
+``tests/against_frameworks/test_restore.py``, the mixtures of experts' in
+``tests/against_frameworks/test_megatron_moe_restore.py`` (four saves, fifteen loads: other world sizes, TP, EP,
+the model alone):
 
 - No fully parallel load (Megatron-LM's ``--ckpt-fully-parallel-load`` is off by default): every rank reads
   ``metadata.json``, ``common.pt`` and ``.metadata`` itself, then what its own sharded state dict asks for,
   replicas included: every data-parallel rank reads its tensor-parallel slice whole, every tensor-parallel
   rank the norms (``_replace_state_dict_keys_with_sharded_keys`` with ``keep_only_main_replica=False``).
-- The state dict is the layout's ``traversal`` of the rank's (TP rank, stage), its shards merged per key at the
-  key's first appearance. The optimizer's state is asked for in model space, every shard of the slice, and
-  each rank keeps its part of the flat buffer after reading (``distrib_optimizer.py``, fully_reshardable).
+- The state dict is the layout's ``order`` of the rank (its ``traversal`` of the rank's TP rank and stage; a
+  mixture of experts' also of its expert-tensor and expert-parallel ranks: the routed experts it holds), its
+  shards merged per key at the key's first appearance. The optimizer's state is asked for in model space, every
+  shard of the slice, and each rank keeps its part of the flat buffer after reading (``distrib_optimizer.py``,
+  fully_reshardable).
 - Per key, torch's ``create_read_items_for_chunk_list``: the rank's chunks sorted by where they start on the
   dimension of largest extent, each with the stored chunks it overlaps, sorted by where those end there, then
   by their place in ``.metadata`` (the save's plans, rank by rank). ``FileSystemReader`` then reads each
@@ -21,8 +25,10 @@ Derived from megatron-core 0.16.1 and torch 2.13.0 and held to a real load in
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import replace
+from functools import cache
 from typing import TYPE_CHECKING, Any, Protocol
 
 from dlio_ckpt.errors import ConfigError
@@ -43,19 +49,15 @@ Chunk = tuple[tuple[int, ...], tuple[int, ...]]
 
 
 class Sharded(Protocol):
-    """What a restore asks of a dense Megatron layout (:class:`.megatron.MegatronLayout`), saved or loading."""
+    """What a restore asks of a Megatron layout (:class:`.megatron.MegatronLayout`, a dense GPT, and
+    :class:`.megatron_moe.MegatronMoeLayout`, a mixture of experts), saved or loading."""
 
-    world_size: int
-    tensor: int
-    pipeline: int
-    data: int
-    scale: float
-    widths_tensor: int | None
-
-    def weights(self) -> list[tuple[str, tuple[int, ...], str, bool]]: ...
+    @property
+    def world_size(self) -> int: ...
 
     def tensors(self) -> list[Chunked]: ...
-    def traversal(self, tp: int, pp: int) -> dict[tuple[str, tuple[int, ...]], int]: ...
+    def order(self, rank: int) -> dict[tuple[str, tuple[int, ...]], int]: ...
+    def alike(self, rank: int) -> tuple[int, ...]: ...
     def dtype_of(self, fqn: str) -> str: ...
 
 
@@ -67,22 +69,28 @@ def _overlap(a: Chunk, b: Chunk) -> int:
     return n
 
 
-def _bucket(fqn: str, offsets: tuple[int, ...]) -> tuple[str, int]:
-    """Where to look for a chunk's stored overlaps: a stacked block tensor's by its layer, others whole."""
-    return fqn, offsets[0] if "decoder.layers." in fqn else -1
+def _bucket(fqn: str, offsets: tuple[int, ...]) -> tuple[str, tuple[int, ...]]:
+    """Where to look for a chunk's stored overlaps: by the leading dimensions on which every chunk is one index,
+    a stacked block tensor's layer (``decoder.layers.<name>``, not ``decoder.layers.<l>.<name>``) and a routed
+    expert tensor's expert; others whole."""
+    return fqn, offsets[:_lead(fqn)]
+
+
+@cache
+def _lead(fqn: str) -> int:
+    return (1 if re.search(r"decoder\.layers\.\D", fqn) else 0) + (".experts.experts." in fqn)
 
 
 def reads(plan: Plan, load: Sharded, model_only: bool, size_of: Callable[[Item], int]) -> Restore:
     """Every rank's reads when ``plan`` (a dense Megatron save) is loaded by ``load`` (the layout at the load's
     parallelism); ``size_of``: an item's stored archive."""
     saved: Sharded = plan.layout  # type: ignore[assignment]
-    # every stored chunk by tensor (and layer): its place in .metadata (writer rank, then its plan's order)
+    # every stored chunk by tensor (and layer, expert): its place in .metadata (writer rank, then its plan's order)
     # and where it lies (file, offset, length); every object by name, with its pickle's length
-    stored: dict[tuple[str, int], list[tuple[Chunk, tuple[int, int], tuple[int, int, int]]]] = {}
+    stored: dict[tuple[str, tuple[int, ...]], list[tuple[Chunk, tuple[int, int], tuple[int, int, int]]]] = {}
     objects: dict[str, tuple[int, int, int, int, int]] = {}
     for r in plan.ranks:
-        tp, rest = r.rank % saved.tensor, r.rank // saved.tensor
-        place = saved.traversal(tp, rest // saved.data)
+        place = saved.order(r.rank)
         for k, f in enumerate(r.files):
             assert isinstance(f, ItemFile)
             at = 0
@@ -96,17 +104,30 @@ def reads(plan: Plan, load: Sharded, model_only: bool, size_of: Callable[[Item],
                 at += n
     sizes = {(t.fqn, off): size for t in load.tensors() for off, size in t.chunks}
     shapes = {t.fqn: t.shape for t in load.tensors()}
+    per_key: dict[tuple[Any, ...], tuple[list[tuple[int, int, int, int]], int]] = {}
+
+    def _key_reads(fqn: str, chunks: list[tuple[int, ...]]) -> tuple[list[tuple[int, int, int, int]], int]:
+        """One key's reads for a rank's chunks of it, in torch's order, and the bytes they hold that it needs."""
+        wanted, needed = [], 0
+        sweep = max(range(len(shapes[fqn])), key=lambda d: (shapes[fqn][d], -d))
+        for local in sorted(((off, sizes[(fqn, off)]) for off in chunks), key=lambda c: c[0][sweep]):
+            hits = [h for h in stored.get(_bucket(fqn, local[0]), []) if _overlap(h[0], local)]
+            for c, (rank, _), (k, at, n) in sorted(hits, key=lambda h: (h[0][0][sweep] + h[0][1][sweep], h[1])):
+                wanted.append((rank, k, at, n))
+                needed += _overlap(c, local) * DATATYPE_BYTES[load.dtype_of(fqn)]
+        return wanted, needed
+
     ranks: list[RankReads] = []
-    # the data-parallel replicas of a (TP rank, stage) read alike: planned once
-    alike: dict[tuple[int, int], RankReads] = {}
+    # the replicas of a state dict (data-parallel ranks of a TP rank and stage; and of an expert's) read alike
+    alike: dict[tuple[int, ...], RankReads] = {}
     for q in range(load.world_size):
-        tp, rest = q % load.tensor, q // load.tensor
-        if (tp, rest // load.data) in alike:
-            ranks.append(replace(alike[(tp, rest // load.data)], rank=q))
+        group = load.alike(q)
+        if group in alike:
+            ranks.append(replace(alike[group], rank=q))
             continue
         keys: dict[str, list[tuple[int, ...]]] = {}  # merged at first appearance, chunks in traversal order
-        for fqn, offsets in load.traversal(tp, rest // load.data):
-            if not model_only or not fqn.startswith("optimizer."):
+        for fqn, offsets in load.order(q):
+            if not model_only or not fqn.startswith(("optimizer.", "chained_")):  # the (chained) optimizers' state
                 keys.setdefault(fqn, []).append(offsets)
         wanted: list[tuple[int, int, int, int]] = []  # (writer rank, file, offset, length)
         needed = 0
@@ -116,14 +137,13 @@ def reads(plan: Plan, load: Sharded, model_only: bool, size_of: Callable[[Item],
                 wanted.append((rank, k, at, n))
                 needed += pickled
                 continue
-            sweep = max(range(len(shapes[fqn])), key=lambda d: (shapes[fqn][d], -d))
-            for local in sorted(((off, sizes[(fqn, off)]) for off in chunks), key=lambda c: c[0][sweep]):
-                hits = [h for h in stored.get(_bucket(fqn, local[0]), []) if _overlap(h[0], local)]
-                for c, (rank, _), (k, at, n) in sorted(hits, key=lambda h: (h[0][0][sweep] + h[0][1][sweep], h[1])):
-                    wanted.append((rank, k, at, n))
-                    needed += _overlap(c, local) * DATATYPE_BYTES[load.dtype_of(fqn)]
+            if (fqn, *chunks) not in per_key:  # the same key's reads recur in other groups (a stage's EP ranks)
+                per_key[(fqn, *chunks)] = _key_reads(fqn, chunks)
+            reads_, n = per_key[(fqn, *chunks)]
+            wanted += reads_
+            needed += n
         ranks.append(by_file(q, wanted, needed))
-        alike[(tp, rest // load.data)] = ranks[-1]
+        alike[group] = ranks[-1]
     return Restore(load.world_size, saved.world_size, model_only, tuple(ranks), FOLLOWS)
 
 

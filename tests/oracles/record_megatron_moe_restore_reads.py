@@ -1,0 +1,77 @@
+"""Records what megatron-core's own save and load of a mixture of experts write and read, the oracle of
+``tests/against_frameworks/test_megatron_moe_restore.py``, into ``tests/data/megatron_moe_restore_reads.json``
+with the versions it was recorded with (torch, megatron-core)::
+
+    PYTHONPATH=. .venv/bin/python tests/oracles/record_megatron_moe_restore_reads.py      # about 1.5 minutes
+
+Per case of the test's ``CASES`` (recorded beside the reads: the test refuses a recording of other cases), a
+real save by ``tests/oracles/megatron_save.py`` (a GPTModel with MoE blocks, the distributed optimizer after one
+Adam step, the fully parallel save, on CPU with gloo): every file's size and every item ``.metadata`` places
+(file, offset, tensor, chunk, length); then megatron-core's default ``dist_checkpointing.load`` of it
+(``megatron_save.py load``) at each load ``TP:WORLD:MODEL_ONLY[:EP]``: per rank, in order, the files it opened
+whole, then (file, offset, length) per item DCP's ``FileSystemReader`` read. The saves and loads take about
+1.5 minutes of forked ranks, for reads that change only with the frameworks; the test compares in process.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import platform
+import subprocess
+import sys
+import tempfile
+from importlib.metadata import version
+from pathlib import Path
+
+from tests.against_frameworks import test_megatron_moe_restore as case
+from tests.support import ORACLES, REPO
+
+
+def run(cmd: list[str]) -> None:
+    done = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True)
+    if done.returncode:
+        sys.exit(f"failed ({' '.join(cmd)}):\n{done.stderr[-3000:]}")
+
+
+def stored_items(step: Path) -> list[tuple[str, int, str, tuple[int, ...], int]]:
+    """Every item the save's ``.metadata`` places, sorted: (file, offset, tensor, chunk offsets, length)."""
+    stored = pickle.loads((step / ".metadata").read_bytes()).storage_data
+    return sorted((v.relative_path, v.offset, k.fqn, tuple(k.offset or ()), v.length) for k, v in stored.items())
+
+
+def record_case(tmp: Path, model: list[str], world: int, loads: list[str]) -> dict:
+    step, out, oracle = tmp / "real", tmp / "reads.json", str(ORACLES / "megatron_save.py")
+    run([sys.executable, oracle, str(step), str(world), *model])
+    files = {p.name: p.stat().st_size for p in sorted(step.iterdir())}
+    items = stored_items(step)
+    run([sys.executable, oracle, "load", str(out), str(step), ",".join(loads), *model])
+    return {"world": world, "model": model, "files": files, "items": items, "loads": json.loads(out.read_text())}
+
+
+def dumps(value: object, level: int = 0) -> str:
+    """JSON with each read and each item on a line of its own: a new recording's diff reads line by line."""
+    pad = " " * (level + 1)
+    if isinstance(value, dict):
+        return "{\n" + ",\n".join(f"{pad}{json.dumps(k)}: {dumps(v, level + 1)}" for k, v in value.items()) + \
+            "\n" + " " * level + "}"
+    if isinstance(value, list | tuple) and value and all(isinstance(v, list | tuple | dict) for v in value):
+        return "[\n" + ",\n".join(pad + dumps(v, level + 1) for v in value) + "\n" + " " * level + "]"
+    return json.dumps(value)
+
+
+def main() -> None:
+    found: dict = {"script": "tests/oracles/record_megatron_moe_restore_reads.py",
+                   "versions": {p: version(p) for p in ("torch", "megatron-core")} |
+                   {"python": platform.python_version()}, "cases": {}}
+    for name, (model, world, loads) in case.CASES.items():
+        with tempfile.TemporaryDirectory() as tmp:
+            found["cases"][name] = record_case(Path(tmp), model, world, loads)
+        print(f"{name}: saved at {world}, loaded at {', '.join(loads)}")
+    case.READS.write_text(dumps(found) + "\n")
+    print(os.path.relpath(case.READS, REPO))
+
+
+if __name__ == "__main__":
+    main()
