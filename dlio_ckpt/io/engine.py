@@ -917,7 +917,10 @@ class Engine:
         ranges read in the order given, adjacent ones as one, each in requests of at most ``chunk_size``
         (on object stores a ranged GET each), one in flight per file: DCP's ``FileSystemReader`` reads a
         rank's items one after another from one stream. Under O_DIRECT a range is widened to whole
-        blocks, and the bytes read count them. Returns the bytes read."""
+        blocks, and the bytes read count them. Files that come with their framework's calls are read as
+        its reader reads them: on a file system item by item (:meth:`_read_items`), on a storage that says how
+        its framework client reads items (``item_spans``: S3, s3torchconnector's ``S3StorageReader``) in
+        those spans (:meth:`_read_spans`). Returns the bytes read."""
         caps = self.backend.capabilities
         if self.options.evict_before_read and not self.options.odirect and caps.evict_cache:
             files = list({t.path: t for t, _ in reads}.values())  # a file many ranks read, evicted once
@@ -925,6 +928,11 @@ class Engine:
         if reads and reads[0][0].calls is not None and self._positional and self._verify:
             return self._each(lambda worker, job: self._read_items(worker, job.task, job.spans),
                               [_RangedRead(task, ranges) for task, ranges in reads])
+        if reads and reads[0][0].calls is not None and self._verify:
+            spanned = [(task, self.backend.item_spans(self._within(task, ranges))) for task, ranges in reads]
+            if all(s is not None for _, s in spanned):
+                return self._each(lambda worker, job: self._read_spans(worker, job.task, job.spans),
+                                  [_RangedRead(task, tuple(s or ())) for task, s in spanned])
         # one entry per (rank, file) read: several loading ranks of this process may read one file
         jobs = [_RangedRead(task, self._spans_of(task, ranges)) for task, ranges in reads]
         return self._each(lambda worker, job: self._read_ranges(worker, job.task, job.spans), jobs)
@@ -989,11 +997,42 @@ class Engine:
     def _spans_of(self, task: FileTask, ranges: tuple[tuple[int, int], ...]) -> tuple[tuple[int, int], ...]:
         """What is asked of storage for ``ranges`` (:func:`~dlio_ckpt.plan.restore.spans`, blocks under O_DIRECT),
         each within the file's planned size."""
+        return spans(self._within(task, ranges), self._align)
+
+    @staticmethod
+    def _within(task: FileTask, ranges: tuple[tuple[int, int], ...]) -> tuple[tuple[int, int], ...]:
+        """``ranges``, each checked to lie within the file's planned size."""
         for offset, length in ranges:
             if offset + length > task.size:
                 raise VerifyError(f"{task.path}: a read of [{offset}, {offset + length}) passes its planned "
                                   f"{task.size} bytes")
-        return spans(ranges, self._align)
+        return ranges
+
+    def _read_spans(self, worker: _Worker, task: FileTask, spans: tuple[tuple[int, int], ...]) -> int:
+        """A loading rank's items of one object as its framework's client reads them on this storage: each span
+        (start, end) of :meth:`item_spans` one request stream (``open_span``: on S3 one GET of the range, which
+        the CRT splits into ``part_size`` GETs), read in order in the client's own buffers, every byte compared
+        with what was written there (a gap between items too: the file's bytes). The bytes read."""
+        total = 0
+        for start, end in spans:
+            reader = self.backend.open_span(task.path, start, end)
+            chunks = _chunks(reader, worker.readbuf)
+            pos = start
+            try:
+                for got in chunks:
+                    if pos + len(got) > end:
+                        raise VerifyError(f"{task.path}: a read of [{start}, {end}) returned more bytes")
+                    if self.options.verify:
+                        self._check_span(worker, task, got, pos, pos, pos + len(got))
+                    pos += len(got)
+                    self._progress(task.path, len(got))
+            finally:
+                chunks.close()
+                reader.close()
+            if pos != end:
+                raise VerifyError(f"{task.path}: has {pos} bytes, planned {task.size}")
+            total += end - start
+        return total
 
     def _read_ranges(self, worker: _Worker, task: FileTask, spans: tuple[tuple[int, int], ...]) -> int:
         """Every byte of ``spans`` read and compared (bytes a widened span holds beyond the ranges asked

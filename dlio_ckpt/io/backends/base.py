@@ -6,6 +6,7 @@ import io
 import os
 import socket
 from abc import ABC, abstractmethod
+from collections.abc import Iterable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any, Protocol, cast, runtime_checkable
@@ -215,6 +216,16 @@ class Backend(ABC):
         self.put_small(path, b"dlio_ckpt probe")
         self.remove(path)
         return []
+
+    def item_spans(self, ranges: Iterable[tuple[int, int]]) -> list[tuple[int, int]] | None:
+        """How a framework's client on this storage reads a load's items of one file, (offset, length) each: the
+        spans (start, end) it asks for, each read by :meth:`open_span`; None where the engine reads them item by
+        item itself (file systems: ``torch.load``'s reads; GCS: as the stream)."""
+        return None
+
+    def open_span(self, path: str, start: int, end: int) -> Reader:
+        """The bytes [start, end) of a file as one request stream (where :meth:`item_spans` gives spans)."""
+        raise NotImplementedError(f"storage_type={self.name} reads no spans")
 
     def rename(self, source: str, target: str) -> None:
         """Move a whole file into place (as DCP renames ``.metadata.tmp``), where ``capabilities.rename``;

@@ -6,8 +6,10 @@ retries are the CRT's. We call its put/get streams directly: S3Writer copies mem
 same way. A read is one GET per object, as s3torchconnector's own reader makes it: the CRT splits it
 into ``part_size`` ranges fetched in parallel and its part buffers bound the memory (a load's peak
 RSS was 573-672 MiB per process here, for objects of 0.9 and 2.6 GiB); ``read_size`` reads in ranged
-GETs of our own instead. ``library=botocore`` swaps in botocore behind the same calls
-(:mod:`dlio_ckpt.io.backends.s3_botocore`), which shows every HTTP attempt the CRT would hide.
+GETs of our own instead. A framework's load of items reads them as s3torchconnector's ``S3StorageReader``
+does: a GET per range of nearby items (:func:`item_spans`, :meth:`S3Backend.open_span`). ``library=botocore``
+swaps in botocore behind the same calls (:mod:`dlio_ckpt.io.backends.s3_botocore`), which shows every HTTP
+attempt the CRT would hide.
 
 Credentials come from the usual AWS chain (``AWS_ACCESS_KEY_ID``/``AWS_SECRET_ACCESS_KEY``,
 ``AWS_PROFILE``, ...), from ``storage_options.profile``, or from ``storage_options.access_key_id``/
@@ -19,7 +21,7 @@ process environment, so children inherit nothing and two S3 tiers may use differ
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
@@ -34,6 +36,9 @@ from dlio_ckpt.io.backends.s3_credentials import S3Keys, build_with
 from dlio_ckpt.io.requests import RequestLog
 
 CLIENT_ERRORS = (S3Exception, BotocoreS3Error)  # what either client raises for a failed request
+# s3torchconnector 1.5.0's DCPOptimizedS3Reader (S3StorageReader's default): items at most this far apart share one GET
+# (DEFAULT_MAX_GAP_SIZE, s3reader/dcp_optimized.py)
+ITEM_GAP = 32 << 20
 
 _NO_CREDENTIALS = ("no AWS credentials found: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (or "
                    "AWS_PROFILE), or storage_options.access_key_id and secret_access_key")
@@ -79,6 +84,21 @@ def explain(exc: Exception) -> str:
     return text
 
 
+def item_spans(ranges: Iterable[tuple[int, int]], gap: int = ITEM_GAP) -> list[tuple[int, int]]:
+    """What s3torchconnector's ``S3StorageReader`` asks of S3 for a load's items of one object, (offset, length)
+    each: its default reader (``S3ReaderConstructor.dcp_optimized()``: ``DCPOptimizedS3Reader``, s3torchconnector
+    1.5.0, ``s3reader/dcp_optimized.py``) takes the items sorted by offset (``prepare_local_plan``), drops the
+    empty ones and joins those at most ``gap`` apart into one range, read by one GET from its first item's start
+    to its last item's end, the gaps read and dropped. As (start, end), in order."""
+    out: list[tuple[int, int]] = []
+    for offset, length in sorted(r for r in ranges if r[1]):
+        if out and offset - out[-1][1] <= gap:
+            out[-1] = (out[-1][0], max(out[-1][1], offset + length))
+        else:
+            out.append((offset, offset + length))
+    return out
+
+
 class S3Writer:
     """One object, uploaded in parts as it is written; committed by :meth:`finish`."""
 
@@ -117,16 +137,24 @@ class S3Reader:
     consumed (and verified) so the client never waits for a first byte between ranges. Those are
     made from the backend's ``ahead`` threads: the native ``get_object`` call blocks 7-12 ms here
     before returning, a third of the time a 32 MiB range takes to arrive, and made inline it stalled
-    every range (bench/results/2026-11-24-object-stores.md)."""
+    every range (bench/results/2026-11-24-object-stores.md). ``span`` (start, end): the bytes [start, end)
+    alone, in one GET of that range whatever ``read_size`` says (:meth:`S3Backend.open_span`)."""
 
-    def __init__(self, backend: S3Backend, path: str) -> None:
+    def __init__(self, backend: S3Backend, path: str, span: tuple[int, int] | None = None) -> None:
         self._b, self._url = backend, backend.url(path)
         self._key = backend.key(path)
         self._pos, self._requested = 0, 0
         self._left = memoryview(b"")
         self._parts: Iterator[bytes] = iter(())
         self._ahead: deque[Future[Iterator[bytes]]] = deque()
-        self._end = 0  # ranged reads only: the object's size, which they must not pass
+        self._end = 0  # ranged reads only: the object's size (a span's end), which they must not pass
+        if span is not None:  # the CRT splits the range into part_size GETs from its start, as for a whole object
+            self._pos, self._end = span
+            try:
+                self._parts = backend.client.get_object(backend.bucket, self._key, *span)
+            except CLIENT_ERRORS as exc:
+                raise failure("cannot open", self._url, exc) from None
+            return
         if not backend.options.read_size:
             try:
                 self._parts = backend.client.get_object(backend.bucket, self._key)
@@ -322,6 +350,17 @@ class S3Backend(ObjectStore):
 
     def open_ranged(self, path: str, odirect: bool) -> S3Ranged:
         return S3Ranged(self, path)
+
+    def item_spans(self, ranges: Iterable[tuple[int, int]]) -> list[tuple[int, int]]:
+        """What a framework's load asks of this storage for its items of one object: :func:`item_spans`, each
+        span read by :meth:`open_span`."""
+        return item_spans(ranges)
+
+    def open_span(self, path: str, start: int, end: int) -> S3Reader:
+        """The object's bytes [start, end) in one GET of that range (the CRT splits it into ``part_size``
+        GETs), read in order: s3torchconnector's ``_get_object_stream(bucket, key, start, end)``, the stream
+        its DCP reader opens per range of items (:meth:`item_spans`)."""
+        return S3Reader(self, path, (start, end))
 
     def size(self, path: str) -> int | None:
         try:

@@ -17,7 +17,7 @@ check), a reader ``views`` only where the backend's lends its buffers.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from time import perf_counter_ns
 from typing import Any
 
@@ -187,6 +187,15 @@ class TimedBackend(Backend):
         prefix = self._prefix(path)
         reader = self._timed(prefix + "open", self.inner.open_ranged, path, odirect)
         return _TimedReader(reader, self.recorder, prefix)
+
+    def item_spans(self, ranges: Iterable[tuple[int, int]]) -> list[tuple[int, int]] | None:
+        return self.inner.item_spans(ranges)
+
+    def open_span(self, path: str, start: int, end: int) -> Reader:
+        prefix = self._prefix(path)
+        reader = self._timed(prefix + "open", self.inner.open_span, path, start, end)
+        cls = _TimedViewsReader if hasattr(reader, "views") else _TimedReader
+        return cls(reader, self.recorder, prefix)
 
     def sync(self, path: str) -> None:
         self._timed(self._prefix(path) + "fsync", self.inner.sync, path)

@@ -335,7 +335,11 @@ def coordinator_reads(file: CoordinatorFile) -> Calls:
     return pickle_reads(file.size)
 
 
-FRAMEWORK_IO = FrameworkIO(writer="torch.distributed.checkpoint FileSystemWriter (torch 2.13.0)",
+# On S3 DCP saves through s3torchconnector's S3StorageWriter, a FileSystemWriter on its S3FileSystem: the same threads
+# and calls, each file an upload of its client (the engine's S3 writer is that client); its S3StorageReader's reads of
+# a load's items are the S3 backend's (item_spans)
+FRAMEWORK_IO = FrameworkIO(writer="torch.distributed.checkpoint FileSystemWriter (torch 2.13.0; on S3 "
+                                  "s3torchconnector 1.5.0's S3StorageWriter)",
                            file_calls=file_calls, coordinator_calls=coordinator_calls,
                            coordinator_reads=coordinator_reads)
 
