@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
 """dlio_ckpt against fio's best configuration on the same folder: writes and verified reads.
 
-1. Search: fio's grid on the folder (dlio_ckpt/fio.py: psync, libaio and io_uring at depths up to
-   32, request sizes 1-32 MiB), per mode and direction, a short run each (``--search-gib`` per
-   process). The fastest point is fio's best configuration.
+1. Search: fio's grid on the folder (dlio_ckpt/tools/fio.py: psync, libaio and io_uring at depths up
+   to 32, going deeper only while it pays, request sizes 1-32 MiB), per mode and direction, a short run
+   each (``--search-gib`` per process). The fastest point is fio's best configuration.
 2. Rounds: dlio_ckpt (one run: a save, then a load with every byte compared) against fio's best
    write and best read, and against fio's psync at dlio_ckpt's chunk size (what a storage team would
    not quote, kept for continuity), alternating who goes first. The same bytes per process (fio: one

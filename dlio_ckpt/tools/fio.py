@@ -5,12 +5,13 @@ setting (an NVMe array wants many requests in flight, a network file system larg
 checkpoint figure is worth reading only beside the best that fio, the tool they trust, found on the
 same folder with the same bytes and processes. The grid spans the engines a Linux host offers
 (psync: one request in flight per process; libaio and io_uring: up to 32) and request sizes of
-1-32 MiB.
+1-32 MiB. Each engine and request size climbs its depths (1, 4, 16, 32) only while a deeper queue pays
+(:data:`DEPTH_GAIN`) and the file has requests left to put in flight: a storage that wants many requests
+gets the whole ladder, one that does not is spared the fio runs that would say so again.
 """
 
 from __future__ import annotations
 
-import itertools
 import json
 import os
 import shlex
@@ -25,6 +26,9 @@ GIB, MIB = 1 << 30, 1 << 20
 ENGINES = {"psync": (1,), "libaio": (1, 4, 16, 32), "io_uring": (1, 4, 16, 32)}
 BLOCK_SIZES = (1 * MIB, 4 * MIB, 8 * MIB, 32 * MIB)
 OPS = ("write", "read")  # in this order: the writes lay out the files the reads read
+# a deeper queue is tried only where the last one gained at least this much over the one before it: a smaller gain
+# is within what two runs of one setting can differ by, and says the storage has enough requests in flight
+DEPTH_GAIN = 1.10
 
 
 @dataclass(frozen=True)
@@ -59,30 +63,52 @@ def run(folder: str | Path, procs: int, size: int, op: str, job: FioJob, direct:
     return stats["io_bytes"] / (stats["runtime"] / 1000) / GIB
 
 
+def ladders(size: int) -> list[list[FioJob]]:
+    """The configurations that may be tried on files of ``size`` bytes, per engine and request size (fio refuses
+    a request larger than the file), each its depths shallowest first, up to the first at which a file's every
+    request can be in flight (a deeper queue has no more requests to hold)."""
+    out = []
+    for engine, depths in ENGINES.items():
+        for bs in (b for b in BLOCK_SIZES if b <= size):
+            rungs = []
+            for depth in depths:
+                rungs.append(FioJob(engine, depth, bs))
+                if depth * bs >= size:
+                    break
+            out.append(rungs)
+    return out
+
+
 def grid(size: int) -> list[FioJob]:
-    """The configurations tried on files of ``size`` bytes (fio refuses a request larger than the file)."""
-    return [FioJob(engine, depth, bs) for engine, depths in ENGINES.items()
-            for depth, bs in itertools.product(depths, BLOCK_SIZES) if bs <= size]
+    """Every configuration that may be tried on files of ``size`` bytes: the most :func:`best` runs (before its
+    finalists run again)."""
+    return [job for rungs in ladders(size) for job in rungs]
 
 
 def best(folder: str | Path, procs: int, size: int, direct: bool, fsync: bool, seconds: int | None = None,
          say: Callable[[str], None] = lambda _line: None, finalists: int = 4,
          again: int = 2) -> dict[str, tuple[float, FioJob]]:
     """fio's fastest configuration per direction in ``folder`` (created, emptied of fio's files
-    after): op -> (GiB/s, job); each point at most ``seconds``. One pass over the grid, then the
-    ``finalists`` fastest run ``again`` times more and ranked by their median: a single pass on a
-    noisy disk crowns whichever point met a quiet moment. ``say`` hears every point."""
+    after): op -> (GiB/s, job); each point at most ``seconds``. One pass over the grid, each engine and
+    request size climbing its depths (:func:`ladders`) while a deeper queue is :data:`DEPTH_GAIN` faster than
+    the one before; then the ``finalists`` fastest run ``again`` times more and ranked by their median: a
+    single pass on a noisy disk crowns whichever point met a quiet moment. ``say`` hears every point."""
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     out: dict[str, tuple[float, FioJob]] = {}
     try:
         for op in OPS:
             speeds: dict[FioJob, list[float]] = {}
-            for job in grid(size):
-                if op == "write":  # into new files: an overwrite finds the pages of the last point cached
-                    remove_files(folder, procs)
-                speeds[job] = [run(folder, procs, size, op, job, direct, fsync, seconds)]
-                say(f"fio {op:5s} {job}: {speeds[job][0]:.3f} GiB/s")
+            for rungs in ladders(size):
+                below = 0.0
+                for job in rungs:
+                    if op == "write":  # into new files: an overwrite finds the pages of the last point cached
+                        remove_files(folder, procs)
+                    speeds[job] = [run(folder, procs, size, op, job, direct, fsync, seconds)]
+                    say(f"fio {op:5s} {job}: {speeds[job][0]:.3f} GiB/s")
+                    if below and speeds[job][0] < below * DEPTH_GAIN:
+                        break  # deeper did not pay: no deeper still
+                    below = speeds[job][0]
             top = sorted(speeds, key=lambda j: speeds[j][0], reverse=True)[:finalists]
             for _ in range(again):
                 for job in top:

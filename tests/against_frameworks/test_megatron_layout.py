@@ -3,8 +3,8 @@
 parallel save): the same file names, every ``.distcp`` file within 0.5% (equal to the byte with
 megatron-core 0.16.1 and torch 2.13.0), ``.metadata`` within 10%, ``common.pt`` and ``metadata.json``;
 dense models (tensor, pipeline and data parallelism: the TP 2 x PP 2 x DP 2 save is in
-``tests/against_frameworks/test_restore.py``) and mixtures of experts (stacked and per-block keys, expert and
-expert-tensor parallelism, latent attention, shared experts, the router's bias)."""
+``tests/against_frameworks/test_restore.py``, recorded with its loads) and mixtures of experts (stacked and
+per-block keys, expert and expert-tensor parallelism, latent attention, shared experts, the router's bias)."""
 
 from __future__ import annotations
 
@@ -25,8 +25,9 @@ ORACLE = ORACLES / "megatron_save.py"
 
 # world, TP, layers, hidden, ffn, heads, kv heads, vocabulary, dtype, files per rank (tensor and pipeline
 # parallelism: TP 2 x PP 2 x DP 2, 3 layers split 1 + 2, fp32, one file in tests/against_frameworks/test_restore.py,
-# whose save is compared item by item and also loaded back; a TP 2 x DP 1 case here took 12 s of the suite and
-# found nothing that one did not; DP 2 with 2 files a rank, bf16, is the save traced in
+# whose save is compared item by item and also loaded back, as tests/oracles/record_restore_reads.py recorded
+# them; a TP 2 x DP 1 case here took 12 s of the suite and found nothing that one did not; DP 2 with 2 files a
+# rank, bf16, is the save traced in
 # tests/against_frameworks/test_io_patterns.py, checked there by assert_same_files and assert_same_items)
 CASES = [
     pytest.param(1, 1, 2, 256, 688, 8, 4, 1000, "fp32", 2, id="1-rank"),
@@ -55,15 +56,24 @@ def test_emulated_files_are_those_megatron_saves(tmp_path, world, tp, layers, hi
     assert_same_items(out, make_plan(workload, world))
 
 
-def assert_same_items(step: Path, plan, ordered: bool = True) -> None:
+StoredItem = tuple[str, int, str, tuple[int, ...], int]  # file, offset, tensor, its chunk's offsets, length
+
+
+def stored_items(step: Path) -> list[StoredItem]:
+    """Every item a real save's ``.metadata`` places, sorted: (file, offset, tensor, chunk, length)."""
+    stored = pickle.loads((step / ".metadata").read_bytes()).storage_data
+    return sorted((v.relative_path, v.offset, k.fqn, tuple(k.offset or ()), v.length) for k, v in stored.items())
+
+
+def assert_same_items(step: Path | list[StoredItem], plan, ordered: bool = True) -> None:
     """Every item of the plan where megatron-core put it: file, offset, tensor, chunk and length, as the
-    real save's ``.metadata`` lists them (megatron-core's state-dict order, not only the files' sizes).
+    real save's ``.metadata`` lists them (megatron-core's state-dict order, not only the files' sizes), read
+    from the step folder or given as :func:`stored_items` recorded them.
     ``ordered=False`` (a mixture of experts): each rank holds the same items (tensor, chunk, length); which of
     its files holds one, and where, is not modelled for MoE (the files' sizes still equal the real ones)."""
     from dlio_ckpt.plan.layouts.dcp import item_size
 
-    stored = pickle.loads((step / ".metadata").read_bytes()).storage_data
-    real = sorted((v.relative_path, v.offset, k.fqn, tuple(k.offset or ()), v.length) for k, v in stored.items())
+    real = stored_items(step) if isinstance(step, Path) else sorted(step)
     ours = []
     for rank in plan.ranks:
         for f in rank.files:

@@ -1,7 +1,8 @@
 """The tool removes only what it wrote: ``overwrite``, ``keep_last``, sweeps' point folders and the
 clean-up of an interrupted attempt remove exactly the files a manifest or a run record of dlio_ckpt
 names; anything else is left alone, and where it sits in a step the run must replace, the run is
-refused (exit 2) naming it, with nothing removed. On local files and on S3."""
+refused (exit 2) naming it, with nothing removed. On local files and on S3. The runs that write are processes;
+those refused run in the test's process (:func:`refused`), as bad input is tested."""
 
 from __future__ import annotations
 
@@ -35,6 +36,12 @@ def where(request, tmp_path, monkeypatch) -> Store:
 
 def run(where: Store, cwd, *extra: str, rundir: str = "run"):
     return dlio([*RUN, *where.overrides(), f"++hydra.run.dir={cwd / rundir}", *extra], cwd, env=where.env)
+
+
+def refused(dlio_here, where: Store, cwd, *extra: str, rundir: str = "run"):
+    """The same run where the test expects it refused (exit 2, nothing written or removed): in this process, as
+    bad input is tested (``dlio_here``); its storage checks are the same calls as a process's."""
+    return dlio_here([*RUN, *where.overrides(), f"++hydra.run.dir={cwd / rundir}", *extra], cwd, env=where.env)
 
 
 def tree(where: Store, folder: str = "ck") -> dict[str, bytes | None]:
@@ -75,7 +82,8 @@ PLANTED = ["global_epoch1_step1/mine.bin", "global_epoch1_step3/mine.bin", "glob
            "dlio_ckpt_run.json"]
 
 
-def test_a_foreign_file_where_a_step_must_be_replaced_refuses_the_run_and_nothing_is_removed(where, tmp_path):
+def test_a_foreign_file_where_a_step_must_be_replaced_refuses_the_run_and_nothing_is_removed(where, tmp_path,
+                                                                                           dlio_here):
     """Step 1 is rewritten, step 3 (the earlier run's) removed: neither may hold a file of the user's;
     nor may a manifest or run record that this tool did not write stand under those names. Each planted file
     in turn beside one earlier run: a refused run removes nothing, so once the planted file is taken back (or
@@ -87,7 +95,7 @@ def test_a_foreign_file_where_a_step_must_be_replaced_refuses_the_run_and_nothin
     for planted in PLANTED:
         put(where, {planted: b"the user's"})
         before = tree(where)
-        again = run(where, tmp_path, "++workload.checkpoint.overwrite=True", rundir="run2")
+        again = refused(dlio_here, where, tmp_path, "++workload.checkpoint.overwrite=True", rundir="run2")
         assert again.returncode == 2, (planted, again.stderr)
         assert f"workload.checkpoint.checkpoint_folder='ck': holds {planted}" in again.stderr, again.stderr
         assert "which dlio_ckpt did not write" in again.stderr and "nothing was removed" in again.stderr
@@ -99,17 +107,17 @@ def test_a_foreign_file_where_a_step_must_be_replaced_refuses_the_run_and_nothin
         assert tree(where) == ours, planted
 
 
-def test_a_step_this_run_writes_must_not_hold_a_foreign_file_even_in_an_empty_folder(tmp_path):
+def test_a_step_this_run_writes_must_not_hold_a_foreign_file_even_in_an_empty_folder(tmp_path, dlio_here):
     """No earlier run of ours here at all: the user's own global_epoch1_step2/ is not written into."""
     where = Store("local_fs", str(tmp_path / "storage"))
     put(where, {"global_epoch1_step2/theirs.pt": b"x", "global_epoch1_step9.manifest.json": b"{}"})
     for extra in ([], ["++workload.checkpoint.overwrite=True"]):
-        r = run(where, tmp_path, *extra)
+        r = refused(dlio_here, where, tmp_path, *extra)
         assert r.returncode == 2 and "holds global_epoch1_step2/theirs.pt" in r.stderr, r.stderr
     assert tree(where) == {"global_epoch1_step2/theirs.pt": b"x", "global_epoch1_step9.manifest.json": b"{}"}
 
 
-def test_an_interrupted_attempts_files_are_named_by_its_run_record_and_replaced(where, tmp_path):
+def test_an_interrupted_attempts_files_are_named_by_its_run_record_and_replaced(where, tmp_path, dlio_here):
     """A run killed before step 2 was committed leaves step 2's files without a manifest: the run
     record names them, so overwrite replaces them; without the record they would be refused."""
     first = run(where, tmp_path, "++workload.checkpoint.num_checkpoints_write=2")
@@ -122,7 +130,7 @@ def test_an_interrupted_attempts_files_are_named_by_its_run_record_and_replaced(
     assert steps_of(tree(where)) == ["global_epoch1_step1"]
     backend.remove(backend.join("ck", "dlio_ckpt_run.json"))
     backend.remove(backend.join("ck", "global_epoch1_step1.manifest.json"))  # nothing names step 1's files now
-    third = run(where, tmp_path, "++workload.checkpoint.overwrite=True", rundir="run3")
+    third = refused(dlio_here, where, tmp_path, "++workload.checkpoint.overwrite=True", rundir="run3")
     assert third.returncode == 2 and "holds global_epoch1_step1/" in third.stderr, third.stderr
 
 
@@ -164,7 +172,7 @@ def test_a_sweep_removes_its_points_checkpoints_and_leaves_the_users_files(tmp_p
 
 
 @pytest.mark.parametrize("case", ["symlink", "subfolder", "malformed_record", "leading_zero"])
-def test_what_only_looks_like_ours_is_never_taken_for_ours(tmp_path, case):
+def test_what_only_looks_like_ours_is_never_taken_for_ours(tmp_path, case, dlio_here):
     """A link inside a step is not entered and not ours; a folder of the user's inside a step is not
     ours; a record that claims to be ours without its lists is not ours (and no traceback); a step
     written global_epoch1_step01 is not step 1."""
@@ -185,11 +193,12 @@ def test_what_only_looks_like_ours_is_never_taken_for_ours(tmp_path, case):
         (ck / "global_epoch1_step01").mkdir()
         (ck / "global_epoch1_step01" / "theirs.pt").write_text("x")
     before = sorted(str(p.relative_to(ck)) for p in ck.rglob("*"))
-    again = run(where, tmp_path, "++workload.checkpoint.overwrite=True", rundir="run2")
     if case == "leading_zero":  # not a step of ours: left alone, the run goes on
+        again = run(where, tmp_path, "++workload.checkpoint.overwrite=True", rundir="run2")
         assert again.returncode == 0, again.stderr
         assert (ck / "global_epoch1_step01" / "theirs.pt").read_text() == "x"
         return
+    again = refused(dlio_here, where, tmp_path, "++workload.checkpoint.overwrite=True", rundir="run2")
     assert again.returncode == 2 and "which dlio_ckpt did not write" in again.stderr, again.stderr
     assert "Traceback" not in again.stderr
     assert {"symlink": "global_epoch1_step1/linked", "subfolder": "global_epoch1_step1/mydir/",
@@ -198,7 +207,7 @@ def test_what_only_looks_like_ours_is_never_taken_for_ours(tmp_path, case):
     assert (elsewhere / "mine.bin").read_text() == "mine"
 
 
-def test_the_storage_root_itself_as_checkpoint_folder_on_s3(tmp_path, s3_server, monkeypatch):
+def test_the_storage_root_itself_as_checkpoint_folder_on_s3(tmp_path, s3_server, monkeypatch, dlio_here):
     """checkpoint_folder='.': the steps lie directly under the bucket's prefix, and an earlier run
     there is seen (refused without overwrite, replaced with it), with spread prefixes (without them: the test below)."""
     for key, value in s3_server.env.items():
@@ -208,23 +217,24 @@ def test_the_storage_root_itself_as_checkpoint_folder_on_s3(tmp_path, s3_server,
                       {"endpoint_url": s3_server.endpoint, "spread_prefixes": spread}, dict(s3_server.env))
         dot = ["++workload.checkpoint.checkpoint_folder=."]
         assert run(where, tmp_path, *dot, rundir=f"a{spread}").returncode == 0
-        refused = run(where, tmp_path, *dot, rundir=f"b{spread}")
-        assert refused.returncode == 2 and "already holds checkpoints of an earlier run" in refused.stderr
+        held = refused(dlio_here, where, tmp_path, *dot, rundir=f"b{spread}")
+        assert held.returncode == 2 and "already holds checkpoints of an earlier run" in held.stderr
         again = run(where, tmp_path, *dot, "++workload.checkpoint.overwrite=True", rundir=f"c{spread}")
         assert again.returncode == 0 and "removed" in again.stdout, again.stdout + again.stderr
     plain = Store("s3", f"{s3_server.bucket}/dot-{time.monotonic_ns()}", {"endpoint_url": s3_server.endpoint},
                   dict(s3_server.env))
     assert run(plain, tmp_path, "++workload.checkpoint.checkpoint_folder=.", rundir="d").returncode == 0
     spread = Store("s3", plain.root, {"endpoint_url": s3_server.endpoint, "spread_prefixes": 4}, dict(s3_server.env))
-    other = run(spread, tmp_path, "++workload.checkpoint.checkpoint_folder=.", "++workload.checkpoint.overwrite=True",
-                rundir="e")  # written without spreading, now asked to hash every key: named, not mistaken
+    other = refused(dlio_here, spread, tmp_path, "++workload.checkpoint.checkpoint_folder=.",
+                    "++workload.checkpoint.overwrite=True",
+                    rundir="e")  # written without spreading, now asked to hash every key: named, not mistaken
     assert other.returncode == 2 and "written with another storage_options.spread_prefixes" in other.stderr, \
         other.stderr
 
 
 @pytest.mark.parametrize("kind, spread", [("local_fs", 0), ("s3", 0), ("s3", 4)], ids=["local", "s3", "s3-spread"])
 def test_the_storage_root_itself_as_checkpoint_folder_keeps_what_is_not_ours(tmp_path, request, monkeypatch, kind,
-                                                                            spread):
+                                                                            spread, dlio_here):
     """checkpoint_folder='.': the storage root is the checkpoint folder, so whatever else lies there is beside our
     steps. A user's files at the root, at a step's name and inside a folder of their own survive a run refused
     without overwrite and a run with it, byte for byte; a file of theirs inside a step the run must replace refuses
@@ -245,8 +255,8 @@ def test_the_storage_root_itself_as_checkpoint_folder_keeps_what_is_not_ours(tmp
     put(where, theirs, ".")
     ours_before = {p for p in tree(where, ".") if p not in theirs}
     assert "global_epoch1_step3.manifest.json" in ours_before and "dlio_ckpt_run.json" in ours_before
-    refused = run(where, tmp_path, *dot, rundir="b")
-    assert refused.returncode == 2 and "already holds checkpoints of an earlier run" in refused.stderr, refused.stderr
+    held = refused(dlio_here, where, tmp_path, *dot, rundir="b")
+    assert held.returncode == 2 and "already holds checkpoints of an earlier run" in held.stderr, held.stderr
     again = run(where, tmp_path, "++workload.checkpoint.checkpoint_folder=.", "++workload.checkpoint.overwrite=True",
                 rundir="c")  # two steps: the earlier run's third is removed, the user's files are not
     assert again.returncode == 0, again.stderr
@@ -256,8 +266,8 @@ def test_the_storage_root_itself_as_checkpoint_folder_keeps_what_is_not_ours(tmp
     assert json.loads(after["dlio_ckpt_run.json"])["steps"] == [1, 2]
     put(where, {"global_epoch1_step2/mine.bin": b"the user's"}, ".")
     before = tree(where, ".")
-    blocked = run(where, tmp_path, "++workload.checkpoint.checkpoint_folder=.", "++workload.checkpoint.overwrite=True",
-                  rundir="d")
+    blocked = refused(dlio_here, where, tmp_path, "++workload.checkpoint.checkpoint_folder=.",
+                      "++workload.checkpoint.overwrite=True", rundir="d")
     assert blocked.returncode == 2, blocked.stderr
     assert "holds global_epoch1_step2/mine.bin" in blocked.stderr and "nothing was removed" in blocked.stderr, \
         blocked.stderr

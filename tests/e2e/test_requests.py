@@ -121,7 +121,10 @@ def _sizes(tmp_path) -> list[int]:
 
 
 def test_gcs_throttling_and_dropped_connections_are_counted_exactly(tmp_path, gcs_server):
-    with proxy(gcs_server.endpoint, gcs_kind, throttle_every=7, drop_every=23) as p:
+    # gcsfs waits 1-2 s before each retry (its backoff has no setting): of ~62 requests, every 13th throttled and
+    # every 29th dropped make 6 or so retries (uploads' starts and chunks, ranged reads, metadata), not the 11
+    # (every 7th and 23rd) that took 12-16 s
+    with proxy(gcs_server.endpoint, gcs_kind, throttle_every=13, drop_every=29) as p:
         r = run_through(tmp_path, gcs_server, p, "gcs")
         assert r.returncode == 0, r.stderr
         summary = load(tmp_path / "out" / "summary.json")

@@ -36,7 +36,7 @@ def test_a_second_run_into_a_held_run_folder_is_refused_unless_replaced(tmp_path
     assert first.returncode == 0, first.stderr
     (tmp_path / "results" / "new" / "notes.txt").write_text("mine")
     before = snapshot(tmp_path / "results" / "new")
-    again = run(tmp_path, "++hydra.run.dir=results/new", "++workload.checkpoint.checkpoint_folder=ck2")
+    again = dlio_here([*ONE, "++hydra.run.dir=results/new", "++workload.checkpoint.checkpoint_folder=ck2"])  # refused
     assert again.returncode == 2 and again.stderr.count("error:") == 1, again.stderr
     assert "hydra.run.dir='results/new': already holds a run (" in again.stderr and "--replace-results" in again.stderr
     assert snapshot(tmp_path / "results" / "new") == before and not (tmp_path / "ck2").exists()
@@ -122,7 +122,7 @@ def immutable(tmp_path):
 
 
 @pytest.mark.parametrize("where", ["checkpoint_folder", "storage_root", "tier", "run_dir"])
-def test_an_immutable_folder_is_bad_input_before_step_1(tmp_path, immutable, where):
+def test_an_immutable_folder_is_bad_input_before_step_1(tmp_path, immutable, where, dlio_here):
     args, key = {"checkpoint_folder": ([f"++workload.checkpoint.checkpoint_folder={immutable}/ck"],
                                        "workload.checkpoint.checkpoint_folder"),
                  "storage_root": ([f"++workload.storage.storage_root={immutable}"],
@@ -130,7 +130,7 @@ def test_an_immutable_folder_is_bad_input_before_step_1(tmp_path, immutable, whe
                  "tier": ([f"++workload.tiers=[{{storage_type: local_fs, storage_root: {immutable}}}]"],
                           "workload.tiers[0].storage_root"),
                  "run_dir": ([f"++hydra.run.dir={immutable}/run"], "hydra.run.dir")}[where]
-    r = run(tmp_path, "++hydra.run.dir=run", *args)
+    r = dlio_here([*ONE, "++hydra.run.dir=run", *args])  # bad input: in this process
     _refused(r, key, "Operation not permitted (errno 1)", tmp_path / "run", tmp_path / "checkpoints")
     assert list(immutable.iterdir()) == []
 

@@ -69,25 +69,26 @@ def test_async_saves_drained_to_s3_with_a_marker_per_tier_and_reads_from_s3(tmp_
     assert report.returncode == 0, report.stderr
 
 
-def test_a_tier_too_small_for_its_steps_is_refused(tmp_path, small_fs):
-    """tiny's four 46 MiB steps fit the local folder, which keeps one, and not the 128 MiB tier."""
-    r = dlio(["--world-size", "2", *SHAPE, "++hydra.run.dir=run", "++workload.storage.keep_last=1",
-              "++workload.checkpoint.num_checkpoints_read=0",
-              f"++workload.tiers=[{{storage_type: local_fs, storage_root: {small_fs}}}]"], tmp_path)
+def test_a_tier_too_small_for_its_steps_is_refused(tmp_path, small_fs, dlio_here):
+    """tiny's four 46 MiB steps fit the local folder, which keeps one, and not the 128 MiB tier (bad input: in this
+    process)."""
+    r = dlio_here(["--world-size", "2", *SHAPE, "++hydra.run.dir=run", "++workload.storage.keep_last=1",
+                   "++workload.checkpoint.num_checkpoints_read=0",
+                   f"++workload.tiers=[{{storage_type: local_fs, storage_root: {small_fs}}}]"])
     assert r.returncode == 2 and "workload.tiers[0].storage_root" in r.stderr and "GiB" in r.stderr, r.stderr
     assert not (tmp_path / "local").exists() and not any(small_fs.iterdir())
 
 
-def test_an_earlier_runs_steps_on_a_lower_tier_are_refused(tmp_path):
+def test_an_earlier_runs_steps_on_a_lower_tier_are_refused(tmp_path, dlio_here):  # bad input: in this process
     (tmp_path / "far" / "ck").mkdir(parents=True)
     (tmp_path / "far" / "ck" / "global_epoch1_step1.manifest.json").write_text('{"tool": "dlio_ckpt", "files": {}}')
-    r = dlio(["--world-size", "2", *SHAPE, "++hydra.run.dir=run",
-              "++workload.tiers=[{storage_type: local_fs, storage_root: far}]"], tmp_path)
+    r = dlio_here(["--world-size", "2", *SHAPE, "++hydra.run.dir=run",
+                   "++workload.tiers=[{storage_type: local_fs, storage_root: far}]"])
     assert r.returncode == 2 and "on workload.tiers[0]" in r.stderr and "overwrite" in r.stderr, r.stderr
     (tmp_path / "far" / "ck" / "global_epoch1_step2").mkdir()
     (tmp_path / "far" / "ck" / "global_epoch1_step2" / "theirs.pt").write_text("x")
-    r = dlio(["--world-size", "2", *SHAPE, "++hydra.run.dir=run", "++workload.checkpoint.overwrite=True",
-              "++workload.tiers=[{storage_type: local_fs, storage_root: far}]"], tmp_path)
+    r = dlio_here(["--world-size", "2", *SHAPE, "++hydra.run.dir=run", "++workload.checkpoint.overwrite=True",
+                   "++workload.tiers=[{storage_type: local_fs, storage_root: far}]"])
     assert r.returncode == 2 and "holds global_epoch1_step2/theirs.pt on workload.tiers[0]" in r.stderr, r.stderr
 
 

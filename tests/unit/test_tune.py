@@ -38,3 +38,40 @@ def test_the_finalists_are_the_best_quarter_and_run_again_alternating():
         ("4", "2"), ("6", "2"), ("2", "2"), ("2", "3"), ("6", "3"), ("4", "3")]
     assert [p.index for p in again] == [1, 2, 3, 4, 5, 6] and again[0].values["k"] == "4"
     assert again[0].overrides == ["++workload.k=4", "++hydra.sweep.dir=/sw/finalists_4_6_2"]
+
+
+def test_fios_search_climbs_each_ladder_of_depths_only_while_deeper_pays(tmp_path, monkeypatch):
+    """fio's best (tune's yardstick) without fio: which configurations it runs, given made-up speeds. An engine and
+    request size go deeper only while the deeper queue is DEPTH_GAIN faster; no deeper than a file has requests;
+    then the fastest run again and the median decides."""
+    from dlio_ckpt.tools import fio
+
+    mib = fio.MIB
+    assert [[(j.engine, j.iodepth, j.bs // mib) for j in rungs] for rungs in fio.ladders(9 * mib)] == [
+        [("psync", 1, 1)], [("psync", 1, 4)], [("psync", 1, 8)],
+        [("libaio", 1, 1), ("libaio", 4, 1), ("libaio", 16, 1)],  # 9 requests: 16 holds them all, 32 adds none
+        [("libaio", 1, 4), ("libaio", 4, 4)], [("libaio", 1, 8), ("libaio", 4, 8)],
+        [("io_uring", 1, 1), ("io_uring", 4, 1), ("io_uring", 16, 1)],
+        [("io_uring", 1, 4), ("io_uring", 4, 4)], [("io_uring", 1, 8), ("io_uring", 4, 8)]]
+    assert len(fio.grid(1024 * mib)) == 4 + 2 * 4 * 4  # files of 32 requests of 32 MiB: the whole grid may run
+
+    def speed(job: fio.FioJob) -> float:  # libaio gains with depth up to 16; nothing else gains from it
+        if job.engine == "libaio":
+            return {1: 1.0, 4: 2.0, 16: 2.1, 32: 4.0}[job.iodepth] * job.bs / mib
+        return 1.0 + (job.iodepth > 1) * 0.05
+    ran: list[tuple[str, fio.FioJob]] = []
+
+    def run(folder, procs, size, op, job, direct, fsync, seconds=None):  # noqa: ANN001, ANN202 - fio.run's
+        ran.append((op, job))
+        return speed(job)
+    monkeypatch.setattr(fio, "run", run)
+    best = fio.best(tmp_path / "fio", 2, 1024 * mib, direct=True, fsync=False, finalists=2, again=2)
+    first = [(job.engine, job.iodepth, job.bs // mib) for op, job in ran[:len(ran) // 2]]
+    assert first[:4] == [("psync", 1, b) for b in (1, 4, 8, 32)]
+    # libaio climbs 1 -> 4 (twice as fast) -> 16 (5 % more: stop), never 32, which would have been faster still
+    assert [d for e, d, b in first if e == "libaio" and b == 1] == [1, 4, 16]
+    assert [d for e, d, b in first if e == "io_uring" and b == 1] == [1, 4]  # 5 % faster at 4: stop
+    assert len(first) == 4 + 4 * 3 + 4 * 2 + 2 * 2  # the pass, then the 2 finalists twice more
+    assert best["write"] == best["read"] == (2.1 * 32, fio.FioJob("libaio", 16, 32 * mib))
+    assert [op for op, _ in ran] == ["write"] * len(first) + ["read"] * len(first)
+    assert not list((tmp_path / "fio").iterdir())
