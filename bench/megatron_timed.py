@@ -12,7 +12,10 @@ before each load, rank 0 writes back and drops every file of the step from the p
 
     python bench/megatron_timed.py ROOT RESULT_JSON SAVES LOADS WORLD TP LAYERS HIDDEN FFN HEADS KV VOCAB DTYPE THREADS
 
-``ROOT/global_epoch1_step{i}`` are written; RESULT_JSON gets ``{"save": [s, ...], "load": [s, ...], "bytes": [...]}``.
+``ROOT/global_epoch1_step{i}`` are written; RESULT_JSON gets ``{"save": [s, ...], "load": [s, ...], "bytes": [...]}``,
+and ``"read_data": [s, ...]``: per load, the slowest rank's time in DCP's ``FileSystemReader.read_data`` (its reads,
+``torch.load`` of each item, the copy into the state dict): the rest of a load is megatron-core's and DCP's CPU
+work before and after the data (metadata, validation, planning, collectives, the optimizer's state).
 megatron-core's save writes with its own writer (sync files: its ``FileSystemWriterAsync`` fsyncs each file).
 """
 
@@ -52,11 +55,23 @@ def worker(rank: int, world: int, port: int, root: str, result: str, saves: int,
     from megatron.core import dist_checkpointing
     from megatron.core.dist_checkpointing.strategies.fully_parallel import FullyParallelSaveStrategyWrapper
     from megatron.core.dist_checkpointing.strategies.torch import TorchDistSaveShardedStrategy
+    from torch.distributed.checkpoint.filesystem import FileSystemReader
 
+    in_read_data = [0.0]
+    read_data = FileSystemReader.read_data
+
+    def timed_read_data(self, *a, **kw):  # noqa: ANN001, ANN002, ANN003, ANN202 (a wrapper of torch's own)
+        t = time.perf_counter()
+        try:
+            return read_data(self, *a, **kw)
+        finally:
+            in_read_data[0] += time.perf_counter() - t
+
+    FileSystemReader.read_data = timed_read_data
     gpt, opt, ps = megatron_save.build(rank, world, port, args)
     threads = int(args[8])
     meta = {"distrib_optim_sharding_type": "fully_reshardable"}
-    out: dict[str, list] = {"save": [], "load": [], "bytes": []}
+    out: dict[str, list] = {"save": [], "load": [], "bytes": [], "read_data": []}
     for i in range(1, saves + 1):
         step = os.path.join(root, f"global_epoch1_step{i}")
         if rank == 0:
@@ -79,9 +94,11 @@ def worker(rank: int, world: int, port: int, root: str, result: str, saves: int,
         if rank == 0:
             _evict(step)
         dist.barrier()
+        in_read_data[0] = 0.0
         t0 = time.perf_counter()
         dist_checkpointing.load(state, step)
         out["load"].append(_slowest(time.perf_counter() - t0))
+        out["read_data"].append(_slowest(in_read_data[0]))
     if rank == 0:
         Path(result).write_text(json.dumps(out))
     dist.barrier()

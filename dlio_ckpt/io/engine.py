@@ -72,6 +72,7 @@ class FileTask:
     #                         torch.save(obj, path)'s std::ofstream)
     via_tmpdir: bool = False  # with its calls: written in $TMPDIR, then moved into place (fsspec's transaction)
     archive: bool = False  # with its calls: one torch.save archive, which a load reads as torch.load does
+    in_memory: bool = False  # with its calls: serialized into fresh memory first, the calls made from that copy
     tensors: bool = True  # with its calls: its payload is tensors, copied from the accelerator where a save copies
     #                       them (Engine.device_copy_rate); a coordinator's metadata is not
 
@@ -708,6 +709,9 @@ class Engine:
         ``with open(...)`` does), closed. The file's bytes are the stream's, offset for offset. Each payload
         call's CRC-32 is computed as ``torch.save`` computes it over each record (torch 2.13.0's default): the one
         CPU cost of a save that grows with its bytes (its value is not written: the format's CRC fields stay 0).
+        A file the framework serializes into memory first (``in_memory``: Lightning's ``torch.save`` into a
+        ``BytesIO``) is copied into fresh memory piece by piece and written from the copy: the copy and its page
+        faults are most of that save's CPU (``bench/lightning_phases.py``), played in bounded memory.
         A file the framework writes through torch.save's C++ stream goes through :class:`_FileBuf` instead; one it
         writes in ``$TMPDIR`` first (``via_tmpdir``, on a file system) is written there and moved into place
         (:meth:`Backend.rename <dlio_ckpt.io.backends.base.Backend.rename>`: a rename, or a copy to another
@@ -734,7 +738,9 @@ class Engine:
                     window, patches = _span_of(w.data, task, at, end)
                     with _formatted(window, patches):
                         zlib.crc32(window)  # torch.save's per-byte work (its CRC-32 of each record); not written
-                        buffered.write(window)
+                        # torch.save into memory (Lightning's BytesIO): each byte copied into memory never touched
+                        # before (its pages faulted in), the write made from that copy; a piece at a time, freed
+                        buffered.write(bytearray(window) if task.in_memory else window)
                     self._progress(task.path, end - at)
                 offset += n
             if offset != task.size:

@@ -5,8 +5,8 @@ flags at its open (but ``O_CLOEXEC``, which C++'s stream does not set), the same
 the same renames; as many threads writing the checkpoint in all. The load alike, per data file: the number of
 read calls within 10 % (equal here), their sizes in the same powers of two, the same bytes, as many threads.
 Real: ``dcp.save`` and ``dcp.load`` of ``mode=fsdp`` (FSDP2 on CPU, ``FileSystemWriter`` and
-``FileSystemReader``, torch 2.13.0), megatron-core 0.16.1's fully parallel ``torch_dist`` save
-(``tests/oracles/megatron_save.py``; its load is not traced here), and DeepSpeed's save and load, which are
+``FileSystemReader``, torch 2.13.0), megatron-core 0.16.1's fully parallel ``torch_dist`` save and Megatron-LM's
+default load (``tests/oracles/megatron_save.py``), and DeepSpeed's save and load, which are
 ``torch.save(state_dict, path)`` and ``torch.load(path)`` (``tests/oracles/torch_save_path.py``), and
 ``mode=lightning``'s (Lightning 2.6.6's ``TorchCheckpointIO``). Each real save's
 files are also held to the layout here (the checks of test_dcp_layout.py and test_megatron_layout.py), so one
@@ -87,16 +87,22 @@ def test_the_emulated_dcp_save_and_load_make_the_calls_dcp_makes(tmp_path):
         assert (got["sizes"], got["read"], len(got["threads"])) == (want["sizes"], want["read"], len(want["threads"]))
 
 
-def test_the_emulated_megatron_save_makes_the_calls_megatron_core_makes(tmp_path):
+def test_the_emulated_megatron_save_and_load_make_the_calls_megatron_core_makes(tmp_path):
+    """megatron-core's fully parallel save (a writer per file) and Megatron-LM's default load
+    (``dist_checkpointing.load``, every rank its own state dict's items), two ranks, two files each."""
     pytest.importorskip("megatron.core")
     world, tp, layers, hidden, ffn, heads, kv, vocab, dtype, files = 2, 1, 2, 256, 688, 8, 4, 1000, "bf16", 2
+    model = [str(v) for v in (tp, layers, hidden, ffn, heads, kv, vocab, dtype, files)]
     out = tmp_path / "real" / STEP
     out.parent.mkdir()
-    traced([sys.executable, str(ORACLES / "megatron_save.py"), str(out), *map(str, (world, tp, layers, hidden, ffn,
-                                                                                    heads, kv, vocab, dtype, files))],
+    traced([sys.executable, str(ORACLES / "megatron_save.py"), str(out), str(world), *model],
            tmp_path / "real" / "trace", tmp_path / "real")
+    traced([sys.executable, str(ORACLES / "megatron_save.py"), "load", str(tmp_path / "real" / "reads.json"), str(out),
+            f"{tp}:{world}:0", *model], tmp_path / "real" / "load", tmp_path / "real")
     suffixes = (*DCP_FILES, "common.pt", "metadata.json")
-    real = write_pattern(calls_on(tmp_path / "real" / "trace", f"/{STEP}/"), suffixes)
+    real_calls = {**calls_on(tmp_path / "real" / "trace", f"/{STEP}/"),
+                  **calls_on(tmp_path / "real" / "load", f"/{STEP}/")}
+    real, real_reads = write_pattern(real_calls, suffixes), read_pattern(real_calls, (".distcp",))
     work = tmp_path / "emulated"
     work.mkdir()
     job = ["workload=tiny", "++workload.checkpoint.layout=megatron", f"++workload.model.parallelism.tensor={tp}",
@@ -106,14 +112,21 @@ def test_the_emulated_megatron_save_makes_the_calls_megatron_core_makes(tmp_path
            f"++workload.model.transformer.num_kv_heads={kv}", f"++workload.model.transformer.vocab_size={vocab}",
            f"++workload.model.model_datatype={dtype}", f"++workload.checkpoint.files_per_rank={files}"]
     traced([str(MPIEXEC), "-n", str(world), sys.executable, "-m", "dlio_ckpt", "run", *job,
-            f"++workload.storage.storage_root={work / 'root'}", f"hydra.run.dir={work / 'out'}", *ONE_SAVE],
-           work / "trace", work, env={**os.environ, "PYTHONPATH": str(REPO)})
-    emulated = write_pattern(calls_on(work / "trace", f"/{STEP}/"), suffixes)
+            f"++workload.storage.storage_root={work / 'root'}", f"hydra.run.dir={work / 'out'}", *ONE_SAVE,
+            "++workload.checkpoint.num_checkpoints_read=1"], work / "trace", work,
+           env={**os.environ, "PYTHONPATH": str(REPO)})
+    calls = calls_on(work / "trace", f"/{STEP}/")
+    emulated, emulated_reads = write_pattern(calls, suffixes), read_pattern(calls, (".distcp",))
     workload, _, _ = compose(job, None)  # the files are megatron-core's, to the byte and item by item
     assert_same_files({p.name: p.stat().st_size for p in out.iterdir()}, workload, world)
     assert_same_items(out, make_plan(workload, world))
     assert_same_calls(real, emulated)
     assert real["writer_threads"] == world * files + 1  # a process per file, and rank 0's own for its three
+    assert sorted(emulated_reads) == sorted(real_reads) == sorted(n for n in real["files"] if n.endswith(".distcp"))
+    for name, want in real_reads.items():  # the load: each rank's items of each file, read as torch.load reads them
+        got = emulated_reads[name]
+        assert abs(got["reads"] - want["reads"]) <= 0.1 * want["reads"], (name, got["reads"], want["reads"])
+        assert (got["sizes"], got["read"], len(got["threads"])) == (want["sizes"], want["read"], len(want["threads"]))
 
 
 @pytest.mark.mpi

@@ -69,6 +69,7 @@ class FrameworkIO:
     via_tmpdir: bool = False  # each file written to a temporary file in $TMPDIR, then moved into place (shutil.move:
     #                           a rename, or a copy where the checkpoint is on another device): fsspec's transaction
     archives: bool = False  # each file is one torch.save archive that its load reads whole, as torch.load does
+    in_memory: bool = False  # torch.save into memory first (Lightning's BytesIO): each byte copied into fresh memory
     # a synchronous save's copy of its tensors from the accelerator (checkpoint.gpu_copy_gb_per_second): "each"
     # tensor just before its framework writes it (DCP's, torch.save's), or all the rank's "first", before any
     # writer starts (megatron-core's preload)

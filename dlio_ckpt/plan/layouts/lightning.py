@@ -319,7 +319,7 @@ def file_calls(file: PlannedFile) -> Calls:
 FRAMEWORK_IO = FrameworkIO(writer="Lightning 2.6.6 TorchCheckpointIO (torch.save into memory, one write to a "
                            "temporary file in $TMPDIR, moved into place)",
                            file_calls=file_calls, caller_writes=True, thread_per_file=False, stream="python",
-                           syncs_files=False, via_tmpdir=True, archives=True, copies="first")
+                           syncs_files=False, via_tmpdir=True, archives=True, copies="first", in_memory=True)
 
 
 def restore(workload: Workload, plan: Plan, world_size: int, model_only: bool) -> Restore:

@@ -68,7 +68,7 @@ def tasks(ctx: RunContext, fmt: Format, step: int, plans: list[RankPlan], backen
                 for p in plans for i, f in enumerate(p.files)]
     return [FileTask(f"{base}/{f.stem}{fmt.extension}", tuple(fmt.segments(f)), file_key(step, p.rank, i),
                      played.file_calls(f), synced=played.syncs_files, stream=played.stream,
-                     via_tmpdir=played.via_tmpdir, archive=played.archives)
+                     via_tmpdir=played.via_tmpdir, archive=played.archives, in_memory=played.in_memory)
             for p in plans for i, f in enumerate(p.files)]
 
 
