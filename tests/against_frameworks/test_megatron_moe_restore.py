@@ -15,7 +15,6 @@ order, not only each rank's set); then, on every rank of every load, the files i
 from __future__ import annotations
 
 import json
-from importlib.metadata import PackageNotFoundError, version
 from typing import TYPE_CHECKING
 
 import pytest
@@ -26,6 +25,7 @@ from dlio_ckpt.plan.layouts import make_plan
 from dlio_ckpt.plan.layouts.dcp import item_size
 from dlio_ckpt.plan.restore import restore_plan
 from tests.support import DATA
+from tests.support.recorded import assert_made_with_installed
 
 if TYPE_CHECKING:
     from dlio_ckpt.config import Workload
@@ -132,18 +132,8 @@ def placed_items(plan: Plan) -> list[tuple[str, int, str, tuple[int, ...], int]]
 
 def test_the_recorded_reads_are_the_installed_frameworks():
     """The recording holds only for the versions that made it: where torch or megatron-core is installed at
-    another release (torch's local label, +cpu or +cu128, changes no read), it must be made again."""
-    for package, made_with in recorded()["versions"].items():
-        if package == "python":  # the interpreter's own version: noted, reads nothing
-            continue
-        try:
-            installed = version(package)
-        except PackageNotFoundError:
-            pytest.skip(f"{package} is not installed: {READS.name}, recorded with {package} {made_with}, is not "
-                        "checked against it")
-        assert installed.split("+")[0] == made_with.split("+")[0], (
-            f"{READS.name} was recorded with {package} {made_with}, and {installed} is installed: record it again "
-            f"({RECORD})")
+    another release, it must be made again."""
+    assert_made_with_installed(recorded()["versions"], READS.name, RECORD)
 
 
 def test_the_recording_is_of_these_cases():

@@ -10,7 +10,6 @@ torch's own resharding (``create_read_items_for_chunk_list``) over larger meshes
 from __future__ import annotations
 
 import json
-from importlib.metadata import PackageNotFoundError, version
 from typing import TYPE_CHECKING
 
 import pytest
@@ -20,6 +19,7 @@ from dlio_ckpt.plan.layouts import make_plan
 from dlio_ckpt.plan.restore import restore_plan
 from tests.against_frameworks.test_dcp_layout import GQA, MLA, emulated_items, moe_overrides
 from tests.support import DATA
+from tests.support.recorded import assert_made_with_installed
 
 if TYPE_CHECKING:
     from dlio_ckpt.config import Workload
@@ -65,16 +65,8 @@ def test_the_recorded_reads_are_the_installed_frameworks():
     changes no read). torchtitan is not installed here: the oracle reimplements v0.2.0's modules and placements on
     torch; where it is installed at another release, its placements may differ, and the recording is made again
     once the oracle follows them."""
-    for package, made_with in recorded()["versions"].items():
-        if package == "python":  # the interpreter's own version: noted, reads nothing
-            continue
-        try:
-            installed = version(package)
-        except PackageNotFoundError:
-            continue  # not here: the recording is not checked against it
-        assert installed.split("+")[0] == made_with.split("+")[0], (
-            f"{READS.name} was recorded with {package} {made_with}, and {installed} is installed: record it again "
-            f"({RECORD}{', once tests/oracles/dcp_moe_save.py places as it does' if package == 'torchtitan' else ''})")
+    assert_made_with_installed(recorded()["versions"], READS.name, RECORD, missing="ignore",
+                               hint={"torchtitan": ", once tests/oracles/dcp_moe_save.py places as it does"})
 
 
 def test_the_recording_is_of_these_cases():

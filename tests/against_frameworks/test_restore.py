@@ -10,7 +10,6 @@ this process. The emulated loads run end to end: tests/e2e/test_restore.py."""
 from __future__ import annotations
 
 import json
-from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
 import pytest
@@ -19,6 +18,7 @@ from dlio_ckpt.config import compose
 from dlio_ckpt.plan.layouts import make_plan
 from dlio_ckpt.plan.restore import restore_plan
 from tests.support import DATA
+from tests.support.recorded import assert_made_with_installed
 from tests.support.workloads import DCP, datatypes
 
 DCP_READS = DATA / "dcp_restore_reads.json"
@@ -41,17 +41,7 @@ def test_the_recorded_reads_are_the_installed_frameworks(path):
     """A recording holds only for the versions that made it: a framework's new version may read otherwise, so
     where it is installed at another version, the recording must be made again (the release is compared: torch's
     local label, +cpu or +cu128, changes no read)."""
-    for package, made_with in recorded(path)["versions"].items():
-        if package == "python":  # the interpreter's own version: noted, reads nothing
-            continue
-        try:
-            installed = version(package)
-        except PackageNotFoundError:
-            pytest.skip(f"{package} is not installed: {path.name}, recorded with {package} {made_with}, is not "
-                        "checked against it")
-        assert installed.split("+")[0] == made_with.split("+")[0], (
-            f"{path.name} was recorded with {package} {made_with}, and {installed} is installed: record it again "
-            f"({RECORD})")
+    assert_made_with_installed(recorded(path)["versions"], path.name, RECORD)
 
 
 def emulated_reads(saved: int, world: int, model_only: bool) -> dict[int, list[tuple[str, int, int]]]:

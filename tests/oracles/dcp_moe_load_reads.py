@@ -79,17 +79,6 @@ def record(tmp: Path, c: dict, saved: int, loads: list[tuple[int, bool]]) -> dic
             "loads": {f"{w}:{int(m)}": load(folder, w, m, c) for w, m in loads}}
 
 
-def dumps(value: object, level: int = 0) -> str:
-    """JSON with each read and each item on a line of its own: a new recording's diff reads line by line."""
-    pad = " " * (level + 1)
-    if isinstance(value, dict):
-        return "{\n" + ",\n".join(f"{pad}{json.dumps(k)}: {dumps(v, level + 1)}" for k, v in value.items()) + \
-            "\n" + " " * level + "}"
-    if isinstance(value, list | tuple) and value and all(isinstance(v, list | tuple | dict) for v in value):
-        return "[\n" + ",\n".join(pad + dumps(v, level + 1) for v in value) + "\n" + " " * level + "]"
-    return json.dumps(value)
-
-
 def main() -> None:
     from tests.against_frameworks import test_moe_restore as case
     found = {}
@@ -97,6 +86,7 @@ def main() -> None:
         with tempfile.TemporaryDirectory() as tmp:
             found[name] = record(Path(tmp), c, saved, loads)
         print(f"{name}: saved at {saved}, loaded at {', '.join(f'{w}:{int(m)}' for w, m in loads)}")
+    from tests.support.recorded import dumps
     recording = {"script": "tests/oracles/dcp_moe_load_reads.py",
                  "versions": {"torch": version("torch"), "torchtitan": TORCHTITAN,
                               "python": platform.python_version()}, "cases": found}

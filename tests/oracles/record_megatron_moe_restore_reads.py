@@ -27,6 +27,7 @@ from pathlib import Path
 
 from tests.against_frameworks import test_megatron_moe_restore as case
 from tests.support import ORACLES, REPO
+from tests.support.recorded import dumps
 
 
 def run(cmd: list[str]) -> None:
@@ -48,17 +49,6 @@ def record_case(tmp: Path, model: list[str], world: int, loads: list[str]) -> di
     items = stored_items(step)
     run([sys.executable, oracle, "load", str(out), str(step), ",".join(loads), *model])
     return {"world": world, "model": model, "files": files, "items": items, "loads": json.loads(out.read_text())}
-
-
-def dumps(value: object, level: int = 0) -> str:
-    """JSON with each read and each item on a line of its own: a new recording's diff reads line by line."""
-    pad = " " * (level + 1)
-    if isinstance(value, dict):
-        return "{\n" + ",\n".join(f"{pad}{json.dumps(k)}: {dumps(v, level + 1)}" for k, v in value.items()) + \
-            "\n" + " " * level + "}"
-    if isinstance(value, list | tuple) and value and all(isinstance(v, list | tuple | dict) for v in value):
-        return "[\n" + ",\n".join(pad + dumps(v, level + 1) for v in value) + "\n" + " " * level + "]"
-    return json.dumps(value)
 
 
 def main() -> None:

@@ -38,6 +38,7 @@ from tests.against_frameworks import test_restore as case
 from tests.against_frameworks.test_dcp_layout import real_save
 from tests.against_frameworks.test_megatron_layout import stored_items
 from tests.support import ORACLES, REPO
+from tests.support.recorded import dumps
 
 
 def run(cmd: list[str], env: dict[str, str] | None = None) -> None:
@@ -73,17 +74,6 @@ def record_megatron(tmp: Path) -> dict:
     return {"script": "tests/oracles/record_restore_reads.py", "versions": versions("torch", "megatron-core"),
             "world": case.MEGATRON_WORLD, "model": case.MEGATRON_MODEL, "files": files, "items": items,
             "loads": json.loads(out.read_text())}
-
-
-def dumps(value: object, level: int = 0) -> str:
-    """JSON with each read and each item on a line of its own: a new recording's diff reads line by line."""
-    pad = " " * (level + 1)
-    if isinstance(value, dict):
-        return "{\n" + ",\n".join(f"{pad}{json.dumps(k)}: {dumps(v, level + 1)}" for k, v in value.items()) + \
-            "\n" + " " * level + "}"
-    if isinstance(value, list | tuple) and value and all(isinstance(v, list | tuple | dict) for v in value):
-        return "[\n" + ",\n".join(pad + dumps(v, level + 1) for v in value) + "\n" + " " * level + "]"
-    return json.dumps(value)
 
 
 def main() -> None:
