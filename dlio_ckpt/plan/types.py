@@ -19,6 +19,7 @@ from dlio_ckpt.model.dtypes import DATATYPE_BYTES
 from dlio_ckpt.plan.collector import collector_paused
 
 if TYPE_CHECKING:
+    from dlio_ckpt.model.lightning_demo import DemoTransformer
     from dlio_ckpt.model.moe import MoeShape
 
 GIB = 1 << 30
@@ -164,7 +165,7 @@ class LayoutFacts(Protocol):
     @property
     def name(self) -> str: ...
     @property
-    def shape(self) -> TransformerShape | MoeShape: ...
+    def shape(self) -> TransformerShape | MoeShape | DemoTransformer: ...
     @property
     def world_size(self) -> int: ...
 

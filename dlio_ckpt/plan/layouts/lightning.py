@@ -157,8 +157,7 @@ def make_plan(workload: Workload, world_size: int) -> Plan:
     size = max(payload + p.file_bytes - p.payload_bytes, file_size(_made(STEM, items)))
     file = ItemFile(STEM, items, payload, size)
     ranks = (RankPlan(0, 0, 0, 0, 0, (file,)), *(RankPlan(r, 0, 0, r, 0, ()) for r in range(1, world_size)))
-    # LayoutFacts.shape names the Llama arithmetic's two shapes; the demo's has what a plan asks of one
-    return Plan(lay, ranks)  # type: ignore[arg-type]
+    return Plan(lay, ranks)
 
 
 class _Ordered(list[tuple[str, Any]]):
