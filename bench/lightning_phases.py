@@ -6,10 +6,11 @@ into memory, the CRC-32 of each record), ``BytesIO.getvalue`` (a second copy of 
 ``_atomic_save`` (fsspec's temporary file in ``$TMPDIR``: the one write, the move into place). What the emulated
 ``layout=lightning`` plays of it is the CRC-32 and the write (docs/concepts/io-patterns.md).
 
-    python bench/lightning_phases.py --dir /path/on/storage [--layers 10] [--saves 5]
+    python bench/lightning_phases.py --dir /path/on/storage [--layers 10] [--saves 5] [--in-loop]
 
 Prints each save's phases in seconds and their medians over saves 2 and on (the first pays one-time costs: it
-is shown apart).
+is shown apart). ``--in-loop`` saves as ``mode=lightning`` does, from a callback after each training step (one step
+per save), instead of after training.
 """
 
 from __future__ import annotations
@@ -50,6 +51,7 @@ def main() -> None:
     ap.add_argument("--dir", required=True)
     ap.add_argument("--layers", type=int, default=10)
     ap.add_argument("--saves", type=int, default=5)
+    ap.add_argument("--in-loop", action="store_true", help="save after each training step, as mode=lightning")
     a = ap.parse_args()
     folder = Path(a.dir)
     folder.mkdir(parents=True, exist_ok=True)
@@ -76,17 +78,11 @@ def main() -> None:
     cloud_io._atomic_save = atomic
     import lightning.fabric.plugins.io.torch_io as torch_io
     torch_io._atomic_save = atomic
-    data = TensorDataset(torch.randint(0, 33278, (4, 16)), torch.randint(0, 33278, (4, 16)))
-    trainer = lit.Trainer(max_steps=1, logger=False, enable_checkpointing=False, enable_progress_bar=False,
-                          enable_model_summary=False, accelerator="cpu", devices=1)
-    module = Demo(a.layers)
-    trainer.fit(module, DataLoader(data, batch_size=2))
-    connector = trainer._checkpoint_connector
-    connector.dump_checkpoint = timed("dump_checkpoint", connector.dump_checkpoint)
-    rows = []
-    for i in range(a.saves):
+    rows: list[dict[str, float]] = []
+
+    def save(trainer: lit.Trainer) -> None:
         spent.clear()
-        path = folder / f"save{i}.ckpt"
+        path = folder / f"save{len(rows)}.ckpt"
         t0 = time.perf_counter()
         trainer.save_checkpoint(path)
         total = time.perf_counter() - t0
@@ -97,8 +93,25 @@ def main() -> None:
                      "write and move": spent.get("atomic", 0.0) - inner, "total": total,
                      "MiB": path.stat().st_size / 2**20})
         path.unlink()
+
+    class SaveEveryStep(lit.Callback):
+        def on_train_batch_end(self, trainer: lit.Trainer, *args: object) -> None:
+            save(trainer)
+
+    steps = a.saves if a.in_loop else 1
+    data = TensorDataset(torch.randint(0, 33278, (2 * steps, 16)), torch.randint(0, 33278, (2 * steps, 16)))
+    trainer = lit.Trainer(max_steps=steps, logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                          enable_model_summary=False, accelerator="cpu", devices=1,
+                          callbacks=[SaveEveryStep()] if a.in_loop else [])
+    module = Demo(a.layers)
+    connector = trainer._checkpoint_connector
+    connector.dump_checkpoint = timed("dump_checkpoint", connector.dump_checkpoint)
+    trainer.fit(module, DataLoader(data, batch_size=2))
+    while not a.in_loop and len(rows) < a.saves:
+        save(trainer)
     print(f"- {time.strftime('%Y-%m-%d %H:%M')} on {platform.node()} ({os.cpu_count()} cores), {a.dir}, "
-          f"{a.layers} layers, torch {torch.__version__}, lightning {lit.__version__}")
+          f"{a.layers} layers, torch {torch.__version__}, lightning {lit.__version__}"
+          f"{', saved after each training step' if a.in_loop else ', saved after training'}")
     print("| save | MiB | " + " | ".join(PHASES) + " |")
     print("|---|---|" + "---|" * len(PHASES))
     for i, r in enumerate(rows):
