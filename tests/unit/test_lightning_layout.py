@@ -127,6 +127,20 @@ def test_every_rank_of_the_load_reads_rank_0s_file_whole_as_lightnings_own_load(
     assert load_caveat(workload, restore_plan(workload, one)) is None  # rank 0 reading its own file: the same load
 
 
+@pytest.mark.parametrize("world,model_only", [(4, False), (1, False), (3, True)])
+def test_a_load_at_another_world_size_or_of_the_model_alone_still_reads_the_whole_file_on_every_rank(world,
+                                                                                                     model_only):
+    """Lightning's state is not sharded: any loading rank torch.loads rank 0's whole file; the model alone
+    (load_from_checkpoint) reads it whole too, and needs the parameters only."""
+    workload = _workload("adam", 2, f"++workload.restore.world_size={world}",
+                         f"++workload.restore.model_only={model_only}")
+    restore = restore_plan(workload, make_plan(workload, 2))
+    assert (restore.world_size, restore.saved_world_size, restore.model_only) == (world, 2, model_only)
+    assert [[(f.rank, f.index, f.ranges) for f in r.files] for r in restore.ranks] == [[(0, 0, ())]] * world
+    parameters = predict(workload).num_parameters * 4  # fp32
+    assert {r.needed for r in restore.ranks} == {parameters if model_only else predict(workload).payload_bytes}
+
+
 OTHERS = [
     (["workload=tiny"], "workload.model.transformer.vocab_size=1000: describes another model than Lightning's demo"),
     (["workload=llama3_8b"], "workload.model.transformer.vocab_size=128256: describes another model"),
@@ -135,8 +149,6 @@ OTHERS = [
     ([*LIGHTNING[:2], "++workload.model.model_datatype=bf16"], "workload.model.model_datatype='bf16': describes"),
     ([*LIGHTNING[:2], "++workload.checkpoint.format=raw"], "workload.checkpoint.format='raw': means nothing"),
     ([*LIGHTNING[:2], "++workload.lightning.checkpoint_io=s3"], "workload.lightning.checkpoint_io='s3'"),
-    ([*LIGHTNING[:2], "++workload.restore.world_size=4"], "workload.restore.world_size=4: must be the save's (2)"),
-    ([*LIGHTNING[:2], "++workload.restore.model_only=True"], "workload.restore.model_only=True: is not modelled"),
     ([*LIGHTNING[:2], "++workload.storage.scope=node"], "workload.storage.scope='node': every rank of Lightning's"),
     (["workload=lightning_demo"], "workload.checkpoint.layout='lightning': applies to emulated runs only"),
 ]

@@ -60,8 +60,6 @@ SGD_GROUP: tuple[tuple[str, object], ...] = (
     ("foreach", None), ("differentiable", False), ("fused", None))
 
 READS = "Lightning's load_checkpoint: every rank torch.loads global rank 0's whole .ckpt"
-NO_RESTORE = ("a load at another world size, or of the model alone, is not modelled yet (Lightning's own still "
-              "torch.loads the whole .ckpt on every loading rank: its state is not sharded)")
 DEMO = ("describes another model than Lightning's demo transformer, which checkpoint.layout=lightning writes (its "
         "widths are workload.lightning's vocab_size, ninp and nhid, its depth model.num_layers, its tensors fp32): "
         "leave it out, or choose another checkpoint.layout")
@@ -322,21 +320,20 @@ FRAMEWORK_IO = FrameworkIO(writer="Lightning 2.6.6 TorchCheckpointIO (torch.save
 
 
 def restore(workload: Workload, plan: Plan, world_size: int, model_only: bool) -> Restore:
-    """Lightning's load at the save's world size: every rank torch.loads rank 0's whole file, and needs all of it
-    (DDP: every rank a whole replica)."""
-    if world_size != plan.world_size:
-        raise ConfigError("workload.restore.world_size", world_size, f"must be the save's ({plan.world_size}) with "
-                          f"checkpoint.layout=lightning: {NO_RESTORE}")
-    if model_only:
-        raise ConfigError("workload.restore.model_only", True, f"is not modelled with checkpoint.layout=lightning: "
-                          f"{NO_RESTORE}")
-    reads, needed = (FileReads(0, 0),), plan.ranks[0].payload_bytes
-    return Restore(world_size, plan.world_size, False, tuple(RankReads(r, reads, needed) for r in range(world_size)),
-                   READS)
+    """Lightning's load: every loading rank torch.loads global rank 0's whole file, at the save's world size or
+    another (its state is not sharded: under DDP each rank holds a whole replica), and for the model alone too
+    (``LightningModule.load_from_checkpoint``: ``torch.load`` of the whole file, then its ``state_dict``;
+    ``lightning/fabric/utilities/cloud_io.py`` ``_load``, Lightning 2.6.6). A rank needs every tensor, or the
+    model's parameters alone."""
+    file = plan.ranks[0].files[0]
+    assert isinstance(file, ItemFile)
+    needed = sum(i.nbytes for i in file.items if not i.fqn.startswith(STATE)) if model_only else file.payload_bytes
+    return Restore(world_size, plan.world_size, model_only,
+                   tuple(RankReads(r, (FileReads(0, 0),), needed) for r in range(world_size)), READS)
 
 
 LAYOUT = Layout(make_plan=make_plan, file_format=file_format, check=check, check_world=check_world,
-                restore=restore, reads=READS, no_restore=NO_RESTORE, framework_io=FRAMEWORK_IO,
+                restore=restore, reads=READS, framework_io=FRAMEWORK_IO,
                 # None: what the read phase does is Lightning's own load. With one rank, rank 0 reading its own
                 # file whole is it (torch.load of the whole .ckpt); with more, restore() has every rank read it whole
                 whole_file_load=None)
