@@ -499,6 +499,7 @@ class Engine:
         self.device_copy_rate = 0.0  # bytes/s a writer thread copies a tensor from its accelerator at (0: no copy)
         self._copy_seconds: dict[int, float] = {}  # modelled copy time by writer thread, since the last take
         self._call_writers: list[_CallWriter] = []  # made when such files first come, as large as their calls
+        self._in_memory = 0  # the largest piece a writer copies into memory before writing it (Lightning's)
 
     @cached_property
     def _buffer_size(self) -> int:
@@ -507,8 +508,9 @@ class Engine:
 
     @property
     def buffer_bytes(self) -> int:
-        """Every buffer this engine holds: the stream's, and its framework writers' sources once made."""
-        return self._stream_buffers + sum(w.calls + BLOCK + SLACK for w in self._call_writers)
+        """Every buffer this engine holds: the stream's, and its framework writers' sources once made (with the
+        piece each copies into memory first where its framework serializes into memory)."""
+        return self._stream_buffers + sum(w.calls + BLOCK + SLACK + self._in_memory for w in self._call_writers)
 
     def _each(self, fn: Callable[[_Worker, _J], int], tasks: list[_J]) -> int:
         """Run ``fn`` on every task, ``threads`` at a time; the first error cancels the rest."""
@@ -700,6 +702,8 @@ class Engine:
             for w in self._call_writers:
                 w.close()
             self._call_writers = [_CallWriter(self._run_key, size) for _ in range(count)]
+        if any(t.in_memory for t in tasks):  # each writer also holds a copy of the piece it writes (buffer_bytes)
+            self._in_memory = max(self._in_memory, largest)
         return self._call_writers[:count]
 
     def _write_calls(self, w: _CallWriter, task: FileTask) -> int:
