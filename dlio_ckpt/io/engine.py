@@ -259,9 +259,8 @@ def _item_reads(task: FileTask, offset: int, length: int) -> tuple[tuple[int, in
     archive once per dtype and shape), so the pieces themselves are the key. An archive of several storages (a
     whole state dict's: DeepSpeed's files) is read from the plan's bytes."""
     head, tail = task.format_piece(offset), task.format_piece(offset + length - 1)
-    pieces = bisect_left(task.metadata_starts, offset + length) - bisect_left(task.metadata_starts, offset)
     if head is not None and tail is not None and head[0] == offset and tail[0] + len(tail[1]) == offset + length \
-            and pieces == 2:
+            and bisect_left(task.metadata_starts, offset + length) - bisect_left(task.metadata_starts, offset) == 2:
         return _archive_reads(length, head[1], tail[1])
     return _reads_of(length, lambda lo, hi: _format_bytes(task, offset + lo, offset + hi))
 

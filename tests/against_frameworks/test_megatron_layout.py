@@ -65,22 +65,28 @@ def stored_items(step: Path) -> list[StoredItem]:
     return sorted((v.relative_path, v.offset, k.fqn, tuple(k.offset or ()), v.length) for k, v in stored.items())
 
 
-def assert_same_items(step: Path | list[StoredItem], plan, ordered: bool = True) -> None:
-    """Every item of the plan where megatron-core put it: file, offset, tensor, chunk and length, as the
-    real save's ``.metadata`` lists them (megatron-core's state-dict order, not only the files' sizes), read
-    from the step folder or given as :func:`stored_items` recorded them.
-    ``ordered=False`` (a mixture of experts): each rank holds the same items (tensor, chunk, length); which of
-    its files holds one, and where, is not modelled for MoE (the files' sizes still equal the real ones)."""
+def placed_items(plan) -> list[StoredItem]:
+    """Every item of the plan where it lies, sorted as :func:`stored_items`: (file, offset, tensor, chunk, length)."""
     from dlio_ckpt.plan.layouts.dcp import item_size
 
-    real = stored_items(step) if isinstance(step, Path) else sorted(step)
-    ours = []
+    out = []
     for rank in plan.ranks:
         for f in rank.files:
             at = 0
             for item in f.items:
-                ours.append((f"{f.stem}.distcp", at, item.fqn, tuple(item.offsets), item_size(item)))
+                out.append((f"{f.stem}.distcp", at, item.fqn, tuple(item.offsets), item_size(item)))
                 at += item_size(item)
+    return sorted(out)
+
+
+def assert_same_items(step: Path | list[StoredItem], plan, ordered: bool = True) -> None:
+    """Every item of the plan where megatron-core put it: file, offset, tensor, chunk and length, as the
+    real save's ``.metadata`` lists them (megatron-core's state-dict order, not only the files' sizes), read
+    from the step folder or given as :func:`stored_items` recorded them.
+    ``ordered=False``: each rank holds the same items (tensor, chunk, length), wherever in which of its files
+    (the MoE saves here; where they lie is held by the recorded saves of test_megatron_moe_restore.py)."""
+    real = stored_items(step) if isinstance(step, Path) else sorted(step)
+    ours = placed_items(plan)
     if not ordered:  # per rank (its files' name up to the writer thread), wherever in which of its files
         real, ours = (sorted((path.rsplit("_", 1)[0], fqn, chunk, n) for path, _, fqn, chunk, n in rows)
                       for rows in (real, ours))

@@ -22,14 +22,13 @@ import pytest
 from dlio_ckpt.config import compose
 from dlio_ckpt.errors import ConfigError
 from dlio_ckpt.plan.layouts import make_plan
-from dlio_ckpt.plan.layouts.dcp import item_size
 from dlio_ckpt.plan.restore import restore_plan
+from tests.against_frameworks.test_megatron_layout import placed_items
 from tests.support import DATA
 from tests.support.recorded import assert_made_with_installed
 
 if TYPE_CHECKING:
     from dlio_ckpt.config import Workload
-    from dlio_ckpt.plan.types import Plan
 
 READS = DATA / "megatron_moe_restore_reads.json"
 RECORD = "PYTHONPATH=. .venv/bin/python tests/oracles/record_megatron_moe_restore_reads.py"
@@ -116,18 +115,6 @@ def load_overrides(load: str) -> list[str]:
     tp, world, model_only, *ep = load.split(":")
     return [f"++workload.restore.tensor={tp}", f"++workload.restore.world_size={world}",
             f"++workload.restore.model_only={model_only == '1'}", *(f"++workload.restore.expert={e}" for e in ep)]
-
-
-def placed_items(plan: Plan) -> list[tuple[str, int, str, tuple[int, ...], int]]:
-    """Every item of the plan where it lies, sorted as the recording's: (file, offset, tensor, chunk, length)."""
-    out = []
-    for rank in plan.ranks:
-        for f in rank.files:
-            at = 0
-            for item in f.items:
-                out.append((f"{f.stem}.distcp", at, item.fqn, tuple(item.offsets), item_size(item)))
-                at += item_size(item)
-    return sorted(out)
 
 
 def test_the_recorded_reads_are_the_installed_frameworks():
