@@ -243,6 +243,7 @@ class Checkpoint(Section):
         "framework: the modelled copy of each tensor from its accelerator into pageable host memory before its "
         "framework writes it (DCP's .cpu() of each tensor, torch.save of a device tensor; megatron-core copies "
         "the rank's tensors before its writers start), GB/s per accelerator (the default is an H100's rate); "
+        "loads copy what each rank needs back to its accelerator at the same rate, after their reads. "
         "0: the state is in host memory, no copy. summary.json gives its time apart (device_copy_seconds_max)")
     staging: Literal["modelled", "real"] = Field("modelled", description="modelled: the shard at "
                                                  "staging_gb_per_second (memory bounded); real: a real copy of the "

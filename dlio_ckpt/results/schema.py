@@ -226,8 +226,9 @@ class CheckpointFigures(Section):
     drain_wait_seconds_max: float | None = Field(None, description="synchronous saves: the longest any process first "
                                                                    "waited for a drain to make room (keep_last)")
     device_copy_seconds_max: float | None = Field(
-        None, description="synchronous saves with io_pattern framework: the longest any process spent copying its "
-        "tensors from the accelerators (modelled at checkpoint.gpu_copy_gb_per_second), within duration_seconds")
+        None, description="synchronous saves and loads with io_pattern framework: the longest any process spent "
+        "copying its tensors from the accelerators (a load: to them; modelled at checkpoint.gpu_copy_gb_per_second), "
+        "within duration_seconds")
     async_: AsyncFigures | None = Field(None, alias="async", description="asynchronous saves")
     tiers: list[TierFigures] | None = Field(None, description="tiered saves: when it was durable on each tier")
     latency: OperationLatency | None = Field(None, description="every storage call of it: latency percentiles by "

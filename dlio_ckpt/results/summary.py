@@ -98,7 +98,7 @@ class OpRecord:
     stalled: float = 0.0  # async saves: of which waiting for the previous checkpoint's background write
     cost: ProcessCost = ProcessCost()  # this process (all threads, drains included) from start to end
     metadata_seconds: float | None = None  # loads: reading the metadata every rank reads before its data
-    device_copy_seconds: float | None = None  # saves: the modelled copy of its tensors from the accelerators
+    device_copy_seconds: float | None = None  # the modelled copy of its tensors from the accelerators (loads: to)
     latency: Histograms = field(default_factory=dict)  # this process's storage calls during it, by kind
 
 

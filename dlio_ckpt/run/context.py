@@ -179,7 +179,7 @@ def record(ctx: RunContext, phase: str, index: int, clock: Clock, nbytes: int, f
     ``backend``: the tier it used, if not the first (whose requests it made); ``ended``: this process's
     cost when the operation ended, where the record is made later (else now); ``metadata_seconds``: a load's
     time reading the metadata every rank reads first (DCP's ``.metadata``); ``device_copy_seconds``: a save's
-    modelled copy of its tensors from the accelerators, within its time."""
+    modelled copy of its tensors from the accelerators (a load's: to them), within its time."""
     seconds = clock.seconds if seconds is None else seconds
     requests = tuple(ctx.take_requests(backend or ctx.backend))
     calls = ctx.take_latency(backend or ctx.backend)
@@ -192,12 +192,15 @@ def record(ctx: RunContext, phase: str, index: int, clock: Clock, nbytes: int, f
                     device_copy_seconds=device_copy_seconds)
 
 
-def say_done(ctx: RunContext, name: str, seconds: float, detail: str = "") -> None:
+def say_done(ctx: RunContext, name: str, seconds: float, detail: str = "", copied: float = 0.0) -> None:
     """The console line of one operation, with the duration summary.json reports for it: the slowest
-    process's, not rank 0's own (a collective: every process calls it)."""
-    everyone = ctx.comm.gather(seconds)
+    process's, not rank 0's own (a collective: every process calls it); ``copied``: a load's modelled copy to the
+    accelerators within it (the longest any process copied, as summary.json's ``device_copy_seconds_max``)."""
+    everyone = ctx.comm.gather((seconds, copied))
     if everyone is not None:
-        log.info("%s: %.3f s%s", name, max(everyone), f", {detail}" if detail else "")
+        copy = max(c for _, c in everyone)
+        log.info("%s: %.3f s%s%s", name, max(s for s, _ in everyone), f", {detail}" if detail else "",
+                 f" (of which {copy:.3f} s copying to the accelerators)" if copy else "")
 
 
 def evict_before_read(ctx: RunContext, paths: list[str]) -> None:

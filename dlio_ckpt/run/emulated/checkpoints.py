@@ -96,9 +96,9 @@ def writer_threads(ctx: RunContext, backend: Backend) -> int:
 
 
 class DeviceCopy:
-    """The copy a synchronous save makes of all a rank's tensors before its writers start (megatron-core's),
-    modelled: a sleep of ``seconds``, none where the copies are made tensor by tensor (the engine's) or not
-    at all."""
+    """The copy a synchronous save makes of all a rank's tensors before its writers start (megatron-core's), or a
+    load of what it read (:func:`load_copy`), modelled: a sleep of ``seconds``, none where the copies are made
+    tensor by tensor (the engine's) or not at all."""
 
     def __init__(self, seconds: float = 0.0) -> None:
         self.seconds = seconds
@@ -121,6 +121,19 @@ def device_copy(ctx: RunContext, engine: Engine, played: FrameworkIO | None) -> 
         return DeviceCopy(max(shard_bytes(ctx), default=0) / rate)
     engine.device_copy_rate = min(rate, rate * len(ranks_of_process(ctx)) / engine.framework_writers)
     return DeviceCopy()
+
+
+def load_copy(ctx: RunContext, played: FrameworkIO | None, reads: list[RankReads]) -> DeviceCopy:
+    """How this process's loads copy what they read back to the accelerators (``checkpoint.gpu_copy_gb_per_second``,
+    taken for both directions; only where the loads play their framework's reads): each loading rank the state
+    it needs (:attr:`RankReads.needed`) into its own accelerator, all of it after its reads. A framework's reader
+    copies each tensor as it comes (DCP's ``copy_`` into the state dict, under megatron-core too) or after
+    ``torch.load`` of the whole file (DeepSpeed, Lightning), on the thread that reads: either way the reads and
+    the copies follow one another, so the load takes their sum. Loads are synchronous, async saves or not."""
+    rate = ctx.workload.checkpoint.gpu_copy_gb_per_second * 1e9
+    if played is None or not rate:
+        return DeviceCopy()
+    return DeviceCopy(max((r.needed for r in reads), default=0) / rate)
 
 
 def expected_files(ctx: RunContext, fmt: Format, processes: list[int] | None = None) -> dict[str, int]:

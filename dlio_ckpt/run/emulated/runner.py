@@ -34,6 +34,7 @@ from dlio_ckpt.run.emulated.checkpoints import (
     expected_files,
     held_files,
     io_options,
+    load_copy,
     plan_of,
     restore_of,
     shard_bytes,
@@ -308,6 +309,7 @@ def run(ctx: RunContext) -> Summary | None:
         state.phase, state.step = "load", i
         _check_step(ctx, files, host_files, i, run_key)
         whole, ranged = run.restore_reads(i, reader, read_plans)
+        copy_back = load_copy(ctx, played, read_plans)
         metadata = run.metadata_reads(i, reader, len(read_plans))
         before = read_engine.retries
         shown.start(f"load_ckpt{i}", sum(t.size for t in metadata + whole) + sum(n for _, r in ranged for _, n in r))
@@ -319,15 +321,18 @@ def run(ctx: RunContext) -> Summary | None:
                 nbytes = read_engine.read_files(metadata)
                 metadata_seconds = time.perf_counter() - clock.t0
                 nbytes += read_engine.read_files(whole) + read_engine.read_ranges(ranged)
+                copy_back()
                 if sent is not None:  # a keeper's load ends when the lost partner has its part too
                     sent()
         finally:
             shown.stop()
         records.append(record(ctx, "load", i, clock, nbytes, len(metadata) + len(whole) + len(ranged),
                               file_times=read_engine.take_file_times(), backend=reader,
-                              metadata_seconds=metadata_seconds if metadata else None))
+                              metadata_seconds=metadata_seconds if metadata else None,
+                              device_copy_seconds=copy_back.seconds or None))
         retries["load"] += read_engine.retries - before
-        say_done(ctx, f"load_ckpt{i}", records[-1].duration, "verified" if ck.verify else "read")
+        say_done(ctx, f"load_ckpt{i}", records[-1].duration, "verified" if ck.verify else "read",
+                 copy_back.seconds)
     engine.close()
     if read_engine is not engine:
         read_engine.close()
