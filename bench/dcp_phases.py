@@ -310,9 +310,12 @@ def _port() -> int:
         return s.getsockname()[1]
 
 
-def table(kind: str, phases: list[str], runs: list[list[dict]]) -> list[str]:
+def table(kind: str, phases: list[str], runs: list[list[dict]], which: slice | None = None,
+          label: str = "") -> list[str]:
     """runs[run][rank] = {"save": [...], "load": [...]}; per rank, the median over runs of each phase's mean over
-    the run's checkpoints, and the slowest process's total."""
+    the run's checkpoints (``which`` of them: the first save apart, as it pays once what later saves do not), and
+    the slowest process's total."""
+    runs = [[{**rank, kind: rank[kind][which or slice(None)]} for rank in run] for run in runs]
     world = len(runs[0])
     med = statistics.median
 
@@ -320,7 +323,7 @@ def table(kind: str, phases: list[str], runs: list[list[dict]]) -> list[str]:
         return med(statistics.fmean(c.get(key, 0.0) for c in run[rank][kind]) for run in runs)
     slowest = med(statistics.fmean(max(run[r][kind][i]["total"] for r in range(world))
                                    for i in range(len(run[0][kind]))) for run in runs)
-    head = f"| {kind} phase | " + " | ".join(f"rank {r} s | share" for r in range(world)) + " |"
+    head = f"| {kind}{label} phase | " + " | ".join(f"rank {r} s | share" for r in range(world)) + " |"
     lines = [head, "|---|" + "---|---|" * world]
     for ph in [*phases, "total"]:
         cells = []
@@ -328,7 +331,7 @@ def table(kind: str, phases: list[str], runs: list[list[dict]]) -> list[str]:
             v, t = per(r, ph), per(r, "total")
             cells.append(f"{v:.3f} | {v / t:.0%}")
         lines.append(f"| {ph} | " + " | ".join(cells) + " |")
-    lines.append(f"\n{kind}: the slowest process's total, median over runs of the mean over checkpoints: "
+    lines.append(f"\n{kind}{label}: the slowest process's total, median over runs of the mean over checkpoints: "
                  f"{slowest:.3f} s")
     return lines
 
@@ -362,7 +365,9 @@ def main() -> None:
         print(f"run {r + 1}/{a.runs}: save totals "
               f"{[round(c['total'], 2) for rank in runs[-1] for c in rank['save']]}, load totals "
               f"{[round(c['total'], 2) for rank in runs[-1] for c in rank['load']]}", file=sys.stderr, flush=True)
-    lines = [f"- `{' '.join(['python', *sys.argv])}`", "", *table("save", SAVE, runs), "", *table("load", LOAD, runs)]
+    saves = [*table("save", SAVE, runs, slice(0, 1), " 1"), "", *table("save", SAVE, runs, slice(1, None), " 2+")] \
+        if a.saves > 1 else table("save", SAVE, runs)
+    lines = [f"- `{' '.join(['python', *sys.argv])}`", "", *saves, "", *table("load", LOAD, runs)]
     print("\n".join(lines))
     if a.markdown:
         Path(a.markdown).write_text("\n".join(lines) + "\n")

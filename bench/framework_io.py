@@ -90,7 +90,8 @@ def megatron_real(a: argparse.Namespace, root: str) -> dict:
         sys.exit(f"failed ({r.returncode}): {' '.join(cmd)}\n{r.stderr[-3000:]}")
     got = json.loads(result.read_text())
     shutil.rmtree(root, ignore_errors=True)
-    return {"save": got["save"], "load": got["load"], "bytes": got["bytes"][0]}
+    return {"save": got["save"], "load": got["load"], "bytes": got["bytes"][0], "writers": got["writers"],
+            "read_data": got["read_data"]}
 
 
 def cases(a: argparse.Namespace, s3: list[str]) -> dict[str, dict[str, tuple]]:
@@ -222,8 +223,35 @@ def report(a: argparse.Namespace, plan: dict, runs: dict) -> list[str]:
             rows = runs[(fw, side)]
             saves, loads = fmt([mean(x["save"]) for x in rows]), fmt([mean(x["load"]) for x in rows])
             ratio_lines.append(f"- {fw} {side}, per round: save (mean of the run's) {saves} s; load {loads} s")
+        if "writers" in real[0]:  # megatron-core's own phases: its writer processes, DCP's read_data
+            ratio_lines += phases(fw, sides, runs)
     return [*lines, "", "Medians over rounds; a ratio is emulated/real, the median of the per-round ratios.", "",
             *ratio_lines]
+
+
+def phases(fw: str, sides: dict, runs: dict) -> list[str]:
+    """megatron-core's save less its CPU work: its writer processes' span (fork, writes, fsyncs, join), and its load's
+    data part (DCP's ``read_data``: reads, ``torch.load`` of each item, the copy into the state dict), per round
+    beside the emulated save and load (``bench/megatron_timed.py`` measures both)."""
+    med, mean = statistics.median, statistics.fmean
+    real = runs[(fw, "real")]
+    w1, w2 = [x["writers"][0] for x in real], [mean(x["writers"][1:]) for x in real if len(x["writers"]) > 1]
+    s1, s2 = [x["save"][0] for x in real], [mean(x["save"][1:]) for x in real if len(x["save"]) > 1]
+    out = [f"- {fw} real, its writer processes: first save {med(w1):.2f} s of {med(s1):.2f} s"
+           + (f", later saves {med(w2):.2f} s of {med(s2):.2f} s" if w2 else "")
+           + (f"; its load's read_data {med(mean(x['read_data']) for x in real):.2f} s of "
+              f"{med(mean(x['load']) for x in real):.2f} s" if real[0]["read_data"] else "")]
+    for side in sides:
+        if side == "real":
+            continue
+        rows = runs[(fw, side)]
+        s_w = [mean(e["save"]) / mean(x["writers"]) for e, x in zip(rows, real, strict=True)]
+        line = f"- {fw} {side} save / real writer processes, per round: {fmt(s_w)} (median {med(s_w):.2f})"
+        if real[0]["read_data"]:
+            l_d = [mean(e["load"]) / mean(x["read_data"]) for e, x in zip(rows, real, strict=True)]
+            line += f"; load / real read_data: {fmt(l_d)} (median {med(l_d):.2f})"
+        out.append(line)
+    return out
 
 
 if __name__ == "__main__":

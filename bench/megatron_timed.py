@@ -53,6 +53,7 @@ def _slowest(seconds: float) -> float:
 def worker(rank: int, world: int, port: int, root: str, result: str, saves: int, loads: int,
            args: list[str]) -> None:
     from megatron.core import dist_checkpointing
+    from megatron.core.dist_checkpointing.strategies.filesystem_async import FileSystemWriterAsync
     from megatron.core.dist_checkpointing.strategies.fully_parallel import FullyParallelSaveStrategyWrapper
     from megatron.core.dist_checkpointing.strategies.torch import TorchDistSaveShardedStrategy
     from torch.distributed.checkpoint.filesystem import FileSystemReader
@@ -68,10 +69,21 @@ def worker(rank: int, world: int, port: int, root: str, result: str, saves: int,
             in_read_data[0] += time.perf_counter() - t
 
     FileSystemReader.read_data = timed_read_data
+    in_writers = [0.0]
+    multiproc = FileSystemWriterAsync.write_preloaded_data_multiproc
+
+    def timed_writers(*a, **kw):  # noqa: ANN002, ANN003, ANN202 (a wrapper of megatron-core's own)
+        t = time.perf_counter()
+        try:
+            return multiproc(*a, **kw)
+        finally:
+            in_writers[0] += time.perf_counter() - t
+
+    FileSystemWriterAsync.write_preloaded_data_multiproc = staticmethod(timed_writers)
     gpt, opt, ps = megatron_save.build(rank, world, port, args)
     threads = int(args[8])
     meta = {"distrib_optim_sharding_type": "fully_reshardable"}
-    out: dict[str, list] = {"save": [], "load": [], "bytes": [], "read_data": []}
+    out: dict[str, list] = {"save": [], "load": [], "bytes": [], "read_data": [], "writers": []}
     for i in range(1, saves + 1):
         step = os.path.join(root, f"global_epoch1_step{i}")
         if rank == 0:
@@ -83,9 +95,11 @@ def worker(rank: int, world: int, port: int, root: str, result: str, saves: int,
         strategy = FullyParallelSaveStrategyWrapper(writer, ps.get_data_parallel_group(with_context_parallel=True),
                                                     True)
         dist.barrier()
+        in_writers[0] = 0.0
         t0 = time.perf_counter()
         dist_checkpointing.save(state, step, sharded_strategy=strategy)
         out["save"].append(_slowest(time.perf_counter() - t0))
+        out["writers"].append(_slowest(in_writers[0]))
         out["bytes"].append(sum(os.path.getsize(os.path.join(step, n)) for n in os.listdir(step)))
     for i in range(1, loads + 1):
         step = os.path.join(root, f"global_epoch1_step{i}")
