@@ -1,13 +1,15 @@
-"""The accelerator's device-to-host copy rate, into pinned and into pageable host memory: the figures the emulator
-models a save's copies at (``checkpoint.staging_gb_per_second``: an async save's staging, pinned;
-``checkpoint.gpu_copy_gb_per_second``: a synchronous save's copy of each tensor, pageable), beside their defaults
-(an H100's published rates, ``dlio_ckpt/config/accelerators.py``). Needs a CUDA GPU; ``scripts/gpu_check.sh copy``
+"""The accelerator's device-to-host copy rate, into pinned and into pageable host memory, and its host-to-device
+rate from pageable memory: the figures the emulator models copies at (``checkpoint.staging_gb_per_second``: an
+async save's staging, pinned; ``checkpoint.gpu_copy_gb_per_second``: a synchronous save's copy of each tensor,
+pageable, and a load's copy back, taken at the same rate), beside their defaults (an H100's published rates,
+``dlio_ckpt/config/accelerators.py``). Needs a CUDA GPU; ``scripts/gpu_check.sh copy``
 runs it where one is lent.
 
     python bench/device_copy.py [--mib 1024] [--rounds 5]
 
 Each round copies a tensor of ``--mib`` MiB from the device into a pinned buffer, then into a pageable one (as
-``tensor.cpu()`` makes one), alternating; the medians of the rounds are printed in GB/s.
+``tensor.cpu()`` makes one), then from a pageable buffer back into the device tensor (as a load's ``copy_`` into
+the state dict does), alternating; the medians of the rounds are printed in GB/s.
 """
 
 from __future__ import annotations
@@ -33,7 +35,8 @@ def main() -> int:
     n = a.mib << 20
     device = torch.empty(n, dtype=torch.uint8, device="cuda").fill_(1)
     pinned = torch.empty(n, dtype=torch.uint8, pin_memory=True)
-    rates: dict[str, list[float]] = {"pinned": [], "pageable": []}
+    rates: dict[str, list[float]] = {"pinned": [], "pageable": [], "pageable, to the device": []}
+    pageable = torch.empty(n, dtype=torch.uint8).fill_(2)
     device.cpu()  # the first copy pays for the context and the allocator
     for _ in range(a.rounds):
         torch.cuda.synchronize()
@@ -44,12 +47,16 @@ def main() -> int:
         t0 = time.perf_counter()
         device.cpu()
         rates["pageable"].append(n / (time.perf_counter() - t0) / 1e9)
+        t0 = time.perf_counter()
+        device.copy_(pageable)
+        torch.cuda.synchronize()
+        rates["pageable, to the device"].append(n / (time.perf_counter() - t0) / 1e9)
     print(f"device: {torch.cuda.get_device_name()}, {a.mib} MiB, {a.rounds} rounds")
     print("| host memory | median GB/s | rounds | default (H100, published) |")
     print("|---|---|---|---|")
     for kind, got in rates.items():
         print(f"| {kind} | {statistics.median(got):.1f} | {', '.join(f'{r:.1f}' for r in got)} | "
-              f"{H100_DEVICE_TO_HOST_GB_PER_SECOND[kind]} |")
+              f"{H100_DEVICE_TO_HOST_GB_PER_SECOND[kind.split(',')[0]]} |")
     return 0
 
 

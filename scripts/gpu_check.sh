@@ -73,7 +73,7 @@ p = make_plan(compose(['workload=llama_7b_zero3'])[0], 8); print($gib * 2**30 / 
         "++workload.storage.storage_root=$W/light_store" ++workload.checkpoint.overwrite=True
       "$PY" -c "import json; print(json.load(open('$W/lightning_gpu/summary.json'))['per_process'][0]['accelerator'])"
       rm -rf "$W/light_store" ;;
-    copy)  # the device-to-host rates a save's copies are modelled at, beside their defaults
+    copy)  # the device-to-host and host-to-device rates saves and loads copy at, beside their defaults
       timeout 120 "$PY" bench/device_copy.py ;;
     bench)
       timeout 540 "$PY" bench/gds.py --dir "$W/bench" --procs 8 --gib 1 --rounds 3
