@@ -50,9 +50,16 @@ class Llama(LlamaForCausalLM):
 
     @torch.no_grad()
     def init_weights(self) -> None:
-        """After ``to_empty``: norms at one, the rest small and random (works on sharded DTensors)."""
+        """After ``to_empty``: norms at one, the rest small and random (works on sharded DTensors), and the rotary
+        embedding's frequencies computed again: ``to_empty`` leaves every buffer uninitialized, and a rotation by
+        whatever the memory held made the logits NaN from the first step (a bf16 model saved NaN state, which
+        storage that compresses shrank to a few per cent)."""
         for name, p in self.named_parameters():
             if name.endswith("norm.weight"):
                 p.fill_(1.0)
             else:
                 p.normal_(0.0, 0.02)
+        rotary = self.model.rotary_emb
+        inv_freq, _ = rotary.compute_default_rope_parameters(rotary.config)  # llama_config's rope: the default
+        rotary.inv_freq.copy_(inv_freq)
+        rotary.original_inv_freq.copy_(inv_freq)
