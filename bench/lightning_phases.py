@@ -52,6 +52,8 @@ def main() -> None:
     ap.add_argument("--layers", type=int, default=10)
     ap.add_argument("--saves", type=int, default=5)
     ap.add_argument("--in-loop", action="store_true", help="save after each training step, as mode=lightning")
+    ap.add_argument("--keep", action="store_true", help="keep every file, as mode=lightning does (else each is "
+                    "removed once timed: the next save's page cache reuses its pages)")
     a = ap.parse_args()
     folder = Path(a.dir)
     folder.mkdir(parents=True, exist_ok=True)
@@ -92,7 +94,8 @@ def main() -> None:
                      "getvalue": spent.get("getvalue", 0.0),
                      "write and move": spent.get("atomic", 0.0) - inner, "total": total,
                      "MiB": path.stat().st_size / 2**20})
-        path.unlink()
+        if not a.keep:
+            path.unlink()
 
     class SaveEveryStep(lit.Callback):
         def on_train_batch_end(self, trainer: lit.Trainer, *args: object) -> None:
