@@ -51,6 +51,7 @@ import os
 import shutil
 import socket
 import statistics
+import subprocess
 import sys
 import threading
 import time
@@ -74,9 +75,9 @@ from dlio_ckpt.run.real.llama import Llama  # noqa: E402
 warnings.filterwarnings("ignore")
 
 SAVE = ["collectives: plan", "collectives: end of save", "collectives: other", "planning", "staging", "serialization",
-        "writes", "fsync", "open/close", ".metadata", "other"]
+        "writes", "fsync", "open/close", ".metadata", "S3 client", "other"]
 LOAD = ["collectives: plan", "collectives: end of load", "collectives: other", "planning", ".metadata", "reads",
-        "deserialization", "copy into the model", "open/close", "other"]
+        "deserialization", "copy into the model", "open/close", "S3 client", "other"]
 
 
 class Phases:
@@ -233,6 +234,56 @@ def instrument() -> None:
                 with contextlib.suppress(StopIteration):
                     next(gen)
     filesystem.FileSystem.create_stream = create_stream
+    with contextlib.suppress(ImportError):  # --s3: s3torchconnector's file system, and its client's making
+        from s3torchconnector._s3client import S3Client
+        from s3torchconnector.dcp import S3FileSystem
+
+        s3_open = S3FileSystem.create_stream.__wrapped__
+
+        @contextlib.contextmanager
+        def s3_stream(self, path, mode):  # noqa: ANN001, ANN202
+            with P.region("open/close"):
+                gen = s3_open(self, path, mode)
+                f = next(gen)
+            try:
+                yield Timed(f)
+            finally:
+                with P.region("open/close"):
+                    with contextlib.suppress(StopIteration):
+                        next(gen)
+        S3FileSystem.create_stream = s3_stream
+        P.wrap(S3Client, "_client_builder", "S3 client")
+
+
+def _on_s3(storage, url: str):  # noqa: ANN001, ANN202
+    """s3torchconnector's DCP writer or reader pointed at the local server (its classes take no endpoint): a new
+    client per save and load, built on its first request inside the timed call, as ``mode=fsdp`` builds one."""
+    from s3torchconnector import S3ClientConfig
+    from s3torchconnector._s3client import S3Client
+    from s3torchconnector.dcp import S3FileSystem
+
+    client = S3Client("us-east-1", endpoint=os.environ["AWS_ENDPOINT_URL_S3"],
+                      s3client_config=S3ClientConfig(force_path_style=True))
+    storage.fs = S3FileSystem("us-east-1", s3_client=client,
+                              reader_constructor=getattr(storage, "_reader_constructor", None))
+    storage.path = storage.fs.init_path(url)
+    return storage
+
+
+def writer(a: argparse.Namespace, step: str):  # noqa: ANN201
+    if not a.s3:
+        return dcp.FileSystemWriter(step, thread_count=a.threads, sync_files=True)
+    from s3torchconnector.dcp import S3StorageWriter
+
+    return _on_s3(S3StorageWriter("us-east-1", step, thread_count=a.threads), step)
+
+
+def reader(a: argparse.Namespace, step: str):  # noqa: ANN201
+    if not a.s3:
+        return dcp.FileSystemReader(step)
+    from s3torchconnector.dcp import S3StorageReader
+
+    return _on_s3(S3StorageReader("us-east-1", step), step)
 
 
 def evict(folder: str) -> None:
@@ -272,28 +323,28 @@ def worker(rank: int, world: int, port: int, a: argparse.Namespace, out: str) ->
     for i in range(1, a.saves + 1):
         msd, osd = get_state_dict(model, opt)
         state = {"model": msd, "optim": osd}
-        step = os.path.join(a.dir, f"global_epoch1_step{i}")
+        step = f"{a.root}/global_epoch1_step{i}"
         dist.barrier()
         P.take()
         P.on = True
         t0 = time.perf_counter()
         with P.region("other"):
-            dcp.save(state, storage_writer=dcp.FileSystemWriter(step, thread_count=a.threads, sync_files=True))
+            dcp.save(state, storage_writer=writer(a, step))
         total = time.perf_counter() - t0
         P.on = False
         found["save"].append({"total": total, **P.take()})
     for i in range(1, a.loads + 1):
         msd, osd = get_state_dict(model, opt)
         state = {"model": msd, "optim": osd}
-        step = os.path.join(a.dir, f"global_epoch1_step{i}")
-        if rank == 0:
+        step = f"{a.root}/global_epoch1_step{i}"
+        if rank == 0 and not a.s3:
             evict(step)
         dist.barrier()
         P.take()
         P.on = True
         t0 = time.perf_counter()
         with P.region("other"):
-            dcp.load(state, storage_reader=dcp.FileSystemReader(step))
+            dcp.load(state, storage_reader=reader(a, step))
         total = time.perf_counter() - t0
         P.on = False
         found["load"].append({"total": total, **P.take()})
@@ -353,10 +404,35 @@ def main() -> None:
     ap.add_argument("--no-crc32", action="store_true")
     ap.add_argument("--settle", type=float, default=10.0)
     ap.add_argument("--markdown")
+    ap.add_argument("--s3", action="store_true", help="on a local SeaweedFS (scripts/local_s3.py) through "
+                    "s3torchconnector's S3StorageWriter/S3StorageReader; --dir holds the results alone")
     a = ap.parse_args()
+    server = None
+    if a.s3:
+        local_s3 = [sys.executable, str(Path(__file__).resolve().parents[1] / "scripts" / "local_s3.py")]
+        server = json.loads(subprocess.run([*local_s3, "--bucket", "bench", "--background", "--json", "--dir",
+                                            a.dir.rstrip("/") + "_seaweedfs"], check=True, capture_output=True,
+                                           text=True).stdout)
+        os.environ.update(server["environment"])
+    try:
+        runs = measure(a)
+    finally:
+        if server:
+            subprocess.run([*local_s3, "stop", str(server["pid"])], check=True)
+    saves = [*table("save", SAVE, runs, slice(0, 1), " 1"), "", *table("save", SAVE, runs, slice(1, None), " 2+")] \
+        if a.saves > 1 else table("save", SAVE, runs)
+    lines = [f"- `{' '.join(['python', *sys.argv])}`", "", *saves, "", *table("load", LOAD, runs)]
+    print("\n".join(lines))
+    if a.markdown:
+        Path(a.markdown).write_text("\n".join(lines) + "\n")
+
+
+def measure(a: argparse.Namespace) -> list:
+    """``--runs`` runs, each its own processes; per run, per rank, each save's and load's phases."""
     runs = []
     for r in range(a.runs):
         time.sleep(a.settle)
+        a.root = f"s3://bench/phases{r}" if a.s3 else a.dir
         Path(a.dir).mkdir(parents=True, exist_ok=True)
         out = os.path.join(a.dir, "phases.json")
         mp.start_processes(worker, args=(a.procs, _port(), a, out), nprocs=a.procs, join=True, start_method="fork")
@@ -365,12 +441,7 @@ def main() -> None:
         print(f"run {r + 1}/{a.runs}: save totals "
               f"{[round(c['total'], 2) for rank in runs[-1] for c in rank['save']]}, load totals "
               f"{[round(c['total'], 2) for rank in runs[-1] for c in rank['load']]}", file=sys.stderr, flush=True)
-    saves = [*table("save", SAVE, runs, slice(0, 1), " 1"), "", *table("save", SAVE, runs, slice(1, None), " 2+")] \
-        if a.saves > 1 else table("save", SAVE, runs)
-    lines = [f"- `{' '.join(['python', *sys.argv])}`", "", *saves, "", *table("load", LOAD, runs)]
-    print("\n".join(lines))
-    if a.markdown:
-        Path(a.markdown).write_text("\n".join(lines) + "\n")
+    return runs
 
 
 if __name__ == "__main__":
