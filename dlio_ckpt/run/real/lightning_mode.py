@@ -15,6 +15,7 @@ import logging
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import replace
 from importlib import metadata
 from typing import TYPE_CHECKING, Any, cast
 
@@ -30,6 +31,7 @@ from dlio_ckpt.config import LightningSettings
 from dlio_ckpt.errors import ConfigError, DlioCkptError, StorageError, VerifyError
 from dlio_ckpt.model.lightning_demo import predict
 from dlio_ckpt.results.schema import IO, Summary
+from dlio_ckpt.results.summary import ProcessCost
 from dlio_ckpt.run.context import Clock, RunContext, evict_before_read, record, timed, write_results
 from dlio_ckpt.run.steps import Writes
 
@@ -67,13 +69,13 @@ class TimedIO(CheckpointIO):
 
     def __init__(self, inner: CheckpointIO, sync: Callable[[str], None] | None) -> None:
         self.inner, self.sync = inner, sync
-        self.finished: dict[str, float] = {}
+        self.finished: dict[str, tuple[float, ProcessCost]] = {}  # when, and the process's cost then
 
     def save_checkpoint(self, checkpoint: dict[str, Any], path: Any, storage_options: Any = None) -> None:
         self.inner.save_checkpoint(checkpoint, path, storage_options)
         if self.sync is not None:  # Lightning never fsyncs; checkpoint.fsync asks for it, inside the timed save
             self.sync(str(path))
-        self.finished[str(path)] = time.perf_counter()
+        self.finished[str(path)] = (time.perf_counter(), ProcessCost.now())
 
     def load_checkpoint(self, path: Any, *args: Any, **kwargs: Any) -> dict[str, Any]:
         """The inner CheckpointIO's load, given what it was given (as Lightning's own wrapper does): Dataflux's
@@ -85,10 +87,12 @@ class TimedIO(CheckpointIO):
 
 
 class SaveEveryStep(lit.Callback):
-    """After each optimizer step: one checkpoint, timed around the save alone."""
+    """After each optimizer step: one checkpoint, timed around the save alone. ``finish`` makes a synchronous
+    save's record as soon as it returns, so its requests, storage calls and process cost are its own, not those
+    of the training and saves after it; an async save's record waits for its background write."""
 
-    def __init__(self, ctx: RunContext) -> None:
-        self.ctx = ctx
+    def __init__(self, ctx: RunContext, finish: Callable[[int, str, Clock], None] | None) -> None:
+        self.ctx, self.finish = ctx, finish
         self.saves: list[tuple[int, str, Clock]] = []  # step, url, clock (its seconds: training held)
         self.device = torch.device("cpu")  # where the model was when it was saved
 
@@ -99,6 +103,8 @@ class SaveEveryStep(lit.Callback):
         with timed(self.ctx, "save", step) as clock, _storage_errors("save to", url):
             trainer.save_checkpoint(url)
         self.saves.append((step, url, clock))
+        if self.finish is not None:
+            self.finish(step, url, clock)
 
 
 def _checkpoint_io(ctx: RunContext) -> CheckpointIO:
@@ -173,7 +179,17 @@ def run(ctx: RunContext) -> Summary | None:
     syncs = ck.fsync and ctx.backend.capabilities.fsync  # object stores commit on close
     io = TimedIO(_checkpoint_io(ctx), ctx.backend.sync if syncs else None)
     plugin: CheckpointIO = AsyncCheckpointIO(io) if s.async_save else io
-    saver = SaveEveryStep(ctx)
+    records, blocking = [], []
+
+    def finish(step: int, url: str, clock: Clock) -> None:
+        end, ended = io.finished[url]
+        duration = max(end - clock.t0, clock.seconds)  # sync: the whole save_checkpoint call
+        held = clock.seconds if s.async_save else None  # AsyncCheckpointIO: the training loop's wait
+        # its bytes once every save is done: a stat (a HEAD on S3) now would be a request of this save
+        records.append(record(ctx, "save", step, clock, 0, 1, seconds=duration, held=held, ended=ended))
+        blocking.append(clock.seconds)
+
+    saver = SaveEveryStep(ctx, None if s.async_save else finish)
     module = DemoModule(s, w.model.num_layers)
     trainer = lit.Trainer(max_steps=steps, accelerator=s.accelerator, devices=1, logger=False,
                           enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
@@ -183,14 +199,13 @@ def run(ctx: RunContext) -> Summary | None:
     last = ctx.backend.url(ctx.path(steps, ".ckpt"))
     with ctx.watch(), _storage_errors("background save to", f"{last} (or earlier)"):
         plugin.teardown()  # AsyncCheckpointIO: wait for the last background write
-    records, blocking = [], []
-    for step, url, clock in saver.saves:
-        duration = max(io.finished[url] - clock.t0, clock.seconds)  # sync: the whole save_checkpoint call
-        nbytes = _saved_size(ctx, step)
-        held = clock.seconds if s.async_save else None  # AsyncCheckpointIO: the training loop's wait
-        records.append(record(ctx, "save", step, clock, nbytes, 1, seconds=duration, held=held))
-        blocking.append(clock.seconds)
-        log.info("save_ckpt%d: %.3f s (%.3f s blocking), %d bytes", step, duration, clock.seconds, nbytes)
+    if s.async_save:
+        for step, url, clock in saver.saves:
+            finish(step, url, clock)
+    for k, (step, _, _) in enumerate(saver.saves):
+        records[k] = replace(records[k], bytes=_saved_size(ctx, step))
+        log.info("save_ckpt%d: %.3f s (%.3f s blocking), %d bytes", step, records[k].duration, blocking[k],
+                 records[k].bytes)
     final = {k: v.detach().cpu() for k, v in module.state_dict().items()}  # loads map to the CPU
     # our own files: unpickled whole, as Lightning's Trainer does; Dataflux's load takes no such argument
     # (it calls torch.load with torch's default, weights_only=True)
