@@ -168,6 +168,25 @@ class Timed:
         return getattr(self._f, name)
 
 
+def timed_stream(create_stream):  # noqa: ANN001, ANN201
+    """A file system's ``create_stream`` (a ``@contextmanager``) whose opening and closing count as open/close and
+    whose file's calls are timed (:class:`Timed`)."""
+    plain_open = create_stream.__wrapped__  # the generator under @contextmanager
+
+    @contextlib.contextmanager
+    def timed(self, path, mode):  # noqa: ANN001, ANN202
+        with P.region("open/close"):
+            gen = plain_open(self, path, mode)
+            f = next(gen)
+        try:
+            yield Timed(f)
+        finally:
+            with P.region("open/close"):
+                with contextlib.suppress(StopIteration):
+                    next(gen)
+    return timed
+
+
 def instrument() -> None:
     from torch.distributed.checkpoint.utils import _DistWrapper
 
@@ -220,38 +239,12 @@ def instrument() -> None:
                     return
             yield item
     filesystem._SerialCpuLoader.values = staged
-    plain_open = filesystem.FileSystem.create_stream.__wrapped__  # the generator under @contextmanager
-
-    @contextlib.contextmanager
-    def create_stream(self, path, mode):  # noqa: ANN001, ANN202
-        with P.region("open/close"):
-            gen = plain_open(self, path, mode)
-            f = next(gen)
-        try:
-            yield Timed(f)
-        finally:
-            with P.region("open/close"):
-                with contextlib.suppress(StopIteration):
-                    next(gen)
-    filesystem.FileSystem.create_stream = create_stream
+    filesystem.FileSystem.create_stream = timed_stream(filesystem.FileSystem.create_stream)
     with contextlib.suppress(ImportError):  # --s3: s3torchconnector's file system, and its client's making
         from s3torchconnector._s3client import S3Client
         from s3torchconnector.dcp import S3FileSystem
 
-        s3_open = S3FileSystem.create_stream.__wrapped__
-
-        @contextlib.contextmanager
-        def s3_stream(self, path, mode):  # noqa: ANN001, ANN202
-            with P.region("open/close"):
-                gen = s3_open(self, path, mode)
-                f = next(gen)
-            try:
-                yield Timed(f)
-            finally:
-                with P.region("open/close"):
-                    with contextlib.suppress(StopIteration):
-                        next(gen)
-        S3FileSystem.create_stream = s3_stream
+        S3FileSystem.create_stream = timed_stream(S3FileSystem.create_stream)
         P.wrap(S3Client, "_client_builder", "S3 client")
 
 

@@ -53,6 +53,7 @@ def _slowest(seconds: float) -> float:
 def worker(rank: int, world: int, port: int, root: str, result: str, saves: int, loads: int,
            args: list[str]) -> None:
     from megatron.core import dist_checkpointing
+    from megatron.core.dist_checkpointing.strategies import filesystem_async
     from megatron.core.dist_checkpointing.strategies.filesystem_async import FileSystemWriterAsync
     from megatron.core.dist_checkpointing.strategies.fully_parallel import FullyParallelSaveStrategyWrapper
     from megatron.core.dist_checkpointing.strategies.torch import TorchDistSaveShardedStrategy
@@ -80,10 +81,21 @@ def worker(rank: int, world: int, port: int, root: str, result: str, saves: int,
             in_writers[0] += time.perf_counter() - t
 
     FileSystemWriterAsync.write_preloaded_data_multiproc = staticmethod(timed_writers)
+    in_queue = [0.0]  # the first save's one-time start of a spawned multiprocessing Manager for the results queue
+    get_queue = filesystem_async._get_write_results_queue
+
+    def timed_queue():  # noqa: ANN202
+        t = time.perf_counter()
+        try:
+            return get_queue()
+        finally:
+            in_queue[0] += time.perf_counter() - t
+
+    filesystem_async._get_write_results_queue = timed_queue
     gpt, opt, ps = megatron_save.build(rank, world, port, args)
     threads = int(args[8])
     meta = {"distrib_optim_sharding_type": "fully_reshardable"}
-    out: dict[str, list] = {"save": [], "load": [], "bytes": [], "read_data": [], "writers": []}
+    out: dict[str, list] = {"save": [], "load": [], "bytes": [], "read_data": [], "writers": [], "results_queue": []}
     for i in range(1, saves + 1):
         step = os.path.join(root, f"global_epoch1_step{i}")
         if rank == 0:
@@ -95,11 +107,12 @@ def worker(rank: int, world: int, port: int, root: str, result: str, saves: int,
         strategy = FullyParallelSaveStrategyWrapper(writer, ps.get_data_parallel_group(with_context_parallel=True),
                                                     True)
         dist.barrier()
-        in_writers[0] = 0.0
+        in_writers[0] = in_queue[0] = 0.0
         t0 = time.perf_counter()
         dist_checkpointing.save(state, step, sharded_strategy=strategy)
         out["save"].append(_slowest(time.perf_counter() - t0))
         out["writers"].append(_slowest(in_writers[0]))
+        out["results_queue"].append(_slowest(in_queue[0]))
         out["bytes"].append(sum(os.path.getsize(os.path.join(step, n)) for n in os.listdir(step)))
     for i in range(1, loads + 1):
         step = os.path.join(root, f"global_epoch1_step{i}")
