@@ -13,12 +13,11 @@ range from its first item's start to its last item's end, which the CRT splits i
 
 Tolerated, and held as they are (docs/concepts/io-patterns.md, "On S3"):
 
-- ``.metadata``: the emulator uploads it in place, with the same requests as the real save's upload of
-  ``.metadata.tmp``; its one part's size within 2 % (the layout counts the pickle's size, within 1.4 % of real
-  files: dcp_metadata.py). The real save then renames it as s3torchconnector's ``S3FileSystem.rename`` does (a HEAD
-  of ``.metadata`` first, then the CRT's HEAD of the source, CopyObject, DeleteObject of ``.metadata.tmp``), and
-  every rank HEADs ``.metadata`` before it writes (``FileSystemWriter.prepare_local_plan``'s check for an earlier
-  checkpoint): the emulator makes none of these.
+- ``.metadata``: uploaded as ``.metadata.tmp`` with the same requests, its one part's size within 2 % (the layout
+  counts the pickle's size, within 1.4 % of real files: dcp_metadata.py), then renamed as s3torchconnector's
+  ``S3FileSystem.rename`` does (a HEAD of ``.metadata`` first, then the CRT's HEAD of the source, CopyObject,
+  DeleteObject of ``.metadata.tmp``); every rank HEADs ``.metadata`` before it writes
+  (``FileSystemWriter.prepare_local_plan``'s check for an earlier checkpoint). The same in both.
 - ``.metadata``'s GETs: one per loading rank in both (a whole GET, s3torchconnector's sequential reader), and in the
   real run one more GET and one HEAD that ``mode=fsdp`` makes after the save to count each rank's bytes (not
   DCP's).
@@ -108,19 +107,23 @@ def test_the_emulated_dcp_on_s3_makes_the_requests_s3torchconnector_makes(tmp_pa
     assert counted(summary) == dict(counts)  # the emulator counts the requests it makes as the server saw them
 
     data = {"__0_0.distcp", "__1_0.distcp"}
-    assert set(real) == {*data, ".metadata", ".metadata.tmp"} and set(emulated) == {*data, ".metadata"}
+    assert set(real) == set(emulated) == {*data, ".metadata", ".metadata.tmp"}
     for name in sorted(data):  # the save's uploads and the load's GETs, request for request
         assert emulated[name] == real[name], (name, emulated[name], real[name])
         assert real[name].kinds["UploadPart"] == 2 and real[name].kinds["GetObject (ranged)"] >= 2, (name, real[name])
     assert real["__1_0.distcp"].kinds["GetObject (ranged)"] == 4  # rank 1's items, and rank 0's replicated ones
 
-    # .metadata: the same upload (in place), its part's size within the layout's count of the pickle
-    (want_kinds, (want,)), (got_kinds, (got,)) = real[".metadata.tmp"].upload(), emulated[".metadata"].upload()
+    # .metadata: uploaded as .metadata.tmp with the same requests, its part's size within the layout's count of the
+    # pickle; then S3FileSystem.rename (the CRT's HEAD of the source, CopyObject, DeleteObject of the source)
+    (want_kinds, (want,)), (got_kinds, (got,)) = real[".metadata.tmp"].upload(), emulated[".metadata.tmp"].upload()
     assert got_kinds == want_kinds == {"CreateMultipartUpload": 1, "UploadPart": 1, "CompleteMultipartUpload": 1}
     assert abs(got - want) <= METADATA_PART * want, (got, want)
-    # the real save's rename (S3FileSystem.rename: copy, delete) and its HEADs, which the emulator does not make
-    assert real[".metadata.tmp"].kinds == {**want_kinds, "HeadObject": 1, "DeleteObject": 1}
+    assert emulated[".metadata.tmp"].kinds == real[".metadata.tmp"].kinds == {**want_kinds, "HeadObject": 1,
+                                                                                 "DeleteObject": 1}
+    # .metadata: each rank's HEAD before it writes (prepare_local_plan), rank 0's before the rename (finish), the
+    # copy, a whole GET per loading rank; the real run adds mode=fsdp's own HEAD and GET (not DCP's) after the save
     loads = emulated[".metadata"].kinds["GetObject (ranged)"]
-    assert loads == 2 and emulated[".metadata"].kinds == {**got_kinds, "GetObject (ranged)": loads}
+    assert loads == 2 and emulated[".metadata"].kinds == {"HeadObject": 2 + 1, "CopyObject": 1,
+                                                          "GetObject (ranged)": loads}
     assert real[".metadata"].kinds == {"HeadObject": 2 + 1 + 1, "CopyObject": 1, "GetObject (ranged)": loads + 1}
     assert set(real[".metadata"].ranges) == set(emulated[".metadata"].ranges)  # a whole GET (one part: 8 MiB)

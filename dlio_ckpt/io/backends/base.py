@@ -28,6 +28,9 @@ class Capabilities:
     device_buffers: bool = False  # moves data from and to GPU memory (device_memory)
     stores_data: bool = True  # False only for null: reads return nothing to verify
     rename: bool = False  # can move a whole file into place (rename); object stores cannot
+    # moves an object into place by a server-side copy and a delete of the source, as s3torchconnector's DCP file
+    # system renames .metadata.tmp (rename: the copy; a framework's writer may stage there like a file system's)
+    rename_by_copy: bool = False
     positional: bool = False  # writers have write_at, readers read_at and size: queue_depth requests per file
 
 
@@ -228,8 +231,8 @@ class Backend(ABC):
         raise NotImplementedError(f"storage_type={self.name} reads no spans")
 
     def rename(self, source: str, target: str) -> None:
-        """Move a whole file into place (as DCP renames ``.metadata.tmp``), where ``capabilities.rename``;
-        elsewhere (object stores) the framework's writer puts the final name directly."""
+        """Move a whole file into place (as DCP renames ``.metadata.tmp``), where ``capabilities.rename``, or by
+        a copy and a delete where ``capabilities.rename_by_copy``; elsewhere the final name is written directly."""
         raise NotImplementedError(f"storage_type={self.name} cannot rename")
 
     def remove_empty(self, path: str) -> None:  # noqa: B027

@@ -35,6 +35,14 @@ class CountedS3Client:
     def delete_object(self, bucket: str, key: str) -> Any:
         return self._call("DeleteObject", self._c.delete_object, bucket, key)
 
+    def copy_object(self, src_bucket: str, src_key: str, dst_bucket: str, dst_key: str) -> Any:
+        """A server-side copy of a small object: the CRT asks the source's size (a HeadObject) before one
+        CopyObject (aws-c-s3's copy; larger objects than a part it copies in parts, which nothing here asks)."""
+        result = self._call("call: copy_object", self._c.copy_object, src_bucket, src_key, dst_bucket, dst_key)
+        self._log.derive("HeadObject", 1, 0)
+        self._log.derive("CopyObject", 1, 0)
+        return result
+
     def list_objects(self, bucket: str, prefix: str, delimiter: str, max_keys: int) -> Iterator[Any]:
         pages = iter(self._c.list_objects(bucket, prefix, delimiter, max_keys))
         while True:  # one ListObjectsV2 request per page; the iterator's end is none

@@ -256,6 +256,9 @@ class BotocoreS3Client:
     def delete_object(self, bucket: str, key: str) -> None:
         self.call("delete_object", Bucket=bucket, Key=key)
 
+    def copy_object(self, src_bucket: str, src_key: str, dst_bucket: str, dst_key: str) -> None:
+        self.call("copy_object", Bucket=dst_bucket, Key=dst_key, CopySource={"Bucket": src_bucket, "Key": src_key})
+
     def list_objects(self, bucket: str, prefix: str, delimiter: str, max_keys: int) -> Iterator[Page]:
         token: dict[str, str] = {}
         while True:

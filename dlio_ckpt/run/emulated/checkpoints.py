@@ -72,12 +72,19 @@ def tasks(ctx: RunContext, fmt: Format, step: int, plans: list[RankPlan], backen
             for p in plans for i, f in enumerate(p.files)]
 
 
+def stages(store: Backend, played: FrameworkIO | None) -> bool:
+    """Whether a coordinator's file is written under its staged name and moved into place on ``store``: a file
+    system renames it; an object store whose framework client renames by copying (s3torchconnector's, for DCP)
+    does so where the saves play their framework's calls, and the tuned stream writes the final name."""
+    return store.capabilities.rename or (played is not None and store.capabilities.rename_by_copy)
+
+
 def coordinator_tasks(ctx: RunContext, step: int, backend: Backend | None = None, staged: bool = False,
                       ) -> list[FileTask]:
     """The files rank 0 writes after everyone's data (DCP's ``.metadata``), under the name they are
-    first written as when ``staged`` and the storage can rename."""
+    first written as when ``staged`` and the storage moves them into place (:func:`stages`)."""
     base, store, played = ctx.path(step, backend=backend), backend or ctx.backend, framework_io(ctx.workload)
-    return [FileTask(f"{base}/{c.staged if staged and c.staged and store.capabilities.rename else c.name}",
+    return [FileTask(f"{base}/{c.staged if staged and c.staged and stages(store, played) else c.name}",
                      (c.size,), file_key(step, ctx.world_size, k), played.coordinator_calls(c) if played else None,
                      synced=played is None or c.name not in played.unsynced,
                      reads=played.coordinator_reads(c) if played else None, tensors=False)
@@ -188,11 +195,29 @@ class EmulatedRun:
         if ctx.comm.rank == 0:  # from its own thread, one file after another
             staged = coordinator_tasks(ctx, step, staged=True)
             nbytes = engine.write_files(staged, writers=1)
+            checks = framework_io(ctx.workload) is not None
             for task, final in zip(staged, coordinator_tasks(ctx, step), strict=True):
                 if task.path != final.path:
+                    # DCP's FileSystemWriter.finish: an earlier file of the final name removed first (its exists:
+                    # a stat, a HEAD on S3), then the rename
+                    if checks and ctx.backend.size(final.path) is not None:
+                        ctx.backend.remove(final.path)
                     ctx.backend.rename(task.path, final.path)
         ctx.comm.barrier()
         return nbytes
+
+    def look_for_earlier(self, step: int) -> None:
+        """Before a save's data, each of this process's ranks asks whether the step already holds the file its
+        coordinator moves into place (DCP's ``FileSystemWriter.prepare_local_plan``: ``exists(.metadata)``, a
+        stat, a HEAD on S3), where the saves play their framework's calls: on S3, one HEAD of one key per rank."""
+        ctx = self.ctx
+        played = framework_io(ctx.workload)
+        if played is None or not stages(ctx.backend, played):
+            return
+        for c in plan_of(ctx).coordinator:
+            if c.staged:
+                for _ in ranks_of_process(ctx):
+                    ctx.backend.size(f"{ctx.path(step)}/{c.name}")
 
     def metadata_reads(self, step: int, backend: Backend, readers: int) -> list[FileTask]:
         """What each of this process's ``readers`` (loading ranks) reads first: the coordinator's files

@@ -260,6 +260,7 @@ def run(ctx: RunContext) -> Summary | None:
         shown.start(f"save_ckpt{index}", sum(t.size for t in todo))
         try:
             with timed(ctx, "save", index) as clock:
+                run.look_for_earlier(index)
                 copy_first()
                 nbytes = engine.write_files(todo) + run.finish_save(engine, index)
         finally:
