@@ -22,6 +22,7 @@ import pytest
 
 from dlio_ckpt.config import compose
 from dlio_ckpt.plan.layouts import make_plan
+from dlio_ckpt.plan.restore import restore_plan
 from tests.against_frameworks.test_dcp_layout import UNEVEN_BF16, assert_files_are_dcps
 from tests.against_frameworks.test_megatron_layout import assert_same_files, assert_same_items
 from tests.support import ORACLES, REPO
@@ -140,8 +141,16 @@ def test_the_emulated_deepspeed_save_and_load_make_the_calls_torch_save_and_load
            "++workload.model.parallelism.zero_stage=1", "++workload.model.model_datatype=bf16"]
     emulated, emulated_reads = dlio_traced(tmp_path, "emulated", job, 2, (".pt",), (".pt",))
     saved = tmp_path / "emulated" / "root" / "checkpoints" / "tiny" / STEP
-    plan = make_plan(compose(job, None)[0], 2)
-    ranks = [",".join(str(saved / f"{f.stem}.pt") for f in r.files) for r in plan.ranks]
+    workload = compose(job, None)[0]
+    plan = make_plan(workload, 2)
+    # each rank's load: the files DeepSpeed's load_checkpoint reads (held to a recording of DeepSpeed's own:
+    # tests/unit/test_deepspeed_restore.py): the model file twice (model-parallel rank 0's to learn the world, then
+    # its own: here the same), then its own optimizer partition
+    loads = [[f"{plan.ranks[f.rank].files[f.index].stem}.pt" for f in r.files]
+             for r in restore_plan(workload, plan).ranks]
+    assert [names.count("mp_rank_00_model_states.pt") for names in loads] == [2, 2]
+    ranks = [",".join(str(saved / f"{f.stem}.pt") for f in r.files) + ":" + ",".join(names)
+             for r, names in zip(plan.ranks, loads, strict=True)]
     out = tmp_path / "real" / STEP
     out.mkdir(parents=True)
     traced([sys.executable, str(ORACLES / "torch_save_path.py"), str(out), *ranks], tmp_path / "real" / "trace",

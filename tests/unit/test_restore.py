@@ -19,8 +19,11 @@ MOE_DCP = ["workload=tiny_moe", "++workload.checkpoint.layout=dcp", "++workload.
 @pytest.mark.parametrize(("extra", "message"), [
     (["++workload.checkpoint.layout=deepspeed", "++workload.restore.world_size=2"],
      "workload.restore.world_size=2: must be the save's (4) with checkpoint.layout=deepspeed: DeepSpeed loads"),
-    (["++workload.checkpoint.layout=deepspeed", "++workload.restore.model_only=True"],
-     "workload.restore.model_only=True: is not modelled with checkpoint.layout=deepspeed"),
+    # ZeRO 3's load_module_only reads only empty placeholders (ZeRO 1 and 2's is modelled)
+    (["++workload.checkpoint.layout=deepspeed", "++workload.model.parallelism.zero_stage=3",
+      "++workload.restore.model_only=True"],
+     "workload.restore.model_only=True: is not modelled with checkpoint.layout=deepspeed and "
+     "model.parallelism.zero_stage=3"),
     (["++workload.checkpoint.layout=megatron", "++workload.restore.tensor=3"],
      "workload.restore.tensor=3: must divide model.transformer.num_attention_heads (8)"),
     ([*DCP[1:], "++workload.restore.tensor=2"], "workload.restore.tensor=2: means nothing with checkpoint.layout=dcp"),

@@ -21,6 +21,27 @@ its source for the names
 Left out (small, beside the step folder): ``latest`` (12 B), ``zero_to_fp32.py`` (38,580 B) and
 ``zero_to_torch.py`` (2,490 B), which every save writes; steps are ``global_epoch1_step{N}`` in every layout
 (DeepSpeed's tag is ``global_step{N}``).
+
+The load (:func:`restore`) is ``engine.load_checkpoint(dir, tag)``'s, held to real loads of the same saves (every
+file each rank ``torch.load``s, in order: ``tests/oracles/deepspeed_load_reads.py``) and to its source
+(``runtime/engine.py``, ``runtime/state_dict_factory.py``). Every file is ``torch.load(path)``, read whole, by
+``TorchCheckpointEngine.load``; each rank reads, in order:
+
+1. model-parallel rank 0's model file (``mp_rank_00_model_states.pt``; ZeRO 3: ``zero_pp_rank_{dp}_mp_rank_00_...``):
+   ``_load_checkpoint`` globs the model files (``_get_all_ckpt_names``) and ``SDLoaderBase.__init__``'s
+   ``check_ckpt_list`` loads the first, whole, to read ``mp_world_size`` from it;
+2. its own model-parallel rank's model file (``SDLoaderBase.load``): every data-parallel rank reads the one file
+   of its MP rank that data-parallel rank 0 wrote (ZeRO 3: its own placeholders);
+3. its own optimizer partition alone (``_load_zero_checkpoint``, ``_get_all_zero_checkpoint_state_dicts``: the
+   other data-parallel ranks' names are listed, but only the rank's own is loaded unless
+   ``zero_optimization.elastic_checkpoint``, off by default).
+
+``latest`` is read (Python's ``open``, not ``torch.load``) only when ``load_checkpoint`` is given no tag; we do not
+write it, and the load is that of an explicit tag. ``restore.model_only`` is ``load_module_only=True``: steps 1
+and 2 alone, for ZeRO 1 and 2 (under ZeRO 3 DeepSpeed's then reads only the empty placeholders, restoring no
+weights: refused). At another world size DeepSpeed needs the universal-checkpoint conversion (refused). Pipeline
+parallelism (the pipeline engine loads its ``layer_*`` files) and mixtures of experts (``layer_*_expert_*`` files,
+from the source) are not modelled: each rank reads its own files whole, and the load says so.
 """
 
 from __future__ import annotations
@@ -42,16 +63,21 @@ from dlio_ckpt.plan.layouts.deepspeed_files import (
     per_parameter_partition,
     placeholder_states,
 )
-from dlio_ckpt.plan.layouts.rules import every_rank_writes, torch_save_only
+from dlio_ckpt.plan.layouts.rules import every_rank_writes, shared_read_tier, torch_save_only
+from dlio_ckpt.plan.restore import FileReads, RankReads, Restore, whole_files
 from dlio_ckpt.plan.types import FilePlan, Plan, PlannedFile, RankPlan
 
 if TYPE_CHECKING:
     from dlio_ckpt.config import Workload
 
-READS = "each rank its own files, whole (as DLIO reads them; DeepSpeed's load_checkpoint is not modelled)"
+READS = ("DeepSpeed 0.19.8's load_checkpoint(dir, tag): each rank torch.loads, whole, model-parallel rank 0's "
+         "model file, its own model-parallel rank's, then its own optimizer partition")
+READS_MODULE = ("DeepSpeed 0.19.8's load_checkpoint(dir, tag, load_module_only=True): each rank torch.loads, whole, "
+                "model-parallel rank 0's model file, then its own model-parallel rank's")
+NOT_MODELLED = "each rank reads its own files whole"  # a load not modelled (pipeline, MoE): DLIO's read phase
 NO_RESTORE = ("DeepSpeed loads ZeRO partitions only at the parallelism they were saved with (another "
-              "needs the universal-checkpoint conversion, ds_to_universal.py, not emulated), and its "
-              "weights-only load is not modelled yet; checkpoint.layout=dcp does both")
+              "needs the universal-checkpoint conversion, ds_to_universal.py, not emulated); checkpoint.layout=dcp "
+              "reshards")
 
 
 
@@ -133,9 +159,75 @@ def make_plan(workload: Workload, world_size: int) -> Plan:
     return dlio.make_plan(workload, world_size, DeepSpeedLayout)
 
 
+def modelled(workload: Workload) -> str | None:
+    """Why DeepSpeed's own load is not modelled for this workload (None: it is)."""
+    if workload.model.family == "moe":
+        return "DeepSpeed's load_checkpoint of a mixture of experts (its layer_*_expert_* files) is not modelled"
+    if workload.model.parallelism.pipeline > 1:
+        return "DeepSpeed's pipeline engine's load_checkpoint (its layer_* files) is not modelled"
+    return None
+
+
+def reads_others(workload: Workload, world_size: int) -> bool:
+    """Whether some rank of DeepSpeed's load reads a file another rank wrote: model-parallel rank 0's model file
+    (every rank), its MP rank's (ZeRO 1, 2: data-parallel rank 0's)."""
+    if modelled(workload) is not None or world_size == 1:
+        return False
+    return workload.model.parallelism.zero_stage != 3 or workload.model.parallelism.tensor > 1
+
+
 def check_world(workload: Workload, world_size: int) -> None:
+    """DeepSpeed's load reads other ranks' model files: a tier that keeps each host's files apart cannot serve it."""
     if workload.model.family == "moe":
         deepspeed_moe.check_world(workload, world_size)
+    if reads_others(workload, world_size):
+        shared_read_tier(workload, "DeepSpeed's load_checkpoint has every rank torch.load model-parallel rank 0's "
+                         "model file and its own model-parallel rank's (written by data-parallel rank 0)")
+
+
+def restore(workload: Workload, plan: Plan, world_size: int, model_only: bool) -> Restore:
+    """What each rank of DeepSpeed's ``engine.load_checkpoint(dir, tag)`` reads (the module's docstring, and
+    ``tests/unit/test_deepspeed_restore.py``: held to real loads): whole files, in DeepSpeed's order, each named by
+    the writer that wrote it. A rank needs its model-parallel rank's weights (the model file's tensors; ZeRO 3's
+    placeholders hold none) and its own optimizer partition; model-parallel rank 0's file, read first by every
+    rank (and again by MP rank 0), is read amplification. ``model_only``: ``load_module_only=True``, the model
+    files alone (ZeRO 1, 2)."""
+    name = workload.checkpoint.layout
+    if world_size != plan.world_size:
+        raise ConfigError("workload.restore.world_size", world_size, f"must be the save's ({plan.world_size}) with "
+                          f"checkpoint.layout={name}: {NO_RESTORE}")
+    if (why := modelled(workload)) is not None:
+        if model_only:
+            raise ConfigError("workload.restore.model_only", True, f"is not modelled with checkpoint.layout={name}: "
+                              f"{why}")
+        return whole_files(plan, f"{NOT_MODELLED} ({why})")
+    lay = plan.layout
+    assert isinstance(lay, DeepSpeedLayout)
+    if model_only and lay.zero_stage == 3:
+        raise ConfigError("workload.restore.model_only", True, f"is not modelled with checkpoint.layout={name} and "
+                          "model.parallelism.zero_stage=3: DeepSpeed's load_module_only then reads only each rank's "
+                          "zero_pp_rank_*_model_states.pt, empty placeholders, and restores no weights (they are in "
+                          "the optimizer files, which it skips)")
+    where = {f.stem: (r.rank, k) for r in plan.ranks for k, f in enumerate(r.files)}
+    ranks = []
+    for r in plan.ranks:
+        # _get_all_ckpt_names: the model files of every MP rank (ZeRO 3: of this DP rank), sorted; the first is
+        # loaded by check_ckpt_list, then this rank's (SDLoaderBase.load: index mp x files / MP world)
+        models = sorted(lay.sharded_model_stem(r.dp, m) if lay.zero_stage == 3 else lay.model_stem(m)
+                        for m in range(lay.mp))
+        stems = [models[0], models[r.mp * len(models) // lay.mp]]
+        if not model_only:
+            stems.append(lay.optimizer_stem(r.dp, r.mp))
+        kept = stems[1:]  # its MP rank's weights and its own partition
+        needed = sum(plan.ranks[where[s][0]].files[where[s][1]].payload_bytes for s in kept)
+        ranks.append(RankReads(r.rank, tuple(FileReads(*where[s]) for s in stems), needed))
+    return Restore(world_size, plan.world_size, model_only, tuple(ranks), READS_MODULE if model_only else READS)
+
+
+def load_caveat(workload: Workload) -> str | None:
+    """Said beside the load's figures where DeepSpeed's own load is not modelled (pipeline, MoE)."""
+    why = modelled(workload)
+    return None if why is None else f"not the framework's own load ({why}): {NOT_MODELLED}"
 
 
 def file_format(workload: Workload) -> Format:
@@ -158,5 +250,7 @@ FRAMEWORK_IO = FrameworkIO(writer="DeepSpeed TorchCheckpointEngine: torch.save(s
 
 
 LAYOUT = Layout(make_plan=make_plan, file_format=file_format, check=check, check_world=check_world,
-                reads=READS, no_restore=NO_RESTORE, framework_io=FRAMEWORK_IO,
-                whole_file_load="DeepSpeed's load_checkpoint is not modelled")
+                restore=restore, reads=READS, no_restore=NO_RESTORE, framework_io=FRAMEWORK_IO,
+                # None: restore() is DeepSpeed's load (with tensor 1 under ZeRO 3, each rank reading its own files
+                # whole is it); where it is not modelled (pipeline, MoE), load_caveat says so
+                whole_file_load=None, load_caveat=load_caveat)

@@ -44,7 +44,7 @@ from dlio_ckpt.plan.formats import Calls, Format, Segment, file_size
 from dlio_ckpt.plan.formats.pt import Pickler, archive
 from dlio_ckpt.plan.layouts.base import FrameworkIO, Layout
 from dlio_ckpt.plan.layouts.dcp import ADAM_GROUP
-from dlio_ckpt.plan.layouts.rules import torch_save_only
+from dlio_ckpt.plan.layouts.rules import shared_read_tier, torch_save_only
 from dlio_ckpt.plan.restore import FileReads, RankReads, Restore
 from dlio_ckpt.plan.types import Item, ItemFile, Plan, PlannedFile, RankPlan, shrink_shape
 
@@ -101,14 +101,8 @@ def _set(section: Any) -> list[tuple[str, Any]]:
 
 def check_world(workload: Workload, world_size: int) -> None:
     """Every rank of the load reads rank 0's file: a tier that keeps each host's files apart cannot serve it."""
-    ck = workload.checkpoint
-    reader = workload.storages[ck.read_tier]
-    if world_size > 1 and ck.num_checkpoints_read and reader.scope != "shared":
-        # config.tier_key's spelling (the config's runtime imports reach the cluster, which a plan may not)
-        key = "workload.storage" if ck.read_tier == 0 else f"workload.tiers[{ck.read_tier - 1}]"
-        raise ConfigError(f"{key}.scope", reader.scope, "every rank of Lightning's load reads "
-                          "global rank 0's .ckpt, which a node-scoped tier holds on rank 0's host alone: read from a "
-                          "shared tier (checkpoint.read_tier)")
+    if world_size > 1:
+        shared_read_tier(workload, "every rank of Lightning's load reads global rank 0's .ckpt")
 
 
 @dataclass(frozen=True)

@@ -1,5 +1,5 @@
-"""Rules several layouts share, with one wording: a format the framework does not write, and MLPerf's
-subset mode, which only DLIO's layout has."""
+"""Rules several layouts share, with one wording: a format the framework does not write, MLPerf's subset mode,
+which only DLIO's layout has, and a load that reads other ranks' files from a tier that keeps hosts apart."""
 
 from __future__ import annotations
 
@@ -31,3 +31,15 @@ def dense_only(workload: Workload, layout: str, why: str) -> None:
         raise ConfigError("workload.model.family", workload.model.family, f"is not modelled with "
                           f"checkpoint.layout={layout}: {why}; checkpoint.layout=megatron, dcp or deepspeed writes "
                           "one as that framework does")
+
+
+def shared_read_tier(workload: Workload, why: str) -> None:
+    """A load whose ranks read files other ranks wrote (``why``: whose) cannot read from a node-scoped tier, which
+    holds each host's files on that host alone."""
+    ck = workload.checkpoint
+    reader = workload.storages[ck.read_tier]
+    if ck.num_checkpoints_read and reader.scope != "shared":
+        # config.tier_key's spelling (the config's runtime imports reach the cluster, which a plan may not)
+        key = "workload.storage" if ck.read_tier == 0 else f"workload.tiers[{ck.read_tier - 1}]"
+        raise ConfigError(f"{key}.scope", reader.scope, f"{why}, which a node-scoped tier holds on the writer's host "
+                          "alone: read from a shared tier (checkpoint.read_tier)")
