@@ -28,8 +28,8 @@ class Capabilities:
     device_buffers: bool = False  # moves data from and to GPU memory (device_memory)
     stores_data: bool = True  # False only for null: reads return nothing to verify
     rename: bool = False  # can move a whole file into place (rename); object stores cannot
-    # moves an object into place by a server-side copy and a delete of the source, as s3torchconnector's DCP file
-    # system renames .metadata.tmp (rename: the copy; a framework's writer may stage there like a file system's)
+    # moves an object into place by a server-side copy and a delete of the source (Backend.rename): how
+    # s3torchconnector's S3FileSystem renames, which DCP's writer does to .metadata.tmp
     rename_by_copy: bool = False
     positional: bool = False  # writers have write_at, readers read_at and size: queue_depth requests per file
 
