@@ -146,9 +146,10 @@ def test_a_megatron_moe_checkpoint_loads_verified_at_another_world_and_expert_pa
 
 
 def test_a_load_not_held_to_its_frameworks_own_says_so_on_the_console_and_in_the_summary(tmp_path):
-    """DeepSpeed's load is not modelled: each rank reads its own files whole. The run says so beside "verified",
-    once, and summary.json beside ``follows``."""
-    r = dlio(["workload=tiny_moe", "++workload.checkpoint.layout=deepspeed", "--world-size", "4",
+    """DeepSpeed's pipeline engine's load is not modelled: each rank reads its own files whole. The run says so
+    beside "verified", once, and summary.json beside ``follows``."""
+    r = dlio(["workload=tiny", "++workload.checkpoint.layout=deepspeed", "++workload.model.parallelism.pipeline=2",
+              "--world-size", "4",
               "++workload.checkpoint.num_checkpoints_write=1", "++workload.checkpoint.num_checkpoints_read=1",
               "++workload.storage.storage_root=data", "++hydra.run.dir=run"], tmp_path)
     assert r.returncode == 0, r.stderr

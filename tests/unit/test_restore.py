@@ -64,7 +64,9 @@ def test_a_scaled_megatron_save_loads_at_another_tensor_parallelism_with_the_sha
 @pytest.mark.parametrize(("extra", "caveat"), [
     (MOE_DCP, None),  # torchtitan's expert-parallel placement: tests/against_frameworks/test_moe_restore.py
     ([*MOE_DCP, "++workload.restore.world_size=2"], None),
-    (["workload=tiny_moe", "++workload.checkpoint.layout=deepspeed"], "not the framework's own load (DeepSpeed"),
+    (["workload=tiny_moe", "++workload.checkpoint.layout=deepspeed"], None),  # test_deepspeed_restore.py
+    (["workload=tiny", "++workload.checkpoint.layout=deepspeed", "++workload.model.parallelism.pipeline=2"],
+     "not the framework's own load (DeepSpeed"),
     (DCP, None), (["workload=tiny", "++workload.checkpoint.layout=megatron"], None), (["workload=tiny"], None),
 ])
 def test_which_loads_are_not_held_to_their_frameworks_own(extra, caveat):

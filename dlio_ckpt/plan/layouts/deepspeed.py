@@ -36,12 +36,17 @@ file each rank ``torch.load``s, in order: ``tests/oracles/deepspeed_load_reads.p
    other data-parallel ranks' names are listed, but only the rank's own is loaded unless
    ``zero_optimization.elastic_checkpoint``, off by default).
 
+A mixture of experts (``model.family=moe``, :mod:`.deepspeed_moe`, held to real loads of its saves too) reads
+the same two model files, then, between them and its optimizer partition, each of its expert-parallel rank's
+experts in each MoE layer (``layer_{L}_expert_{E}_mp_rank_{mp:02d}_model_states.pt``, ``load_moe_state_dict``), as
+written by that EP rank's expert-data-parallel rank 0.
+
 ``latest`` is read (Python's ``open``, not ``torch.load``) only when ``load_checkpoint`` is given no tag; we do not
 write it, and the load is that of an explicit tag. ``restore.model_only`` is ``load_module_only=True``: steps 1
-and 2 alone, for ZeRO 1 and 2 (under ZeRO 3 DeepSpeed's then reads only the empty placeholders, restoring no
-weights: refused). At another world size DeepSpeed needs the universal-checkpoint conversion (refused). Pipeline
-parallelism (the pipeline engine loads its ``layer_*`` files) and mixtures of experts (``layer_*_expert_*`` files,
-from the source) are not modelled: each rank reads its own files whole, and the load says so.
+and 2 alone (and a mixture's experts), for ZeRO 1 and 2 (under ZeRO 3 DeepSpeed's then reads only the empty
+placeholders, restoring no weights: refused). At another world size DeepSpeed needs the universal-checkpoint
+conversion (refused). Pipeline parallelism (the pipeline engine loads its ``layer_*`` files, from the source) is not
+modelled: each rank reads its own files whole, and the load says so.
 """
 
 from __future__ import annotations
@@ -74,7 +79,13 @@ READS = ("DeepSpeed 0.19.8's load_checkpoint(dir, tag): each rank torch.loads, w
          "model file, its own model-parallel rank's, then its own optimizer partition")
 READS_MODULE = ("DeepSpeed 0.19.8's load_checkpoint(dir, tag, load_module_only=True): each rank torch.loads, whole, "
                 "model-parallel rank 0's model file, then its own model-parallel rank's")
-NOT_MODELLED = "each rank reads its own files whole"  # a load not modelled (pipeline, MoE): DLIO's read phase
+READS_MOE = ("DeepSpeed 0.19.8's load_checkpoint(dir, tag) of a mixture of experts: each rank torch.loads, whole, "
+             "model-parallel rank 0's model file, its own model-parallel rank's, its expert-parallel rank's expert "
+             "files layer by layer, then its own optimizer partition")
+READS_MOE_MODULE = ("DeepSpeed 0.19.8's load_checkpoint(dir, tag, load_module_only=True) of a mixture of experts: each "
+                    "rank torch.loads, whole, model-parallel rank 0's model file, its own model-parallel rank's, then "
+                    "its expert-parallel rank's expert files layer by layer")
+NOT_MODELLED = "each rank reads its own files whole"  # a load not modelled (pipeline): DLIO's read phase
 NO_RESTORE = ("DeepSpeed loads ZeRO partitions only at the parallelism they were saved with (another "
               "needs the universal-checkpoint conversion, ds_to_universal.py, not emulated); checkpoint.layout=dcp "
               "reshards")
@@ -108,6 +119,18 @@ class DeepSpeedLayout(dlio.DlioLayout):
 
     def optimizer_stem(self, dp: int, mp: int) -> str:
         return optimizer_stem(dp, mp, self.model_dtype)
+
+    def load_stems(self, rank: RankPlan, model_only: bool) -> list[str]:
+        """The files ``load_checkpoint(dir, tag)`` has ``rank`` ``torch.load``, in order (the module's docstring):
+        ``_get_all_ckpt_names``' model files of every MP rank (ZeRO 3: of this DP rank), sorted, the first loaded by
+        ``check_ckpt_list``, then this rank's (``SDLoaderBase.load``: index mp x files / MP world); then its own
+        optimizer partition (unless ``model_only``)."""
+        models = sorted(self.sharded_model_stem(rank.dp, m) if self.zero_stage == 3 else self.model_stem(m)
+                        for m in range(self.mp))
+        stems = [models[0], models[rank.mp * len(models) // self.mp]]
+        if not model_only:
+            stems.append(self.optimizer_stem(rank.dp, rank.mp))
+        return stems
 
     def problems(self, plan: Plan) -> list[str]:
         """Every model-parallel rank's parameters in its data-parallel ranks' optimizer partitions."""
@@ -161,8 +184,6 @@ def make_plan(workload: Workload, world_size: int) -> Plan:
 
 def modelled(workload: Workload) -> str | None:
     """Why DeepSpeed's own load is not modelled for this workload (None: it is)."""
-    if workload.model.family == "moe":
-        return "DeepSpeed's load_checkpoint of a mixture of experts (its layer_*_expert_* files) is not modelled"
     if workload.model.parallelism.pipeline > 1:
         return "DeepSpeed's pipeline engine's load_checkpoint (its layer_* files) is not modelled"
     return None
@@ -170,7 +191,8 @@ def modelled(workload: Workload) -> str | None:
 
 def reads_others(workload: Workload, world_size: int) -> bool:
     """Whether some rank of DeepSpeed's load reads a file another rank wrote: model-parallel rank 0's model file
-    (every rank), its MP rank's (ZeRO 1, 2: data-parallel rank 0's)."""
+    (every rank), its MP rank's (ZeRO 1, 2: data-parallel rank 0's), a mixture's experts (expert-data-parallel rank
+    0's: MoE is ZeRO 1 or 2, so the model files already are)."""
     if modelled(workload) is not None or world_size == 1:
         return False
     return workload.model.parallelism.zero_stage != 3 or workload.model.parallelism.tensor > 1
@@ -181,17 +203,19 @@ def check_world(workload: Workload, world_size: int) -> None:
     if workload.model.family == "moe":
         deepspeed_moe.check_world(workload, world_size)
     if reads_others(workload, world_size):
+        experts = (", and its expert-parallel rank's expert files (written by expert-data-parallel rank 0)"
+                   if workload.model.family == "moe" else "")
         shared_read_tier(workload, "DeepSpeed's load_checkpoint has every rank torch.load model-parallel rank 0's "
-                         "model file and its own model-parallel rank's (written by data-parallel rank 0)")
+                         f"model file and its own model-parallel rank's (written by data-parallel rank 0){experts}")
 
 
 def restore(workload: Workload, plan: Plan, world_size: int, model_only: bool) -> Restore:
     """What each rank of DeepSpeed's ``engine.load_checkpoint(dir, tag)`` reads (the module's docstring, and
     ``tests/unit/test_deepspeed_restore.py``: held to real loads): whole files, in DeepSpeed's order, each named by
     the writer that wrote it. A rank needs its model-parallel rank's weights (the model file's tensors; ZeRO 3's
-    placeholders hold none) and its own optimizer partition; model-parallel rank 0's file, read first by every
-    rank (and again by MP rank 0), is read amplification. ``model_only``: ``load_module_only=True``, the model
-    files alone (ZeRO 1, 2)."""
+    placeholders hold none), a mixture's experts of its expert-parallel rank, and its own optimizer partition;
+    model-parallel rank 0's file, read first by every rank (and again by MP rank 0), is read amplification.
+    ``model_only``: ``load_module_only=True``, the model (and expert) files alone (ZeRO 1, 2)."""
     name = workload.checkpoint.layout
     if world_size != plan.world_size:
         raise ConfigError("workload.restore.world_size", world_size, f"must be the save's ({plan.world_size}) with "
@@ -202,8 +226,8 @@ def restore(workload: Workload, plan: Plan, world_size: int, model_only: bool) -
                               f"{why}")
         return whole_files(plan, f"{NOT_MODELLED} ({why})")
     lay = plan.layout
-    assert isinstance(lay, DeepSpeedLayout)
-    if model_only and lay.zero_stage == 3:
+    assert isinstance(lay, DeepSpeedLayout | deepspeed_moe.DeepSpeedMoeLayout)
+    if model_only and workload.model.parallelism.zero_stage == 3:
         raise ConfigError("workload.restore.model_only", True, f"is not modelled with checkpoint.layout={name} and "
                           "model.parallelism.zero_stage=3: DeepSpeed's load_module_only then reads only each rank's "
                           "zero_pp_rank_*_model_states.pt, empty placeholders, and restores no weights (they are in "
@@ -211,21 +235,17 @@ def restore(workload: Workload, plan: Plan, world_size: int, model_only: bool) -
     where = {f.stem: (r.rank, k) for r in plan.ranks for k, f in enumerate(r.files)}
     ranks = []
     for r in plan.ranks:
-        # _get_all_ckpt_names: the model files of every MP rank (ZeRO 3: of this DP rank), sorted; the first is
-        # loaded by check_ckpt_list, then this rank's (SDLoaderBase.load: index mp x files / MP world)
-        models = sorted(lay.sharded_model_stem(r.dp, m) if lay.zero_stage == 3 else lay.model_stem(m)
-                        for m in range(lay.mp))
-        stems = [models[0], models[r.mp * len(models) // lay.mp]]
-        if not model_only:
-            stems.append(lay.optimizer_stem(r.dp, r.mp))
-        kept = stems[1:]  # its MP rank's weights and its own partition
+        stems = lay.load_stems(r, model_only)
+        kept = stems[1:]  # its MP rank's weights, its experts and its own partition
         needed = sum(plan.ranks[where[s][0]].files[where[s][1]].payload_bytes for s in kept)
         ranks.append(RankReads(r.rank, tuple(FileReads(*where[s]) for s in stems), needed))
-    return Restore(world_size, plan.world_size, model_only, tuple(ranks), READS_MODULE if model_only else READS)
+    moe = isinstance(lay, deepspeed_moe.DeepSpeedMoeLayout)
+    follows = (READS_MOE_MODULE if model_only else READS_MOE) if moe else READS_MODULE if model_only else READS
+    return Restore(world_size, plan.world_size, model_only, tuple(ranks), follows)
 
 
 def load_caveat(workload: Workload) -> str | None:
-    """Said beside the load's figures where DeepSpeed's own load is not modelled (pipeline, MoE)."""
+    """Said beside the load's figures where DeepSpeed's own load is not modelled (pipeline)."""
     why = modelled(workload)
     return None if why is None else f"not the framework's own load ({why}): {NOT_MODELLED}"
 
@@ -252,5 +272,5 @@ FRAMEWORK_IO = FrameworkIO(writer="DeepSpeed TorchCheckpointEngine: torch.save(s
 LAYOUT = Layout(make_plan=make_plan, file_format=file_format, check=check, check_world=check_world,
                 restore=restore, reads=READS, no_restore=NO_RESTORE, framework_io=FRAMEWORK_IO,
                 # None: restore() is DeepSpeed's load (with tensor 1 under ZeRO 3, each rank reading its own files
-                # whole is it); where it is not modelled (pipeline, MoE), load_caveat says so
+                # whole is it); where it is not modelled (pipeline), load_caveat says so
                 whole_file_load=None, load_caveat=load_caveat)

@@ -15,6 +15,12 @@ saves on this machine (``tests/oracles/deepspeed_moe_save.py``, recorded in ``te
 - Every rank writes ``[bf16_]zero_pp_rank_{dp}_mp_rank_{mp:02d}_optim_states.pt``: fp32 master weights and
   Adam's two moments of its partition of the dense parameters (over DP) and of its EP rank's experts (over DP/EP).
   Since 0.19.5 no ``expp_rank_*_optim_states.pt`` is written under ZeRO.
+- The load (``engine.load_checkpoint(dir, tag)``, :meth:`DeepSpeedMoeLayout.load_stems`, held to real loads of these
+  saves by ``tests/oracles/deepspeed_load_reads.py``): each rank ``torch.load``s, whole, model-parallel rank 0's
+  model file and its own MP rank's, as for a dense model; then (``load_moe_state_dict``) for each MoE layer in module
+  order, each expert of its EP rank, ``layer_{L}_expert_{E}_mp_rank_{mp:02d}_model_states.pt``, written by its EP
+  rank's expert-data-parallel rank 0; then its own optimizer partition alone. ``load_module_only=True``: the same
+  without the optimizer partition.
 - ZeRO 3 refuses native MoE (DeepSpeed: "Native DeepSpeed MoE is not supported with ZeRO Stage 3"); pipeline
   parallelism with MoE is not modelled (refused). Experts are split over tensor-parallel ranks like the dense
   MLP (expert tensor parallelism); DeepSpeed's alternative, experts whole on every TP rank, is not modelled.
@@ -149,6 +155,23 @@ class DeepSpeedMoeLayout:
             files.append(model_states(model_stem(tp), self.model_dtype, self.dense_numels))
         files.append(self.optimizer_file(dp, tp))
         return RankPlan(rank, tp, 0, dp, tp, tuple(files))
+
+    def load_stems(self, rank: RankPlan, model_only: bool) -> list[str]:
+        """The files DeepSpeed 0.19.8's ``load_checkpoint(dir, tag)`` has ``rank`` ``torch.load``, in order
+        (``runtime/engine.py``): ``_load_checkpoint``'s model files (``_get_all_ckpt_names``' glob of
+        ``mp_rank_*_model_states.pt``, sorted: the first loaded whole by ``SDLoaderBase.check_ckpt_list``, then this
+        MP rank's by ``SDLoaderBase.load``); ``load_moe_state_dict``'s expert files, MoE layer by layer in module
+        order, each of the EP rank's local experts (``global_expert_id = expp_rank * num_local_experts + j``, EP
+        rank = DP rank mod EP); ``_load_zero_checkpoint``'s own partition alone (unless ``model_only``:
+        ``load_module_only=True`` skips it)."""
+        models = sorted(model_stem(m) for m in range(self.tensor))
+        ep = rank.dp % self.expert
+        stems = [models[0], models[rank.mp * len(models) // self.tensor]]
+        stems += [expert_stem(layer, ep * self.local_experts + j, rank.mp) for layer in range(len(self.moe_blocks))
+                  for j in range(self.local_experts)]
+        if not model_only:
+            stems.append(optimizer_stem(rank.dp, rank.mp, self.model_dtype))
+        return stems
 
     def problems(self, plan: Plan) -> list[str]:
         """Every expert of every MoE layer written once per TP rank; the optimizer partitions cover the model."""
