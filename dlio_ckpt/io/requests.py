@@ -42,6 +42,13 @@ def cause_of_status(status: int) -> str | None:
     return None
 
 
+def missing(text: str) -> bool:
+    """A client's words for a 404: the object is not there, an answer, not a failure (as :func:`cause_of_status`
+    counts it): DCP's writer asks whether ``.metadata`` exists before every save."""
+    low = text.lower()
+    return "not found" in low or "nosuchkey" in low
+
+
 def cause_of_error(text: str) -> str:
     """The cause of a failed attempt from the client's words. URLs go first: a port or key with 503 or
     429 in it made a dropped connection count as throttled (seen once in the botocore proxy test)."""
@@ -81,6 +88,19 @@ class RequestLog:
 
 def parts(nbytes: int, part_size: int) -> int:
     return max(1, math.ceil(nbytes / part_size))
+
+
+MULTIPART_COPY = 1 << 30  # aws-c-s3 (s3_copy_object.c): from this size a copy is a multipart copy...
+COPY_PART = 128 << 20  # ...in parts of this size (its minimum; more only past 10,000 parts: 1.25 TiB)
+
+
+def copy_requests(nbytes: int) -> list[tuple[str, int]]:
+    """The requests the CRT makes for a server-side copy of an object of ``nbytes``: a HeadObject of the source
+    for its size, then one CopyObject, or from 1 GiB a multipart copy (aws-c-s3's ``s3_copy_object.c``)."""
+    if nbytes < MULTIPART_COPY:
+        return [("HeadObject", 1), ("CopyObject", 1)]
+    return [("HeadObject", 1), ("CreateMultipartUpload", 1), ("UploadPartCopy", parts(nbytes, COPY_PART)),
+            ("CompleteMultipartUpload", 1)]
 
 
 def summarize(requests: list[Request], seconds: float | None = None) -> dict[str, Any]:

@@ -105,6 +105,8 @@ def test_the_emulated_dcp_on_s3_makes_the_requests_s3torchconnector_makes(tmp_pa
     emulated, counts, summary = run(tmp_path, s3_server, "emulated", ["++workload.checkpoint.layout=dcp"])
     assert "S3StorageWriter" in summary["io"]["framework_writer"] and summary["io"]["io_pattern"] == "framework"
     assert counted(summary) == dict(counts)  # the emulator counts the requests it makes as the server saw them
+    # the HEADs of a .metadata not yet there are answers, not failures
+    assert not any("failures" in kind for kind in summary["checkpoints"]["save"][0]["requests"].values())
 
     data = {"__0_0.distcp", "__1_0.distcp"}
     assert set(real) == set(emulated) == {*data, ".metadata", ".metadata.tmp"}
@@ -127,3 +129,30 @@ def test_the_emulated_dcp_on_s3_makes_the_requests_s3torchconnector_makes(tmp_pa
                                                           "GetObject (ranged)": loads}
     assert real[".metadata"].kinds == {"HeadObject": 2 + 1 + 1, "CopyObject": 1, "GetObject (ranged)": loads + 1}
     assert set(real[".metadata"].ranges) == set(emulated[".metadata"].ranges)  # a whole GET (one part: 8 MiB)
+
+
+@pytest.mark.parametrize("library", ["s3torchconnector", "botocore"])
+def test_the_s3_rename_copies_then_deletes_and_a_missing_object_is_an_answer(monkeypatch, s3_server, library):
+    """``S3Backend.rename`` (DCP's ``.metadata.tmp`` on S3) through either client: the target holds the source's
+    bytes and the source is gone, for a key with a space and a plus (s3torchconnector's CRT takes the copy's source
+    URL-encoded), the CRT's requests counted by its rule (a HEAD of the source, one CopyObject below 1 GiB); a HEAD of
+    an object that is not there answers None and is not counted as a failure (DCP asks for ``.metadata`` before every
+    save)."""
+    from dlio_ckpt.io.backends import get_backend
+
+    for key, value in s3_server.env.items():
+        monkeypatch.setenv(key, value)
+    s3 = get_backend("s3", f"{s3_server.bucket}/rename-{library}-{uuid.uuid4().hex[:8]}",
+                     {"endpoint_url": s3_server.endpoint, "library": library})
+    source, target = s3.join("a b+c", ".metadata.tmp"), s3.join("a b+c", ".metadata")
+    s3.put_small(source, b"pickled")
+    s3.requests.take()
+    assert s3.size(target) is None
+    s3.rename(source, target, 7)
+    assert s3.size(source) is None
+    made = s3.requests.take()
+    assert s3.get_small(target) == b"pickled"
+    assert [r for r in made if r.failure] == []  # the two HEADs of missing objects are answers
+    seen = Counter(r.kind for r in made if not r.kind.startswith("call: "))
+    crt = library == "s3torchconnector"  # the CRT's copy asks the source's size first; botocore's does not
+    assert seen == Counter({"HeadObject": 2 + crt, "CopyObject": 1, "DeleteObject": 1}), seen

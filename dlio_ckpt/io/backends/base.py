@@ -230,9 +230,10 @@ class Backend(ABC):
         """The bytes [start, end) of a file as one request stream (where :meth:`item_spans` gives spans)."""
         raise NotImplementedError(f"storage_type={self.name} reads no spans")
 
-    def rename(self, source: str, target: str) -> None:
-        """Move a whole file into place (as DCP renames ``.metadata.tmp``), where ``capabilities.rename``, or by
-        a copy and a delete where ``capabilities.rename_by_copy``; elsewhere the final name is written directly."""
+    def rename(self, source: str, target: str, nbytes: int = 0) -> None:
+        """Move a whole file of ``nbytes`` into place (as DCP renames ``.metadata.tmp``), where
+        ``capabilities.rename``, or by a copy and a delete where ``capabilities.rename_by_copy``; elsewhere the
+        final name is written directly."""
         raise NotImplementedError(f"storage_type={self.name} cannot rename")
 
     def remove_empty(self, path: str) -> None:  # noqa: B027

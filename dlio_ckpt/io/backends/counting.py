@@ -8,8 +8,17 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 from typing import Any
+from urllib.parse import quote
 
-from dlio_ckpt.io.requests import CONNECTION, RequestLog, cause_of_error, cause_of_status, parts
+from dlio_ckpt.io.requests import (
+    CONNECTION,
+    RequestLog,
+    cause_of_error,
+    cause_of_status,
+    copy_requests,
+    missing,
+    parts,
+)
 
 
 class CountedS3Client:
@@ -24,7 +33,7 @@ class CountedS3Client:
         try:
             result = fn(*args)
         except Exception as exc:
-            self._log.add(kind, 0, time.perf_counter() - t0, cause_of_error(str(exc)))
+            self._log.add(kind, 0, time.perf_counter() - t0, None if missing(str(exc)) else cause_of_error(str(exc)))
             raise
         self._log.add(kind, 0, time.perf_counter() - t0)
         return result
@@ -35,12 +44,14 @@ class CountedS3Client:
     def delete_object(self, bucket: str, key: str) -> Any:
         return self._call("DeleteObject", self._c.delete_object, bucket, key)
 
-    def copy_object(self, src_bucket: str, src_key: str, dst_bucket: str, dst_key: str) -> Any:
-        """A server-side copy of a small object: the CRT asks the source's size (a HeadObject) before one
-        CopyObject (aws-c-s3's copy; larger objects than a part it copies in parts, which nothing here asks)."""
-        result = self._call("call: copy_object", self._c.copy_object, src_bucket, src_key, dst_bucket, dst_key)
-        self._log.derive("HeadObject", 1, 0)
-        self._log.derive("CopyObject", 1, 0)
+    def copy_object(self, src_bucket: str, src_key: str, dst_bucket: str, dst_key: str, nbytes: int) -> Any:
+        """A server-side copy of an object of ``nbytes``: the CRT's requests derived by its rule
+        (:func:`~dlio_ckpt.io.requests.copy_requests`). The source's key URL-encoded, as s3torchconnector's
+        ``S3FileSystem.rename`` sends it (the CRT puts it in ``x-amz-copy-source`` as given)."""
+        result = self._call("call: copy_object", self._c.copy_object, src_bucket, quote(src_key, safe="/"),
+                            dst_bucket, dst_key)
+        for kind, count in copy_requests(nbytes):
+            self._log.derive(kind, count, 0)
         return result
 
     def list_objects(self, bucket: str, prefix: str, delimiter: str, max_keys: int) -> Iterator[Any]:

@@ -331,7 +331,7 @@ class LocalFSBackend(Backend):
         except OSError as exc:
             raise _fail("cannot write", path, exc) from None
 
-    def rename(self, source: str, target: str) -> None:
+    def rename(self, source: str, target: str, nbytes: int = 0) -> None:
         """``shutil.move``: a rename, or where ``source`` is on another device (a framework's temporary file in
         ``$TMPDIR``), a copy (``sendfile``) and the source removed."""
         try:

@@ -398,11 +398,12 @@ class S3Backend(ObjectStore):
         except CLIENT_ERRORS as exc:
             raise failure("cannot delete", f"s3://{self.bucket}/{key}", exc) from None
 
-    def rename(self, source: str, target: str) -> None:
+    def rename(self, source: str, target: str, nbytes: int = 0) -> None:
         """s3torchconnector's ``S3FileSystem.rename`` (1.5.0), as DCP's writer moves ``.metadata.tmp`` into place
-        on S3: a server-side copy to the target, then a delete of the source."""
+        on S3: a server-side copy to the target (of ``nbytes``: the CRT's requests depend on it), then a delete of
+        the source."""
         try:
-            self.client.copy_object(self.bucket, self.key(source), self.bucket, self.key(target))
+            self.client.copy_object(self.bucket, self.key(source), self.bucket, self.key(target), nbytes)
             self.client.delete_object(self.bucket, self.key(source))
         except CLIENT_ERRORS as exc:
             raise failure("cannot rename to", self.url(target), exc) from None

@@ -256,7 +256,8 @@ class BotocoreS3Client:
     def delete_object(self, bucket: str, key: str) -> None:
         self.call("delete_object", Bucket=bucket, Key=key)
 
-    def copy_object(self, src_bucket: str, src_key: str, dst_bucket: str, dst_key: str) -> None:
+    def copy_object(self, src_bucket: str, src_key: str, dst_bucket: str, dst_key: str, nbytes: int) -> None:
+        """One CopyObject (botocore encodes the source; up to 5 GB, S3's limit for it: ``nbytes`` is not needed)."""
         self.call("copy_object", Bucket=dst_bucket, Key=dst_key, CopySource={"Bucket": src_bucket, "Key": src_key})
 
     def list_objects(self, bucket: str, prefix: str, delimiter: str, max_keys: int) -> Iterator[Page]:

@@ -203,8 +203,8 @@ class TimedBackend(Backend):
     def evict(self, path: str) -> None:
         self._timed(self._prefix(path) + "evict", self.inner.evict, path)
 
-    def rename(self, source: str, target: str) -> None:
-        self._timed(self._prefix(target) + "rename", self.inner.rename, source, target)
+    def rename(self, source: str, target: str, nbytes: int = 0) -> None:
+        self._timed(self._prefix(target) + "rename", self.inner.rename, source, target, nbytes)
 
     # -- the rest of the storage's calls: metadata, small files -----------------------------------
 

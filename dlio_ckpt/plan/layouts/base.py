@@ -70,6 +70,10 @@ class FrameworkIO:
     #                           a rename, or a copy where the checkpoint is on another device): fsspec's transaction
     archives: bool = False  # each file is one torch.save archive that its load reads whole, as torch.load does
     in_memory: bool = False  # torch.save into memory first (Lightning's BytesIO): each byte copied into fresh memory
+    # on an object store whose client renames by a copy (capabilities.rename_by_copy): the coordinator's staged files
+    # written, then copied into place, each rank first asking whether they exist (DCP's FileSystemWriter over
+    # s3torchconnector's S3FileSystem); else written in place there (megatron-core writes .metadata so on MSC)
+    object_store_rename: bool = False
     # a synchronous save's copy of its tensors from the accelerator (checkpoint.gpu_copy_gb_per_second): "each"
     # tensor just before its framework writes it (DCP's, torch.save's), or all the rank's "first", before any
     # writer starts (megatron-core's preload)

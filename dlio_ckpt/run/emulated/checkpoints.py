@@ -74,9 +74,10 @@ def tasks(ctx: RunContext, fmt: Format, step: int, plans: list[RankPlan], backen
 
 def stages(store: Backend, played: FrameworkIO | None) -> bool:
     """Whether a coordinator's file is written under its staged name and moved into place on ``store``: a file
-    system renames it; an object store whose framework client renames by copying (s3torchconnector's, for DCP)
-    does so where the saves play their framework's calls, and the tuned stream writes the final name."""
-    return store.capabilities.rename or (played is not None and store.capabilities.rename_by_copy)
+    system renames it; on an object store that can copy it into place, where the saves play a framework whose
+    client does so (``FrameworkIO.object_store_rename``: DCP's on S3); elsewhere the final name is written."""
+    return store.capabilities.rename or (played is not None and played.object_store_rename
+                                         and store.capabilities.rename_by_copy)
 
 
 def coordinator_tasks(ctx: RunContext, step: int, backend: Backend | None = None, staged: bool = False,
@@ -198,18 +199,21 @@ class EmulatedRun:
             checks = framework_io(ctx.workload) is not None
             for task, final in zip(staged, coordinator_tasks(ctx, step), strict=True):
                 if task.path != final.path:
-                    # DCP's FileSystemWriter.finish: an earlier file of the final name removed first (its exists:
-                    # a stat, a HEAD on S3), then the rename
-                    if checks and ctx.backend.size(final.path) is not None:
-                        ctx.backend.remove(final.path)
-                    ctx.backend.rename(task.path, final.path)
+                    # DCP's FileSystemWriter.finish asks whether the final name exists (a stat, a HEAD on S3), to
+                    # remove it: never here (an earlier run's checkpoints went before this run began, and each step
+                    # is written once), so the question alone
+                    if checks:
+                        ctx.backend.size(final.path)
+                    ctx.backend.rename(task.path, final.path, task.size)
         ctx.comm.barrier()
         return nbytes
 
     def look_for_earlier(self, step: int) -> None:
         """Before a save's data, each of this process's ranks asks whether the step already holds the file its
         coordinator moves into place (DCP's ``FileSystemWriter.prepare_local_plan``: ``exists(.metadata)``, a
-        stat, a HEAD on S3), where the saves play their framework's calls: on S3, one HEAD of one key per rank."""
+        stat, a HEAD on S3), where the saves play their framework's calls and its coordinator moves the file into
+        place (:func:`stages`): on S3, one HEAD of one key per rank. Synchronous saves: an async save writes its
+        coordinator's files in place."""
         ctx = self.ctx
         played = framework_io(ctx.workload)
         if played is None or not stages(ctx.backend, played):
