@@ -48,6 +48,7 @@ import contextlib
 import functools
 import json
 import os
+import platform
 import shutil
 import socket
 import statistics
@@ -414,7 +415,9 @@ def main() -> None:
             subprocess.run([*local_s3, "stop", str(server["pid"])], check=True)
     saves = [*table("save", SAVE, runs, slice(0, 1), " 1"), "", *table("save", SAVE, runs, slice(1, None), " 2+")] \
         if a.saves > 1 else table("save", SAVE, runs)
-    lines = [f"- `{' '.join(['python', *sys.argv])}`", "", *saves, "", *table("load", LOAD, runs)]
+    machine = f"- {time.strftime('%Y-%m-%d %H:%M')} on {platform.node()} ({os.cpu_count()} cores), " \
+        f"torch {torch.__version__}"
+    lines = [machine, f"- `{' '.join(['python', *sys.argv])}`", "", *saves, "", *table("load", LOAD, runs)]
     print("\n".join(lines))
     if a.markdown:
         Path(a.markdown).write_text("\n".join(lines) + "\n")

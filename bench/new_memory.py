@@ -85,6 +85,9 @@ def main() -> None:
     print("\n| what | median GiB/s | rounds GiB/s |\n|---|---|---|")
     for kind, rates in got.items():
         print(f"| {kind} | {statistics.median(rates):.2f} | {', '.join(f'{x:.2f}' for x in rates)} |")
+    ratios = [r / n for r, n in zip(got["after a removal"], got["new file"], strict=True)]
+    print(f"\nafter a removal / new file, per round: {', '.join(f'{x:.1f}' for x in ratios)} "
+          f"(median {statistics.median(ratios):.1f})")
 
 
 if __name__ == "__main__":

@@ -175,6 +175,13 @@ def described(workload: Any, restore: Restore, plan: Plan, fmt: Any) -> dict[str
     return out
 
 
+def at_saved_world(workload: Any, plan: Plan, world: int, why: str) -> None:
+    """A load at another world size than the save's, refused where the layout's framework cannot reshard (``why``)."""
+    if world != plan.world_size:
+        raise ConfigError("workload.restore.world_size", world, f"must be the save's ({plan.world_size}) with "
+                          f"checkpoint.layout={workload.checkpoint.layout}: {why}")
+
+
 def restore_plan(workload: Any, plan: Plan) -> Restore:
     """What each rank of the read phase reads: the layout's own ``restore`` where its framework reshards or
     loads the model alone (DCP); elsewhere each rank's own files whole, at the save's world size, and a load
@@ -183,9 +190,7 @@ def restore_plan(workload: Any, plan: Plan) -> Restore:
     world = asked.world_size or plan.world_size
     if layout.restore is not None:
         return layout.restore(workload, plan, world, asked.model_only)
-    if world != plan.world_size:
-        raise ConfigError("workload.restore.world_size", world, f"must be the save's ({plan.world_size}) with "
-                          f"checkpoint.layout={workload.checkpoint.layout}: {layout.no_restore}")
+    at_saved_world(workload, plan, world, layout.no_restore)
     if asked.model_only:
         raise ConfigError("workload.restore.model_only", True, f"is not modelled with checkpoint.layout="
                           f"{workload.checkpoint.layout}: {layout.no_restore}")

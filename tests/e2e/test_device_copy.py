@@ -29,10 +29,12 @@ def saved(tmp_path, extra: list[str]) -> tuple[dict, dict, str]:
 
 @pytest.mark.mpi
 @pytest.mark.parametrize("layout", ["dcp", "megatron"])
-def test_a_synchronous_save_copies_each_ranks_tensors_at_the_rate_within_its_time(tmp_path, layout):
+def test_a_save_and_a_load_copy_each_ranks_tensors_at_the_rate_within_their_time(tmp_path, layout):
     """One rank a process, one writer thread each (dcp) or a writer per file (megatron: the copy first): the
     copy takes the rank's tensor bytes at the rate, the slowest rank's reported, within the save's duration; the
-    load (at the save's world size) copies back what each rank needs."""
+    load (at the save's world size) copies back what each rank needs: the restore's bytes needed per rank, the figure
+    summary.json gives (held to the framework's own loads by the restore tests), at least the rank's own tensors
+    (what this test knows apart from the restore)."""
     save, loaded, log = saved(tmp_path, [f"++workload.checkpoint.layout={layout}"])
     workload = compose([*JOB, f"++workload.checkpoint.layout={layout}"], None)[0]
     plan = make_plan(workload, 2)

@@ -13,11 +13,8 @@ range from its first item's start to its last item's end, which the CRT splits i
 
 Tolerated, and held as they are (docs/concepts/io-patterns.md, "On S3"):
 
-- ``.metadata``: uploaded as ``.metadata.tmp`` with the same requests, its one part's size within 2 % (the layout
-  counts the pickle's size, within 1.4 % of real files: dcp_metadata.py), then renamed as s3torchconnector's
-  ``S3FileSystem.rename`` does (a HEAD of ``.metadata`` first, then the CRT's HEAD of the source, CopyObject,
-  DeleteObject of ``.metadata.tmp``); every rank HEADs ``.metadata`` before it writes
-  (``FileSystemWriter.prepare_local_plan``'s check for an earlier checkpoint). The same in both.
+- ``.metadata``: the same requests in both (the sequence: docs/concepts/io-patterns.md, "On S3"), its upload's one
+  part's size within 2 % (the layout counts the pickle's size, within 1.4 % of real files: dcp_metadata.py).
 - ``.metadata``'s GETs: one per loading rank in both (a whole GET, s3torchconnector's sequential reader), and in the
   real run one more GET and one HEAD that ``mode=fsdp`` makes after the save to count each rank's bytes (not
   DCP's).

@@ -168,6 +168,14 @@ def test_a_rank_needs_its_model_parallel_ranks_weights_and_its_own_partition(cas
      "load_checkpoint has every rank torch.load model-parallel rank 0's model file and its own model-parallel rank's "
      "(written by data-parallel rank 0), and its expert-parallel rank's expert files (written by expert-data-parallel "
      "rank 0)"),
+    # ZeRO 3 at TP 2: each rank's own data-parallel rank's placeholder of model-parallel rank 0
+    (["workload=tiny", "++workload.model.parallelism.zero_stage=3", "++workload.model.parallelism.tensor=2",
+      "++workload.storage.scope=node"], "workload.storage.scope='node': DeepSpeed's load_checkpoint has every rank "
+     "torch.load model-parallel rank 0's placeholder file of its own data-parallel rank, which"),
+    # a lost-host restore reads a node tier: the advice to read from a shared one would not do
+    (["workload=tiny", "++workload.storage.scope=node", "++workload.restore.lost_hosts=[1]", "++workload.tiers=["
+      "{storage_type: local_fs, storage_root: /nonexistent/shared, scope: shared}]", "++workload.hosts.simulate=2"],
+     "workload.restore.lost_hosts=[1]: is not modelled with checkpoint.layout=deepspeed: DeepSpeed's load_checkpoint"),
 ])
 def test_what_deepspeeds_load_cannot_do_is_refused(extra, message):
     w, _, _ = compose([*extra, "++workload.checkpoint.layout=deepspeed",

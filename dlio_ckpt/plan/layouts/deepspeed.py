@@ -61,6 +61,7 @@ from dlio_ckpt.plan.layouts import deepspeed_moe, dlio
 from dlio_ckpt.plan.layouts.base import FrameworkIO, Layout
 from dlio_ckpt.plan.layouts.deepspeed_files import (
     flat_partition,
+    loaded_models,
     model_states,
     model_stem,
     optimizer_states,
@@ -69,7 +70,7 @@ from dlio_ckpt.plan.layouts.deepspeed_files import (
     placeholder_states,
 )
 from dlio_ckpt.plan.layouts.rules import every_rank_writes, shared_read_tier, torch_save_only
-from dlio_ckpt.plan.restore import FileReads, RankReads, Restore, whole_files
+from dlio_ckpt.plan.restore import FileReads, RankReads, Restore, at_saved_world, whole_files
 from dlio_ckpt.plan.types import FilePlan, Plan, PlannedFile, RankPlan
 
 if TYPE_CHECKING:
@@ -125,9 +126,8 @@ class DeepSpeedLayout(dlio.DlioLayout):
         ``_get_all_ckpt_names``' model files of every MP rank (ZeRO 3: of this DP rank), sorted, the first loaded by
         ``check_ckpt_list``, then this rank's (``SDLoaderBase.load``: index mp x files / MP world); then its own
         optimizer partition (unless ``model_only``)."""
-        models = sorted(self.sharded_model_stem(rank.dp, m) if self.zero_stage == 3 else self.model_stem(m)
-                        for m in range(self.mp))
-        stems = [models[0], models[rank.mp * len(models) // self.mp]]
+        stems = loaded_models([self.sharded_model_stem(rank.dp, m) if self.zero_stage == 3 else self.model_stem(m)
+                               for m in range(self.mp)], rank.mp, self.mp)
         if not model_only:
             stems.append(self.optimizer_stem(rank.dp, rank.mp))
         return stems
@@ -205,8 +205,10 @@ def check_world(workload: Workload, world_size: int) -> None:
     if reads_others(workload, world_size):
         experts = (", and its expert-parallel rank's expert files (written by expert-data-parallel rank 0)"
                    if workload.model.family == "moe" else "")
-        shared_read_tier(workload, "DeepSpeed's load_checkpoint has every rank torch.load model-parallel rank 0's "
-                         f"model file and its own model-parallel rank's (written by data-parallel rank 0){experts}")
+        models = "model-parallel rank 0's placeholder file of its own data-parallel rank" \
+            if workload.model.parallelism.zero_stage == 3 else \
+            "model-parallel rank 0's model file and its own model-parallel rank's (written by data-parallel rank 0)"
+        shared_read_tier(workload, f"DeepSpeed's load_checkpoint has every rank torch.load {models}{experts}")
 
 
 def restore(workload: Workload, plan: Plan, world_size: int, model_only: bool) -> Restore:
@@ -217,9 +219,7 @@ def restore(workload: Workload, plan: Plan, world_size: int, model_only: bool) -
     model-parallel rank 0's file, read first by every rank (and again by MP rank 0), is read amplification.
     ``model_only``: ``load_module_only=True``, the model (and expert) files alone (ZeRO 1, 2)."""
     name = workload.checkpoint.layout
-    if world_size != plan.world_size:
-        raise ConfigError("workload.restore.world_size", world_size, f"must be the save's ({plan.world_size}) with "
-                          f"checkpoint.layout={name}: {NO_RESTORE}")
+    at_saved_world(workload, plan, world_size, NO_RESTORE)
     if (why := modelled(workload)) is not None:
         if model_only:
             raise ConfigError("workload.restore.model_only", True, f"is not modelled with checkpoint.layout={name}: "

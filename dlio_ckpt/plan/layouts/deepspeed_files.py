@@ -21,6 +21,15 @@ def expert_stem(layer: int, expert: int, mp: int) -> str:
     return f"layer_{layer}_expert_{expert}_mp_rank_{mp:02d}_model_states"
 
 
+def loaded_models(stems: list[str], mp: int, mp_world: int) -> list[str]:
+    """The model files DeepSpeed 0.19.8's ``load_checkpoint`` has model-parallel rank ``mp`` ``torch.load``, of the
+    ``stems`` its ``_get_all_ckpt_names`` finds (``runtime/engine.py``): sorted, the first loaded whole by
+    ``SDLoaderBase.check_ckpt_list`` (for ``mp_world_size``), then this rank's (``SDLoaderBase.load``: index
+    mp x files / MP world; ``runtime/state_dict_factory.py``)."""
+    models = sorted(stems)
+    return [models[0], models[mp * len(models) // mp_world]]
+
+
 def model_states(stem: str, dtype: str, numels: tuple[int, ...]) -> FilePlan:
     """The module's weights (ZeRO 1, 2): one tensor per parameter, in the training dtype."""
     return FilePlan(stem, "model", dtype, (TensorGroup("module", numels),))

@@ -37,6 +37,7 @@ from dlio_ckpt.model.moe import MoeShape, Param
 from dlio_ckpt.plan.layouts.deepspeed_files import (
     expert_stem,
     flat_partition,
+    loaded_models,
     model_states,
     model_stem,
     optimizer_states,
@@ -164,9 +165,8 @@ class DeepSpeedMoeLayout:
         order, each of the EP rank's local experts (``global_expert_id = expp_rank * num_local_experts + j``, EP
         rank = DP rank mod EP); ``_load_zero_checkpoint``'s own partition alone (unless ``model_only``:
         ``load_module_only=True`` skips it)."""
-        models = sorted(model_stem(m) for m in range(self.tensor))
         ep = rank.dp % self.expert
-        stems = [models[0], models[rank.mp * len(models) // self.tensor]]
+        stems = loaded_models([model_stem(m) for m in range(self.tensor)], rank.mp, self.tensor)
         stems += [expert_stem(layer, ep * self.local_experts + j, rank.mp) for layer in range(len(self.moe_blocks))
                   for j in range(self.local_experts)]
         if not model_only:

@@ -35,9 +35,13 @@ def dense_only(workload: Workload, layout: str, why: str) -> None:
 
 def shared_read_tier(workload: Workload, why: str) -> None:
     """A load whose ranks read files other ranks wrote (``why``: whose) cannot read from a node-scoped tier, which
-    holds each host's files on that host alone."""
+    holds each host's files on that host alone; so no lost-host restore either (it reads a node tier)."""
     ck = workload.checkpoint
     reader = workload.storages[ck.read_tier]
+    if ck.num_checkpoints_read and workload.restore.lost_hosts:
+        raise ConfigError("workload.restore.lost_hosts", workload.restore.lost_hosts, f"is not modelled with "
+                          f"checkpoint.layout={ck.layout}: {why}, which a node-scoped read tier (what a lost-host "
+                          "restore reads) holds on the writer's host alone")
     if ck.num_checkpoints_read and reader.scope != "shared":
         # config.tier_key's spelling (the config's runtime imports reach the cluster, which a plan may not)
         key = "workload.storage" if ck.read_tier == 0 else f"workload.tiers[{ck.read_tier - 1}]"

@@ -60,6 +60,8 @@ class Llama(LlamaForCausalLM):
             else:
                 p.normal_(0.0, 0.02)
         rotary = self.model.rotary_emb
-        inv_freq, _ = rotary.compute_default_rope_parameters(rotary.config)  # llama_config's rope: the default
+        if rotary.rope_type != "default":  # llama_config asks none other; another would need its own init
+            raise AssertionError(f"rope_type {rotary.rope_type!r}: init_weights computes the default's frequencies")
+        inv_freq, _ = rotary.compute_default_rope_parameters(rotary.config)
         rotary.inv_freq.copy_(inv_freq)
         rotary.original_inv_freq.copy_(inv_freq)
