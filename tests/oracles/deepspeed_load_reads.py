@@ -32,15 +32,11 @@ from __future__ import annotations
 import builtins
 import json
 import os
-import socket
 import sys
-import tempfile
-import time
 from collections.abc import Callable
 from pathlib import Path
 
 import torch
-import torch.multiprocessing as mp
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(1, str(Path(__file__).resolve().parents[2]))  # the repository root: deepspeed_moe_save's dlio_ckpt
@@ -135,13 +131,7 @@ def worker(rank: int, world: int, port: int, setup: Callable, args: tuple, out: 
 
 def record(name: str, world: int, setup: Callable, args: tuple) -> dict:
     """One case on its world of processes: the step folder's files, and each load's reads rank by rank."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    with tempfile.TemporaryDirectory() as tmp:
-        start = time.monotonic()
-        mp.spawn(worker, args=(world, port, setup, args, tmp), nprocs=world, join=True)
-        seconds = time.monotonic() - start
+    with deepspeed_save.spawned(worker, world, setup, args) as (tmp, seconds):
         files = {p.name: p.stat().st_size for p in sorted(Path(tmp, TAG).iterdir())}
         ranks = [json.loads(Path(tmp, f"rank{r}.json").read_text()) for r in range(world)]
     print(f"{name}: {seconds:.1f} s", file=sys.stderr)

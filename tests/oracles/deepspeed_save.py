@@ -32,7 +32,8 @@ import sys
 import tempfile
 import time
 import zipfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import torch
@@ -175,15 +176,22 @@ def worker(rank: int, world: int, port: int, setup: Callable, args: tuple, out: 
     Path(out, f"rank{rank}.json").write_text(json.dumps(written))
 
 
-def record(name: str, world: int, setup: Callable, args: tuple) -> dict:
-    """Run one case on ``world`` processes; every file of its step folder, and what each rank wrote."""
+@contextmanager
+def spawned(worker: Callable, world: int, setup: Callable, args: tuple) -> Iterator[tuple[str, float]]:
+    """``worker(rank, world, port, setup, args, folder)`` on ``world`` processes (gloo on a free local port), in a
+    new temporary folder: the folder, removed after the block, and the seconds the processes took."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     with tempfile.TemporaryDirectory() as tmp:
         start = time.monotonic()
         mp.spawn(worker, args=(world, port, setup, args, tmp), nprocs=world, join=True)
-        seconds = time.monotonic() - start
+        yield tmp, time.monotonic() - start
+
+
+def record(name: str, world: int, setup: Callable, args: tuple) -> dict:
+    """Run one case on ``world`` processes; every file of its step folder, and what each rank wrote."""
+    with spawned(worker, world, setup, args) as (tmp, seconds):
         files = {}
         for p in sorted((Path(tmp) / "global_step1").iterdir()):
             n, b = storages(p)

@@ -145,8 +145,9 @@ def test_without_a_tag_deepspeed_reads_latest_first_and_then_the_same_files(case
 
 @pytest.mark.parametrize("case", sorted(RECORDED["cases"]))
 def test_a_rank_needs_its_model_parallel_ranks_weights_and_its_own_partition(case):
-    """The bytes of state a rank keeps: its MP rank's model file's tensors (ZeRO 3: empty placeholders) and its own
-    optimizer partition; model-parallel rank 0's model file read first is read beyond it."""
+    """The bytes of state a rank keeps, as the restore counts them: the tensors of every file the recorded load read
+    after its first (its MP rank's model file, ZeRO 3's empty placeholders, its own optimizer partition);
+    model-parallel rank 0's model file, read first, is read beyond it."""
     real = RECORDED["cases"][case]
     w = workload(real)
     p = make_plan(w, real["world"])

@@ -76,16 +76,17 @@ from dlio_ckpt.plan.types import FilePlan, Plan, PlannedFile, RankPlan
 if TYPE_CHECKING:
     from dlio_ckpt.config import Workload
 
-READS = ("DeepSpeed 0.19.8's load_checkpoint(dir, tag): each rank torch.loads, whole, model-parallel rank 0's "
-         "model file, its own model-parallel rank's, then its own optimizer partition")
-READS_MODULE = ("DeepSpeed 0.19.8's load_checkpoint(dir, tag, load_module_only=True): each rank torch.loads, whole, "
-                "model-parallel rank 0's model file, then its own model-parallel rank's")
-READS_MOE = ("DeepSpeed 0.19.8's load_checkpoint(dir, tag) of a mixture of experts: each rank torch.loads, whole, "
-             "model-parallel rank 0's model file, its own model-parallel rank's, its expert-parallel rank's expert "
-             "files layer by layer, then its own optimizer partition")
-READS_MOE_MODULE = ("DeepSpeed 0.19.8's load_checkpoint(dir, tag, load_module_only=True) of a mixture of experts: each "
-                    "rank torch.loads, whole, model-parallel rank 0's model file, its own model-parallel rank's, then "
-                    "its expert-parallel rank's expert files layer by layer")
+def follows(moe: bool, model_only: bool) -> str:
+    """What a DeepSpeed load reads, as summary.json's restore says it follows (:func:`restore`)."""
+    files = ["model-parallel rank 0's model file", "its own model-parallel rank's",
+             *(["its expert-parallel rank's expert files layer by layer"] if moe else []),
+             *([] if model_only else ["its own optimizer partition"])]
+    call = f"load_checkpoint(dir, tag{', load_module_only=True' if model_only else ''})"
+    return (f"DeepSpeed 0.19.8's {call}{' of a mixture of experts' if moe else ''}: each rank torch.loads, whole, "
+            f"{', '.join(files[:-1])}, then {files[-1]}")
+
+
+READS = follows(moe=False, model_only=False)
 NOT_MODELLED = "each rank reads its own files whole"  # a load not modelled (pipeline): DLIO's read phase
 NO_RESTORE = ("DeepSpeed loads ZeRO partitions only at the parallelism they were saved with (another "
               "needs the universal-checkpoint conversion, ds_to_universal.py, not emulated); checkpoint.layout=dcp "
@@ -240,8 +241,7 @@ def restore(workload: Workload, plan: Plan, world_size: int, model_only: bool) -
         needed = sum(plan.ranks[where[s][0]].files[where[s][1]].payload_bytes for s in kept)
         ranks.append(RankReads(r.rank, tuple(FileReads(*where[s]) for s in stems), needed))
     moe = isinstance(lay, deepspeed_moe.DeepSpeedMoeLayout)
-    follows = (READS_MOE_MODULE if model_only else READS_MOE) if moe else READS_MODULE if model_only else READS
-    return Restore(world_size, plan.world_size, model_only, tuple(ranks), follows)
+    return Restore(world_size, plan.world_size, model_only, tuple(ranks), follows(moe, model_only))
 
 
 def load_caveat(workload: Workload) -> str | None:
