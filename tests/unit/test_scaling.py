@@ -1,9 +1,12 @@
 """``checkpoint.scale`` makes a miniature of the job: at any scale every rank's share of the bytes is its share
 at full size, every rank writes the same files holding the same items, the coordinator's files keep their share,
-and the bytes are the scale's (within the rounding of each weight's last dimension). Plans only: no process
+and the bytes are the scale's (within the rounding of each weight's last dimension); Megatron's weights still split
+evenly over tensor-parallel ranks. Plans only: no process
 (a scaled run: tests/e2e/test_scaling.py)."""
 
 from __future__ import annotations
+
+from math import prod
 
 import pytest
 
@@ -63,3 +66,23 @@ def test_shrink_keeps_split_dimensions_whole_multiples():
     assert shrink_shape((8192, 8192), 0.002, (64, 1)) == (384, 350)  # 64 x 6 rows, the columns absorb the rest
     assert shrink_shape((8, 4096, 1024), 0.01, (0, 4, 1)) == (8, 408, 103)  # experts whole
     assert shrink_shape((10, 10), 1.0, (1, 1)) == (10, 10)
+
+
+# Megatron's layouts at tensor (and expert tensor) parallelism: dense at TP 8, experts at TP 2 and expert TP 2
+TP_JOBS = [("llama3_70b", 64, ["++workload.checkpoint.layout=megatron"]),
+           ("mixtral_8x7b", 64, ["++workload.model.parallelism.tensor=2",
+                                 "++workload.model.parallelism.expert_tensor=2"])]
+
+
+@pytest.mark.parametrize(("workload", "world", "extra"), TP_JOBS, ids=lambda v: v if isinstance(v, str) else None)
+@pytest.mark.parametrize("scale", [0.002, 0.0005, 0.0001])
+def test_scaled_megatron_weights_split_evenly_over_tensor_parallel_ranks(workload, world, extra, scale):
+    """Megatron splits a weight's cut dimension into TP equal parts (``ensure_divisibility``: a width that TP does
+    not divide is refused), so a miniature's cut widths stay multiples of TP: every tensor's chunks, one per TP rank
+    and layer, all of one size, fill the whole tensor (a width rounded off TP's multiples leaves rows no rank
+    writes)."""
+    layout = _plan(workload, world, extra, scale).layout
+    assert layout.name == "megatron" and layout.tensor > 1
+    for t in layout.tensors():
+        sizes = {prod(size) for _, size in t.chunks}
+        assert len(sizes) == 1 and len(t.chunks) * sizes.pop() == prod(t.shape), (t.fqn, t.shape, t.chunks[:2])
