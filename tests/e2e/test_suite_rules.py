@@ -35,6 +35,20 @@ def test_under_ci_only_gpu_cases_may_skip(tmp_path, ci, outcome):
         assert "skipped under CI, where only GPU cases may skip: mpiexec is not installed" in r.stdout
 
 
+
+@pytest.mark.parametrize("runner", [{}, {"CI": "false"}], ids=["CI-unset", "CI-false"])
+def test_ci_runs_the_suite_under_ci_whatever_the_runner_exports(tmp_path, runner):
+    """``.ci/run`` sets CI=true itself: a runner that exports no CI (or CI=false) still gets the rule above. A copy
+    of it runs beside a stand-in scripts/test.sh that reports the CI it was given."""
+    (tmp_path / ".ci").mkdir()
+    (tmp_path / "scripts").mkdir()
+    (tmp_path / ".ci" / "run").write_text((REPO / ".ci" / "run").read_text())
+    (tmp_path / "scripts" / "test.sh").write_text('echo "CI=${CI:-}"\n')
+    env = {k: v for k, v in os.environ.items() if k != "CI"} | runner
+    r = subprocess.run(["bash", str(tmp_path / ".ci" / "run")], capture_output=True, text=True, env=env, timeout=60)
+    assert r.returncode == 0 and r.stdout.strip() == "CI=true", r.stdout + r.stderr
+
+
 MISSING = "a_package_no_one_installed_here"  # importorskip's target: absent everywhere
 SKIPPED_MODULES = {
     "test_needs_a_package.py": f'import pytest\n\npytest.importorskip("{MISSING}")\n\n\ndef test_it():\n    pass\n',

@@ -59,6 +59,9 @@ def close(a: float, b: float) -> bool:
 
 
 def test_tune_on_local_files_finds_settings_that_reproduce_their_figure_beside_fios_best(tmp_path):
+    if not shutil.which("fio"):  # under CI a skip fails (tests/conftest.py): scripts/setup.sh installs fio
+        pytest.skip("fio is not installed (scripts/setup.sh installs it): tune's figure beside fio's best is not "
+                    "checked")
     r = dlio(["tune", "workload=llama_7b_zero3", "++workload.checkpoint.checkpoint_folder=ck",
               "++workload.checkpoint.odirect=True", "++workload.checkpoint.chunk_size=1048576,4194304",
               "++workload.storage.storage_options.queue_depth=1,4", "++hydra.sweep.dir=tn", "--max-gib", "0.05"],
@@ -72,11 +75,10 @@ def test_tune_on_local_files_finds_settings_that_reproduce_their_figure_beside_f
     assert f"median {win['median_seconds']:.3f} s of 3 samples" in r.stdout
     summary = load(tmp_path / "tn" / str(win["point"]) / "summary.json")
     assert summary["io"]["odirect"] is True and 0.04 < summary["metric"]["checkpoint_size_GiB"] <= 0.05
-    if shutil.which("fio"):
-        for op, phase in (("write", "save"), ("read", "load")):
-            assert result["fio"][op]["GiB_per_second"] > 0 and result["fio"][op][f"{phase}_ratio"] > 0
-            assert f"fio's best {op} here ({result['fio'][op]['engine']} " in r.stdout
-        assert result["fio"]["odirect"] is True
+    for op, phase in (("write", "save"), ("read", "load")):
+        assert result["fio"][op]["GiB_per_second"] > 0 and result["fio"][op][f"{phase}_ratio"] > 0
+        assert f"fio's best {op} here ({result['fio'][op]['engine']} " in r.stdout
+    assert result["fio"]["odirect"] is True
     assert not list((tmp_path / "ck").rglob("*.pt")) and not list((tmp_path / "ck").rglob("ckpt.*"))
     again = rerun(result, tmp_path)
     assert again["io"]["chunk_size"] == int(win["settings"]["checkpoint.chunk_size"])

@@ -3,9 +3,7 @@ process): these need no server; those against SeaweedFS and fake-gcs-server are 
 
 from __future__ import annotations
 
-import re
-
-import pytest
+import sys
 
 RUN = ["workload=tiny", "++workload.checkpoint.time_between_checkpoints=0", "++hydra.run.dir=out"]
 
@@ -32,17 +30,24 @@ def test_unknown_storage_option_names_key_and_allowed(tmp_path, dlio_here):
     assert "threads" in err
 
 
-@pytest.mark.gpu
-def test_gds_without_a_gpu_stops_at_start_up(tmp_path, dlio_here):
-    from tests.support.storage import gpu_available
-
-    if gpu_available():
-        pytest.skip("this machine has a GPU")
+def test_gds_without_cupy_stops_at_start_up_naming_the_extra(tmp_path, dlio_here, monkeypatch):
+    """A machine without cupy (made so here, whatever this one has: its import fails) is told which extra provides
+    it, the registry's install hint."""
+    monkeypatch.setitem(sys.modules, "cupy", None)  # import cupy: ImportError
+    monkeypatch.delitem(sys.modules, "dlio_ckpt.io.backends.gds", raising=False)  # imported afresh, without it
     err = refused(dlio_here, tmp_path, on("gds", "store"))
-    assert "workload.storage.storage_type='gds':" in err
-    # the module found missing first, and the extra that provides both (the registry's install hint)
-    missing = re.search(r"needs (cupy|kvikio), which is not installed \(pip install 'dlio_ckpt\[gds-cu13\]'", err)
-    assert missing or "needs a CUDA GPU" in err, err
+    assert "workload.storage.storage_type='gds': needs cupy, which is not installed (pip install " \
+        "'dlio_ckpt[gds-cu13]'" in err, err
+
+
+def test_gds_without_a_gpu_stops_at_start_up(tmp_path, dlio_here, gpu_standin, monkeypatch):
+    """cupy installed and no device (the stand-in's count set to none, whatever this machine has): refused at
+    start-up, saying so. Neither case needs a GPU or its absence, so neither skips."""
+    import cupy
+
+    monkeypatch.setattr(cupy.cuda.runtime, "device_count", 0)
+    err = refused(dlio_here, tmp_path, on("gds", "store"))
+    assert "workload.storage.storage_type='gds': needs a CUDA GPU; none found" in err, err
 
 
 def test_s3_root_needs_a_bucket(tmp_path, dlio_here):
