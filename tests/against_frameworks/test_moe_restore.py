@@ -19,6 +19,7 @@ from dlio_ckpt.plan.layouts import make_plan
 from dlio_ckpt.plan.restore import restore_plan
 from tests.against_frameworks.test_dcp_layout import GQA, MLA, emulated_items, moe_overrides
 from tests.support import DATA
+from tests.support.bounds import DCP_METADATA
 from tests.support.recorded import assert_made_with_installed
 
 if TYPE_CHECKING:
@@ -51,9 +52,6 @@ CASES: dict[str, tuple[dict, int, list[tuple[int, bool]]]] = {
                               "ep": 1, "threads": 1, **GQA, "head_dim": 16, "qk_norm": False}, 3,
                              [(2, False), (4, False)]),
 }
-# .metadata's size is counted, not pickled (tests/against_frameworks/test_dcp_layout.py holds it within 5% for these
-# placements): each rank reads it whole, its size within this
-METADATA_TOLERANCE = 0.05
 
 
 def recorded() -> dict:
@@ -103,7 +101,7 @@ def test_the_saved_files_are_the_emulated_plans(name):
     real = dict(case["files"])
     metadata = real.pop(".metadata")
     assert emulated == real
-    assert abs(plan.coordinator[0].size - metadata) <= METADATA_TOLERANCE * metadata
+    assert abs(plan.coordinator[0].size - metadata) <= DCP_METADATA * metadata
     items: dict[str, list[tuple[int, int, str]]] = {}
     for file, offset, length, fqn, _ in case["items"]:
         items.setdefault(file, []).append((offset, length, fqn))
@@ -141,7 +139,7 @@ def test_the_emulated_moe_restore_reads_what_dcp_load_reads(name):
         assert sorted(real) == sorted(ours) == list(range(world))
         for rank in range(world):
             (meta, _, size), *items = real[rank]
-            assert meta == ".metadata" and abs(ours[rank][0][2] - size) <= METADATA_TOLERANCE * size
+            assert meta == ".metadata" and abs(ours[rank][0][2] - size) <= DCP_METADATA * size
             assert ours[rank][1:] == items, (world, model_only, rank)
 
 

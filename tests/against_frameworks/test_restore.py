@@ -18,6 +18,7 @@ from dlio_ckpt.config import compose
 from dlio_ckpt.plan.layouts import make_plan
 from dlio_ckpt.plan.restore import restore_plan
 from tests.support import DATA
+from tests.support.bounds import DCP_METADATA
 from tests.support.recorded import assert_made_with_installed
 from tests.support.workloads import DCP, datatypes
 
@@ -69,7 +70,7 @@ def test_the_emulated_restore_reads_what_dcp_load_reads():
         assert sorted(real) == sorted(ours) == list(range(world))
         for rank in range(world):
             (name, _, size), *items = real[rank]
-            assert name == ".metadata" and abs(ours[rank][0][2] - size) <= 0.10 * size  # .metadata's size: ~
+            assert name == ".metadata" and abs(ours[rank][0][2] - size) <= DCP_METADATA * size
             assert ours[rank][1:] == items, (world, model_only, rank)
 
 

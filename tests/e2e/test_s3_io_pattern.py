@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
+from tests.support.bounds import DCP_METADATA
 from tests.support.cli import dlio, load
 from tests.support.proxy import proxy, s3_kind
 from tests.support.workloads import datatypes
@@ -38,7 +39,6 @@ JOB = ["workload=tiny", "++workload.model.parallelism.tensor=1", *datatypes("bf1
        "++workload.checkpoint.num_checkpoints_write=1", "++workload.checkpoint.num_checkpoints_read=1",
        "++workload.checkpoint.checkpoint_folder=ck", "++hydra.run.dir=out"]
 STEP = "ck/global_epoch1_step1/"
-METADATA_PART = 0.02  # .metadata's size: the layout's count of its pickle, within 1.4 % of real files
 
 
 @dataclass
@@ -116,7 +116,7 @@ def test_the_emulated_dcp_on_s3_makes_the_requests_s3torchconnector_makes(tmp_pa
     # pickle; then S3FileSystem.rename (the CRT's HEAD of the source, CopyObject, DeleteObject of the source)
     (want_kinds, (want,)), (got_kinds, (got,)) = real[".metadata.tmp"].upload(), emulated[".metadata.tmp"].upload()
     assert got_kinds == want_kinds == {"CreateMultipartUpload": 1, "UploadPart": 1, "CompleteMultipartUpload": 1}
-    assert abs(got - want) <= METADATA_PART * want, (got, want)
+    assert abs(got - want) <= DCP_METADATA * want, (got, want)  # .metadata: its pickle counted
     assert emulated[".metadata.tmp"].kinds == real[".metadata.tmp"].kinds == {**want_kinds, "HeadObject": 1,
                                                                                  "DeleteObject": 1}
     # .metadata: each rank's HEAD before it writes (prepare_local_plan), rank 0's before the rename (finish), the
