@@ -138,7 +138,17 @@ def durations_figure(run: Run, path: Path, label_slowest: int = 3) -> None:
 
 
 def heatmap_figure(run: Run, path: Path) -> None:
-    """Process x checkpoint, coloured by duration / that checkpoint's median: a straggler is a bright row."""
+    """The stragglers' heat map, saved."""
+    fig = stragglers_figure(run)
+    fig.savefig(path, dpi=110)
+    _pyplot().close(fig)
+
+
+def stragglers_figure(run: Run) -> Any:
+    """Process x checkpoint, coloured by duration / that checkpoint's median: a straggler is a bright row.
+    Why the title in two lines: with few checkpoints the axes are narrower than one line of it, which ran off the
+    figure's left edge, and the room one line left above the axes raised the colour bar, whose label, centred on
+    it, ran off the top (a layout engine moves axes, it does not shorten text)."""
     import numpy as np
 
     plt = _pyplot()
@@ -164,10 +174,9 @@ def heatmap_figure(run: Run, path: Path) -> None:
         if mean_ratio[i] > 1.1:
             ax.annotate(f"p{procs[i]} ({mean_ratio[i]:.2f}x)", (len(names) - 0.5, i), xytext=(4, 0),
                         textcoords="offset points", fontsize=8, va="center", annotation_clip=False)
-    ax.set_title("Stragglers: each process's duration relative to the checkpoint's median")
+    ax.set_title("Stragglers: each process's duration\nrelative to the checkpoint's median")
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    return fig
 
 
 def timeline_figure(run: Run, path: Path) -> None:
