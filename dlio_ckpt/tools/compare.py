@@ -13,6 +13,16 @@ ranks read over its time, so a load that read 8 times the checkpoint was "+278% 
 too (1 s and 3 s against 1.9 s twice). One change gets one direction: the duration's, said beside the rate
 ("by duration"), with the rate's own change. Where they agree, or one did not move, each keeps its own verdict
 (a rate beyond the threshold is a regression whatever the duration did by less).
+
+Why a latency percentile of requests of other sizes is "not comparable": a request's latency grows with its size,
+so the p99 of 16 MiB writes against that of 1 MiB writes measures the sizes, not the storage (it showed as a
+regression of thousands of percent, and failed the gate). The sizes come from what each run recorded: the phase's
+checkpoints' ``latency`` count and bytes of that kind of call, every process. The same job records the same sizes to
+the byte; a change of request pattern (``chunk_size``, a layout, a framework's writer) changes them by a factor. The
+rule (:data:`SIZE_RULE`) leaves room for the files' last, shorter requests when the checkpoint's size moves a little.
+
+Why a repeated run's intervals are said with their coverage: below six repeats no interval reaches 95 % (three
+give 75 %); the coverage is :mod:`dlio_ckpt.tools.repeats`' own, from the count of repeats.
 """
 
 from __future__ import annotations
@@ -22,10 +32,17 @@ import re
 from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
+from dlio_ckpt.tools.repeats import order_rank
 from dlio_ckpt.tools.runfiles import Run, number
 
 Direction = Literal["higher", "lower", "none"]
 _RUN_SPECIFIC = ("checkpoint.checkpoint_folder", "storage.storage_root")  # differ between any two runs; shown
+SIZE_RATIO = 1.1  # the larger mean request size at most this times the smaller: one size of request
+SIZE_RULE = ("a latency percentile is compared only where both runs' requests of its kind are of one size: their mean "
+             f"bytes per request (count and bytes of the phase's checkpoints, every process) within "
+             f"{(SIZE_RATIO - 1) * 100:.0f} %, the larger at most {SIZE_RATIO:g} times the smaller")
+_PERCENTILE = re.compile(r"(save|load)_checkpoint_(.+)_p\d+(?:_\d+)?_ms")  # phase, kind of call
+MIB, KIB = 1 << 20, 1 << 10
 
 
 def direction(name: str) -> Direction:
@@ -53,10 +70,11 @@ class MetricChange:
     b: float | None
     change_pct: float | None  # (b - a) / a, in percent
     direction: Direction
-    verdict: str  # better, worse, same, regression, missing in B, new in B, no figure, not judged
+    verdict: str  # better, worse, same, regression, missing in B, new in B, no figure, not judged, not comparable
     judged_by: str | None = None  # where a rate moved against its phase's duration: the duration, whose verdict it took
     a_interval: tuple[float, float] | None = None  # repeated runs: the median's interval (dlio_ckpt.tools.repeats)
     b_interval: tuple[float, float] | None = None
+    why: str | None = None  # not comparable: why (SIZE_RULE)
 
 
 UP, DOWN = ("better",), ("worse", "regression")
@@ -72,6 +90,39 @@ def compare_metrics(a: Run, b: Run, threshold_pct: float, select: str | None = N
         if by is not None and (c.verdict in UP and by.verdict in DOWN or c.verdict in DOWN and by.verdict in UP):
             c.verdict, c.judged_by = by.verdict, by.name
     return [c for c in every.values() if select is None or re.search(select, c.name)]
+
+
+def request_size(run: Run, phase: str, kind: str) -> float | None:
+    """Mean bytes per call of ``kind`` over ``phase``'s checkpoints, every process: the calls a latency percentile
+    of that kind is taken over. None where no checkpoint records bytes of such calls (metadata calls carry none;
+    DLIO's summaries record no calls)."""
+    checkpoints = run.summary.checkpoints
+    calls = [c.latency.kinds[kind] for c in (checkpoints.phase(phase) if checkpoints is not None else [])
+             if c.latency is not None and kind in c.latency.kinds]
+    nbytes, count = sum(f.bytes or 0 for f in calls), sum(f.count for f in calls)
+    return nbytes / count if nbytes and count else None
+
+
+def _size(nbytes: float) -> str:
+    return f"{nbytes / MIB:.4g} MiB" if nbytes >= MIB else f"{nbytes / KIB:.4g} KiB" if nbytes >= KIB \
+        else f"{nbytes:.4g} B"
+
+
+def not_comparable(a: Run, b: Run, name: str) -> str | None:
+    """Why a latency percentile of A and B compares requests of other sizes (:data:`SIZE_RULE`); None where it
+    does not (or ``name`` is no latency percentile of a phase)."""
+    percentile = _PERCENTILE.fullmatch(name)
+    if percentile is None:
+        return None
+    phase, kind = percentile.groups()
+    sa, sb = request_size(a, phase, kind), request_size(b, phase, kind)
+    if sa is None and sb is None:
+        return None  # calls that move no bytes (metadata): one size
+    if sa is None or sb is None:
+        return f"the request sizes are not known: {'A' if sa is None else 'B'} records no bytes of its {kind} calls"
+    if max(sa, sb) > SIZE_RATIO * min(sa, sb):
+        return f"the request sizes differ: A {_size(sa)}, B {_size(sb)} per {kind} (mean bytes per request)"
+    return None
 
 
 def _each_metric(a: Run, b: Run, threshold_pct: float) -> list[MetricChange]:
@@ -102,7 +153,10 @@ def _each_metric(a: Run, b: Run, threshold_pct: float) -> list[MetricChange]:
         if ia is not None and ib is not None and verdict in ("better", "worse", "regression") \
                 and not (ia[1] < ib[0] or ib[1] < ia[0]):
             verdict = "same (intervals overlap)"  # repeated on both sides: a move inside the spread is no finding
-        out.append(MetricChange(name, na, nb, change, d, verdict, a_interval=ia, b_interval=ib))
+        why = not_comparable(a, b, name) if na is not None and nb is not None else None
+        if why is not None:
+            verdict, change = "not comparable", None  # no percentage: it would be the sizes', not the storage's
+        out.append(MetricChange(name, na, nb, change, d, verdict, a_interval=ia, b_interval=ib, why=why))
     return out
 
 
@@ -138,6 +192,16 @@ def _interval(bounds: tuple[float, float] | None) -> str:
     return f" [{_fmt(bounds[0])}, {_fmt(bounds[1])}]" if bounds is not None else ""
 
 
+def interval_coverage(run: Run) -> float | None:
+    """The coverage of a repeated run's intervals (:func:`dlio_ckpt.tools.repeats.order_rank`); None: run once."""
+    return order_rank(run.repeats)[1] if run.repeats and run.intervals else None
+
+
+def _repeated(run: Run) -> str:
+    coverage = interval_coverage(run)
+    return "run once (no interval)" if coverage is None else f"{run.repeats} runs ({coverage * 100:.4g} % interval)"
+
+
 def render_table(a: Run, b: Run, changes: list[MetricChange], configs: list[dict] | None, threshold: float) -> str:
     rows = [("metric", "A", "B", "change", "verdict")]
     for c in changes:
@@ -149,14 +213,16 @@ def render_table(a: Run, b: Run, changes: list[MetricChange], configs: list[dict
     lines = [f"A: {a.path}", f"B: {b.path}", f"threshold: {threshold:g}% (throughput down or duration up; a "
                                              "throughput moving against its duration takes the duration's verdict)",
              *([note] if (note := layout_note(a, b)) else []),
-             *([f"repeated runs: medians [95 % interval]; a change is a regression only where the intervals "
-                f"separate (A {a.repeats or 1} runs, B {b.repeats or 1})"] if a.intervals or b.intervals else []), ""]
+             *([f"repeated runs: medians [interval]; A {_repeated(a)}, B {_repeated(b)}; where both are repeated, a "
+                "change is a regression only where the intervals separate"] if a.intervals or b.intervals else []), ""]
     for i, r in enumerate(rows):
         lines.append("  ".join(v.ljust(w) if j == 0 else v.rjust(w) for j, (v, w) in enumerate(zip(r, widths,
                                                                                                       strict=True))))
         if i == 0:
             lines.append("  ".join("-" * w for w in widths))
     lines.append("")
+    if apart := [c for c in changes if c.why is not None]:
+        lines += [f"not comparable: {SIZE_RULE}", *(f"  {c.name}: {c.why}" for c in apart), ""]
     if configs is None:
         lines.append("config: not compared (a run has no .hydra/config.yaml beside its summary)")
     elif not configs:
@@ -176,6 +242,9 @@ def render_json(a: Run, b: Run, changes: list[MetricChange], configs: list[dict]
     bad = regressions(changes)
     return json.dumps({"a": a.path, "b": b.path, "threshold_pct": threshold,
                        "layouts": {"a": a.layout, "b": b.layout, "note": layout_note(a, b)},
+                       "repeats": {"a": a.repeats, "b": b.repeats, "a_interval_coverage": interval_coverage(a),
+                                   "b_interval_coverage": interval_coverage(b)},
+                       "size_rule": SIZE_RULE,
                        "metrics": [asdict(c) for c in changes], "config_differences": configs,
                        "regressions": [c.name for c in bad], "result": "regression" if bad else "ok"},
                       indent=2, default=str)

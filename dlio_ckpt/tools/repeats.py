@@ -36,18 +36,25 @@ def repeat_folder(run_dir: str, k: int) -> str:
     return str(Path(run_dir) / f"repeat{k}")
 
 
-def order_interval(values: list[float], confidence: float = CONFIDENCE) -> tuple[float, float, float]:
-    """(low, high, coverage) for the median of ``values``: see the module's docstring."""
-    xs, n = sorted(values), len(values)
+def order_rank(n: int, confidence: float = CONFIDENCE) -> tuple[int, float]:
+    """(j, coverage) of the interval for the median of ``n`` repeats: see the module's docstring. It depends on
+    ``n`` alone, so ``diff`` says the coverage of a repeated run's intervals from its count of repeats."""
     below = 0.0  # P(Binomial(n, 1/2) < j), for j = 1, 2, ...
-    best = (xs[0], xs[-1], 1 - 2 * 0.5 ** n)
+    best = (1, 1 - 2 * 0.5 ** n)  # the minimum and maximum, whatever their coverage
     for j in range(1, n // 2 + 1):
         below += math.comb(n, j - 1) * 0.5 ** n
         coverage = 1 - 2 * below
         if coverage < confidence:
             break
-        best = (xs[j - 1], xs[n - j], coverage)
+        best = (j, coverage)
     return best
+
+
+def order_interval(values: list[float], confidence: float = CONFIDENCE) -> tuple[float, float, float]:
+    """(low, high, coverage) for the median of ``values``: the j-th smallest and j-th largest (:func:`order_rank`)."""
+    xs, n = sorted(values), len(values)
+    j, coverage = order_rank(n, confidence)
+    return xs[j - 1], xs[n - j], coverage
 
 
 def figures_of(run: Run) -> dict[str, float]:
