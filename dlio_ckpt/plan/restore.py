@@ -10,9 +10,9 @@ the answer and what a reader needs to know of it, and no framework's rules.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from dlio_ckpt.errors import ConfigError
 from dlio_ckpt.plan.layouts import get_layout
@@ -89,20 +89,51 @@ def _spread(values: list[int]) -> dict[str, float]:
             "max": ordered[-1]}
 
 
+class Reader(Protocol):
+    """How a load's ranges of one file reach storage where a storage's client reads them its own way
+    (:class:`dlio_ckpt.io.backends.base.ItemReader`: on S3 s3torchconnector's reader): whose reader, the spans
+    (start, end) it asks, the requests one span takes."""
+
+    @property
+    def follows(self) -> str: ...
+
+    def spans(self, ranges: Iterable[tuple[int, int]], /) -> list[tuple[int, int]] | None: ...
+    def requests(self, nbytes: int, /) -> int: ...
+
+
+@dataclass(frozen=True)
+class Sequential:
+    """The reader a plan's restore follows (its layout's ``follows``): adjacent ranges read as one run
+    (:func:`spans`), each run in requests of at most ``chunk`` bytes (on object stores a ranged GET each)."""
+
+    follows: str
+    chunk: int
+
+    def spans(self, ranges: Iterable[tuple[int, int]]) -> list[tuple[int, int]]:
+        return list(spans(tuple(ranges)))
+
+    def requests(self, nbytes: int) -> int:
+        return -(-nbytes // self.chunk)
+
+
 def figures(restore: Restore, file_size: Callable[[int, int], int], metadata_bytes: int, chunk: int,
-            ) -> dict[str, Any]:
+            reader: Reader | None = None) -> dict[str, Any]:
     """summary.json's ``io.restore``: what the load needs and reads, per rank and in all, from its plan.
     ``file_size(rank, index)``: a saved file's bytes; ``metadata_bytes``: what every rank reads first.
-    A read is what a rank asks for in one go: a whole file, or a run of adjacent ranges; a ranged read goes
-    to storage as requests of at most ``chunk`` bytes (on object stores a ranged GET each)."""
+    A read is what a rank asks for in one go: a whole file, or a span of ranges as ``reader`` joins them, each
+    in ``reader``'s requests (by default the layout's reader, :class:`Sequential` with requests of at most
+    ``chunk`` bytes); ``follows`` is ``reader``'s where some rank reads ranges."""
+    reader = reader or Sequential(restore.follows, chunk)
     reads: list[list[int]] = []
     requests: list[int] = []
+    ranged_files = False
     for r in restore.ranks:
         sizes, ranged = [metadata_bytes] if metadata_bytes else [], 0
         for f in r.files:
-            runs = [end - start for start, end in spans(f.ranges)]
+            runs = [end - start for start, end in (reader.spans(f.ranges) or ())] if f.ranges else []
+            ranged_files = ranged_files or bool(runs)
             sizes += runs or [file_size(f.rank, f.index)]
-            ranged += sum(-(-n // chunk) for n in runs)
+            ranged += sum(reader.requests(n) for n in runs)
         reads.append(sizes)
         requests.append(ranged)
     needed = [r.needed for r in restore.ranks]
@@ -114,7 +145,8 @@ def figures(restore: Restore, file_size: Callable[[int, int], int], metadata_byt
         histogram[f"<={bound}"] = histogram.get(f"<={bound}", 0) + 1
     return {"world_size": restore.world_size, "saved_world_size": restore.saved_world_size,
             "model_only": restore.model_only, "resharded": restore.world_size != restore.saved_world_size,
-            "follows": restore.follows, "bytes_needed": sum(needed), "bytes_read": sum(read),
+            "follows": reader.follows if ranged_files else restore.follows, "bytes_needed": sum(needed),
+            "bytes_read": sum(read),
             "read_amplification": sum(read) / sum(needed) if sum(needed) else None,
             "metadata_bytes_per_rank": metadata_bytes,
             "bytes_read_per_rank": _spread(read), "bytes_needed_per_rank": _spread(needed),
@@ -140,23 +172,55 @@ def load_caveat(workload: Any, restore: Restore) -> str | None:
     return layout.load_caveat(workload) if layout.load_caveat is not None else None
 
 
-def restored_bytes(restore: Restore, file_size: Callable[[int, int], int], metadata_bytes: int) -> int:
-    """The stored bytes a load restores, each once however many ranks read it: every byte of the files or
-    ranges some rank reads, and the metadata every rank reads first. A whole load's is what the save wrote
-    (held to it in the tests); with ``restore.model_only``, the model's part. The load's DLIO figures are
-    these over its duration: what a restart gets back, not what its ranks read to get it."""
+def _restored(restore: Restore, file_size: Callable[[int, int], int],
+              ) -> dict[tuple[int, int], tuple[tuple[int, int], ...]]:
+    """Each saved file some rank reads, (writer rank, index), and the spans (start, end) of it read, each byte once."""
     ranges: dict[tuple[int, int], list[tuple[int, int]]] = {}
     for r in restore.ranks:
         for f in r.files:
             ranges.setdefault((f.rank, f.index), []).extend(f.ranges or [(0, file_size(f.rank, f.index))])
-    return metadata_bytes + sum(hi - lo for each in ranges.values() for lo, hi in spans(tuple(sorted(each))))
+    return {key: spans(tuple(sorted(each))) for key, each in ranges.items()}
 
 
-def described(workload: Any, restore: Restore, plan: Plan, fmt: Any) -> dict[str, Any]:
+def restored_bytes(restore: Restore, file_size: Callable[[int, int], int], metadata_bytes: int) -> int:
+    """The stored bytes a load restores, each once however many ranks read it: every byte of the files or
+    ranges some rank reads, and the metadata every rank reads first. A whole load's is what the save wrote
+    (held to it in the tests); with ``restore.model_only``, the model's part. Ours (``io.restore.bytes_restored``):
+    DLIO's figures are over the payload (:func:`restored_payload`)."""
+    return metadata_bytes + sum(hi - lo for each in _restored(restore, file_size).values() for lo, hi in each)
+
+
+def restored_payload(restore: Restore, plan: Plan, fmt: Any) -> int:
+    """The payload (tensor bytes, no headers, no metadata) a load restores, each byte once: DLIO's count of a
+    checkpoint (``checkpoint_size_GB``, the payload its ranks' states hold), over which DLIO's load figure is taken
+    as its save's is. A whole load's is the plan's ``total_payload_bytes`` (held in the tests); with
+    ``restore.model_only``, the model's."""
+    from dlio_ckpt.plan.formats import planned_size
+
+    def size(rank: int, k: int) -> int:
+        return planned_size(fmt, plan.ranks[rank].files[k])
+
+    total = 0
+    for (rank, k), read in _restored(restore, size).items():
+        file = plan.ranks[rank].files[k]
+        if read == ((0, size(rank, k)),):
+            total += file.payload_bytes
+            continue
+        at = 0
+        for segment in fmt.segments(file):  # the payload's segments within the spans read
+            n = len(segment) if isinstance(segment, bytes) else segment
+            if not isinstance(segment, bytes):
+                total += sum(max(0, min(hi, at + n) - max(lo, at)) for lo, hi in read)
+            at += n
+    return total
+
+
+def described(workload: Any, restore: Restore, plan: Plan, fmt: Any, reader: Reader | None = None) -> dict[str, Any]:
     """summary.json's ``io.restore``, and what ``plan`` prints of a restore: what each rank needs and reads
-    (:func:`figures`), the heaviest rank's need, what the load restores (``bytes_restored``, over which the load's
-    figures are taken), and whether it is the framework's own load (``frameworks_own_load``, ``caveat`` beside
-    ``follows``). One function for both, so that a plan and a run say the same of the same restore."""
+    (:func:`figures`, as ``reader`` reads the ranges where the storage's client reads them its own way, else as the
+    layout's reader does), the heaviest rank's need, the stored bytes the load restores (``bytes_restored``), and
+    whether it is the framework's own load (``frameworks_own_load``, ``caveat`` beside ``follows``). One function
+    for both, so that a plan and a run say the same of the same restore."""
     from dlio_ckpt.plan.formats import planned_size
 
     def size(rank: int, k: int) -> int:
@@ -165,7 +229,7 @@ def described(workload: Any, restore: Restore, plan: Plan, fmt: Any) -> dict[str
     metadata = sum(c.size for c in plan.coordinator)
     caveat = load_caveat(workload, restore)
     out: dict[str, Any] = {}
-    for key, value in figures(restore, size, metadata, workload.checkpoint.chunk_size).items():
+    for key, value in figures(restore, size, metadata, workload.checkpoint.chunk_size, reader).items():
         if key == "bytes_needed":
             out["bytes_restored"] = restored_bytes(restore, size, metadata)
         out[key] = value

@@ -372,8 +372,9 @@ class RestoreFigures(Section):
     follows: str | None = Field(None, description="whose reader the read phase follows, in plain words")
     frameworks_own_load: bool | None = Field(None, description="whether that is the framework's own load")
     caveat: str | None = Field(None, description="where it is not, why; null where it is")
-    bytes_restored: int | None = Field(None, description="the stored bytes the load restores, each once: the load's "
-                                                         "figures are taken over these")
+    bytes_restored: int | None = Field(None, description="the stored bytes the load restores, each once, headers "
+                                                         "and metadata included (DLIO's load figure is over the "
+                                                         "payload: checkpoints.load[].checkpoint_bytes)")
     bytes_needed: int | None = Field(None, description="what the ranks need, all ranks")
     bytes_read: int | None = Field(None, description="what the ranks read, all ranks")
     read_amplification: float | None = Field(None, description="bytes_read over bytes_needed; null when none needed")
@@ -382,8 +383,9 @@ class RestoreFigures(Section):
     bytes_needed_per_rank: Spread | None = Field(None, description="bytes each rank needs")
     reads_per_rank: Spread | None = Field(None, description="reads each rank asks for (a whole file, or a run of "
                                                             "adjacent ranges)")
-    ranged_requests_per_rank: Spread | None = Field(None, description="requests of at most chunk_size bytes its "
-                                                                      "ranged reads take")
+    ranged_requests_per_rank: Spread | None = Field(None, description="requests its ranged reads take: of at most "
+                                                                      "chunk_size bytes each, or as follows' reader "
+                                                                      "splits them (S3: part_size GETs)")
     files_per_rank: Spread | None = Field(None, description="files each rank reads from")
     read_bytes: ReadSizes | None = Field(None, description="the size of every read")
     imbalance: float | None = Field(None, description="the heaviest rank's bytes read over the ranks' mean")

@@ -156,9 +156,10 @@ def _rate(nbytes: int, unit: int, seconds: float) -> float:
 def checkpoint_figures(records: list[OpRecord], phase: str, checkpoint_bytes: int | None = None,
                        ) -> list[CheckpointFigures]:
     """One entry per checkpoint: the slowest process's duration, all processes' bytes. With
-    ``checkpoint_bytes`` (loads: the stored bytes the load restores, as the save wrote them) the throughput
-    is those over the duration, DLIO's figure, and ``read_GiB_per_second`` what the processes read
-    (``bytes``) over it: a load that reads more is not faster for it."""
+    ``checkpoint_bytes`` (DLIO's checkpoint: what ``checkpoint_size_GB`` counts, or a load's part of it) the
+    throughput is those over the duration, DLIO's figure for a save and a load alike, and a load's
+    ``read_GiB_per_second`` what the processes read (``bytes``) over it: a load that reads more is not faster
+    for it."""
     by_index: dict[int, list[OpRecord]] = {}
     for r in records:
         if r.phase == phase:
@@ -181,7 +182,8 @@ def checkpoint_figures(records: list[OpRecord], phase: str, checkpoint_bytes: in
             fastest_process_duration_seconds=min(r.duration for r in group),
             start=iso(min(r.start for r in group)), end=iso(max(r.end for r in group)),
             throughput_GiB_per_second=_rate(moved, GIB, duration), throughput_GB_per_second=_rate(moved, GB, duration),
-            read_GiB_per_second=None if checkpoint_bytes is None else _rate(total, GIB, duration),
+            read_GiB_per_second=_rate(total, GIB, duration) if checkpoint_bytes is not None and phase == "load"
+            else None,
             coordination=coordination(group), cpu=cpu_figures(group, total),
             requests=summarize(requests, duration) if requests else None,
             metadata_read_seconds_max=max(metadata) if metadata else None,
@@ -317,11 +319,15 @@ def summary(records: list[OpRecord], *, checkpoint_bytes: int, meta: dict[str, A
             outside_latency: list[Histograms] | None = None) -> Summary:
     """``summary.json`` of ``records``: ``meta`` is every other field of :class:`Summary` by name (the run's
     facts, the mode's ``io``...), to which the checkpoints' figures and ``metric`` are added, and where asked,
-    ``goodput``, the requests during checkpoints and a scaled run's projection. ``loaded_bytes``: the stored
-    bytes one load restores (the checkpoint as saved, or its model alone), over which the load figures are
-    taken; None: the bytes the loads read (modes whose loads read the checkpoint whole, once). ``outside_latency``:
+    ``goodput``, the requests during checkpoints and a scaled run's projection. ``checkpoint_bytes``: DLIO's
+    checkpoint (``checkpoint_size_GB``), over which the save figures are taken; ``loaded_bytes``: its part one load
+    restores (the whole, or the model alone), over which the load figures are; None: the bytes the loads read
+    (modes whose loads read the checkpoint whole, once). ``outside_latency``:
     each process's storage calls outside the records (by process), which with the records' make ``latency``."""
-    saves, loads = checkpoint_figures(records, "save"), checkpoint_figures(records, "load", loaded_bytes)
+    # DLIO's keys over one count: checkpoint_size_GB, and each save's and load's figure (DLIO's StatsCounter takes
+    # both throughputs as its checkpoint_size over the duration); what the processes moved stays in ``bytes``
+    saves = checkpoint_figures(records, "save", checkpoint_bytes)
+    loads = checkpoint_figures(records, "load", loaded_bytes)
     durable = tier_figures(records, saves)
     drains = {f"drain_tier{k}": checkpoint_figures(records, f"drain_tier{k}") for k in durable}
     result = Summary(**meta, metric=metric_figures(checkpoint_bytes, saves, loads, durable, records),

@@ -6,7 +6,7 @@ import io
 import os
 import socket
 from abc import ABC, abstractmethod
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any, Protocol, cast, runtime_checkable
@@ -32,6 +32,17 @@ class Capabilities:
     # s3torchconnector's S3FileSystem renames, which DCP's writer does to .metadata.tmp
     rename_by_copy: bool = False
     positional: bool = False  # writers have write_at, readers read_at and size: queue_depth requests per file
+
+
+@dataclass(frozen=True)
+class ItemReader:
+    """How a framework's client on a storage reads a load's items of one file (:meth:`Backend.item_reader`): whose
+    reader it is, in plain words; the spans (start, end) it asks for the items (offset, length), the engine's own
+    :meth:`Backend.item_spans`; the requests one span of that many bytes takes."""
+
+    follows: str
+    spans: Callable[[Iterable[tuple[int, int]]], list[tuple[int, int]] | None]
+    requests: Callable[[int], int]
 
 
 def probe_name() -> str:
@@ -224,6 +235,11 @@ class Backend(ABC):
         """How a framework's client on this storage reads a load's items of one file, (offset, length) each: the
         spans (start, end) it asks for, each read by :meth:`open_span`; None where the engine reads them item by
         item itself (file systems: ``torch.load``'s reads; GCS: as the stream)."""
+        return None
+
+    def item_reader(self) -> ItemReader | None:
+        """Whose reader :meth:`item_spans` plays and the requests a span takes, for summary.json's ``io.restore``
+        (the load's figures are counted as the engine reads); None where :meth:`item_spans` is."""
         return None
 
     def open_span(self, path: str, start: int, end: int) -> Reader:

@@ -29,17 +29,23 @@ from typing import Any
 from s3torchconnectorclient._mountpoint_s3_client import MountpointS3Client, S3Exception
 
 from dlio_ckpt.errors import ConfigError, StorageError
+from dlio_ckpt.io.backends.base import ItemReader
 from dlio_ckpt.io.backends.counting import CountedS3Client
 from dlio_ckpt.io.backends.object_store import ObjectStore
 from dlio_ckpt.io.backends.options import S3Options
 from dlio_ckpt.io.backends.s3_botocore import BotocoreS3Client, BotocoreS3Error
 from dlio_ckpt.io.backends.s3_credentials import S3Keys, build_with
-from dlio_ckpt.io.requests import RequestLog
+from dlio_ckpt.io.requests import RequestLog, parts
 
 CLIENT_ERRORS = (S3Exception, BotocoreS3Error)  # what either client raises for a failed request
 # s3torchconnector 1.5.0's DCPOptimizedS3Reader (S3StorageReader's default): items at most this far apart share one GET
 # (DEFAULT_MAX_GAP_SIZE, s3reader/dcp_optimized.py)
 ITEM_GAP = 32 << 20
+# what a load of a framework's items on S3 plays (item_spans, S3Backend.open_span), as summary.json's io.restore says it
+READER = ("s3torchconnector 1.5.0's S3StorageReader (its default DCPOptimizedS3Reader): .metadata in one GET, then "
+          "each object's items the rank needs, sorted by offset, those at most 32 MiB apart joined into one ranged GET "
+          "from the first's start to the last's end (the gaps read and dropped), which the client splits into "
+          "part_size GETs")
 
 _NO_CREDENTIALS = ("no AWS credentials found: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (or "
                    "AWS_PROFILE), or storage_options.access_key_id and secret_access_key")
@@ -357,6 +363,10 @@ class S3Backend(ObjectStore):
         """What a framework's load asks of this storage for its items of one object: :func:`item_spans`, each
         span read by :meth:`open_span`."""
         return item_spans(ranges)
+
+    def item_reader(self) -> ItemReader:
+        """:data:`READER`'s spans, each ``part_size`` GETs as the CRT splits a range (botocore's parts alike)."""
+        return ItemReader(READER, self.item_spans, lambda nbytes: parts(nbytes, self.options.part_size))
 
     def open_span(self, path: str, start: int, end: int) -> S3Reader:
         """The object's bytes [start, end) in one GET of that range (the CRT splits it into ``part_size``

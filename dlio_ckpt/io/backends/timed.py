@@ -24,6 +24,7 @@ from typing import Any
 from dlio_ckpt.io.backends.base import (
     Backend,
     DeviceMemory,
+    ItemReader,
     RangedReader,
     Reader,
     SyncingWriter,
@@ -190,6 +191,9 @@ class TimedBackend(Backend):
 
     def item_spans(self, ranges: Iterable[tuple[int, int]]) -> list[tuple[int, int]] | None:
         return self.inner.item_spans(ranges)
+
+    def item_reader(self) -> ItemReader | None:
+        return self.inner.item_reader()
 
     def open_span(self, path: str, start: int, end: int) -> Reader:
         prefix = self._prefix(path)

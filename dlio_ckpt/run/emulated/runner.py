@@ -21,7 +21,7 @@ from dlio_ckpt.errors import ConfigError
 from dlio_ckpt.io.engine import Engine, FileTask, IOOptions, check_capabilities, io_buffer_bytes
 from dlio_ckpt.plan.formats import Format
 from dlio_ckpt.plan.layouts import file_format, framework_io, make_plan
-from dlio_ckpt.plan.restore import RankReads, described, load_caveat, restore_plan
+from dlio_ckpt.plan.restore import RankReads, described, load_caveat, restore_plan, restored_payload
 from dlio_ckpt.plan.view import scaled_figures
 from dlio_ckpt.results.schema import IO, AsyncSave, RestoreSource, Retries, Summary
 from dlio_ckpt.results.summary import GoodputAsked
@@ -362,7 +362,9 @@ def run(ctx: RunContext) -> Summary | None:
     goodput = GoodputAsked(mtbf_hours=ck.mtbf_hours, interval_seconds=ck.time_between_checkpoints,
                            tiers=tuple(restart_reads)) if ck.mtbf_hours else None
     plan = plan_of(ctx)
-    restore = described(ctx.workload, restore_of(ctx), plan, fmt) if ck.num_checkpoints_read else None
+    # a framework's ranged reads on a storage whose client reads items its own way are counted as the engine plays them
+    item_reader = ctx.tiers[read_tier(ctx)].item_reader() if played else None
+    restore = described(ctx.workload, restore_of(ctx), plan, fmt, item_reader) if ck.num_checkpoints_read else None
     io = IO(layout=ck.layout, format=fmt.name, odirect=ck.odirect,
             verified=backend.capabilities.stores_data and ck.verify,
             recovery_rank_shift=ck.recovery_rank_shift, scale=ck.scale, chunk_size=ck.chunk_size,
@@ -375,4 +377,4 @@ def run(ctx: RunContext) -> Summary | None:
             reference=references.describe(ck.reference) if ck.reference != "none" else None,
             restore=restore, scaled=scaled_figures(plan, fmt) if plan.full_size else None)
     return write_results(ctx, records, plan.total_payload_bytes, io, retries, describe,
-                         restore["bytes_restored"] if restore is not None else None, goodput)
+                         restored_payload(restore_of(ctx), plan, fmt) if restore is not None else None, goodput)
