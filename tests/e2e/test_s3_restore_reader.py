@@ -48,6 +48,7 @@ def test_a_dcp_load_on_s3_says_the_reader_it_played_and_counts_its_gets(tmp_path
     assert len(gets) == len(data) + len(metadata) and len(metadata) == 2  # .metadata whole, once per loading rank
     # the ranged requests it says (per rank, over its 2 ranks) are the GETs of the step's shards the server saw
     assert restore["ranged_requests_per_rank"]["mean"] * 2 == len(data), (restore["ranged_requests_per_rank"], data)
+    assert len(data) == {"framework": 14, "stream": 53}[pattern]  # the figures docs/guides/fsdp-restart.md gives
     assert loaded["requests"]["GetObject (ranged)"]["count"] == len(gets)
     served = 0
     for key, wanted in gets:
