@@ -178,6 +178,33 @@ def write_pattern(calls: dict[str, list[Call]], suffixes: tuple[str, ...]) -> di
     return {"files": files, "sizes": sizes, "renames": sorted(renames), "writer_threads": len(writers)}
 
 
+TEMPORARY = re.compile(r"\.tmp\d+$")  # the tool's small files are written as NAME.tmp{process id}, then renamed
+
+
+def fsyncs(calls: dict[str, list[Call]]) -> Counter[str]:
+    """The fsync calls on each file of ``calls`` (a checkpoint folder's, the tool's own files among them), by base
+    name, a temporary's process id dropped (it differs from run to run)."""
+    return Counter(TEMPORARY.sub(".tmp", path_of(call, args)) for seq in calls.values() for call, args, result in seq
+                   if call == "fsync" and result == 0)
+
+
+def reads_per_open(calls: dict[str, list[Call]], name: str) -> list[list[int]]:
+    """Each time a thread opened the file ``name`` (a base name) and read it: the sizes its read calls returned, in
+    order (an open followed by no read, a check of the file, is left out)."""
+    passes: list[list[int]] = []
+    for seq in calls.values():
+        current: list[int] | None = None
+        for call, args, result in seq:
+            if result < 0 or path_of(call, args) != name:
+                continue
+            if call in OPENS:
+                current = []
+                passes.append(current)
+            elif call in READS and current is not None:
+                current.append(result)
+    return [p for p in passes if p]
+
+
 def read_pattern(calls: dict[str, list[Call]], suffixes: tuple[str, ...]) -> dict[str, dict[str, Any]]:
     """How a load read its files (names ending in one of ``suffixes``): per file its read calls, the bytes they
     returned, their sizes by power of two (as :func:`write_pattern`), and the threads that read it."""

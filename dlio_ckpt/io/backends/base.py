@@ -221,6 +221,13 @@ class Backend(ABC):
     def makedirs(self, path: str) -> None:  # noqa: B027 (a no-op default, on purpose)
         """Object stores have no folders."""
 
+    def put_marker(self, path: str, data: bytes) -> None:
+        """A small file of the tool's own bookkeeping (a step's manifest), whole or absent for readers but not
+        made durable: a framework's save syncs its own files, never the tool's, so a synced manifest would be a
+        call the framework does not make (a step's durability is its files'; a manifest lost in a crash leaves
+        the step incomplete). Where a small write is atomic and durable at once (object stores), ``put_small``."""
+        self.put_small(path, data)
+
     def probe_write(self, folder: str, keep_folders: bool = False) -> list[str]:
         """Make sure ``folder`` (relative to the root, as ``join`` takes it) can be written: write and
         remove a small object there. Returns the folders it created and left (``keep_folders``: so

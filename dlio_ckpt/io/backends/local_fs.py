@@ -321,12 +321,20 @@ class LocalFSBackend(Backend):
 
     def put_small(self, path: str, data: bytes) -> None:
         """Write a small file atomically (temporary name, fsync, rename): readers see all or none."""
+        self._put(path, data, durable=True)
+
+    def put_marker(self, path: str, data: bytes) -> None:
+        """As :meth:`put_small`, without the fsync (:meth:`Backend.put_marker`)."""
+        self._put(path, data, durable=False)
+
+    def _put(self, path: str, data: bytes, durable: bool) -> None:
         try:
             with temporary(f"{path}.tmp{os.getpid()}") as tmp:
                 with open(tmp, "wb") as fh:
                     fh.write(data)
-                    fh.flush()
-                    os.fsync(fh.fileno())
+                    if durable:
+                        fh.flush()
+                        os.fsync(fh.fileno())
                 os.replace(tmp, path)
         except OSError as exc:
             raise _fail("cannot write", path, exc) from None

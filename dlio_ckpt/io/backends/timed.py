@@ -236,6 +236,9 @@ class TimedBackend(Backend):
     def put_small(self, path: str, data: bytes) -> None:
         self._timed("small write", self.inner.put_small, path, data)
 
+    def put_marker(self, path: str, data: bytes) -> None:
+        self._timed("small write", self.inner.put_marker, path, data)
+
     def get_small(self, path: str) -> bytes | None:
         result: bytes | None = self._timed("small read", self.inner.get_small, path)
         return result

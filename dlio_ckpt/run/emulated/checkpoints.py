@@ -284,7 +284,7 @@ class EmulatedRun:
         def put() -> None:
             path = manifest_path(ctx.backend, ctx.ck.checkpoint_folder, step)
             ctx.state.landing = (step, lambda: ctx.backend.get_small(path) is not None)
-            ctx.backend.put_small(path, json.dumps(self.manifest(step)).encode())
+            ctx.backend.put_marker(path, json.dumps(self.manifest(step)).encode())
             committed()  # at once: a signal's failed summary (rank 0's) must not lag the manifest on disk
             ctx.state.landing = None  # (and between the two, the summary looks whether it landed)
             if everyone is not None:  # rank 0: summary.json's figure

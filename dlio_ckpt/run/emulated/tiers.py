@@ -250,8 +250,8 @@ class Tiers:
 
     def _mark(self, target: Backend, step: int, k: int) -> None:
         """Write the marker of ``step`` on tier ``k`` (``target``)."""
-        target.put_small(manifest_path(target, self.ctx.ck.checkpoint_folder, step),
-                         json.dumps(self.run.manifest(step, k)).encode())
+        target.put_marker(manifest_path(target, self.ctx.ck.checkpoint_folder, step),
+                          json.dumps(self.run.manifest(step, k)).encode())
 
     def _retire(self) -> None:
         """keep_last: a tier's steps beyond its newest ``keep_last`` go once durable below (on the
