@@ -220,6 +220,13 @@ class Checkpoint(Section):
     )
     ranks_per_host: int | None = Field(None, ge=1, description="for recovery_rank_shift")
     verify: bool = Field(True, description="compare every byte read back; false: only count them")
+    # What a storage may reduce the data by, as dgen-py and the MLCommons fork mean it (io/synthetic.py makes it)
+    compression_ratio: float = Field(1.0, ge=1, le=64, description="what a compressor (zstd) may shrink the data "
+                                     "by: 2, the storage may store half (each 4 KiB block's last half is zeros); 1: "
+                                     "incompressible. summary.json io.data_reduction")
+    dedup_ratio: float = Field(1.0, ge=1, le=1_000_000, description="what a 4 KiB deduplicator may shrink the "
+                               "data by: 2, half the blocks repeat another of the same file; 1: no 512-byte sector "
+                               "or larger unit repeats anywhere in a run or between runs")
     overwrite: bool = Field(False, description="replace checkpoints an earlier run left in checkpoint_folder")
     io_timeout: float = Field(300.0, ge=0, description="end the job when I/O makes no progress this long; 0: never")
     progress: bool = Field(True, description="rank 0 shows a bar on a terminal, log lines otherwise")

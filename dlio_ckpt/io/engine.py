@@ -1,11 +1,12 @@
 """Runs one process's share of a checkpoint: writes or reads-and-verifies a list of files.
 
 Why it looks like this: memory must stay bounded whatever the checkpoint size, and writes must run
-at the storage's limit. So the engine cuts each file into chunks at fixed file offsets and takes each
-chunk straight from the synthetic pool (no copy, no per-write allocation: the format's few bytes are
-written over the window for the call and put back). A storage that reads and writes at offsets
-(file systems: ``capabilities.positional``) gets ``queue_depth`` chunks of a file in flight at once,
-as fio's iodepth, from buffers allocated once; a stream (object stores, GDS) gets them in order.
+at the storage's limit. So the engine cuts each file into chunks at fixed file offsets and makes each
+chunk in a buffer allocated once (:mod:`~dlio_ckpt.io.synthetic`: one XOR pass over its pool, no per-write
+allocation; the format's few bytes are written over the window for the call and put back). A storage that
+reads and writes at offsets (file systems: ``capabilities.positional``) gets ``queue_depth`` chunks of a
+file in flight at once, as fio's iodepth, from buffers allocated once; a stream (object stores, GDS) gets
+them in order.
 It knows neither model shapes nor storage protocols: it gets segments from a format and moves them
 through a backend.
 
@@ -48,7 +49,16 @@ from dlio_ckpt.io.backends import (
     VectorWriter,
     Writer,
 )
-from dlio_ckpt.io.synthetic import BLOCK, SLACK, SyntheticData, first_difference, first_difference_on_device
+from dlio_ckpt.io.synthetic import (
+    BLOCK,
+    IRREDUCIBLE,
+    SLACK,
+    STAMP_BYTES,
+    Reduction,
+    SyntheticData,
+    first_difference,
+    first_difference_on_device,
+)
 from dlio_ckpt.plan.formats import FLUSH, Calls, Segment, file_size
 from dlio_ckpt.plan.formats.pt import archive_records, load_reads
 from dlio_ckpt.plan.restore import spans
@@ -153,11 +163,13 @@ class IOOptions:
     evict_before_read: bool = True
     verify: bool = True  # compare every byte read; False: count bytes only (as DLIO, as fio)
     chunk_size: int = 8 << 20
+    reduction: Reduction = IRREDUCIBLE  # what a storage may reduce the bytes by (checkpoint.compression_ratio...)
 
 
 def io_buffer_bytes(backend: Backend, chunk: int) -> int:
     """Every buffer a process's I/O holds, allocated when its engine is made and never again: per
-    request in flight a synthetic pool (a chunk and a slack) and a chunk to read into."""
+    request in flight a synthetic source (a chunk its windows are made in, and its 1 MiB pool) and a chunk
+    to read into."""
     return backend.options.threads * _depths(backend)[2] * (2 * chunk + SLACK)
 
 
@@ -216,8 +228,17 @@ def _close(reader: Reader) -> None:
     reader.close()
 
 
-def _wrong(task: FileTask, offset: int) -> VerifyError:
-    return VerifyError(f"{task.path}: wrong data at offset {offset} (4 KiB block {offset // BLOCK})")
+def _wrong(task: FileTask, offset: int, data: SyntheticData | None = None, got: Any = None, base: int = 0,
+           ) -> VerifyError:
+    """The first wrong byte, by file and offset; and, where ``got`` (the file's bytes from ``base``) holds the
+    stamp of the block there, whose block came back instead (another file's, rank's, checkpoint's, run's)."""
+    message = f"{task.path}: wrong data at offset {offset} (4 KiB block {offset // BLOCK})"
+    at = offset - offset % BLOCK - base
+    if data is not None and got is not None and 0 <= at and at + STAMP_BYTES <= len(got):
+        whose = data.foreign(got[at:at + STAMP_BYTES], task.key, offset // BLOCK)
+        if whose is not None:
+            message += f": it holds {whose}"
+    return VerifyError(message)
 
 
 def _chunks(reader: Reader, buf: Any) -> Generator[Any, None, None]:
@@ -298,14 +319,15 @@ def _format_bytes(task: FileTask, lo: int, hi: int) -> bytes:
 
 
 class _Slot:
-    """What one request in flight owns: a synthetic source (windows are restamped in place, so
+    """What one request in flight owns: a synthetic source (each window is made in its buffer, so
     requests cannot share one) and a chunk buffer to read into, both allocated once. With a backend
     that moves device buffers (``device``), both live in GPU memory and reads are compared there:
     bulk data never crosses PCIe except through the storage path being measured."""
 
-    def __init__(self, run_key: int, chunk: int, device: DeviceMemory | None, like: _Slot | None = None) -> None:
+    def __init__(self, run_key: int, chunk: int, device: DeviceMemory | None, like: _Slot | None = None,
+                 reduction: Reduction = IRREDUCIBLE) -> None:
         self.data: SyntheticData = SyntheticData(run_key, chunk, device=device.xp if device else None,
-                                                 like=like.data if like else None)
+                                                 like=like.data if like else None, reduction=reduction)
         self._readmap: mmap.mmap | None = None
         self.readbuf: Any
         if device:
@@ -329,11 +351,12 @@ class _Worker:
     """What one file in flight owns: ``depth`` slots, one per request it keeps in flight, and the
     threads that issue them (none at depth 1: the file's own thread does)."""
 
-    def __init__(self, run_key: int, chunk: int, depth: int, device: DeviceMemory | None) -> None:
+    def __init__(self, run_key: int, chunk: int, depth: int, device: DeviceMemory | None,
+                 reduction: Reduction = IRREDUCIBLE) -> None:
         self.device = device
         with self.scope():
-            self.slots = [_Slot(run_key, chunk, device)]
-            self.slots += [_Slot(run_key, chunk, device, like=self.slots[0]) for _ in range(depth - 1)]
+            self.slots = [_Slot(run_key, chunk, device, reduction=reduction)]
+            self.slots += [_Slot(run_key, chunk, device, self.slots[0], reduction) for _ in range(depth - 1)]
         self.data, self.readbuf = self.slots[0].data, self.slots[0].readbuf  # the sequential path's
         self.pool = ThreadPoolExecutor(depth, "dlio_ckpt_request") if depth > 1 else None
         self._big: mmap.mmap | None = None  # a framework's reads, larger than a chunk (framework_buffer)
@@ -457,9 +480,9 @@ class _CallWriter:
     """What one framework writer thread owns: a synthetic source for calls of up to ``calls`` bytes (a block
     more: a call may start inside one)."""
 
-    def __init__(self, run_key: int, calls: int) -> None:
+    def __init__(self, run_key: int, calls: int, reduction: Reduction = IRREDUCIBLE) -> None:
         self.calls = calls
-        self.data = SyntheticData(run_key, calls + BLOCK)
+        self.data = SyntheticData(run_key, calls + BLOCK, reduction=reduction)
 
     def scope(self) -> Any:
         return nullcontext()
@@ -488,7 +511,7 @@ class Engine:
         self._stream_buffers = io_buffer_bytes(backend, self._chunk)
         self._idle: queue.SimpleQueue[_Worker] = queue.SimpleQueue()
         device = backend.device_memory() if caps.device_buffers else None
-        self._workers = [_Worker(run_key, self._chunk, depth, device) for _ in range(self._threads)]
+        self._workers = [_Worker(run_key, self._chunk, depth, device, options.reduction) for _ in range(self._threads)]
         for w in self._workers:
             self._idle.put(w)
         self._pool = ThreadPoolExecutor(self._threads, "dlio_ckpt_io") if self._threads > 1 else None
@@ -700,7 +723,7 @@ class Engine:
         if len(self._call_writers) < count or self._call_writers[0].calls < size:
             for w in self._call_writers:
                 w.close()
-            self._call_writers = [_CallWriter(self._run_key, size) for _ in range(count)]
+            self._call_writers = [_CallWriter(self._run_key, size, self.options.reduction) for _ in range(count)]
         if any(t.in_memory for t in tasks):  # each writer also holds a copy of the piece it writes (buffer_bytes)
             self._in_memory = max(self._in_memory, largest)
         return self._call_writers[:count]
@@ -881,7 +904,7 @@ class Engine:
             for offset, want in _spans(window, patches):
                 bad = first_difference(got[offset:offset + len(want)], want)
                 if bad is not None:
-                    raise _wrong(task, start + offset + bad)
+                    raise _wrong(task, start + offset + bad, slot.data, got, start)
         self._progress(task.path, n)
 
     def _read_file(self, worker: _Worker, task: FileTask, source: Source | None = None,
@@ -907,7 +930,7 @@ class Engine:
                     n = min(len(piece), len(got) - used)
                     bad = worker.first_difference(got[used:used + n], piece[:n])
                     if bad is not None:
-                        raise _wrong(task, base + used + bad)
+                        raise _wrong(task, base + used + bad, worker.data, got, base)
                     used += n
                     piece = piece[n:]
             if sink is not None and len(got):
@@ -1079,7 +1102,7 @@ class Engine:
                 with _formatted(window, patches):
                     bad = first_difference(got[a - base:b - base], window[a - start:b - start])
                 if bad is not None:
-                    raise _wrong(task, a + bad)
+                    raise _wrong(task, a + bad, worker.data, got, base)
                 continue
             for offset, want in _spans(window, patches):
                 a, b = max(lo, start + offset), min(hi, start + offset + len(want))
@@ -1087,7 +1110,7 @@ class Engine:
                     continue
                 bad = worker.first_difference(got[a - base:b - base], want[a - start - offset:b - start - offset])
                 if bad is not None:
-                    raise _wrong(task, a + bad)
+                    raise _wrong(task, a + bad, worker.data, got, base)
 
     # -- drain -----------------------------------------------------------------------------------
 

@@ -1,36 +1,67 @@
-"""Synthetic checkpoint bytes: incompressible, no 4 KiB block repeated in a run, at memory speed.
+"""Synthetic checkpoint bytes that no storage can shrink (unless asked to), made at memory speed.
 
-Why this way: a random generator per write runs far below storage speed (bench/cpu.py). We fill a
-random pool once, then for each request take a 4 KiB-aligned window of it and stamp the first 32 bytes
-of every 4 KiB block with (run key, file key, block index, a mix of the three). The pool repeats a
-1 MiB period of random blocks, and block ``i`` of file ``key`` always takes the body of period block
-``(h(key) + i) mod 256``: so a file's bytes do not depend on how they are asked for. A framework's
-calls (a 704-byte header, a 32 MiB tensor at an odd offset) and the tuned stream's 8 MiB chunks
-write the same file, and a read of any range in any request size verifies it.
-Stamping touches 32 bytes per block, so a chunk is ready in microseconds and is written straight
-from the pool (no copy). Every block carries its own identity, so deduplicating storage finds no
-repeat and the read phase can say exactly which file and offset came back wrong.
+Why this way: storage built for training reduces data inline (compression, deduplication at 512 B to
+32 KiB, similarity), so bytes a storage can shrink would measure our bytes, not the storage. And a
+random generator per write runs below storage speed (``bench/cpu.py``). So each process fills a random
+pool of one period (256 blocks of 4 KiB) once, and makes block ``i`` of file ``key`` as:
+
+- its identity ``j``: ``i``; with a deduplication ratio ``d`` (:class:`Reduction`), ``floor(i / d)``, so
+  that ``d`` consecutive blocks on average share one identity and a 4 KiB deduplicator keeps 1/d of them;
+- its first 32 bytes, a stamp (run key, file key, ``j``, a mix of the three): a block read back where it
+  does not belong is named (another file's, rank's, checkpoint's, run's: :meth:`SyntheticData.foreign`);
+- the rest, the body of pool block ``(h(key) + j) mod 256`` XORed with a 64-bit key drawn (splitmix64)
+  from (run key, file key, ``j``): no two blocks, 512-byte sectors or longer runs of bytes are equal
+  anywhere in a run or between runs, and no byte-matching compressor finds anything to shrink (the pool is
+  random; a body's other copies differ from it in every 8-byte word);
+- with a compression ratio ``c``, only the first ``4096 / c`` bytes are so made and the rest are zeros,
+  which zstd and its like store in next to nothing.
+
+A file's bytes depend only on (run key, file key, offset), not on how they are asked for: a framework's
+calls (a 704-byte header, a 32 MiB tensor at an odd offset) and the tuned stream's 8 MiB chunks write the
+same file, and a read of any range in any request size verifies it. Each window is made into a buffer
+of its own (one XOR pass over the pool per chunk, a tenth of a CPU second per GiB): what the pool
+costs in memory and what the write gets are as when windows were stamped in place.
 
 The same source works in GPU memory (``device``: an array module such as cupy) for backends that
-move device buffers (GDS): the pool is made once on the host and copied to the device once, then
-every window is stamped there, so bulk data never crosses PCIe just to be made, and the bytes are
-exactly those of the host generator (a file written from the GPU verifies on the host).
+move device buffers (GDS): the pool is made on the host and copied to the device once, then every
+window is made there by the same arithmetic, so bulk data never crosses PCIe just to be made, and the
+bytes are exactly those of the host generator (a file written from the GPU verifies on the host).
 """
 
 from __future__ import annotations
 
 import ctypes
 import mmap
-from typing import Any
+import struct
+from typing import Any, NamedTuple
 
 import numpy as np
 
 BLOCK = 4096
-SLACK = 1 << 20  # pool bytes beyond one window: one period of random block bodies
-_PERIOD_BLOCKS = SLACK // 4096
+SLACK = 1 << 20  # the pool: one period of random block bodies, beside each window's own buffer
+_PERIOD_BLOCKS = SLACK // BLOCK
 STAMP_WORDS = 4
+STAMP_BYTES = STAMP_WORDS * 8
 _WORDS_PER_BLOCK = BLOCK // 8
 _MASK64 = (1 << 64) - 1
+_MIX = 0xD6E8FEB86659FD93
+_UNIT = 1 << 20  # a deduplication ratio in fixed point: identity j = i * _UNIT // round(d * _UNIT), exact anywhere
+MAX_COMPRESSION = 64.0
+# bytes of each block's stamp a compressor finds again in the blocks before (the run and file keys, the block
+# index's high bytes): about 21 with zstd at levels 3 and 19 (bench/cpu.py --reduction), counted out of the body
+_STAMP_REPEATS = 21
+
+
+class Reduction(NamedTuple):
+    """What a storage may reduce the data by, as dgen-py and the MLCommons fork mean it: 2 means the
+    storage may store half. ``compression``: what a compressor (zstd) gains on the unique blocks;
+    ``dedup``: what a 4 KiB deduplicator gains. Both 1: irreducible."""
+
+    compression: float = 1.0
+    dedup: float = 1.0
+
+
+IRREDUCIBLE = Reduction()
 
 
 def _splitmix64(x: int) -> int:
@@ -40,6 +71,15 @@ def _splitmix64(x: int) -> int:
     return x ^ (x >> 31)
 
 
+def _splitmix64_array(x: Any) -> Any:
+    """:func:`_splitmix64` of every element of an array of uint64 (numpy's, or a device array module's:
+    operators only, wrapping as unsigned 64-bit arithmetic does)."""
+    x = x + np.uint64(0x9E3779B97F4A7C15)
+    x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    return x ^ (x >> np.uint64(31))
+
+
 def file_key(step: int, rank: int, index: int, phase_bit: int = 0) -> int:
     """A 64-bit id unique per (checkpoint step, rank, file index) within a run."""
     if not (0 <= step < 1 << 19 and 0 <= rank < 1 << 28 and 0 <= index < 1 << 16):
@@ -47,50 +87,53 @@ def file_key(step: int, rank: int, index: int, phase_bit: int = 0) -> int:
     return (phase_bit << 63) | (step << 44) | (rank << 16) | index
 
 
-class SyntheticData:
-    """One process's source of checkpoint bytes: a pool allocated once, stamped per window.
+def body_words(compression: float) -> int:
+    """8-byte words of a block made of the pool (the stamp included) for a compressor to keep ``1 / compression``
+    of it; the rest of the block is zeros."""
+    return min(_WORDS_PER_BLOCK, round((BLOCK / compression + _STAMP_REPEATS) / 8))
 
-    A window returned by :meth:`window` stays valid only until the next call, which may restamp
-    overlapping blocks: consume (write or compare) it first.
+
+class SyntheticData:
+    """One process's source of checkpoint bytes: a pool made once, and a buffer each window is made in.
+
+    A window returned by :meth:`window` stays valid only until the next call, which remakes the buffer:
+    consume (write or compare) it first.
     """
 
-    def __init__(self, run_key: int, max_window: int, device: Any = None, like: SyntheticData | None = None) -> None:
+    def __init__(self, run_key: int, max_window: int, device: Any = None, like: SyntheticData | None = None,
+                 reduction: Reduction = IRREDUCIBLE) -> None:
         if max_window % BLOCK:
             raise ValueError("max_window must be a multiple of 4096")
-        # A window beyond a period of 256 random blocks (stamps make every block unique): a process keeps
-        # one pool per request in flight, so the pool is what in-flight bytes cost. The period repeats
-        # through the pool, so a window may start at any of its blocks and read on without wrapping.
-        pool_bytes = max_window + SLACK
+        if not (1 <= reduction.compression <= MAX_COMPRESSION and reduction.dedup >= 1):
+            raise ValueError(f"bad reduction {reduction}")
         self.run_key = run_key & _MASK64
-        mm = mmap.mmap(-1, pool_bytes)  # page-aligned: usable for O_DIRECT
-        self._mm: mmap.mmap | None = mm  # None once the pool lives on the device
-        words = np.frombuffer(mm, dtype=np.uint64)
-        if like is not None and like.run_key == self.run_key and like._mm is not None and len(like._mm) == pool_bytes:
-            mm[:] = like._mm  # the same bytes, a copy being faster than generating them again
-        else:
-            period = SLACK // 8
-            words[:period] = np.random.default_rng(self.run_key).integers(0, _MASK64, size=period, dtype=np.uint64,
-                                                                          endpoint=True)
-            for i in range(period, words.size, period):
-                words[i:i + period] = words[:min(period, words.size - i)]
+        self.reduction = reduction
+        self._body = body_words(reduction.compression)
+        self._dedup = round(reduction.dedup * _UNIT)
         self._max_blocks = max_window // BLOCK
-        self._blocks: Any  # a numpy array, or the device array module's; None once closed
+        self._xp: Any = device or np
+        self._mm: mmap.mmap | None = None
+        if like is not None and like.run_key == self.run_key and like._xp is self._xp:
+            self._pool: Any = like._pool.copy()  # the same bytes, a copy being faster than making them again
+        else:
+            pool = np.random.default_rng(self.run_key).integers(0, _MASK64, size=(_PERIOD_BLOCKS, _WORDS_PER_BLOCK),
+                                                                dtype=np.uint64, endpoint=True)
+            self._pool = pool if device is None else device.asarray(pool)  # one host-to-device copy, here only
+        self._out: Any  # each window's buffer, (blocks, words); zeros where a compressible block has none
         if device is None:
-            self._blocks = words.reshape(-1, _WORDS_PER_BLOCK)
-            self._view: Any = memoryview(mm)
-            self._arange = np.arange(self._max_blocks, dtype=np.uint64)
-        else:  # one host-to-device copy of the pool, here and never again
-            self._blocks = device.asarray(words).reshape(-1, _WORDS_PER_BLOCK)
-            self._view = self._blocks.reshape(-1).view(device.uint8)
-            self._arange = device.arange(self._max_blocks, dtype=device.uint64)
-            del words
-            mm.close()
-            self._mm = None
+            self._mm = mmap.mmap(-1, max_window)  # zeros, page-aligned: usable for O_DIRECT
+            self._out = np.frombuffer(self._mm, dtype=np.uint64).reshape(-1, _WORDS_PER_BLOCK)
+            self._view: Any = memoryview(self._mm)
+        else:
+            self._out = device.empty((self._max_blocks, _WORDS_PER_BLOCK), dtype=device.uint64)
+            self._out[...] = 0
+            self._view = self._out.reshape(-1).view(device.uint8)
+        self._arange = self._xp.arange(self._max_blocks, dtype=self._xp.uint64)
 
     def window(self, key: int, offset: int, nbytes: int, skip: int = 0) -> Any:
         """Bytes ``[offset, offset + nbytes)`` of the payload stream of file ``key``: a memoryview,
         or a device array when made with ``device``. ``skip``: bytes at its start the caller will not
-        look at, left unstamped (a restore comparing a few KiB of a chunk stamps only those blocks).
+        look at, left unmade (a restore comparing a few KiB of a chunk makes only those blocks).
 
         ``offset`` and ``skip`` must be block-aligned; ``nbytes`` at most the ``max_window`` given at creation.
         """
@@ -98,18 +141,54 @@ class SyntheticData:
             raise ValueError(f"bad window offset={offset} nbytes={nbytes} skip={skip}")
         first, skipped = offset // BLOCK, skip // BLOCK
         nblocks = -(-nbytes // BLOCK)
-        start = (_splitmix64(self.run_key ^ _splitmix64(key)) + first) % _PERIOD_BLOCKS  # block first's body
-        rows = self._blocks[start + skipped:start + nblocks]
-        index = self._arange[:nblocks - skipped] + np.uint64(first + skipped)
+        if skipped < nblocks:
+            self._make(key, first + skipped, self._out[skipped:nblocks])
+        return self._view[:nbytes]
+
+    def _make(self, key: int, first: int, rows: Any) -> None:
+        """Blocks ``first``, ``first + 1``, ... of file ``key`` into ``rows`` (one per block)."""
+        xp, n, body = self._xp, rows.shape[0], self._body
+        seed = _splitmix64(self.run_key ^ _splitmix64(key))
+        start = seed % _PERIOD_BLOCKS  # the pool block of identity 0
+        index = self._arange[:n] + np.uint64(first)
+        if self._dedup == _UNIT:  # a lap of the pool at a time: one contiguous XOR with one key each
+            ident, done = index, 0
+            while done < n:
+                lap, at = divmod(start + first + done, _PERIOD_BLOCKS)
+                take = min(_PERIOD_BLOCKS - at, n - done)
+                xp.bitwise_xor(self._pool[at:at + take, :body], np.uint64(_splitmix64(seed ^ lap)),
+                               out=rows[done:done + take, :body])
+                done += take
+        else:  # identities repeat: gathered from the pool, each block with its lap's key
+            ident = index * np.uint64(_UNIT) // np.uint64(self._dedup)
+            place = ident + np.uint64(start)
+            keys = _splitmix64_array(place // np.uint64(_PERIOD_BLOCKS) ^ np.uint64(seed))[:, None]
+            xp.bitwise_xor(self._pool[place % np.uint64(_PERIOD_BLOCKS), :body], keys, out=rows[:, :body])
         rows[:, 0] = np.uint64(self.run_key)  # numpy scalars: a device array module takes them as they are
         rows[:, 1] = np.uint64(key)
-        rows[:, 2] = index
-        rows[:, 3] = (index * np.uint64(0xD6E8FEB86659FD93)) ^ np.uint64(self.run_key ^ key)
-        return self._view[start * BLOCK:start * BLOCK + nbytes]
+        rows[:, 2] = ident
+        rows[:, 3] = (ident * np.uint64(_MIX)) ^ np.uint64(self.run_key ^ key)
+
+    def foreign(self, stamp: Any, key: int, block: int) -> str | None:
+        """Whose block ``stamp`` (the first 32 bytes of a block read back at block ``block`` of file ``key``)
+        comes from, when it is a block of this tool's but not the one written there (another file's, rank's,
+        checkpoint's, run's, or another offset's); None when it has no stamp or the expected one."""
+        raw = self._xp.asnumpy(stamp).tobytes() if self._xp is not np else bytes(stamp)
+        if len(raw) < STAMP_BYTES:
+            return None
+        run, k, j, mix = struct.unpack("<4Q", raw[:STAMP_BYTES])
+        if mix != ((j * _MIX) & _MASK64) ^ run ^ k:
+            return None
+        expected = block if self._dedup == _UNIT else block * _UNIT // self._dedup
+        if (run, k, j) == (self.run_key, key & _MASK64, expected):
+            return None
+        file = f"step {(k >> 44) & ((1 << 19) - 1)}, rank {(k >> 16) & ((1 << 28) - 1)}, file {k & 0xFFFF}"
+        whose = "this run" if run == self.run_key else f"another run (run key {run})"
+        return f"block {j} of the file of {file} of {whose}"
 
     def close(self) -> None:
-        """Drop the pool now rather than at garbage collection (windows must no longer be used)."""
-        self._blocks = self._view = None
+        """Drop the buffers now rather than at garbage collection (windows must no longer be used)."""
+        self._out = self._view = self._pool = None
         try:
             if self._mm is not None:
                 self._mm.close()

@@ -1,32 +1,81 @@
-"""Synthetic data: unique 4 KiB blocks across files and steps, incompressible, exact verification."""
+"""Synthetic data: unique sectors across files, steps and runs, incompressible, reducible only as asked, exact
+verification that names a stray block. Its counterpart tests/e2e/test_irreducible.py holds the files a real run
+writes to zstd and a deduplicator; the GPU source is held to this one in tests/unit/test_gds_standin.py."""
 
 from __future__ import annotations
 
-import zlib
+import hashlib
+import re
+import shutil
+import subprocess
 
-from dlio_ckpt.io.synthetic import BLOCK, SyntheticData, file_key, first_difference
+import pytest
+
+from dlio_ckpt.errors import VerifyError
+from dlio_ckpt.io.backends import get_backend
+from dlio_ckpt.io.engine import Engine, FileTask, IOOptions
+from dlio_ckpt.io.synthetic import BLOCK, Reduction, SyntheticData, file_key, first_difference
 
 MIB = 1 << 20
+SECTOR = 512
 
 
-def test_no_block_repeats_across_files_steps_and_chunks():
-    data = SyntheticData(run_key=7, max_window=MIB)
-    seen = set()
-    for step in (1, 2):
-        for rank in (0, 1):
-            for offset in range(0, 4 * MIB, MIB):
-                w = bytes(data.window(file_key(step, rank, 0), offset, MIB))
-                for i in range(0, MIB, BLOCK):
-                    seen.add(w[i:i + BLOCK])
-    assert len(seen) == 2 * 2 * 4 * MIB // BLOCK
+def sectors(data: bytes) -> list[bytes]:
+    return [data[i:i + SECTOR] for i in range(0, len(data), SECTOR)]
 
 
-def test_incompressible_and_reproducible():
+def zstd_kept(data: bytes, level: str = "-19") -> float:
+    """The share of ``data`` zstd keeps, with a window as long as any storage's (--long=31: 2 GiB)."""
+    out = subprocess.run(["zstd", "-q", level, "--long=31", "-c"], input=data, capture_output=True, check=True).stdout
+    return len(out) / len(data)
+
+
+needs_zstd = pytest.mark.skipif(shutil.which("zstd") is None, reason="zstd not installed (scripts/setup.sh)")
+
+
+def test_no_sector_repeats_across_files_steps_chunks_and_runs():
+    """8 MiB of each of 8 files over 2 runs: more than a lap of the 1 MiB pool per file, so every pool block's
+    body comes back in every file and several times in each, and no 512-byte sector is seen twice."""
+    seen: set[bytes] = set()
+    count = 0
+    for run in (7, 8):
+        data = SyntheticData(run_key=run, max_window=MIB)
+        for step in (1, 2):
+            for rank in (0, 1):
+                for offset in range(0, 2 * MIB, MIB):
+                    for s in sectors(bytes(data.window(file_key(step, rank, 0), offset, MIB))):
+                        seen.add(hashlib.blake2b(s, digest_size=16).digest())
+                        count += 1
+    assert len(seen) == count == 2 * 2 * 2 * 2 * MIB // SECTOR
+
+
+@needs_zstd
+def test_zstd_with_the_longest_window_keeps_every_byte():
+    """Several laps of the pool in one stream, which zstd --long=31 sees whole: it keeps at least 99 %."""
+    data = SyntheticData(run_key=11, max_window=MIB)
+    stream = b"".join(bytes(data.window(file_key(1, r, 0), o, MIB)) for r in (0, 1) for o in range(0, 3 * MIB, MIB))
+    assert zstd_kept(stream) >= 0.99
+
+
+def test_reproducible_and_unique_to_the_run():
     a = bytes(SyntheticData(run_key=11, max_window=MIB).window(file_key(1, 0, 0), 0, MIB))
     b = bytes(SyntheticData(run_key=11, max_window=MIB).window(file_key(1, 0, 0), 0, MIB))
     c = bytes(SyntheticData(run_key=12, max_window=MIB).window(file_key(1, 0, 0), 0, MIB))
-    assert a == b != c
-    assert len(zlib.compress(a, 9)) > 0.99 * len(a)
+    assert a == b
+    assert not set(sectors(a)) & set(sectors(c))
+
+
+@needs_zstd
+@pytest.mark.parametrize("compression, dedup", [(2.0, 1.0), (5.0, 1.0), (1.0, 2.0), (1.0, 1.5), (3.0, 2.5)])
+def test_the_reduction_asked_is_what_a_deduplicator_and_zstd_measure(compression, dedup):
+    """A 4 KiB deduplicator keeps 1/dedup of the blocks, and zstd shrinks the blocks it keeps by compression
+    (within 10 %), as dgen-py and the MLCommons fork mean the two ratios."""
+    data = SyntheticData(run_key=3, max_window=MIB, reduction=Reduction(compression, dedup))
+    stream = b"".join(bytes(data.window(file_key(1, r, 0), o, MIB)) for r in (0, 1) for o in range(0, 4 * MIB, MIB))
+    blocks = [stream[i:i + BLOCK] for i in range(0, len(stream), BLOCK)]
+    unique = list(dict.fromkeys(blocks))
+    assert len(blocks) / len(unique) == pytest.approx(dedup, rel=0.1)
+    assert 1 / zstd_kept(b"".join(unique), "-3") == pytest.approx(compression, rel=0.1)
 
 
 def test_first_difference_finds_the_byte():
@@ -38,11 +87,92 @@ def test_first_difference_finds_the_byte():
     assert first_difference(memoryview(got), memoryview(want)) == MIB - 7
 
 
-def test_a_files_bytes_do_not_depend_on_how_they_are_asked_for():
+@pytest.mark.parametrize("reduction", [Reduction(), Reduction(3.0, 1.0), Reduction(1.0, 1.7)])
+def test_a_files_bytes_do_not_depend_on_how_they_are_asked_for(reduction):
     """A framework's calls (a header, a tensor at an odd offset) and the stream's chunks write one file:
-    any block-aligned window of it holds the bytes the whole file holds there, whatever pool it comes from."""
+    any block-aligned window of it holds the bytes the whole file holds there, whatever source it comes from."""
     key = file_key(1, 3, 0)
-    whole = bytes(SyntheticData(run_key=5, max_window=4 * MIB).window(key, 0, 4 * MIB))
-    small = SyntheticData(run_key=5, max_window=MIB)
+    whole = bytes(SyntheticData(run_key=5, max_window=4 * MIB, reduction=reduction).window(key, 0, 4 * MIB))
+    small = SyntheticData(run_key=5, max_window=MIB, reduction=reduction)
     for offset, nbytes in ((0, MIB), (BLOCK, 5 * BLOCK), (3 * MIB - 7 * BLOCK, MIB), (MIB + 64 * BLOCK, 12345)):
         assert bytes(small.window(key, offset, nbytes)) == whole[offset:offset + nbytes], (offset, nbytes)
+
+
+@pytest.mark.parametrize("reduction", [Reduction(), Reduction(4.0, 1.0), Reduction(1.0, 3.0)])
+def test_the_device_makes_the_hosts_bytes(gpu_standin, reduction):
+    import cupy
+
+    host = SyntheticData(7, MIB, reduction=reduction)
+    device = SyntheticData(7, MIB, device=cupy, reduction=reduction)
+    for key, offset, n in [(file_key(1, 0, 0), 0, MIB), (file_key(2, 5, 3), 3 * 4096, 12345)]:
+        assert bytes(host.window(key, offset, n)) == cupy.asnumpy(device.window(key, offset, n)).tobytes()
+
+
+@pytest.fixture
+def written(tmp_path):
+    """A file of 3 MiB with a header, written by run 1 as file (step 2, rank 3, index 0)."""
+    backend = get_backend("local_fs", str(tmp_path), {})
+    task = FileTask(backend.join("f.bin"), (b"h" * 100, 3 << 20), file_key(2, 3, 0))
+    Engine(backend, 1, IOOptions(chunk_size=MIB)).write_files([task])
+    return backend, task
+
+
+def block_of(run_key: int, key: int, block: int) -> bytes:
+    return bytes(SyntheticData(run_key, BLOCK).window(key, block * BLOCK, BLOCK))
+
+
+@pytest.mark.parametrize("run_key, key, named", [
+    (1, file_key(2, 5, 0), "block 9 of the file of step 2, rank 5, file 0 of this run"),
+    (1, file_key(1, 3, 0), "block 9 of the file of step 1, rank 3, file 0 of this run"),
+    (1, file_key(2, 3, 0) + 1, "block 9 of the file of step 2, rank 3, file 1 of this run"),
+    (99, file_key(2, 3, 0), "block 9 of the file of step 2, rank 3, file 0 of another run (run key 99)"),
+])
+def test_a_block_of_another_file_rank_checkpoint_or_run_is_named(written, run_key, key, named):
+    backend, task = written
+    with open(task.path, "r+b") as fh:
+        fh.seek(9 * BLOCK)
+        fh.write(block_of(run_key, key, 9))
+    said = re.escape(f"(4 KiB block 9): it holds {named}")
+    with pytest.raises(VerifyError, match=f"wrong data at offset 368[0-9]+ {said}$"):
+        Engine(backend, 1, IOOptions(chunk_size=MIB)).read_files([task])
+
+
+def test_a_block_from_another_offset_of_the_same_file_is_named(written):
+    backend, task = written
+    with open(task.path, "r+b") as fh:
+        fh.seek(9 * BLOCK)
+        fh.write(block_of(1, task.key, 300))
+    with pytest.raises(VerifyError, match="it holds block 300 of the file of step 2, rank 3, file 0 of this run"):
+        Engine(backend, 1, IOOptions(chunk_size=MIB)).read_files([task])
+
+
+def test_a_wrong_byte_inside_the_right_block_names_the_offset_alone(written):
+    backend, task = written
+    with open(task.path, "r+b") as fh:
+        fh.seek(9 * BLOCK + 700)
+        fh.write(b"\0")
+    with pytest.raises(VerifyError, match=f"wrong data at offset {9 * BLOCK + 700} \\(4 KiB block 9\\)$"):
+        Engine(backend, 1, IOOptions(chunk_size=MIB)).read_files([task])
+
+
+def test_bytes_written_with_one_reduction_do_not_verify_as_another(written):
+    backend, task = written
+    with pytest.raises(VerifyError, match="wrong data at offset"):
+        Engine(backend, 1, IOOptions(chunk_size=MIB, reduction=Reduction(2.0, 1.0))).read_files([task])
+
+
+@pytest.mark.parametrize("key, value, rule", [("compression_ratio", 0.5, "greater than or equal to 1"),
+                                              ("compression_ratio", 65, "less than or equal to 64"),
+                                              ("dedup_ratio", 0.9, "greater than or equal to 1")])
+def test_a_ratio_below_1_or_beyond_the_range_is_refused(dlio_here, tmp_path, key, value, rule):
+    r = dlio_here(["workload=tiny", f"++workload.checkpoint.{key}={value}", f"hydra.run.dir={tmp_path / 'out'}"])
+    assert r.returncode == 2
+    assert f"workload.checkpoint.{key}" in r.stderr and str(value) in r.stderr and rule in r.stderr
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_reference_preset_keeps_its_tools_reducibility(dlio_here, tmp_path):
+    r = dlio_here(["workload=tiny", "++workload.checkpoint.reference=mlcommons",
+                   "++workload.checkpoint.compression_ratio=2", f"hydra.run.dir={tmp_path / 'out'}"])
+    assert r.returncode == 2
+    assert "workload.checkpoint.compression_ratio" in r.stderr and "reference=mlcommons sets it to 1.0" in r.stderr

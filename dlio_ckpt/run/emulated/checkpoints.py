@@ -18,7 +18,7 @@ from dlio_ckpt import __version__
 from dlio_ckpt.errors import ConfigError
 from dlio_ckpt.io.backends import Backend
 from dlio_ckpt.io.engine import Engine, FileTask, IOOptions
-from dlio_ckpt.io.synthetic import file_key
+from dlio_ckpt.io.synthetic import Reduction, file_key
 from dlio_ckpt.plan.formats import Format
 from dlio_ckpt.plan.layouts import FrameworkIO, file_format, framework_io
 from dlio_ckpt.plan.restore import RankReads, Restore
@@ -44,7 +44,12 @@ def restore_of(ctx: RunContext) -> Restore:
 
 def io_options(ctx: RunContext) -> IOOptions:
     ck = ctx.ck
-    return IOOptions(ck.fsync, ck.odirect, not ck.read_from_page_cache, ck.verify, ck.chunk_size)
+    return IOOptions(ck.fsync, ck.odirect, not ck.read_from_page_cache, ck.verify, ck.chunk_size, reduction(ctx))
+
+
+def reduction(ctx: RunContext) -> Reduction:
+    """What a storage may reduce the run's bytes by (``checkpoint.compression_ratio``, ``dedup_ratio``)."""
+    return Reduction(ctx.ck.compression_ratio, ctx.ck.dedup_ratio)
 
 
 def ranks_of_process(ctx: RunContext, process: int | None = None) -> list[RankPlan]:
@@ -259,6 +264,7 @@ class EmulatedRun:
         return {"tool": "dlio_ckpt", "version": __version__, "step": step, "complete": True,
                 "workload": ctx.workload.model.name, "layout": ck.layout, "world_size": ctx.world_size,
                 "format": self.fmt.name, "scale": ck.scale, "run_key": self.run_key, "files": files,
+                "data_reduction": reduction(ctx)._asdict(),
                 **({"tier": k} if k else {}), **about}
 
     def prepare(self, step: int) -> None:
@@ -321,4 +327,10 @@ def check_manifest(ctx: RunContext, files: dict[str, int], step: int, run_key: i
                           f"format {file_format(ctx.workload).name}, scale {ctx.ck.scale})")
     if run_key is not None and m["run_key"] != run_key:
         raise ConfigError(key, None, f"{step_name(step)} manifest does not belong to this run")
+    written = m.get("data_reduction", {})  # an older manifest's bytes were irreducible: the defaults
+    for name, asked in reduction(ctx)._asdict().items():
+        if written.get(name, 1.0) != asked:
+            raise ConfigError(f"workload.checkpoint.{name}_ratio", asked, f"{step_name(step)} in {folder} was "
+                              f"written with checkpoint.{name}_ratio={written.get(name, 1.0)}: set it so to read "
+                              "it, or write it first")
     return int(m["run_key"])

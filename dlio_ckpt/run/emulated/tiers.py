@@ -31,7 +31,7 @@ from dlio_ckpt.io.backends import Backend
 from dlio_ckpt.io.engine import Engine, IOOptions
 from dlio_ckpt.results.schema import TierDescription
 from dlio_ckpt.results.summary import OpRecord, ProcessCost
-from dlio_ckpt.run.emulated.checkpoints import EmulatedRun, ranks_of_process
+from dlio_ckpt.run.emulated.checkpoints import EmulatedRun, ranks_of_process, reduction
 from dlio_ckpt.run.emulated.peers import PeerLink, PeerSource, in_background, partner_rank, send_files
 from dlio_ckpt.run.preparation import tier_backend
 from dlio_ckpt.run.steps import manifest_path, remove_step, step_name
@@ -60,7 +60,7 @@ class Drain:
         # its own clients: its requests are its own, and it shares no connection with a save
         self._backends = [tier_backend(ctx.workload, k, ctx.comm.local_rank, ctx.placement.node_folder)
                           for k in range(len(where))]
-        options = IOOptions(fsync=ctx.ck.fsync, chunk_size=ctx.ck.chunk_size)
+        options = IOOptions(fsync=ctx.ck.fsync, chunk_size=ctx.ck.chunk_size, reduction=reduction(ctx))
         self._engines = [Engine(b, run.run_key, options, self._progress) for b in self._backends[1:]]
         self._scopes = [st.scope for st in ctx.workload.storages]
         self._link = PeerLink(ctx.comm) if "peer" in self._scopes else None

@@ -1,7 +1,7 @@
 """A CPU stand-in for the few cupy calls dlio_ckpt makes (see ../README.md)."""
 
 import numpy as _np
-from numpy import arange, empty, uint8, uint64  # noqa: F401
+from numpy import arange, bitwise_xor, empty, uint8, uint64  # noqa: F401
 
 from . import cuda  # noqa: F401
 
