@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Create .venv with everything dlio_ckpt and its tests need (from Debian: fio for the benchmark and
-# tune's yardstick, strace for the tests that watch the reference presets' system calls).
+# tune's yardstick, strace for the tests that watch the reference presets' system calls, zstd for the tests that
+# hold the synthetic bytes to what a compressing storage finds).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # and util-linux's unshare and mount, hostname: scripts/pretend_host, which the hosts tests launch through
-missing=$(for pair in fio:fio strace:strace unshare:util-linux mount:mount hostname:hostname; do
+missing=$(for pair in fio:fio strace:strace zstd:zstd unshare:util-linux mount:mount hostname:hostname; do
   command -v "${pair%%:*}" >/dev/null || echo "${pair#*:}"; done)
 # a fresh Debian's Python has no venv module until python3-venv is installed
 python3 -c 'import ensurepip' 2>/dev/null || missing="$missing python3-venv"
