@@ -58,8 +58,11 @@ def run(args: argparse.Namespace, comm: Comm) -> int:
         fail_every_rank(comm, state, str(exc), exc.exit_code, quiet=reported_by_another_rank(exc, comm.rank))
     except (SystemExit, KeyboardInterrupt):
         raise
-    except BaseException:  # Exception, and libraries' BaseExceptions (DCP's CheckpointException)
-        fail_every_rank(comm, state, f"unexpected error\n{traceback.format_exc()}")
+    except BaseException as exc:  # Exception, and libraries' BaseExceptions (DCP's CheckpointException)
+        # a bug of ours or a library's: its traceback on stderr for the report, and the message one line as any other
+        traceback.print_exc()
+        fail_every_rank(comm, state, f"unexpected error: {type(exc).__name__}: {exc} (a bug: please report it with "
+                                     "the traceback printed above)")
     return 1
 
 

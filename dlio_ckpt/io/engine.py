@@ -224,6 +224,10 @@ def _finish(writer: Writer) -> None:
     writer.finish()
 
 
+def _abort(writer: Writer) -> None:
+    writer.abort()
+
+
 def _close(reader: Reader) -> None:
     reader.close()
 
@@ -603,12 +607,13 @@ class Engine:
 
     def _pipeline(self, worker: _Worker, tasks: list[FileTask], open_file: Callable[[FileTask], Any],
                   request: Callable[[Any, _Slot, FileTask, int], None], close_file: Callable[[Any], None],
-                  depth: int, timed: bool = False) -> int:
+                  abort_file: Callable[[Any], None], depth: int, timed: bool = False) -> int:
         """``request(handle, slot, task, k)`` for every chunk ``k`` of every file, in file order,
         ``depth`` in flight (fio's iodepth: the storage's queue_depth, or read_queue_depth for reads),
         across file boundaries as fio's one job keeps its queue full: a file is opened (``open_file``)
         when its first chunk is due, closed when its last is done, and its time recorded then
-        (``timed``: files not timed by :meth:`_attempt`).
+        (``timed``: files not timed by :meth:`_attempt`); on an error every open file is given up
+        (``abort_file``: a writer's abort, which removes nothing but our partial file; a reader's close).
         Request n reuses the slot of request n - depth, done by then (they finish in order). The
         first error cancels the rest and closes every open file."""
         n = 0
@@ -656,7 +661,7 @@ class Engine:
                     future.cancel()
             wait([f for f, _ in pending if f is not None])
             for handle in handles.values():
-                getattr(handle, "abort", handle.close)()
+                abort_file(handle)
             raise
 
     # -- write ---------------------------------------------------------------------------------
@@ -671,7 +676,7 @@ class Engine:
             return self._as_framework(tasks, writers or self.framework_writers, writers == 1 or
                                       self.framework_caller_writes)
         if self._positional:
-            nbytes = self._positioned(tasks, self._open_write, self._write_chunk, _finish, self._write_depth)
+            nbytes = self._positioned(tasks, self._open_write, self._write_chunk, _finish, _abort, self._write_depth)
         else:
             nbytes = self._each(self._write_file, tasks)
         if self.options.fsync and not self.backend.capabilities.durable_on_close:
@@ -832,13 +837,15 @@ class Engine:
 
     def _positioned(self, tasks: list[FileTask], open_file: Callable[[FileTask], Any],
                     request: Callable[[Any, _Slot, FileTask, int], None], close_file: Callable[[Any], None],
-                    depth: int) -> int:
+                    abort_file: Callable[[Any], None], depth: int) -> int:
         """Positional storage: one stream of requests through all of a process's files where it has
         one file in flight and no whole-file retries to interleave (the queue never drains between
         files); else a stream per file, ``threads`` files at a time, each retried whole."""
         if self._threads == 1 and self.backend.options.retries == 0:
-            return self._pipeline(self._workers[0], tasks, open_file, request, close_file, depth, timed=True)
-        return self._each(lambda worker, task: self._pipeline(worker, [task], open_file, request, close_file, depth),
+            return self._pipeline(self._workers[0], tasks, open_file, request, close_file, abort_file, depth,
+                                  timed=True)
+        return self._each(lambda worker, task: self._pipeline(worker, [task], open_file, request, close_file,
+                                                              abort_file, depth),
                           tasks)
 
     def _open_write(self, task: FileTask) -> Writer:
@@ -880,7 +887,7 @@ class Engine:
         if tasks and tasks[0].archive and self._positional:
             return self._each(lambda worker, task: self._read_items(worker, task, ((0, task.size),)), tasks)
         if self._positional:
-            return self._positioned(tasks, self._open_read, self._read_chunk, _close, self._read_depth)
+            return self._positioned(tasks, self._open_read, self._read_chunk, _close, _close, self._read_depth)
         return self._each(self._read_file if self.options.verify else self._read_counted, tasks)
 
     def _open_read(self, task: FileTask) -> PositionalReader:

@@ -83,6 +83,12 @@ def write_failed_summary(state: RunState, rank: int, reason: str) -> None:
         pass  # the run folder itself may be what failed; the message on stderr still says why
 
 
+def one_line(reason: str) -> str:
+    """A storage client's message on one line (gcsfs's and botocore's span several): the error is one line on
+    stderr, where batch logs and ``grep`` find it whole, and ``summary.json``'s ``reason`` is that line."""
+    return "; ".join(part.strip() for part in reason.splitlines() if part.strip())
+
+
 def fail_every_rank(comm: Comm, state: RunState, reason: str, code: int = 1, quiet: bool = False) -> None:
     """Say who failed and why, leave a failed summary, end every rank. ``quiet``: rank 0 says it
     (the error was its own, shared by :func:`~dlio_ckpt.cluster.comm.on_root`); this rank only ends, a moment
@@ -92,7 +98,7 @@ def fail_every_rank(comm: Comm, state: RunState, reason: str, code: int = 1, qui
         time.sleep(2.0)
         comm.abort(code)
         return
-    message = f"rank {comm.rank} on {hostname()}, during {state.where()}: {reason}"
+    message = f"rank {comm.rank} on {hostname()}, during {state.where()}: {one_line(reason)}"
     print(f"dlio_ckpt: error: {message}", file=sys.stderr, flush=True)
     write_failed_summary(state, comm.rank, message)
     inflight.remove_all()

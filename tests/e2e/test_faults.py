@@ -43,6 +43,36 @@ def test_a_full_file_system_ends_every_rank_naming_rank_file_and_cause(tmp_path)
     assert summary["steps_committed"] == [] and summary["during"] == "save of step 1"
 
 
+def test_a_file_system_filled_by_another_writer_mid_run_ends_every_rank_in_one_line(tmp_path):
+    """The trial's case, as a user meets it: the checkpoints' file system has room when the run checks it and
+    is filled by another writer once step 1 is committed (an event of the run), so the next save's writes run
+    into ENOSPC in the middle of the stream's pipeline, its calls timed. Every rank ends within 30 s, with the
+    message on one line and the failed summary's reason that message, no traceback; the other writer's file and
+    the committed step are left as they were."""
+    from tests.support.storage import fill
+
+    with tmpfs(tmp_path / "small", "size=200m") as small:
+        proc = start([*BASE, f"++workload.storage.storage_root={small}",
+                      "++workload.checkpoint.num_checkpoints_write=4",
+                      "++workload.checkpoint.time_between_checkpoints=1.5",
+                      "++workload.checkpoint.io_pattern=stream"], tmp_path)
+        wait_for((small / "ck" / "global_epoch1_step1.manifest.json").exists)
+        filled = fill(small / "filler")
+        code, err, _ = ended(proc, 30)
+        assert (small / "filler").stat().st_size == filled
+        step1 = sorted(p.name for p in (small / "ck" / "global_epoch1_step1").iterdir())
+        assert len(step1) == 4 and (small / "ck" / "global_epoch1_step1.manifest.json").exists()
+    assert code != 0 and "Traceback" not in err, err
+    lines = [line for line in err.splitlines() if line.startswith("dlio_ckpt: error: ")]
+    assert lines and all("No space left on device (errno 28)" in line for line in lines), err
+    summary = no_ok_summary(tmp_path / "out")
+    assert summary is not None and "Traceback" not in summary["reason"]
+    assert f"dlio_ckpt: error: {summary['reason']}" in lines
+    step = int(summary["during"].removeprefix("save of step "))
+    assert step >= 2 and summary["steps_committed"] == list(range(1, step))
+    assert f"{small}/ck/global_epoch1_step{step}/" in summary["reason"]
+
+
 def test_a_write_that_runs_out_of_room_names_the_file_and_cause(tmp_path):
     """The byte-level ENOSPC of a file system that fills up under a write (a 1 MiB tmpfs, 2 MiB)."""
     from dlio_ckpt.errors import StorageError

@@ -1,6 +1,7 @@
 """An HTTP proxy on 127.0.0.1 in front of a local object-store server, for tests: it counts every
 request by kind (the server's own view, to check ours against) and can inject faults: answer every
-Nth request with 503 SlowDown, add latency, or drop the connection.
+Nth request with 503 SlowDown, add latency, drop the connection, refuse a request with the store's own
+error, or cut the network for good.
 
 Why our own: SeaweedFS's and fake-gcs-server's logs do not classify S3 multipart or GCS resumable
 requests, and neither can throttle on demand. Bounded: it serves until stopped, on loopback only.
@@ -20,6 +21,11 @@ from urllib.parse import parse_qs, unquote, urlsplit
 HOP = {"connection", "keep-alive", "transfer-encoding", "proxy-connection", "te", "trailer", "upgrade"}
 SLOW_DOWN = (b'<?xml version="1.0" encoding="UTF-8"?><Error><Code>SlowDown</Code>'
              b"<Message>Please reduce your request rate.</Message></Error>")
+# A store that refuses a request (a bucket policy or quota changed under the job), each in its own format
+ACCESS_DENIED = {"s3": ("application/xml", b'<?xml version="1.0" encoding="UTF-8"?><Error><Code>AccessDenied</Code>'
+                        b"<Message>Access Denied</Message></Error>"),
+                 "gcs": ("application/json", b'{"error": {"code": 403, "message": "Access denied.", "errors": '
+                         b'[{"reason": "forbidden", "message": "Access denied."}]}}')}
 
 
 def s3_kind(method: str, path: str, query: dict, headers: dict) -> str:
@@ -52,10 +58,13 @@ def gcs_kind(method: str, path: str, query: dict, headers: dict) -> str:
 
 class Proxy:
     def __init__(self, upstream: str, classify, throttle_every: int = 0, drop_every: int = 0,
-                 latency: float = 0.0, cut_when: Callable[[str, str], bool] | None = None) -> None:
+                 latency: float = 0.0, cut_when: Callable[[str, str], bool] | None = None,
+                 refuse_when: Callable[[str, str], bool] | None = None, store: str = "s3") -> None:
         """``cut_when(method, path)``: the first request for which it is true cuts the network to the
         server for good (that request dropped, every later one refused): a fault that strikes at an
-        event of the run, not after some seconds, and leaves the server up to look at afterwards."""
+        event of the run, not after some seconds, and leaves the server up to look at afterwards.
+        ``refuse_when(method, path)``: every request for which it is true is answered 403, access denied, in
+        ``store``'s format (``s3`` or ``gcs``), and not sent on."""
         self.upstream = urlsplit(upstream)
         self.classify, self.latency = classify, latency
         self.throttle_every, self.drop_every = throttle_every, drop_every
@@ -65,6 +74,7 @@ class Proxy:
         self._n = 0
         self._lock = threading.Lock()
         self.cut_when, self.is_cut = cut_when, threading.Event()
+        self.refuse_when, self.refused, self._refusal = refuse_when, Counter[str](), ACCESS_DENIED[store]
         proxy = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -112,6 +122,11 @@ class Proxy:
             self._n += 1
             n = self._n
             self.counts[kind] += 1
+        if self.refuse_when is not None and self.refuse_when(h.command, unquote(h.path)):
+            with self._lock:
+                self.refused[kind] += 1
+            self._answer(h, 403, "Forbidden", *self._refusal)
+            return
         if self.latency:
             time.sleep(self.latency)
         if self.drop_every and n % self.drop_every == 0:
@@ -123,11 +138,7 @@ class Proxy:
         if self.throttle_every and n % self.throttle_every == 0:
             with self._lock:
                 self.throttled[kind] += 1
-            h.send_response(503, "Slow Down")
-            h.send_header("Content-Type", "application/xml")
-            h.send_header("Content-Length", str(len(SLOW_DOWN)))
-            h.end_headers()
-            h.wfile.write(SLOW_DOWN)
+            self._answer(h, 503, "Slow Down", "application/xml", SLOW_DOWN)
             return
         conn = http.client.HTTPConnection(self.upstream.hostname, self.upstream.port, timeout=60)
         try:
@@ -145,6 +156,15 @@ class Proxy:
         h.end_headers()
         if h.command != "HEAD":
             h.wfile.write(data)
+
+    @staticmethod
+    def _answer(h: BaseHTTPRequestHandler, status: int, reason: str, content_type: str, body: bytes) -> None:
+        h.send_response(status, reason)
+        h.send_header("Content-Type", content_type)
+        h.send_header("Content-Length", str(len(body)))
+        h.end_headers()
+        if h.command != "HEAD":
+            h.wfile.write(body)
 
     def cut(self) -> None:
         """No more connections, and none of those open gets an answer (from any thread)."""

@@ -3,6 +3,8 @@ in ``tests/conftest.py``), the backends' parameters, and a real small file syste
 
 from __future__ import annotations
 
+import errno
+import os
 import shutil
 import subprocess
 from collections.abc import Iterator
@@ -64,6 +66,26 @@ def tmpfs(folder: Path, options: str) -> Iterator[Path]:
         yield folder
     finally:
         subprocess.run(["umount", "-l", str(folder)], check=False)
+
+
+def fill(path: Path, leave: int = 0) -> int:
+    """Write zeros to a new file ``path`` until its file system is full, then give back ``leave`` bytes: a file
+    system filled by someone else (the file is the user's, not the run's). Returns the file's size."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    try:
+        block, size = bytes(1 << 20), 0
+        while True:
+            try:
+                size += os.write(fd, block)
+            except OSError as exc:
+                if exc.errno != errno.ENOSPC:
+                    raise
+                break
+        size = max(size - leave, 0)
+        os.ftruncate(fd, size)
+    finally:
+        os.close(fd)
+    return size
 
 
 def s3_tier(server, root: str, keep_last: int | None = None, **options) -> str:

@@ -59,6 +59,9 @@ def _failure(what: str, url: str, exc: Exception, backend: GCSBackend) -> Storag
         cause = f"no answer within {backend.options.timeout:g} s{_probe(backend.endpoint)}"
     elif isinstance(exc, aiohttp.ClientConnectorError):
         cause = f"cannot connect to the server ({exc})"
+    elif type(exc) is OSError and str(exc).startswith("Forbidden:"):  # gcsfs's 403: "Forbidden: {url}\n{message}"
+        said = str(exc).partition("\n")[2].strip()
+        cause = f"access denied (403 Forbidden: {said or 'no message'})"
     else:
         cause = f"{type(exc).__name__}: {exc}".strip()
     return StorageError(f"{what} {url}: {cause}", transient=isinstance(exc, _TRANSIENT))
