@@ -9,7 +9,6 @@ from __future__ import annotations
 import io
 import json
 import pickle
-from pathlib import Path
 
 import pytest
 
@@ -18,12 +17,11 @@ from dlio_ckpt.model.dense import TransformerShape
 from dlio_ckpt.plan.formats import file_size
 from dlio_ckpt.plan.formats.pt import archive, tensor_pickle
 from dlio_ckpt.plan.layouts import make_plan
-from dlio_ckpt.plan.layouts.dcp import item_size
-from dlio_ckpt.plan.types import ItemFile, Plan
 from tests.support import ORACLES
 from tests.support.bounds import DCP_METADATA
-from tests.support.cli import dlio
-from tests.support.workloads import DCP, datatypes
+from tests.support.dcp_files import assert_files_are_dcps, real_save
+from tests.support.dcp_moe_model import GQA, MLA, moe_overrides
+from tests.support.workloads import datatypes
 
 SHAPE_B = ["++workload.model.num_layers=2", "++workload.model.transformer.hidden_size=192",
            "++workload.model.transformer.ffn_hidden_size=520", "++workload.model.transformer.num_attention_heads=6",
@@ -32,8 +30,7 @@ SHAPE_B = ["++workload.model.num_layers=2", "++workload.model.transformer.hidden
 
 # world size, writer threads (files per rank), the model: two shapes, one whose dim 0 does not divide (2 ranks,
 # 2 files each, bf16, vocabulary 1001: the save traced in tests/against_frameworks/test_io_patterns.py, checked there
-# by assert_files_are_dcps)
-UNEVEN_BF16 = [*datatypes("bf16"), "++workload.model.transformer.vocab_size=1001"]
+# by tests/support/dcp_files.py's assert_files_are_dcps)
 ORACLE = [
     pytest.param(1, 1, datatypes("fp32"), id="1-rank"),
     pytest.param(2, 1, datatypes("fp32"), id="2-ranks"),
@@ -43,40 +40,6 @@ ORACLE = [
 ]
 
 
-def real_save(tmp_path: Path, world: int, threads: int, extra: list[str]) -> Path:
-    """The folder of one real dcp.save (mode=fsdp: transformers' Llama under FSDP2, Adam after one step)."""
-    root = tmp_path / "real"
-    r = dlio(["workload=tiny", "++workload.mode=fsdp", "++workload.model.parallelism.tensor=1", *extra,
-              f"++workload.fsdp.thread_count={threads}", f"++workload.storage.storage_root={root}",
-              "++workload.checkpoint.num_checkpoints_write=1", "++workload.checkpoint.num_checkpoints_read=0",
-              f"hydra.run.dir={tmp_path / 'out'}"], tmp_path, nprocs=world, timeout=300)
-    assert r.returncode == 0, r.stderr[-3000:]
-    return root / "checkpoints" / "tiny" / "global_epoch1_step1"
-
-
-def real_items(folder: Path) -> dict[str, list[tuple[int, int, str]]]:
-    """Per ``.distcp`` file, its items as the real ``.metadata`` places them: (offset, length, name), in file order."""
-    import torch.distributed.checkpoint as dcp
-
-    out: dict[str, list[tuple[int, int, str]]] = {}
-    for index, info in dcp.FileSystemReader(str(folder)).read_metadata().storage_data.items():
-        out.setdefault(info.relative_path, []).append((info.offset, info.length, index.fqn))
-    return {name: sorted(items) for name, items in out.items()}
-
-
-def emulated_items(plan: Plan) -> dict[str, list[tuple[int, int, str]]]:
-    """The same from the plan: each file's items back to back, each as long as its ``torch.save`` archive."""
-    out: dict[str, list[tuple[int, int, str]]] = {}
-    for r in plan.ranks:
-        for f in r.files:
-            assert isinstance(f, ItemFile)
-            lengths = [item_size(i) for i in f.items]
-            offsets = [sum(lengths[:k]) for k in range(len(lengths))]
-            if f.items:  # DCP lists no item of an empty file
-                out[f"{f.stem}.distcp"] = [(o, n, i.fqn) for o, n, i in zip(offsets, lengths, f.items, strict=True)]
-    return out
-
-
 @pytest.mark.real
 @pytest.mark.mpi
 @pytest.mark.parametrize(("world", "threads", "extra"), ORACLE)
@@ -84,23 +47,6 @@ def test_emulated_files_are_those_dcp_save_writes(tmp_path, world, threads, extr
     """Every ``.distcp`` equal to the byte, and item by item: the same names at the same offsets with the same
     lengths, in the same files (each item a whole ``torch.save`` archive); ``.metadata`` within its tolerance."""
     assert_files_are_dcps(real_save(tmp_path, world, threads, extra), world, threads, extra)
-
-
-def assert_files_are_dcps(folder: Path, world: int, threads: int, extra: list[str]) -> None:
-    """The files of a real dcp.save (``folder``) against the emulated plan of the same job."""
-    real = {p.name: p.stat().st_size for p in folder.iterdir()}
-    workload, _, _ = compose([*DCP, *extra, f"++workload.checkpoint.files_per_rank={threads}"], None)
-    plan = make_plan(workload, world)
-    plan.validate()
-    emulated = {f"{f.stem}.distcp": f.size for r in plan.ranks for f in r.files}
-    emulated |= {c.name: c.size for c in plan.coordinator}
-    assert sorted(emulated) == sorted(real)
-    for name, size in real.items():
-        print(f"{name}: emulated {emulated[name]} real {size} ({(emulated[name] - size) / size:+.2%})")
-    data = {n: s for n, s in real.items() if n != ".metadata"}
-    assert {n: s for n, s in emulated.items() if n != ".metadata"} == data
-    assert emulated_items(plan) == real_items(folder)
-    assert abs(emulated[".metadata"] - real[".metadata"]) <= DCP_METADATA * real[".metadata"]
 
 
 def test_torch_save_archives_are_ours_to_the_byte():
@@ -154,8 +100,6 @@ def test_the_layouts_tensors_are_transformers_llama_and_mode_fsdps(model):
 
 
 MOE_ORACLE = ORACLES / "dcp_moe_save.py"
-MLA = {"q_lora": 24, "kv_lora": 16, "nope": 16, "rope": 8, "v": 16}
-GQA = {"kv_heads": 2, "head_dim": 32, "qk_norm": True}
 # world, and the oracle's model: torchtitan's modules and placements (tests/oracles/dcp_moe_save.py)
 MOE_CASES = [
     pytest.param(4, {"layers": 3, "dense": 1, "experts": 4, "shared": 1, "bias": True, "ep": 2, "threads": 1,
@@ -165,29 +109,6 @@ MOE_CASES = [
     pytest.param(3, {"layers": 3, "dense": 1, "experts": 4, "shared": 1, "bias": True, "ep": 1, "threads": 1,
                      "vocab": 1001, **GQA, "head_dim": 16, "qk_norm": False}, id="no-ep-uneven-empty-expert-shard"),
 ]
-
-
-def moe_overrides(c: dict) -> list[str]:
-    """tiny_moe in DCP's layout, shaped as the oracle's model."""
-    keys = {"parallelism.expert": c["ep"], "num_layers": c["layers"], "transformer.hidden_size": c["dim"],
-            "transformer.ffn_hidden_size": c["inter"], "transformer.num_attention_heads": c["heads"],
-            "transformer.vocab_size": c["vocab"], "model_datatype": "fp32", "mtp_layers": 0,
-            "moe.num_experts": c["experts"], "moe.expert_ffn_hidden_size": c["moe_inter"],
-            "moe.num_shared_experts": c["shared"], "moe.first_dense_layers": c["dense"], "moe.router_bias": c["bias"],
-            "moe.experts_per_token": 1}
-    mla = ("q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")
-    if "mla" in c:
-        keys |= {"transformer.num_kv_heads": c["heads"]}
-        keys |= {f"transformer.{k}": c["mla"][m] for k, m in zip(mla, ("q_lora", "kv_lora", "nope", "rope", "v"),
-                                                                   strict=True)}
-        gone = []
-    else:
-        keys |= {"transformer.attention": "gqa", "transformer.num_kv_heads": c["kv_heads"],
-                 "transformer.head_dim": c["head_dim"], "transformer.qk_norm": c["qk_norm"]}
-        gone = [f"~workload.model.transformer.{k}" for k in mla]
-    model = [f"++workload.model.{k}={v}" for k, v in keys.items()]
-    files = f"++workload.checkpoint.files_per_rank={c['threads']}"
-    return ["workload=tiny_moe", "++workload.checkpoint.layout=dcp", files, *model, *gone]
 
 
 @pytest.mark.real

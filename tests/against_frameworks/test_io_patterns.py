@@ -25,12 +25,13 @@ import pytest
 
 from dlio_ckpt.config import compose
 from dlio_ckpt.plan.layouts import make_plan
-from tests.against_frameworks.test_dcp_layout import UNEVEN_BF16, assert_files_are_dcps
-from tests.against_frameworks.test_megatron_layout import assert_same_files, assert_same_items
 from tests.support import DATA, ORACLES, REPO
 from tests.support.bounds import DCP_METADATA
 from tests.support.cli import MPIEXEC
+from tests.support.dcp_files import assert_files_are_dcps
+from tests.support.megatron_files import assert_same_files, assert_same_items
 from tests.support.strace_calls import calls_on, fsyncs, read_pattern, reads_per_open, traced, write_pattern
+from tests.support.workloads import UNEVEN_BF16
 
 pytestmark = pytest.mark.real
 STEP = "global_epoch1_step1"

@@ -23,55 +23,21 @@ from dlio_ckpt.config import compose
 from dlio_ckpt.errors import ConfigError
 from dlio_ckpt.plan.layouts import make_plan
 from dlio_ckpt.plan.restore import restore_plan
-from tests.against_frameworks.test_megatron_layout import placed_items
-from tests.support import DATA
-from tests.support.recorded import assert_made_with_installed
+from tests.support.megatron_files import placed_items
+from tests.support.restore_cases import MEGATRON_MOE_CASES, MEGATRON_MOE_READS
 
 if TYPE_CHECKING:
     from dlio_ckpt.config import Workload
 
-READS = DATA / "megatron_moe_restore_reads.json"
 RECORD = "PYTHONPATH=. .venv/bin/python tests/oracles/record_megatron_moe_restore_reads.py"
 
 
-def moe(**settings: object) -> str:
-    """megatron_save.py's MOE argument: 4 routed experts of width 32, and ``settings``."""
-    return json.dumps({"experts": 4, "moe_ffn": 32, **settings})
-
-
-MLA = {"q_lora": 24, "kv_lora": 16, "nope": 16, "rope": 8, "v": 16}
-# name: the oracle's model (megatron_save.py's arguments: TP[xPP[xFIRST]], layers, hidden, FFN, heads, KV heads,
-# vocabulary, dtype, writer threads, MOE), the save's world size, and its loads, TP:WORLD:MODEL_ONLY[:EP]
-CASES: dict[str, tuple[list[str], int, list[str]]] = {
-    # stacked keys (every block MoE), TP 2, EP 2 over TP, 2 files a rank: loaded as saved, at TP 1 on 2 ranks, on 8
-    # (expert data parallelism 4), at EP 4 (one expert a rank) and the model alone at EP 1 on 2 ranks
-    "gqa-stacked-tp2-ep2": (["2", "2", "64", "96", "4", "2", "1000", "bf16", "2",
-                             moe(freq=1, ep=2, etp=1, qk_norm=True)], 4,
-                            ["2:4:0", "1:2:0", "2:8:0", "1:4:0:4", "1:2:1:1"]),
-    # per-block keys (a dense first block), latent attention, a shared expert, the router's bias, DeepSeek's MTP
-    # module, expert TP 2: loaded as saved, on 8 ranks, at TP 1 (expert TP still 2) and the model alone
-    "mla-per-block-etp2-mtp": (["2", "2", "64", "96", "4", "4", "1000", "fp32", "1",
-                                moe(freq=[0, 1], shared=32, ep=2, etp=2, expert_bias=True, qk_norm=True, mla=MLA,
-                                    mtp=1)], 4,
-                               ["2:4:0", "2:8:0", "1:4:0", "2:4:1"]),
-    # pipeline parallelism 2 (3 blocks split 2 + 1: a stage must hold an MoE block), a dense first block, a shared
-    # expert, the router's bias, 2 files a rank: loaded on 4 ranks, at TP 2 on 8 and the model alone at EP 1
-    "pp2-first-dense-shared-bias": (["1x2x2", "3", "64", "96", "4", "2", "1000", "bf16", "2",
-                                     moe(freq=[0, 1, 1], shared=32, ep=2, etp=1, expert_bias=True, qk_norm=True)], 4,
-                                    ["1:4:0", "2:8:0", "1:2:1:1"]),
-    # no expert parallelism: one optimizer, the experts among its parameters (no chained_ prefix); loaded as saved,
-    # on 4 ranks, and the model alone at EP 2
-    "no-ep": (["1", "2", "64", "96", "4", "2", "1000", "bf16", "1", moe(freq=1, ep=1, etp=1, qk_norm=True)], 2,
-              ["1:2:0", "1:4:0", "1:4:1:2"]),
-}
-
-
 def recorded() -> dict:
-    return json.loads(READS.read_text())
+    return json.loads(MEGATRON_MOE_READS.read_text())
 
 
 def workload_of(model: list[str], *extra: str) -> Workload:
-    """The workload of the oracle's model (``CASES``), with ``extra`` overrides."""
+    """The workload of the oracle's model (``MEGATRON_MOE_CASES``), with ``extra`` overrides."""
     tp_pp, layers, hidden, ffn, heads, kv, vocab, dtype, threads, settings = model
     parts = tp_pp.split("x")  # TP, TPxPP or TPxPPxFIRST (the first stage's blocks)
     tp, pp, first = parts[0], parts[1] if len(parts) > 1 else "1", parts[2] if len(parts) > 2 else ""
@@ -117,19 +83,13 @@ def load_overrides(load: str) -> list[str]:
             f"++workload.restore.model_only={model_only == '1'}", *(f"++workload.restore.expert={e}" for e in ep)]
 
 
-def test_the_recorded_reads_are_the_installed_frameworks():
-    """The recording holds only for the versions that made it: where torch or megatron-core is installed at
-    another release, it must be made again."""
-    assert_made_with_installed(recorded()["versions"], READS.name, RECORD)
-
-
 def test_the_recording_is_of_these_cases():
     found = {name: (c["model"], c["world"], sorted(c["loads"])) for name, c in recorded()["cases"].items()}
-    assert found == {name: (model, world, sorted(loads)) for name, (model, world, loads) in CASES.items()}, \
-        f"recorded for other cases: {RECORD}"
+    cases = {name: (model, world, sorted(loads)) for name, (model, world, loads) in MEGATRON_MOE_CASES.items()}
+    assert found == cases, f"recorded for other cases: {RECORD}"
 
 
-@pytest.mark.parametrize("name", CASES)
+@pytest.mark.parametrize("name", MEGATRON_MOE_CASES)
 def test_every_item_of_the_emulated_save_is_where_megatron_core_put_it(name):
     """Every file's name and size, and every item's file, offset, chunk and length in the state dict's order."""
     case = recorded()["cases"][name]
@@ -143,7 +103,7 @@ def test_every_item_of_the_emulated_save_is_where_megatron_core_put_it(name):
     assert placed_items(plan) == [(f, o, fqn, tuple(chunk), n) for f, o, fqn, chunk, n in case["items"]]
 
 
-@pytest.mark.parametrize("name", CASES)
+@pytest.mark.parametrize("name", MEGATRON_MOE_CASES)
 def test_the_emulated_moe_restore_reads_what_dist_checkpointing_load_reads(name):
     """Every load of the case: the ranks that read are ours; each opens metadata.json, common.pt and .metadata
     whole (what our emulated load reads first, on every rank), then reads the (file, offset, length) our restore
@@ -169,7 +129,7 @@ def test_the_emulated_moe_restore_reads_what_dist_checkpointing_load_reads(name)
             assert mine == items, (name, load, rr.rank)
 
 
-GQA_TP2 = CASES["gqa-stacked-tp2-ep2"][0]
+GQA_TP2 = MEGATRON_MOE_CASES["gqa-stacked-tp2-ep2"][0]
 
 
 @pytest.mark.parametrize(("extra", "message"), [
@@ -224,7 +184,7 @@ def test_what_a_moe_load_needs_is_what_each_rank_holds(extra, ranks):
     fp32, the optimizer's parameters in fp32, its moments in moments_datatype): saved without EP at TP 1, each of
     2 loading ranks needs every byte saved; loaded at EP 2, the model alone, the ranks of an EP rank need the
     dense model and half the experts, the two EP ranks every byte of the model together."""
-    workload = workload_of(CASES["no-ep"][0], "++workload.model.moments_datatype=bf16", *extra)
+    workload = workload_of(MEGATRON_MOE_CASES["no-ep"][0], "++workload.model.moments_datatype=bf16", *extra)
     plan = make_plan(workload, 2)
     restore = restore_plan(workload, plan)
     items = [i for r in plan.ranks for f in r.files for i in f.items]

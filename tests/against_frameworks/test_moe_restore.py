@@ -17,60 +17,37 @@ import pytest
 from dlio_ckpt.config import compose
 from dlio_ckpt.plan.layouts import make_plan
 from dlio_ckpt.plan.restore import restore_plan
-from tests.against_frameworks.test_dcp_layout import GQA, MLA, emulated_items, moe_overrides
-from tests.support import DATA
 from tests.support.bounds import DCP_METADATA
+from tests.support.dcp_files import emulated_items
+from tests.support.dcp_moe_model import moe_overrides
 from tests.support.recorded import assert_made_with_installed
+from tests.support.restore_cases import DCP_MOE_CASES, DCP_MOE_READS
 
 if TYPE_CHECKING:
     from dlio_ckpt.config import Workload
     from dlio_ckpt.plan.types import Plan
 
-READS = DATA / "dcp_moe_restore_reads.json"
 RECORD = "PYTHONPATH=. .venv/bin/python tests/oracles/dcp_moe_load_reads.py"
-
-BASE = {"dim": 64, "inter": 96, "vocab": 1000, "heads": 4, "moe_inter": 32}
-# latent attention, 4 routed experts over EP 2, a dense first block, a shared expert, the experts' bias buffer, a
-# vocabulary uneven over 4 and 8 ranks
-MLA_EP2 = {**BASE, "vocab": 1001, "layers": 3, "dense": 1, "experts": 4, "shared": 1, "bias": True, "ep": 2,
-           "threads": 1, "mla": MLA}
-# grouped-query attention, 2 routed experts over EP 2 (rows split by FSDP2 at 4 and 8 ranks, whole at 2), the
-# router's dim 0 (2) leaving the last ranks empty shards, 2 files per rank
-GQA_EP2 = {**BASE, "layers": 2, "dense": 0, "experts": 2, "shared": 0, "bias": False, "ep": 2, "threads": 2, **GQA}
-# name: the oracle's model, the save's world size, the loads (world size, model alone). At each world size the
-# expert mesh is (world / EP, EP), and FSDP2 splits the experts on dim 0, or on dim 1 where world > experts:
-# MLA_EP2 saved at 4 (one expert a rank), loaded at 4, at 2 (two experts a rank), at 8 (each expert's rows split
-# over 4) and the model alone at 2; saved at 2, loaded at 4; GQA_EP2 saved at 4 (rows split over 2), loaded at 4,
-# at 2 (whole experts) and at 8 (rows split over 4)
-CASES: dict[str, tuple[dict, int, list[tuple[int, bool]]]] = {
-    "mla-ep2-saved-at-4": (MLA_EP2, 4, [(4, False), (2, False), (8, False), (2, True)]),
-    "mla-ep2-saved-at-2": (MLA_EP2, 2, [(4, False)]),
-    "gqa-ep2-rows-split-saved-at-4": (GQA_EP2, 4, [(4, False), (2, False), (8, False)]),
-    # no expert parallelism: the experts are ordinary FSDP2 parameters over every rank, 4 experts over 3 ranks (2, 2,
-    # 0: the last rank writes its empty shards, which DCP keeps once, among its replicated items)
-    "gqa-no-ep-saved-at-3": ({**BASE, "vocab": 1001, "layers": 3, "dense": 1, "experts": 4, "shared": 1, "bias": True,
-                              "ep": 1, "threads": 1, **GQA, "head_dim": 16, "qk_norm": False}, 3,
-                             [(2, False), (4, False)]),
-}
 
 
 def recorded() -> dict:
-    return json.loads(READS.read_text())
+    return json.loads(DCP_MOE_READS.read_text())
 
 
-def test_the_recorded_reads_are_the_installed_frameworks():
-    """The recording holds for the versions that made it: torch's (the release: its local label, +cpu or +cu128,
-    changes no read). torchtitan is not installed here: the oracle reimplements v0.2.0's modules and placements on
-    torch; where it is installed at another release, its placements may differ, and the recording is made again
-    once the oracle follows them."""
-    assert_made_with_installed(recorded()["versions"], READS.name, RECORD, missing="ignore",
+def test_an_installed_torchtitan_is_the_release_the_recording_follows():
+    """Beyond tests/unit/test_recordings.py, which holds the recording's torch to the installed one and its torchtitan
+    to the release the oracle reimplements: torchtitan is not installed here (the oracle rebuilds v0.2.0's modules
+    and placements on torch); where it is installed at another release, its placements may differ, and the
+    recording is made again once the oracle follows them."""
+    versions = recorded()["versions"]
+    assert_made_with_installed({"torchtitan": versions["torchtitan"]}, DCP_MOE_READS.name, RECORD, missing="ignore",
                                hint={"torchtitan": ", once tests/oracles/dcp_moe_save.py places as it does"})
 
 
 def test_the_recording_is_of_these_cases():
     found = recorded()["cases"]
-    assert sorted(found) == sorted(CASES), f"recorded for other cases: {RECORD}"
-    for name, (c, saved, loads) in CASES.items():
+    assert sorted(found) == sorted(DCP_MOE_CASES), f"recorded for other cases: {RECORD}"
+    for name, (c, saved, loads) in DCP_MOE_CASES.items():
         assert (found[name]["config"], found[name]["saved"]) == (c, saved), \
             f"{name}: recorded for another save: {RECORD}"
         assert sorted(found[name]["loads"]) == sorted(f"{w}:{int(m)}" for w, m in loads), \
@@ -85,7 +62,7 @@ def saved_plan(c: dict, saved: int, load: tuple[int, bool] | None = None) -> tup
     return workload, make_plan(workload, saved)
 
 
-@pytest.mark.parametrize("name", sorted(CASES))
+@pytest.mark.parametrize("name", sorted(DCP_MOE_CASES))
 def test_the_saved_files_are_the_emulated_plans(name):
     """What the loads read from: the real save's files, each ``.distcp`` equal to the byte and item by item (name,
     offset, length, file), ``.metadata`` within its tolerance; and every routed expert chunk where the emulated
@@ -94,7 +71,7 @@ def test_the_saved_files_are_the_emulated_plans(name):
     from dlio_ckpt.plan.layouts.dcp_moe import expert_box
 
     case = recorded()["cases"][name]
-    c, saved, _ = CASES[name]
+    c, saved, _ = DCP_MOE_CASES[name]
     _, plan = saved_plan(c, saved)
     plan.validate()
     emulated = {f"{f.stem}.distcp": f.size for r in plan.ranks for f in r.files}
@@ -126,13 +103,13 @@ def emulated_reads(c: dict, saved: int, load: tuple[int, bool]) -> dict[int, lis
                                                     for f in r.files for o, n in f.ranges] for r in restore.ranks}
 
 
-@pytest.mark.parametrize("name", sorted(CASES))
+@pytest.mark.parametrize("name", sorted(DCP_MOE_CASES))
 def test_the_emulated_moe_restore_reads_what_dcp_load_reads(name):
     """Every rank's reads, in order: .metadata first (its size within the tolerance), then each stored item's (file,
     offset, length) as DCP's FileSystemReader slices it, equal: at the save's world size and at others, the experts'
     chunks moving between dim 0 and dim 1 with the load's expert mesh, and the model alone."""
     case = recorded()["cases"][name]
-    c, saved, loads = CASES[name]
+    c, saved, loads = DCP_MOE_CASES[name]
     for world, model_only in loads:
         real = {int(k): [tuple(x) for x in v] for k, v in case["loads"][f"{world}:{int(model_only)}"].items()}
         ours = emulated_reads(c, saved, (world, model_only))

@@ -3,33 +3,34 @@ another, or the model alone, held to what a real ``dcp.load`` reads on each rank
 dcp_load_reads.py``, an instrumented ``FileSystemReader``), and Megatron's ``dist_checkpointing`` load to what
 it reads (``tests/oracles/megatron_save.py``). Both are recorded (``tests/oracles/record_restore_reads.py``, into
 ``tests/data/*_restore_reads.json``: a real save and its loads cost 20-25 s a framework, for reads that change
-only with the framework), with the versions they were recorded with, which
-:func:`test_the_recorded_reads_are_the_installed_frameworks` holds to the installed ones; the comparisons run in
-this process. The emulated loads run end to end: tests/e2e/test_restore.py."""
+only with the framework), with the versions they were recorded with, which tests/unit/test_recordings.py holds to
+the installed ones; the comparisons run in this process (the cases, shared with the recording script:
+tests/support/restore_cases.py). The emulated loads run end to end: tests/e2e/test_restore.py."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
-import pytest
-
 from dlio_ckpt.config import compose
 from dlio_ckpt.plan.layouts import make_plan
 from dlio_ckpt.plan.restore import restore_plan
-from tests.support import DATA
 from tests.support.bounds import DCP_METADATA
-from tests.support.recorded import assert_made_with_installed
-from tests.support.workloads import DCP, datatypes
+from tests.support.megatron_files import assert_same_files, assert_same_items
+from tests.support.restore_cases import (
+    DCP_LOADS,
+    DCP_READS,
+    DCP_SAVED,
+    DCP_SHAPE,
+    MEGATRON,
+    MEGATRON_LOADS,
+    MEGATRON_MODEL,
+    MEGATRON_READS,
+    MEGATRON_WORLD,
+)
+from tests.support.workloads import DCP
 
-DCP_READS = DATA / "dcp_restore_reads.json"
-MEGATRON_READS = DATA / "megatron_restore_reads.json"
 RECORD = "PYTHONPATH=. .venv/bin/python tests/oracles/record_restore_reads.py"
-
-SHAPE = [*datatypes("fp32"), "++workload.model.transformer.vocab_size=1001"]  # dim 0 uneven over 3 and 4 ranks
-# saved at 3 ranks (rows uneven), loaded resharded to 2 and to 4, at the same world size (replicated items read
-# from the ranks that stored them), and the model alone: (world size, model alone)
-DCP_SAVED, DCP_LOADS = 3, [(2, False), (4, False), (3, False), (2, True)]
 
 
 def recorded(path: Path) -> dict:
@@ -37,16 +38,8 @@ def recorded(path: Path) -> dict:
     return json.loads(path.read_text())
 
 
-@pytest.mark.parametrize("path", [DCP_READS, MEGATRON_READS], ids=["dcp", "megatron"])
-def test_the_recorded_reads_are_the_installed_frameworks(path):
-    """A recording holds only for the versions that made it: a framework's new version may read otherwise, so
-    where it is installed at another version, the recording must be made again (the release is compared: torch's
-    local label, +cpu or +cu128, changes no read)."""
-    assert_made_with_installed(recorded(path)["versions"], path.name, RECORD)
-
-
 def emulated_reads(saved: int, world: int, model_only: bool) -> dict[int, list[tuple[str, int, int]]]:
-    workload, _, _ = compose([*DCP, *SHAPE, f"++workload.restore.world_size={world}",
+    workload, _, _ = compose([*DCP, *DCP_SHAPE, f"++workload.restore.world_size={world}",
                               f"++workload.restore.model_only={model_only}"], None)
     plan = make_plan(workload, saved)
     restore = restore_plan(workload, plan)
@@ -61,7 +54,7 @@ def test_the_emulated_restore_reads_what_dcp_load_reads():
     size (replicated items read from the ranks that stored them), and the model alone: as
     tests/oracles/record_restore_reads.py recorded the real loads."""
     found = recorded(DCP_READS)
-    assert (found["saved"], found["shape"]) == (DCP_SAVED, SHAPE), f"recorded for other cases: {RECORD}"
+    assert (found["saved"], found["shape"]) == (DCP_SAVED, DCP_SHAPE), f"recorded for other cases: {RECORD}"
     assert sorted(found["loads"]) == sorted(f"{w}:{int(m)}" for w, m in DCP_LOADS), \
         f"recorded for other loads: {RECORD}"
     for world, model_only in DCP_LOADS:
@@ -74,20 +67,6 @@ def test_the_emulated_restore_reads_what_dcp_load_reads():
             assert ours[rank][1:] == items, (world, model_only, rank)
 
 
-# TP 2 x PP 2 x DP 2 (8 ranks), the first stage one block of 3 (Megatron's uneven split)
-MEGATRON = ["workload=tiny", "++workload.checkpoint.layout=megatron", "++workload.model.parallelism.tensor=2",
-            "++workload.model.parallelism.pipeline=2", "++workload.model.parallelism.first_stage_layers=1",
-            "++workload.model.num_layers=3", "++workload.model.transformer.hidden_size=64",
-            "++workload.model.transformer.ffn_hidden_size=96", "++workload.model.transformer.num_attention_heads=4",
-            "++workload.model.transformer.num_kv_heads=2", "++workload.model.transformer.vocab_size=998",
-            "++workload.model.model_datatype=fp32", "++workload.checkpoint.files_per_rank=1"]
-# the same model as tests/oracles/megatron_save.py's arguments: TP x PP x the first stage's blocks, layers, hidden,
-# FFN, heads, KV heads, vocabulary, dtype, writer threads
-MEGATRON_MODEL = ["2x2x1", "3", "64", "96", "4", "2", "998", "fp32", "1"]
-MEGATRON_WORLD = 8
-MEGATRON_LOADS = [(1, 4, False), (2, 4, True)]  # (TP, world size, model alone)
-
-
 def test_the_emulated_megatron_restore_reads_what_dist_checkpointing_load_reads():
     """A real megatron-core save with pipeline parallelism (TP 2 x PP 2 x DP 2, 3 blocks split 1 + 2, the
     distributed optimizer) holds our plan's items in our order, to the byte; then Megatron's default load at
@@ -96,8 +75,6 @@ def test_the_emulated_megatron_restore_reads_what_dist_checkpointing_load_reads(
     .metadata whole (the files our emulated load reads first, on every rank), then reads, on every rank, the
     (file, offset, length) our restore plan reads, in the same order. The save's files and items and the loads'
     reads as tests/oracles/record_restore_reads.py recorded them."""
-    from tests.against_frameworks.test_megatron_layout import assert_same_files, assert_same_items
-
     found, world = recorded(MEGATRON_READS), MEGATRON_WORLD
     assert (found["model"], found["world"]) == (MEGATRON_MODEL, world), f"recorded for another save: {RECORD}"
     assert sorted(found["loads"]) == sorted(f"{tp}:{w}:{int(m)}" for tp, w, m in MEGATRON_LOADS), \

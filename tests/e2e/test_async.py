@@ -9,15 +9,13 @@ import json
 import pytest
 
 from tests.support.cli import dlio, load
+from tests.support.workloads import LLAMA_7B_88MIB
 
 pytestmark = pytest.mark.mpi
-SHAPE = ["workload=llama_7b_zero3", "--world-size", "2", "++workload.checkpoint.scale=0.001",  # 88 MiB a checkpoint
-         "++workload.checkpoint.num_checkpoints_write=3", "++workload.checkpoint.num_checkpoints_read=1",
-         "++workload.checkpoint.fsync=True", "++workload.checkpoint.mtbf_hours=8"]
 
 
 def run(tmp_path, name: str, *extra: str) -> dict:
-    r = dlio([*SHAPE, f"++hydra.run.dir={name}", f"++workload.checkpoint.checkpoint_folder=ck_{name}", *extra],
+    r = dlio([*LLAMA_7B_88MIB, f"++hydra.run.dir={name}", f"++workload.checkpoint.checkpoint_folder=ck_{name}", *extra],
              tmp_path, nprocs=2, timeout=240)
     assert r.returncode == 0, r.stderr
     return load(tmp_path / name / "summary.json")

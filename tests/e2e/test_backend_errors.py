@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.unit.test_backend_errors import on, refused
+from tests.support.refusals import on, refused
 
 
 def test_option_of_wrong_type_is_refused(tmp_path, dlio_here, s3_server):

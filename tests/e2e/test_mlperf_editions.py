@@ -10,7 +10,7 @@ import yaml
 
 from dlio_ckpt.results.provenance import core_config
 from tests.support.cli import dlio, load
-from tests.unit.test_mlperf_editions import said
+from tests.support.mlperf_rules import said
 
 
 @pytest.mark.mpi

@@ -17,15 +17,15 @@ import pytest
 from tests.support import REPO
 from tests.support.cli import dlio, load
 from tests.support.storage import Store
+from tests.support.workloads import TINY_FSDP
 
 pytestmark = pytest.mark.real
 
 LIGHT = ["workload=lightning_demo", "++workload.model.num_layers=1", "++workload.checkpoint.num_checkpoints_write=2",
          "++workload.checkpoint.num_checkpoints_read=2"]
-FSDP = ["workload=tiny", "++workload.mode=fsdp"]
 # where the model's datatype is not what a test holds: bf16, not tiny's fp16, which a CPU has no kernels for (a
 # training step 20x slower: 2.5 s of a run of 8 s on 2 processes here); test_fsdp_two_processes_... keeps fp16
-FSDP_BF16 = [*FSDP, "++workload.model.model_datatype=bf16"]
+FSDP_BF16 = [*TINY_FSDP, "++workload.model.model_datatype=bf16"]
 
 
 def run_dir(cwd, name):
@@ -183,7 +183,7 @@ def test_lightning_fsspec_against_dataflux_in_one_sweep(tmp_path, gcs_server):
 @pytest.mark.parametrize("extra", [[], ["++workload.fsdp.async_save=True", "++workload.fsdp.thread_count=2"]],
                          ids=["sync", "async-2threads"])
 def test_fsdp_two_processes_write_dcp_shards_and_load_them_back(tmp_path, extra, emulated_metric_keys):
-    r = dlio(FSDP + extra, tmp_path, nprocs=2, timeout=300)
+    r = dlio(TINY_FSDP + extra, tmp_path, nprocs=2, timeout=300)
     assert r.returncode == 0, r.stderr
     threads = 2 if extra else 1
     summary = load(run_dir(tmp_path, "tiny") / "summary.json")

@@ -12,7 +12,7 @@ import pytest
 
 from tests.support import REPO
 from tests.support.cli import dlio, load
-from tests.unit.test_results_tools import _png_size
+from tests.support.figures import png_size
 
 
 @pytest.fixture
@@ -61,7 +61,7 @@ def test_report_of_a_real_four_process_run(tmp_path, cli):
     names = {"throughput.png", "durations.png", "stragglers.png", "timeline.png", "latency.png", "report.html"}
     assert {os.path.basename(p) for p in r.stdout.split()} == names
     for png in names - {"report.html"}:
-        w, h = _png_size(tmp_path / "run" / png)
+        w, h = png_size(tmp_path / "run" / png)
         assert 600 <= w <= 2500 and 250 <= h <= 1600
     page = (tmp_path / "run" / "report.html").read_text()
     assert page.count("data:image/png;base64,") == 5 and "save_checkpoint_io_mean_GB_per_second" in page

@@ -14,13 +14,11 @@ import pytest
 
 from tests.support.cli import dlio, load
 from tests.support.storage import tmpfs
-
-ONE = ["workload=tiny", "--world-size", "2", "++workload.checkpoint.num_checkpoints_write=1",
-       "++workload.checkpoint.num_checkpoints_read=1"]
+from tests.support.workloads import TINY_ONE_SAVE_ONE_LOAD
 
 
 def run(cwd, *extra: str, nprocs: int | None = None):
-    return dlio([*ONE, *extra], cwd, nprocs=nprocs)
+    return dlio([*TINY_ONE_SAVE_ONE_LOAD, *extra], cwd, nprocs=nprocs)
 
 
 def snapshot(folder) -> dict[str, bytes]:
@@ -36,7 +34,8 @@ def test_a_second_run_into_a_held_run_folder_is_refused_unless_replaced(tmp_path
     assert first.returncode == 0, first.stderr
     (tmp_path / "results" / "new" / "notes.txt").write_text("mine")
     before = snapshot(tmp_path / "results" / "new")
-    again = dlio_here([*ONE, "++hydra.run.dir=results/new", "++workload.checkpoint.checkpoint_folder=ck2"])  # refused
+    again = dlio_here([*TINY_ONE_SAVE_ONE_LOAD, "++hydra.run.dir=results/new",  # refused
+                       "++workload.checkpoint.checkpoint_folder=ck2"])
     assert again.returncode == 2 and again.stderr.count("error:") == 1, again.stderr
     assert "hydra.run.dir='results/new': already holds a run (" in again.stderr and "--replace-results" in again.stderr
     assert snapshot(tmp_path / "results" / "new") == before and not (tmp_path / "ck2").exists()
@@ -130,7 +129,7 @@ def test_an_immutable_folder_is_bad_input_before_step_1(tmp_path, immutable, whe
                  "tier": ([f"++workload.tiers=[{{storage_type: local_fs, storage_root: {immutable}}}]"],
                           "workload.tiers[0].storage_root"),
                  "run_dir": ([f"++hydra.run.dir={immutable}/run"], "hydra.run.dir")}[where]
-    r = dlio_here([*ONE, "++hydra.run.dir=run", *args])  # bad input: in this process
+    r = dlio_here([*TINY_ONE_SAVE_ONE_LOAD, "++hydra.run.dir=run", *args])  # bad input: in this process
     _refused(r, key, "Operation not permitted (errno 1)", tmp_path / "run", tmp_path / "checkpoints")
     assert list(immutable.iterdir()) == []
 
@@ -141,7 +140,8 @@ def test_hydras_own_keys_and_a_tier_typo(tmp_path, dlio_here):
     r = run(tmp_path, "++hydra.run.dir=out", "++hydra.job.chdir=False")
     assert r.returncode == 0, r.stderr
     assert json.loads((tmp_path / "out" / "summary.json").read_text())["status"] == "ok"
-    r = dlio_here(["plan", *ONE, "++workload.tiers=[{storage_type: local_fs, storage_root: far, keep_lst: 1}]"])
+    r = dlio_here(["plan", *TINY_ONE_SAVE_ONE_LOAD,
+                   "++workload.tiers=[{storage_type: local_fs, storage_root: far, keep_lst: 1}]"])
     assert r.returncode == 2, r.stderr
     assert "workload.tiers[0].keep_lst=1: unknown key (did you mean 'keep_last'?); allowed keys here: keep_last, " \
            "replicas, replication, scope, storage_options, storage_root, storage_type" in r.stderr

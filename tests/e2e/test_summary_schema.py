@@ -8,7 +8,17 @@ import pytest
 
 from dlio_ckpt.results.schema import Summary
 from tests.support.cli import dlio, load
-from tests.unit.test_summary_schema import RUNS, TINY, assert_is_the_models_dump
+from tests.support.summary_model import assert_is_the_models_dump
+
+TINY = ["workload=tiny", "--world-size", "2", "++workload.checkpoint.checkpoint_folder=ck"]
+RUNS = {  # the quick runs' shapes: every section a run without a server or a GPU writes
+    "plain": ["++workload.checkpoint.num_checkpoints_write=1", "++workload.checkpoint.num_checkpoints_read=1"],
+    "tiered_async_goodput_scaled": [
+        "++workload.checkpoint.num_checkpoints_write=2", "++workload.checkpoint.num_checkpoints_read=1",
+        "++workload.checkpoint.async_save=True", "++workload.checkpoint.mtbf_hours=8",
+        "++workload.checkpoint.time_between_checkpoints=0.2", "++workload.checkpoint.scale=0.5",
+        "++workload.storage.storage_root=local", "++workload.tiers=[{storage_type: local_fs, storage_root: far}]"],
+}
 
 
 @pytest.mark.parametrize("shape", sorted(RUNS))

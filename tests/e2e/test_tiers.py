@@ -15,11 +15,9 @@ import pytest
 from tests.support.cli import dlio, load
 from tests.support.jobs import ended, no_ok_summary, start, wait_for
 from tests.support.storage import s3_tier
+from tests.support.workloads import TINY_TIERED
 
 pytestmark = pytest.mark.mpi
-SHAPE = ["workload=tiny", "++workload.checkpoint.num_checkpoints_write=4",
-         "++workload.checkpoint.num_checkpoints_read=1",
-         "++workload.checkpoint.checkpoint_folder=ck", "++workload.storage.storage_root=local"]
 
 
 def names(backend, *parts: str) -> list[str]:
@@ -32,7 +30,7 @@ def test_async_saves_drained_to_s3_with_a_marker_per_tier_and_reads_from_s3(tmp_
 
     for key, value in s3_server.env.items():
         monkeypatch.setenv(key, value)
-    r = dlio([*SHAPE, "++hydra.run.dir=run", "++workload.checkpoint.async_save=True",
+    r = dlio([*TINY_TIERED, "++hydra.run.dir=run", "++workload.checkpoint.async_save=True",
               "++workload.checkpoint.time_between_checkpoints=0.5", "++workload.storage.keep_last=2",
               "++workload.checkpoint.read_tier=1", s3_tier(s3_server, "tiered")],
              tmp_path, nprocs=2, timeout=240, env=s3_server.env)
@@ -72,7 +70,7 @@ def test_async_saves_drained_to_s3_with_a_marker_per_tier_and_reads_from_s3(tmp_
 def test_a_tier_too_small_for_its_steps_is_refused(tmp_path, small_fs, dlio_here):
     """tiny's four 46 MiB steps fit the local folder, which keeps one, and not the 128 MiB tier (bad input: in this
     process)."""
-    r = dlio_here(["--world-size", "2", *SHAPE, "++hydra.run.dir=run", "++workload.storage.keep_last=1",
+    r = dlio_here(["--world-size", "2", *TINY_TIERED, "++hydra.run.dir=run", "++workload.storage.keep_last=1",
                    "++workload.checkpoint.num_checkpoints_read=0",
                    f"++workload.tiers=[{{storage_type: local_fs, storage_root: {small_fs}}}]"])
     assert r.returncode == 2 and "workload.tiers[0].storage_root" in r.stderr and "GiB" in r.stderr, r.stderr
@@ -82,12 +80,12 @@ def test_a_tier_too_small_for_its_steps_is_refused(tmp_path, small_fs, dlio_here
 def test_an_earlier_runs_steps_on_a_lower_tier_are_refused(tmp_path, dlio_here):  # bad input: in this process
     (tmp_path / "far" / "ck").mkdir(parents=True)
     (tmp_path / "far" / "ck" / "global_epoch1_step1.manifest.json").write_text('{"tool": "dlio_ckpt", "files": {}}')
-    r = dlio_here(["--world-size", "2", *SHAPE, "++hydra.run.dir=run",
+    r = dlio_here(["--world-size", "2", *TINY_TIERED, "++hydra.run.dir=run",
                    "++workload.tiers=[{storage_type: local_fs, storage_root: far}]"])
     assert r.returncode == 2 and "on workload.tiers[0]" in r.stderr and "overwrite" in r.stderr, r.stderr
     (tmp_path / "far" / "ck" / "global_epoch1_step2").mkdir()
     (tmp_path / "far" / "ck" / "global_epoch1_step2" / "theirs.pt").write_text("x")
-    r = dlio_here(["--world-size", "2", *SHAPE, "++hydra.run.dir=run", "++workload.checkpoint.overwrite=True",
+    r = dlio_here(["--world-size", "2", *TINY_TIERED, "++hydra.run.dir=run", "++workload.checkpoint.overwrite=True",
                    "++workload.tiers=[{storage_type: local_fs, storage_root: far}]"])
     assert r.returncode == 2 and "holds global_epoch1_step2/theirs.pt on workload.tiers[0]" in r.stderr, r.stderr
 
@@ -104,7 +102,7 @@ def test_the_network_to_the_s3_tier_cut_mid_drain_ends_the_job_and_the_markers_s
         monkeypatch.setenv(key, value)
     root = f"cut-{time.monotonic_ns()}"
     with proxy(s3_server.endpoint, s3_kind, cut_when=lambda _m, path: "/global_epoch1_step3/" in path) as cut:
-        args = [*SHAPE, "++hydra.run.dir=out", "++workload.checkpoint.num_checkpoints_write=6",
+        args = [*TINY_TIERED, "++hydra.run.dir=out", "++workload.checkpoint.num_checkpoints_write=6",
                 "++workload.checkpoint.time_between_checkpoints=0",
                 f"++workload.tiers=[{{storage_type: s3, storage_root: '{s3_server.bucket}/{root}', "
                 f"storage_options: {{endpoint_url: '{cut.endpoint}', max_attempts: 2}}}}]"]  # 2: less backoff to wait
@@ -138,7 +136,7 @@ def test_three_local_tiers_each_keep_their_newest_steps_and_only_their_markers(t
     markers on disk are exactly the steps each tier reports durable, never re-written after removal."""
     tiers = "[{storage_type: local_fs, storage_root: mid, keep_last: 1}, " \
             "{storage_type: local_fs, storage_root: far, keep_last: 2}]"
-    r = dlio(["--world-size", "2", *SHAPE, "++hydra.run.dir=run", f"++workload.tiers={tiers}",
+    r = dlio(["--world-size", "2", *TINY_TIERED, "++hydra.run.dir=run", f"++workload.tiers={tiers}",
               "++workload.checkpoint.time_between_checkpoints=0.3"], tmp_path, nprocs=2, timeout=120)
     assert r.returncode == 0, r.stderr
     summary = load(tmp_path / "run" / "summary.json")

@@ -17,9 +17,9 @@ from dlio_ckpt.tools.tune import SAMPLES
 from tests.support import REPO
 from tests.support.cli import MPIEXEC, dlio, load
 from tests.support.storage import tmpfs
+from tests.support.workloads import TINY_CK
 
 pytestmark = pytest.mark.mpi
-TINY = ["workload=tiny", "++workload.checkpoint.checkpoint_folder=ck"]
 
 
 def rerun(result: dict, tmp_path, env: dict | None = None) -> dict:
@@ -89,7 +89,7 @@ def test_tune_on_local_files_finds_settings_that_reproduce_their_figure_beside_f
 
 def test_tune_on_s3_tries_part_sizes_and_objects_in_flight(tmp_path, s3_server):
     env = {**s3_server.env, "AWS_ENDPOINT_URL": s3_server.endpoint}
-    r = dlio(["tune", *TINY, "++workload.storage.storage_type=s3",
+    r = dlio(["tune", *TINY_CK, "++workload.storage.storage_type=s3",
               f"++workload.storage.storage_root={s3_server.bucket}",
               "++workload.storage.storage_options.part_size=8388608,16777216",
               "++workload.storage.storage_options.threads=1,2", "++hydra.sweep.dir=tn", "--max-gib", "0.05"],
@@ -107,7 +107,7 @@ def test_tune_on_s3_tries_part_sizes_and_objects_in_flight(tmp_path, s3_server):
 
 def test_tune_refuses_a_grid_the_storage_has_no_room_for(tmp_path):
     with tmpfs(tmp_path / "small", "size=8m") as small:  # tiny's checkpoint is ~45 MiB
-        r = dlio(["tune", *TINY, f"++workload.storage.storage_root={small}", "++hydra.sweep.dir=tn",
+        r = dlio(["tune", *TINY_CK, f"++workload.storage.storage_root={small}", "++hydra.sweep.dir=tn",
                   "--world-size", "2"], tmp_path)
         assert r.returncode == 2 and "--max-gib" in r.stderr and "GiB free: lower --max-gib" in r.stderr, r.stderr
         assert not any(small.iterdir()) and not (tmp_path / "tn").exists()

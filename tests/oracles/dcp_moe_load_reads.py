@@ -6,12 +6,12 @@ oracle of the emulated restore of ``checkpoint.layout=dcp`` with ``model.family=
 
     PYTHONPATH=. .venv/bin/python tests/oracles/dcp_moe_load_reads.py        # about 20 s on 2 cores
 
-Per case of the test (its module's ``CASES``, recorded beside the reads: the test refuses a recording of other
-cases): a real ``dcp.save`` on the case's world size by ``tests/oracles/dcp_moe_save.py`` (torchtitan v0.2.0's
-modules and placements, reimplemented on torch: torchtitan itself is not installed here), the saved files'
-sizes and every item ``.metadata`` places (file, offset, length, name, the stored chunk's offsets), then, for
-each load (world size, model alone), that many processes forked from this one (gloo, CPU) place the same model
-on their own meshes (``dcp_moe_save.trained``: at the load's world size the expert mesh is (world / EP, EP), and
+Per case of ``DCP_MOE_CASES`` (``tests/support/restore_cases.py``, recorded beside the reads: the test refuses a
+recording of other cases): a real ``dcp.save`` on the case's world size by ``tests/oracles/dcp_moe_save.py``
+(torchtitan v0.2.0's modules and placements, reimplemented on torch: torchtitan itself is not installed here), the
+saved files' sizes and every item ``.metadata`` places (file, offset, length, name, the stored chunk's offsets),
+then, for each load (world size, model alone), that many processes forked from this one (gloo, CPU) place the same
+model on their own meshes (``dcp_moe_save.trained``: at the load's world size the expert mesh is (world / EP, EP), and
 FSDP2 splits the experts on dim 0 or on dim 1 by torchtitan's rule at that size), take ``get_state_dict`` and
 load it through DCP's ``FileSystemReader`` instrumented as ``tests/oracles/dcp_load_reads.py``'s: per rank, in
 order, ``.metadata`` whole, then (file, offset, length) per item read (``_slice_file``).
@@ -80,9 +80,9 @@ def record(tmp: Path, c: dict, saved: int, loads: list[tuple[int, bool]]) -> dic
 
 
 def main() -> None:
-    from tests.against_frameworks import test_moe_restore as case
+    from tests.support.restore_cases import DCP_MOE_CASES, DCP_MOE_READS
     found = {}
-    for name, (c, saved, loads) in case.CASES.items():
+    for name, (c, saved, loads) in DCP_MOE_CASES.items():
         with tempfile.TemporaryDirectory() as tmp:
             found[name] = record(Path(tmp), c, saved, loads)
         print(f"{name}: saved at {saved}, loaded at {', '.join(f'{w}:{int(m)}' for w, m in loads)}")
@@ -90,8 +90,8 @@ def main() -> None:
     recording = {"script": "tests/oracles/dcp_moe_load_reads.py",
                  "versions": {"torch": version("torch"), "torchtitan": TORCHTITAN,
                               "python": platform.python_version()}, "cases": found}
-    case.READS.write_text(dumps(recording) + "\n")
-    print(os.path.relpath(case.READS))
+    DCP_MOE_READS.write_text(dumps(recording) + "\n")
+    print(os.path.relpath(DCP_MOE_READS))
 
 
 if __name__ == "__main__":

@@ -2,13 +2,14 @@
 ``tests/data/dcp_restore_reads.json`` and ``tests/data/megatron_restore_reads.json``, each with the versions it
 was recorded with (torch and transformers; torch and megatron-core). Both frameworks are in ``.venv``, but a
 real save and its loads take 20-25 s of the suite per framework (forked ranks importing torch, each time), for
-reads that change only when a framework does; so they are recorded, and the test holds the recording's
-versions to the installed ones: a bump of either fails there, naming this command, which records both again::
+reads that change only when a framework does; so they are recorded, and ``tests/unit/test_recordings.py`` holds
+the recording's versions to the installed ones: a bump of either fails there, naming this script, whose command
+records both again::
 
     PYTHONPATH=. .venv/bin/python tests/oracles/record_restore_reads.py        # about a minute
 
-The cases are the test's own (its module's constants, recorded beside the reads: the test refuses a recording
-of other cases):
+The cases are the test's (``tests/support/restore_cases.py``, recorded beside the reads: the test refuses a
+recording of other cases):
 
 - DCP: a real ``dcp.save`` by ``mode=fsdp`` (transformers' Llama under FSDP2, Adam after one step) on
   ``DCP_SAVED`` processes, then ``dcp.load`` at each of ``DCP_LOADS`` (world size, model alone) through an
@@ -34,10 +35,10 @@ from pathlib import Path
 
 from dlio_ckpt.config import compose
 from dlio_ckpt.model.dense import TransformerShape
-from tests.against_frameworks import test_restore as case
-from tests.against_frameworks.test_dcp_layout import real_save
-from tests.against_frameworks.test_megatron_layout import stored_items
 from tests.support import ORACLES, REPO
+from tests.support import restore_cases as case
+from tests.support.dcp_files import real_save
+from tests.support.megatron_files import stored_items
 from tests.support.recorded import dumps
 
 
@@ -52,15 +53,16 @@ def versions(*packages: str) -> dict[str, str]:
 
 
 def record_dcp(tmp: Path) -> dict:
-    """The save by ``mode=fsdp`` (``test_dcp_layout.real_save``, as its tests make theirs), then the loads."""
-    step = real_save(tmp, case.DCP_SAVED, 1, case.SHAPE)
-    workload, _, _ = compose(["workload=tiny", "++workload.model.parallelism.tensor=1", *case.SHAPE], None)
+    """The save by ``mode=fsdp`` (``tests/support/dcp_files.py``'s ``real_save``, as the layout's tests make
+    theirs), then the loads."""
+    step = real_save(tmp, case.DCP_SAVED, 1, case.DCP_SHAPE)
+    workload, _, _ = compose(["workload=tiny", "++workload.model.parallelism.tensor=1", *case.DCP_SHAPE], None)
     out = tmp / "reads.json"
     run([sys.executable, str(ORACLES / "dcp_load_reads.py"), str(step), str(out),
          json.dumps(asdict(TransformerShape.from_model(workload.model))), workload.model.model_datatype,
          *(f"{w}:{int(m)}" for w, m in case.DCP_LOADS)], {"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"})
     return {"script": "tests/oracles/record_restore_reads.py", "versions": versions("torch", "transformers"),
-            "saved": case.DCP_SAVED, "shape": case.SHAPE, "loads": json.loads(out.read_text())}
+            "saved": case.DCP_SAVED, "shape": case.DCP_SHAPE, "loads": json.loads(out.read_text())}
 
 
 def record_megatron(tmp: Path) -> dict:

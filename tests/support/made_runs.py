@@ -11,6 +11,12 @@ from pathlib import Path
 from dlio_ckpt.results.summary import OpRecord, dumps, hosts_summary, per_epoch_stats, summary
 
 GIB = 1 << 30
+# a run's workload as its .hydra/config.yaml keeps it (make_run's ``config``): llama3_8b's model, 10 saves and loads
+LLAMA3_8B = {"model": {"name": "llama3_8b", "num_layers": 32, "model_datatype": "fp16", "optimizer_datatype": "fp32",
+                       "parallelism": {"tensor": 1, "pipeline": 1, "zero_stage": 3},
+                       "transformer": {"vocab_size": 128256, "hidden_size": 4096, "ffn_hidden_size": 14336,
+                                       "num_attention_heads": 32, "num_kv_heads": 8}},
+             "checkpoint": {"fsync": True, "num_checkpoints_write": 10, "num_checkpoints_read": 10}}
 
 
 def make_run(folder: Path, processes: int, checkpoints: int = 10, stragglers: dict[int, float] | None = None,

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import math
 
-from tests.e2e.test_async import SHAPE
+from tests.support.workloads import LLAMA_7B_88MIB
 
 
 def test_the_measured_goodput_on_values_worked_out_by_hand():
@@ -20,7 +20,7 @@ def test_the_measured_goodput_on_values_worked_out_by_hand():
 
 
 def test_real_staging_larger_than_host_memory_is_refused(tmp_path, dlio_here):
-    r = dlio_here([*SHAPE, "++workload.checkpoint.scale=1", "++workload.checkpoint.async_save=True",
+    r = dlio_here([*LLAMA_7B_88MIB, "++workload.checkpoint.scale=1", "++workload.checkpoint.async_save=True",
                    "++workload.checkpoint.staging=real", "++hydra.run.dir=big"])
     assert r.returncode == 2 and "workload.checkpoint.staging='real'" in r.stderr and "available" in r.stderr, r.stderr
     assert not (tmp_path / "big").exists()

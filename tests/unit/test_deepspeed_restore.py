@@ -7,7 +7,6 @@ again) into ``tests/data/deepspeed_load_reads.json``. In this process: the resto
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 
@@ -21,7 +20,6 @@ from tests.support.recorded import assert_made_with_installed
 RECORDED = json.loads((DATA / "deepspeed_load_reads.json").read_text())
 RECORD = "DS_ACCELERATOR=cpu /tmp/dsenv/bin/python tests/oracles/deepspeed_load_reads.py " \
     "tests/data/deepspeed_load_reads.json"
-PINNED = Path(__file__).parents[1] / "oracles" / "deepspeed-requirements.txt"
 # a recorded load, and restore.model_only as it asks it (load_module_only=True)
 LOADS = {"default": False, "module_only": True}
 MOE = RECORDED["moe_cases"]
@@ -53,14 +51,13 @@ def read_names(w, world: int) -> tuple[object, list[list[str]]]:
     return restore, [[f"{p.ranks[f.rank].files[f.index].stem}.pt" for f in r.files] for r in restore.ranks]
 
 
-def test_the_recording_was_made_with_the_pinned_deepspeed_and_the_installed_torch():
-    """The versions the recording notes: DeepSpeed and torch as the oracles' requirements pin them, and torch the one
-    installed here (DeepSpeed is not: its own environment, the docstring of tests/oracles/deepspeed_save.py)."""
-    versions = RECORDED["versions"]
-    pins = dict(line.split("==") for line in PINNED.read_text().splitlines() if "==" in line and line[0] != "#")
-    assert versions["deepspeed"] == pins["deepspeed"] and versions["torch"].split("+")[0] == pins["torch"]
+def test_the_recording_is_of_the_load_script_at_a_tag_with_the_installed_torch():
+    """Beyond tests/unit/test_recordings.py, which holds the recording's DeepSpeed and torch to the oracles' pins
+    (tests/oracles/deepspeed-requirements.txt): it was made by the load script, loading by tag, and its torch is
+    also the one installed here (DeepSpeed is not: its own environment, the docstring of
+    tests/oracles/deepspeed_save.py)."""
     assert RECORDED["script"] == "tests/oracles/deepspeed_load_reads.py" and RECORDED["tag"] == "global_step1"
-    assert_made_with_installed(versions, "deepspeed_load_reads.json", RECORD, missing="ignore")
+    assert_made_with_installed(RECORDED["versions"], "deepspeed_load_reads.json", RECORD, missing="ignore")
 
 
 @pytest.mark.parametrize("case", sorted(RECORDED["cases"]))

@@ -17,26 +17,9 @@ from dlio_ckpt.errors import StorageError, VerifyError
 from dlio_ckpt.io.backends import get_backend
 from dlio_ckpt.io.engine import Engine, FileTask, IOOptions
 from dlio_ckpt.plan.formats.pt import PtFormat, save_calls
-from dlio_ckpt.plan.layouts.dcp import file_calls, item_segments, item_size
-from dlio_ckpt.plan.types import FilePlan, Item, ItemFile, TensorGroup
-
-ITEMS = (Item("optim.param_groups.0.lr", "", (), pickled=b"\x80\x02G?PbM\xd2\xf1\xa9\xfc."),
-         Item("w", "bf16", (1024, 96)), Item("b", "fp32", (7,)), Item("e", "bf16", (0, 96)),
-         Item("big", "fp32", (3, 1 << 20)))
-FILE = ItemFile("__0_0", ITEMS, sum(i.nbytes for i in ITEMS), sum(item_size(i) for i in ITEMS))
-
-
-def task(path: str, framework: bool) -> FileTask:
-    segments = tuple(s for i in ITEMS for s in item_segments(i))
-    return FileTask(path, segments, 11, file_calls(FILE) if framework else None)
-
-
-def ranges() -> tuple[tuple[int, int], ...]:
-    out, at = [], 0
-    for item in ITEMS:
-        out.append((at, item_size(item)))
-        at += item_size(item)
-    return tuple(out)
+from dlio_ckpt.plan.layouts.dcp import item_size
+from dlio_ckpt.plan.types import FilePlan, TensorGroup
+from tests.support.item_file import FILE, ITEMS, ranges, task
 
 
 def test_a_framework_written_file_is_the_streams_byte_for_byte_and_reads_back_either_way(tmp_path):

@@ -14,12 +14,11 @@ import pytest
 
 from dlio_ckpt.config import compose
 from dlio_ckpt.results.provenance import core_config
-from dlio_ckpt.tools.mlperf import MODELS, check_runs
-from dlio_ckpt.tools.runfiles import load_run
+from dlio_ckpt.tools.mlperf import MODELS
+from tests.support import DLIO_RUN
 from tests.support.cli import load
-from tests.support.made_runs import GIB, keep_phase, make_run
-from tests.unit.test_dlio_run_folder import RUN as DLIO_RUN
-from tests.unit.test_results_tools import LLAMA3_8B
+from tests.support.made_runs import GIB, LLAMA3_8B, keep_phase, make_run
+from tests.support.mlperf_rules import said, verdicts
 
 # mlcommons/storage mlpstorage_py/rules/editions.yaml: the comparability class of each model, the
 # core_config hash of DLIO's template for it (configs/dlio/workload/llama3_*.yaml)
@@ -84,15 +83,6 @@ def conforming(folder: Path, config: dict | None = None, processes: int = 8, siz
         (run / "provenance.json").write_text(json.dumps({"core_config": {
             "algorithm": "core-config-v1", "allowlist": "checkpointing@1", "hash": stamp}}))
     return run
-
-
-def verdicts(runs: list[Path], edition: str = "4.0", division: str = "closed") -> dict[str, str]:
-    rules = check_runs([load_run(str(r)) for r in runs], edition, division)
-    return {r.name: r.verdict for r in rules}
-
-
-def said(runs: list[Path], name: str, edition: str = "4.0", division: str = "closed") -> str:
-    return next(r.actual for r in check_runs([load_run(str(r)) for r in runs], edition, division) if r.name == name)
 
 
 def test_a_conforming_run_passes_every_rule_of_both_editions(tmp_path):

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.e2e.test_real_modes import FSDP
+from tests.support.workloads import TINY_FSDP
 
 
 @pytest.mark.parametrize("extra,message", [
@@ -20,7 +20,7 @@ from tests.e2e.test_real_modes import FSDP
     (["++workload.checkpoint.odirect=True"], "workload.checkpoint.odirect=True: applies to emulated"),
 ])
 def test_fsdp_bad_input_exits_2_before_anything_is_written(tmp_path, dlio_here, extra, message):
-    r = dlio_here(FSDP + extra)
+    r = dlio_here(TINY_FSDP + extra)
     assert r.returncode == 2 and message in r.stderr, r.stderr
     assert not (tmp_path / "checkpoints").exists() and not (tmp_path / "hydra_log").exists()
 

@@ -11,13 +11,8 @@ import pytest
 
 from tests.support import REPO
 from tests.support.cli import load, run_here
-from tests.support.made_runs import dlio_summary, keep_phase, make_run
-
-LLAMA3_8B = {"model": {"name": "llama3_8b", "num_layers": 32, "model_datatype": "fp16", "optimizer_datatype": "fp32",
-                       "parallelism": {"tensor": 1, "pipeline": 1, "zero_stage": 3},
-                       "transformer": {"vocab_size": 128256, "hidden_size": 4096, "ffn_hidden_size": 14336,
-                                       "num_attention_heads": 32, "num_kv_heads": 8}},
-             "checkpoint": {"fsync": True, "num_checkpoints_write": 10, "num_checkpoints_read": 10}}
+from tests.support.figures import png_size
+from tests.support.made_runs import LLAMA3_8B, dlio_summary, keep_phase, make_run
 
 
 @pytest.fixture
@@ -105,13 +100,6 @@ def test_diff_unreadable_input_exits_2(tmp_path, cli, case):
 
 # -- report ---------------------------------------------------------------------------------------
 
-def _png_size(path) -> tuple[int, int]:
-    from PIL import Image
-
-    with Image.open(path) as im:
-        return im.size
-
-
 @pytest.mark.slow  # 2-5 s drawing 1024 processes
 def test_report_at_1024_processes_names_the_stragglers(tmp_path, cli):
     from dlio_ckpt.tools.report import _durations
@@ -121,7 +109,7 @@ def test_report_at_1024_processes_names_the_stragglers(tmp_path, cli):
     r = cli("report", run)  # how long it takes is bench/'s to say, not a pass mark
     assert r.returncode == 0, r.stderr
     for png in ("durations.png", "stragglers.png", "timeline.png"):
-        w, h = _png_size(run / png)
+        w, h = png_size(run / png)
         assert w <= 2500 and h <= 1600  # bounded, not one row or legend entry per process
     durations = _durations(load_run(str(run)))
     assert len(durations) == 6 and all(len(d) == 1024 for d in durations.values())

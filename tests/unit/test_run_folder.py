@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.e2e.test_run_folder import ONE
+from tests.support.workloads import TINY_ONE_SAVE_ONE_LOAD
 
 
 @pytest.mark.parametrize("override, key, rule", [
@@ -17,7 +17,7 @@ from tests.e2e.test_run_folder import ONE
      "needs a folder or bucket"),
 ])
 def test_an_empty_path_is_refused(tmp_path, dlio_here, override, key, rule):
-    r = dlio_here([*ONE, override])
+    r = dlio_here([*TINY_ONE_SAVE_ONE_LOAD, override])
     assert r.returncode == 2 and key in r.stderr and rule in r.stderr, r.stderr
     assert list(tmp_path.iterdir()) == []
 
@@ -34,13 +34,13 @@ def test_an_override_outside_the_workload_is_an_error_naming_the_likely_key(tmp_
                                                                             said):
     sweep = ["++workload.checkpoint.format=pt,raw"] if command == "sweep" else []
     head = [] if command == "run" else [command]
-    r = dlio_here([*head, *ONE, override, *sweep])
+    r = dlio_here([*head, *TINY_ONE_SAVE_ONE_LOAD, override, *sweep])
     assert r.returncode == 2 and said in r.stderr, r.stderr
     assert len(r.stderr.strip().splitlines()) == 1 and list(tmp_path.iterdir()) == []
 
 
 def test_a_swept_key_outside_the_workload_is_an_error_not_a_label(tmp_path, dlio_here):
     """``++checkpoint.format=pt,raw`` once ran pt twice under the labels pt and raw."""
-    r = dlio_here(["sweep", *ONE, "++checkpoint.format=pt,raw"])
+    r = dlio_here(["sweep", *TINY_ONE_SAVE_ONE_LOAD, "++checkpoint.format=pt,raw"])
     assert r.returncode == 2 and "did you mean workload.checkpoint.format?" in r.stderr, r.stderr
     assert "(sweep point 1: checkpoint.format=pt)" in r.stderr and list(tmp_path.iterdir()) == []

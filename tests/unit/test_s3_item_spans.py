@@ -14,7 +14,7 @@ from dlio_ckpt.io.backends import check_options
 from dlio_ckpt.io.backends.local_fs import LocalFSBackend
 from dlio_ckpt.io.backends.s3 import ITEM_GAP, item_spans
 from dlio_ckpt.io.engine import Engine, IOOptions
-from tests.unit.test_io_patterns import FILE, ranges, task
+from tests.support.item_file import FILE, ranges, task
 
 MIB = 1 << 20
 CASES = [

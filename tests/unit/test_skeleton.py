@@ -9,8 +9,7 @@ import pytest
 
 from dlio_ckpt.config import compose
 from dlio_ckpt.plan.layouts import make_plan
-
-BASE = ["workload=tiny", "++workload.checkpoint.checkpoint_folder=ck", "++hydra.run.dir=out"]
+from tests.support.workloads import TINY_CK_OUT
 
 
 @pytest.mark.parametrize("extra,message", [
@@ -23,7 +22,7 @@ BASE = ["workload=tiny", "++workload.checkpoint.checkpoint_folder=ck", "++hydra.
 def test_real_mode_rules_need_only_the_config(tmp_path, dlio_here, extra, message):
     """Checked when the workload is composed: ``plan`` (which builds no backend) refuses them too."""
     for command in (["plan"], []):
-        r = dlio_here([*command, *BASE, "++workload.mode=fsdp", *extra])
+        r = dlio_here([*command, *TINY_CK_OUT, "++workload.mode=fsdp", *extra])
         assert r.returncode == 2 and message in r.stderr, r.stderr
     assert not (tmp_path / "out").exists()
 

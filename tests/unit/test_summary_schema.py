@@ -8,53 +8,15 @@ from __future__ import annotations
 
 import json
 import math
-from pathlib import Path
-from typing import Any
 
 import pytest
-from pydantic import BaseModel
 
-from dlio_ckpt.results.schema import Checkpoints, FailedSummary, Metric, Summary, read_summary, written
+from dlio_ckpt.results.schema import Checkpoints, FailedSummary, Metric, Summary, written
 from dlio_ckpt.results.summary import OpRecord, dumps
-from tests.support import DATA
+from tests.support import DLIO_RUN
 from tests.support.cli import load
 from tests.support.made_runs import dlio_summary, make_run
-
-DLIO_RUN = DATA / "dlio_run"
-TINY = ["workload=tiny", "--world-size", "2", "++workload.checkpoint.checkpoint_folder=ck"]
-RUNS = {  # the quick runs' shapes: every section a run without a server or a GPU writes
-    "plain": ["++workload.checkpoint.num_checkpoints_write=1", "++workload.checkpoint.num_checkpoints_read=1"],
-    "tiered_async_goodput_scaled": [
-        "++workload.checkpoint.num_checkpoints_write=2", "++workload.checkpoint.num_checkpoints_read=1",
-        "++workload.checkpoint.async_save=True", "++workload.checkpoint.mtbf_hours=8",
-        "++workload.checkpoint.time_between_checkpoints=0.2", "++workload.checkpoint.scale=0.5",
-        "++workload.storage.storage_root=local", "++workload.tiers=[{storage_type: local_fs, storage_root: far}]"],
-}
-# keys a run adds under names of its own, which the model keeps as further keys: each tier's drains and figures
-NAMED_BY_RUN = ("drain_tier", "save_checkpoint_time_to_durable_tier")
-
-
-def unnamed_keys(model: Any, where: str = "") -> list[str]:
-    """Keys of ``model`` (and every section in it) that the model does not name, but those a run names itself."""
-    if isinstance(model, list):
-        return [key for i, item in enumerate(model) for key in unnamed_keys(item, f"{where}[{i}]")]
-    if isinstance(model, dict):
-        return [key for k, item in model.items() for key in unnamed_keys(item, f"{where}.{k}")]
-    if not isinstance(model, BaseModel):
-        return []
-    extra = model.model_extra or {}
-    found = [f"{where}.{k}" for k in extra if not k.startswith(NAMED_BY_RUN)]
-    for name in type(model).model_fields:
-        found += unnamed_keys(getattr(model, name), f"{where}.{name}")
-    return found + [key for k, item in extra.items() for key in unnamed_keys(item, f"{where}.{k}")]
-
-
-def assert_is_the_models_dump(path: Path) -> Summary | FailedSummary:
-    text = path.read_text()
-    summary = read_summary(json.loads(text))
-    assert dumps(summary) == text, f"{path}: the model's dump differs from the file written"
-    assert unnamed_keys(summary) == [], f"{path}: keys the model does not name"
-    return summary
+from tests.support.summary_model import assert_is_the_models_dump, unnamed_keys
 
 
 def test_a_failed_runs_summary_is_the_models_dump(tmp_path):

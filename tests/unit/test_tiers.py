@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.e2e.test_tiers import SHAPE
+from tests.support.workloads import TINY_TIERED
 
 
 @pytest.mark.parametrize("extra, key, rule", [
@@ -23,7 +23,7 @@ from tests.e2e.test_tiers import SHAPE
      "workload.tiers[0].storage_options.thread", "unknown option"),
 ])
 def test_bad_tiers_are_refused_before_anything_is_written(tmp_path, dlio_here, extra, key, rule):
-    r = dlio_here(["--world-size", "2", *SHAPE, "++hydra.run.dir=run", *(e.strip("'") for e in extra)])
+    r = dlio_here(["--world-size", "2", *TINY_TIERED, "++hydra.run.dir=run", *(e.strip("'") for e in extra)])
     assert r.returncode == 2, (r.stdout, r.stderr)
     assert key in r.stderr and rule in r.stderr, r.stderr
     assert r.stderr.count("error:") == 1, r.stderr
@@ -31,6 +31,6 @@ def test_bad_tiers_are_refused_before_anything_is_written(tmp_path, dlio_here, e
 
 
 def test_plan_checks_every_tiers_options_without_a_client(tmp_path, dlio_here):
-    r = dlio_here(["plan", "--world-size", "2", *SHAPE,
+    r = dlio_here(["plan", "--world-size", "2", *TINY_TIERED,
                    "++workload.tiers=[{storage_type: s3, storage_root: b, storage_options: {read_sise: 1}}]"])
     assert r.returncode == 2 and "workload.tiers[0].storage_options.read_sise" in r.stderr, r.stderr

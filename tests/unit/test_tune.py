@@ -7,7 +7,7 @@ import pytest
 
 from dlio_ckpt.tools.sweep import Point
 from dlio_ckpt.tools.tune import _rerun_points, finalists
-from tests.e2e.test_tune import TINY
+from tests.support.workloads import TINY_CK
 
 
 @pytest.mark.parametrize("args, key, rule", [
@@ -18,7 +18,7 @@ from tests.e2e.test_tune import TINY
       "++workload.storage.storage_options.queue_depth=4"], "tune=", "every setting tune tries is fixed"),
 ])
 def test_tune_refuses_bad_input_before_anything_is_written(tmp_path, dlio_here, args, key, rule):
-    r = dlio_here(["tune", *TINY, "++hydra.sweep.dir=tn", "--world-size", "2", *args])
+    r = dlio_here(["tune", *TINY_CK, "++hydra.sweep.dir=tn", "--world-size", "2", *args])
     assert r.returncode == 2 and key in r.stderr and rule in r.stderr, r.stderr
     assert len(r.stderr.strip().splitlines()) == 1
     assert not (tmp_path / "tn").exists() and not (tmp_path / "ck").exists()
