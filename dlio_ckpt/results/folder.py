@@ -11,6 +11,8 @@ import re
 from pathlib import Path
 from typing import Any
 
+from dlio_ckpt.io.trace import TRACE_FILE
+
 RESULT_FILES = ("summary.json", "provenance.json", "dlio_ckpt.log", ".hydra/config.yaml", ".hydra/overrides.yaml",
                 # a repeated run's parent folder (dlio_ckpt.tools.repeats); the calls' histograms (results.summary)
                 "repeats.json", "latency_histograms.json")
@@ -26,7 +28,8 @@ def results_in(folder: Path) -> list[Path]:
     if not folder.is_dir():
         return []
     named = [folder / n for n in (*RESULT_FILES, *REPORT_FILES)]
-    return sorted([p for p in named if p.is_file()] + [p for p in folder.iterdir() if PER_PROCESS.fullmatch(p.name)])
+    per_process = [p for p in folder.iterdir() if PER_PROCESS.fullmatch(p.name) or TRACE_FILE.fullmatch(p.name)]
+    return sorted([p for p in named if p.is_file()] + per_process)
 
 
 

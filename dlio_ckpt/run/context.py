@@ -161,11 +161,14 @@ def timed(ctx: RunContext, phase: str, step: int, what: str = "") -> Iterator[Cl
     entered = time.perf_counter()
     ctx.comm.barrier()
     clock = Clock(time.time(), time.perf_counter())
+    began = time.perf_counter_ns()
     ctx.open_operations += 1
     clock.waited = clock.t0 - entered
     with ctx.watch():
         yield clock
     clock.seconds = time.perf_counter() - clock.t0
+    if ctx.state.tracer is not None:  # the checkpoint as the trace shows it: this block (an async save: until held)
+        ctx.state.tracer.span(phase, "checkpoint", began, time.perf_counter_ns() - began, step)
 
 
 def record(ctx: RunContext, phase: str, index: int, clock: Clock, nbytes: int, files: int, *,

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from dlio_ckpt import inflight
 from dlio_ckpt.cluster.comm import Comm
 from dlio_ckpt.cluster.host import hostname
+from dlio_ckpt.io.trace import Tracer
 from dlio_ckpt.results.schema import FailedSummary
 from dlio_ckpt.results.summary import dumps, write_result
 
@@ -40,6 +41,20 @@ class RunState:
     # signal that ends the run between the manifest landing and ``committed`` growing must still count it)
     landing: tuple[int, Callable[[], bool]] | None = None
     durable: dict[int, list[int]] = field(default_factory=dict)  # tiered runs: tier -> steps marked there
+    tracer: Tracer | None = None  # checkpoint.trace: told each change of phase or step (a span of the trace)
+
+    def __setattr__(self, name: str, value: object) -> None:
+        super().__setattr__(name, value)
+        if name in ("phase", "step") and self.tracer is not None:
+            self.tracer.at(self.phase, self.step)
+
+    def close_trace(self) -> None:
+        """The trace written whole, where there is one (a failed run's too: its last calls are the ones asked)."""
+        if self.tracer is not None:
+            try:
+                self.tracer.close()
+            except OSError:  # the run folder may be what failed
+                pass
 
     def where(self) -> str:
         return self.phase if self.step is None else f"{self.phase} of step {self.step}"
@@ -93,6 +108,7 @@ def fail_every_rank(comm: Comm, state: RunState, reason: str, code: int = 1, qui
     """Say who failed and why, leave a failed summary, end every rank. ``quiet``: rank 0 says it
     (the error was its own, shared by :func:`~dlio_ckpt.cluster.comm.on_root`); this rank only ends, a moment
     later, so that rank 0's message and summary are out before the job is torn down."""
+    state.close_trace()
     if quiet:
         inflight.remove_all()
         time.sleep(2.0)

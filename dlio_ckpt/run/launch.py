@@ -26,6 +26,7 @@ from dlio_ckpt.io.backends import get_backend
 from dlio_ckpt.io.backends.base import SECRET_OPTIONS
 from dlio_ckpt.io.backends.timed import TimedBackend, timed_backend
 from dlio_ckpt.io.latency import LatencyRecorder
+from dlio_ckpt.io.trace import Tracer
 from dlio_ckpt.registry import BACKENDS
 from dlio_ckpt.results import provenance
 from dlio_ckpt.results.folder import results_in
@@ -45,12 +46,14 @@ def start(workload: Workload, comm: Comm, world_size: int, state: RunState,
           watchdog: Watchdog | None) -> tuple[Mode, RunContext]:
     """The mode and its context, checked (``preflight``) before anything is written. Every tier's backend is
     timed (:mod:`dlio_ckpt.io.backends.timed`): each storage call of the run, by kind, in a histogram per tier;
-    once the plan is known, calls on the coordinator's files are told apart."""
+    once the plan is known, calls on the coordinator's files are told apart. With ``checkpoint.trace`` each call
+    is also an event of this process's trace (:mod:`dlio_ckpt.io.trace`), from the storage checks on."""
     mode: Mode = load_mode(workload.mode)
+    state.tracer = Tracer(comm.rank) if workload.checkpoint.trace else None  # a sweep's points share the state
     state.phase = "storage checks"
     placement = place(comm, workload.hosts.simulate)
-    tiers: list = [timed_backend(tier_backend(workload, k, comm.local_rank, placement.node_folder), LatencyRecorder())
-                   for k in range(len(workload.storages))]
+    tiers: list = [timed_backend(tier_backend(workload, k, comm.local_rank, placement.node_folder), LatencyRecorder(),
+                                 state.tracer) for k in range(len(workload.storages))]
     ctx = RunContext(workload, comm, tiers[0], world_size, state, watchdog, tiers=tiers, placement=placement)
     mode.preflight(ctx)
     if ctx.plan is not None:
@@ -97,6 +100,9 @@ def execute(mode: Mode, ctx: RunContext, run_dir: str, raw: dict, overrides: lis
     ctx.state.run_dir = ctx.run_dir = run_dir  # first: a signal once the folder exists leaves a failed summary in it
     on_root(comm, lambda: _prepare_run_dir(run_dir, redact(raw), [redact(o) for o in overrides], replace))
     ctx.state.run_id = comm.bcast(secrets.token_hex(8) if comm.rank == 0 else None)
+    if ctx.state.tracer is not None:  # each process its own file (on another host, in its own copy of the folder)
+        os.makedirs(run_dir, exist_ok=True)
+        ctx.state.tracer.start(run_dir)
     _setup_logging(run_dir, comm.rank)
     local = BACKENDS[ctx.backend.name].local_folder
     ctx.meta = {"workload": ctx.workload.model.name, "run_id": ctx.state.run_id, "world_size": ctx.world_size,
@@ -107,6 +113,7 @@ def execute(mode: Mode, ctx: RunContext, run_dir: str, raw: dict, overrides: lis
     if ctx.ck.num_checkpoints_write > 0:
         start_writing(ctx, lambda: mode.needed_bytes(ctx))
     result = mode.run(ctx)
+    ctx.state.close_trace()
     if result is not None:
         for line in latency_lines(result):
             log.info("%s", line)

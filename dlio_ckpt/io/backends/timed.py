@@ -12,6 +12,9 @@ client's own part requests (those are in ``requests``, by kind).
 The wrapper keeps the wrapped writer's and reader's shape, since the engine asks it: a writer offers
 ``sync`` only where the backend's does (:class:`~dlio_ckpt.io.backends.base.SyncingWriter` is a runtime
 check), a reader ``views`` only where the backend's lends its buffers.
+
+With a :class:`~dlio_ckpt.io.trace.Tracer` (``checkpoint.trace``), every call it times is also a line of the trace:
+its file, offset and size (a writer's and a reader's running offset where the call has none of its own).
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ from dlio_ckpt.io.backends.base import (
     Writer,
 )
 from dlio_ckpt.io.latency import LatencyRecorder
+from dlio_ckpt.io.trace import Tracer
 
 # Each kind's class: data moves bytes (or makes them durable); metadata creates, finds, names and removes them.
 DATA_KINDS = frozenset({"write", "read", "fsync", "close", "small write", "small read", "evict"})
@@ -52,24 +56,36 @@ class _TimedWriter:
     """A writer whose calls are timed: ``write``/``write_at`` as data requests with their bytes, ``finish`` as
     the close (on an object store, the upload's completion)."""
 
-    def __init__(self, inner: Writer, rec: LatencyRecorder, prefix: str) -> None:
-        self._w, self._rec = inner, rec
+    def __init__(self, inner: Writer, rec: LatencyRecorder, prefix: str, path: str = "",
+                 trace: Tracer | None = None) -> None:
+        self._w, self._rec, self._path, self._trace, self._offset = inner, rec, path, trace, 0
         self._write, self._close, self._fsync = prefix + "write", prefix + "close", prefix + "fsync"
+
+    def _traced(self, kind: str, t0: int, ns: int, size: int | None = None, offset: int | None = None) -> None:
+        if self._trace is not None:
+            self._trace.call(kind, self._path, t0, ns, size, offset)
 
     def write(self, data: memoryview) -> None:
         t0 = perf_counter_ns()
         self._w.write(data)
-        self._rec.record(self._write, perf_counter_ns() - t0, len(data))
+        ns, n = perf_counter_ns() - t0, len(data)
+        self._rec.record(self._write, ns, n)
+        self._traced(self._write, t0, ns, n, self._offset)
+        self._offset += n
 
     def write_at(self, data: memoryview, offset: int) -> None:  # positional backends only (the engine asks)
         t0 = perf_counter_ns()
         self._w.write_at(data, offset)  # type: ignore[attr-defined]
-        self._rec.record(self._write, perf_counter_ns() - t0, len(data))
+        ns = perf_counter_ns() - t0
+        self._rec.record(self._write, ns, len(data))
+        self._traced(self._write, t0, ns, len(data), offset)
 
     def finish(self) -> None:
         t0 = perf_counter_ns()
         self._w.finish()
-        self._rec.record(self._close, perf_counter_ns() - t0)
+        ns = perf_counter_ns() - t0
+        self._rec.record(self._close, ns)
+        self._traced(self._close, t0, ns)
 
     def abort(self) -> None:
         self._w.abort()
@@ -79,7 +95,9 @@ class _TimedSyncingWriter(_TimedWriter):
     def sync(self) -> None:
         t0 = perf_counter_ns()
         self._w.sync()  # type: ignore[attr-defined]
-        self._rec.record(self._fsync, perf_counter_ns() - t0)
+        ns = perf_counter_ns() - t0
+        self._rec.record(self._fsync, ns)
+        self._traced(self._fsync, t0, ns)
 
 
 class _TimedFileWriter(_TimedSyncingWriter):
@@ -88,39 +106,56 @@ class _TimedFileWriter(_TimedSyncingWriter):
     def writev(self, parts: list[memoryview]) -> None:
         t0 = perf_counter_ns()
         self._w.writev(parts)  # type: ignore[attr-defined]
-        self._rec.record(self._write, perf_counter_ns() - t0, sum(len(p) for p in parts))
+        ns, n = perf_counter_ns() - t0, sum(len(p) for p in parts)
+        self._rec.record(self._write, ns, n)
+        self._traced(self._write, t0, ns, n, self._offset)
+        self._offset += n
 
 
 class _TimedReader:
     """A reader whose requests are timed (``readinto``, ``read_at``), its ``size`` as a stat, ``close`` as a close."""
 
-    def __init__(self, inner: Any, rec: LatencyRecorder, prefix: str) -> None:
-        self._r, self._rec = inner, rec
+    def __init__(self, inner: Any, rec: LatencyRecorder, prefix: str, path: str = "",
+                 trace: Tracer | None = None) -> None:
+        self._r, self._rec, self._path, self._trace, self._offset = inner, rec, path, trace, 0
         self._read, self._close, self._stat = prefix + "read", prefix + "close", prefix + "stat"
+
+    def _traced(self, kind: str, t0: int, ns: int, size: int | None = None, offset: int | None = None) -> None:
+        if self._trace is not None:
+            self._trace.call(kind, self._path, t0, ns, size, offset)
 
     def readinto(self, buf: memoryview) -> int:
         t0 = perf_counter_ns()
         n: int = self._r.readinto(buf)
         if n:  # the read that finds the end moves nothing: not a request of the file's data
-            self._rec.record(self._read, perf_counter_ns() - t0, n)
+            ns = perf_counter_ns() - t0
+            self._rec.record(self._read, ns, n)
+            self._traced(self._read, t0, ns, n, self._offset)
+            self._offset += n
         return n
 
     def read_at(self, buf: Any, offset: int) -> int:
         t0 = perf_counter_ns()
         n: int = self._r.read_at(buf, offset)
-        self._rec.record(self._read, perf_counter_ns() - t0, n)
+        ns = perf_counter_ns() - t0
+        self._rec.record(self._read, ns, n)
+        self._traced(self._read, t0, ns, n, offset)
         return n
 
     def size(self) -> int:
         t0 = perf_counter_ns()
         n: int = self._r.size()
-        self._rec.record(self._stat, perf_counter_ns() - t0)
+        ns = perf_counter_ns() - t0
+        self._rec.record(self._stat, ns)
+        self._traced(self._stat, t0, ns)
         return n
 
     def close(self) -> None:
         t0 = perf_counter_ns()
         self._r.close()
-        self._rec.record(self._close, perf_counter_ns() - t0)
+        ns = perf_counter_ns() - t0
+        self._rec.record(self._close, ns)
+        self._traced(self._close, t0, ns)
 
 
 class _TimedViewsReader(_TimedReader):
@@ -134,7 +169,10 @@ class _TimedViewsReader(_TimedReader):
                     view = next(parts)
                 except StopIteration:
                     return
-                self._rec.record(self._read, perf_counter_ns() - t0, len(view))
+                ns = perf_counter_ns() - t0
+                self._rec.record(self._read, ns, len(view))
+                self._traced(self._read, t0, ns, len(view), self._offset)
+                self._offset += len(view)
                 yield view
         finally:
             close = getattr(parts, "close", None)
@@ -145,10 +183,11 @@ class _TimedViewsReader(_TimedReader):
 class TimedBackend(Backend):
     """``inner`` with every call recorded in ``recorder``. ``coordinator``: the names of the coordinator's
     files (set once the plan is known); calls on them are recorded apart (``coordinator write``...).
-    Anything else the wrapped backend offers (a client for a framework, its root) is its own, asked through."""
+    Anything else the wrapped backend offers (a client for a framework, its root) is its own, asked through.
+    ``tracer``: where each call is also written as a trace event (``checkpoint.trace``), else None."""
 
-    def __init__(self, inner: Backend, recorder: LatencyRecorder) -> None:
-        self.inner, self.recorder = inner, recorder
+    def __init__(self, inner: Backend, recorder: LatencyRecorder, tracer: Tracer | None = None) -> None:
+        self.inner, self.recorder, self.tracer = inner, recorder, tracer
         self.name, self.capabilities, self.options = inner.name, inner.capabilities, inner.options
         self.coordinator: frozenset[str] = frozenset()
 
@@ -167,7 +206,10 @@ class TimedBackend(Backend):
         try:
             return fn(*args)
         finally:  # a failed call took its time too
-            self.recorder.record(kind, perf_counter_ns() - t0)
+            ns = perf_counter_ns() - t0
+            self.recorder.record(kind, ns)
+            if self.tracer is not None:  # the call's file (or folder): its first argument
+                self.tracer.call(kind, args[0] if args and isinstance(args[0], str) else "", t0, ns)
 
     # -- files: what the engine opens -----------------------------------------------------------
 
@@ -176,18 +218,18 @@ class TimedBackend(Backend):
         writer = self._timed(prefix + "create", self.inner.open_write, path, odirect)
         syncs = isinstance(writer, SyncingWriter)
         cls = (_TimedFileWriter if isinstance(writer, VectorWriter) else _TimedSyncingWriter) if syncs else _TimedWriter
-        return cls(writer, self.recorder, prefix)
+        return cls(writer, self.recorder, prefix, path, self.tracer)
 
     def open_read(self, path: str, odirect: bool) -> Reader:
         prefix = self._prefix(path)
         reader = self._timed(prefix + "open", self.inner.open_read, path, odirect)
         cls = _TimedViewsReader if hasattr(reader, "views") else _TimedReader
-        return cls(reader, self.recorder, prefix)
+        return cls(reader, self.recorder, prefix, path, self.tracer)
 
     def open_ranged(self, path: str, odirect: bool) -> RangedReader:
         prefix = self._prefix(path)
         reader = self._timed(prefix + "open", self.inner.open_ranged, path, odirect)
-        return _TimedReader(reader, self.recorder, prefix)
+        return _TimedReader(reader, self.recorder, prefix, path, self.tracer)
 
     def item_spans(self, ranges: Iterable[tuple[int, int]]) -> list[tuple[int, int]] | None:
         return self.inner.item_spans(ranges)
@@ -199,7 +241,7 @@ class TimedBackend(Backend):
         prefix = self._prefix(path)
         reader = self._timed(prefix + "open", self.inner.open_span, path, start, end)
         cls = _TimedViewsReader if hasattr(reader, "views") else _TimedReader
-        return cls(reader, self.recorder, prefix)
+        return cls(reader, self.recorder, prefix, path, self.tracer)
 
     def sync(self, path: str) -> None:
         self._timed(self._prefix(path) + "fsync", self.inner.sync, path)
@@ -287,9 +329,9 @@ class TimedBackend(Backend):
         return self.inner.device_memory()
 
 
-def timed_backend(backend: Backend, recorder: LatencyRecorder) -> TimedBackend:
-    """``backend`` with its calls recorded in ``recorder`` (a backend already timed is re-pointed, not
-    wrapped twice)."""
+def timed_backend(backend: Backend, recorder: LatencyRecorder, tracer: Tracer | None = None) -> TimedBackend:
+    """``backend`` with its calls recorded in ``recorder`` (and traced by ``tracer``, if any; a backend already
+    timed is re-pointed, not wrapped twice)."""
     inner = backend.inner if isinstance(backend, TimedBackend) else backend
-    return TimedBackend(inner, recorder)
+    return TimedBackend(inner, recorder, tracer)
 

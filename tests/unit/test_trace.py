@@ -1,0 +1,90 @@
+"""``checkpoint.trace``: a run's DFTracer trace, read back by dftracer-utils (the reader dftracer-analyzer reads
+traces with), holds every storage call summary.json counts, kind by kind, with its file, offset, size, rank, thread,
+phase and checkpoint; the phases and checkpoints are events too. Its counterparts: ``unit/test_trace_diff.py``
+(the comparison's arithmetic), ``against_frameworks/test_trace_diff.py`` (a real save's trace judged)."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from tests.support.cli import load
+
+# a DCP save of two writer threads a rank, two ranks in this process, then a load: every thread of the engine
+JOB = ["workload=tiny", "--world-size", "2", "++workload.model.parallelism.tensor=1",
+       "++workload.checkpoint.layout=dcp", "++workload.checkpoint.files_per_rank=2",
+       "++workload.checkpoint.num_checkpoints_write=1", "++workload.checkpoint.num_checkpoints_read=1",
+       "++workload.checkpoint.fsync=True"]
+
+
+def events(run: Path) -> list[dict]:
+    """Every event of the run's traces as dftracer-utils reads them (its TraceViewer: the scan dftracer-analyzer's
+    reader is built on), one dict per event with its args as ``args.NAME``."""
+    utils = pytest.importorskip("dftracer.utils")
+    traces = sorted(str(p) for p in run.glob("*_trace.pfw.gz"))
+    assert traces, "no trace written"
+    return [row for trace in traces for row in utils.TraceViewer(trace).collect().to_dicts()]
+
+
+def test_a_trace_holds_every_call_summary_json_counts_with_its_file_offset_and_size(dlio_here, tmp_path):
+    r = dlio_here([*JOB, "++workload.checkpoint.trace=True", "++workload.storage.storage_root=root",
+                   "hydra.run.dir=out"])
+    assert r.returncode == 0, r.stderr
+    seen = events(tmp_path / "out")
+    calls = [e for e in seen if e["cat"] == "POSIX"]
+    summary = load(tmp_path / "out" / "summary.json")
+    assert Counter(e["name"] for e in calls) == Counter(
+        {kind: f["count"] for kind, f in summary["latency"]["run"]["kinds"].items()})
+    for kind, f in summary["latency"]["run"]["kinds"].items():  # and the bytes each kind moved
+        if f.get("bytes"):
+            assert sum(e["args.size"] for e in calls if e["name"] == kind) == f["bytes"], kind
+    assert all(e["args.rank"] == 0 and e["args.phase"] and e["pid"] and e["tid"] and e["ph"] for e in calls)
+    saves = [e for e in calls if e["args.phase"] == "save"]
+    assert {e["args.checkpoint"] for e in saves} == {1}
+    assert len({e["tid"] for e in saves if e["name"] == "write"}) == 2  # the caller's thread and one more
+    # each file's writes tile it: offsets and sizes as the bytes lie on storage (paths as the storage was asked:
+    # under the relative storage_root here)
+    step = Path("root", "checkpoints", "tiny", "global_epoch1_step1")
+    files = [f for f in (tmp_path / step).iterdir() if f.name.endswith((".distcp", ".metadata"))]
+    assert len(files) == 5
+    for f in files:  # DCP writes .metadata as .metadata.tmp, then renames it
+        written = str(step / (f.name + ".tmp" if f.name == ".metadata" else f.name))
+        spans = sorted((e["args.offset"], e["args.size"]) for e in calls
+                       if e["name"].endswith("write") and e["args.fname"] == written)
+        assert spans[0][0] == 0 and all(a + n == b for (a, n), (b, _) in zip(spans, spans[1:], strict=False)), f.name
+        assert spans[-1][0] + spans[-1][1] == f.stat().st_size, f.name
+    loads = {e["args.fname"] for e in calls if e["name"] == "read" and e["args.phase"] == "load"}
+    assert loads == {str(step / f.name) for f in files if f.suffix == ".distcp"}
+    # the timed save and load are events, and the phases the run went through
+    checkpoints = sorted((e["name"], e["args.checkpoint"]) for e in seen if e["cat"] == "checkpoint")
+    assert checkpoints == [("load", 1), ("save", 1)]
+    phases = [e["name"] for e in sorted((e for e in seen if e["cat"] == "phase"), key=lambda e: e["ts"])]
+    assert phases[:3] == ["starting", "storage checks", "setup"] and "save" in phases and phases[-1] == "results"
+    writes = [e for e in saves if e["name"] == "write"]  # (the step's folder is made before the clock starts)
+    first, last = min(e["ts"] for e in writes), max(e["ts"] + e["dur"] for e in writes)
+    save = next(e for e in seen if e["cat"] == "checkpoint" and e["name"] == "save")
+    assert save["ts"] <= first and last <= save["ts"] + save["dur"] + 1  # its calls within it (microseconds)
+
+
+def test_a_trace_is_written_only_when_asked(dlio_here, tmp_path):
+    r = dlio_here([*JOB, "++workload.storage.storage_root=root", "hydra.run.dir=out"])
+    assert r.returncode == 0, r.stderr
+    assert not list((tmp_path / "out").glob("*trace*"))
+
+
+def test_a_trace_is_the_format_dftracer_writes(dlio_here, tmp_path):
+    """A line ``[``, then one complete Chrome trace event a line with DFTracer's fields, then ``]``."""
+    import gzip
+
+    r = dlio_here([*JOB, "++workload.checkpoint.trace=True", "++workload.storage.storage_root=root",
+                   "hydra.run.dir=out"])
+    assert r.returncode == 0, r.stderr
+    lines = gzip.open(tmp_path / "out" / "0_trace.pfw.gz", "rt").read().splitlines()
+    assert lines[0] == "[" and lines[-1] == "]"
+    for line in lines[1:-1]:
+        event = json.loads(line)
+        assert list(event)[:9] == ["id", "name", "cat", "pid", "tid", "ts", "dur", "ph", "args"], event
+        assert event["ph"] == "X" and event["ts"] > 1_600_000_000 * 10**6  # microseconds since the epoch
