@@ -159,6 +159,15 @@ def keys(args: argparse.Namespace, comm: Comm) -> int:
     return 0
 
 
+def trace_diff(args: argparse.Namespace, comm: Comm) -> int:
+    """A run held against a job's trace, phase by phase. Exit 1 where a phase is far by DLIO's thresholds."""
+    from dlio_ckpt.tools.trace_compare import compare, render_json, render_table
+
+    found = compare([Path(t) for t in args.trace], Path(args.run), args.under, args.phase, args.checkpoint)
+    print(render_json(found) if args.format == "json" else render_table(found))
+    return 0 if all(p.close for p in found) else 1
+
+
 def diff(args: argparse.Namespace, comm: Comm) -> int:
     """Compare two runs or two sweeps. Exit 1 on a regression (a CI gate)."""
     import re

@@ -21,7 +21,8 @@ from dlio_ckpt.errors import DlioCkptError
 
 HANDLERS: dict[str, Callable[[argparse.Namespace, Comm], int]] = {
     "run": commands.run, "plan": commands.plan, "sweep": commands.sweep, "tune": commands.tune,
-    "diff": commands.diff, "report": commands.report, "repeats": commands.repeats, "check": commands.check,
+    "diff": commands.diff, "trace-diff": commands.trace_diff,
+    "report": commands.report, "repeats": commands.repeats, "check": commands.check,
     "keys": commands.keys}
 # Commands that run on every process of the job (mpiexec, torchrun); the others read or print, in one process.
 ON_EVERY_PROCESS = frozenset({"run", "sweep", "tune"})

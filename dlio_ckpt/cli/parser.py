@@ -64,6 +64,14 @@ COMMANDS: dict[str, Command] = {
         "diff A B",
         "dlio_ckpt diff A B [--threshold PCT] [--format table|json] [--metrics REGEX]",
         "compare two runs or sweeps; exit 1 on a regression (a CI gate)"),
+    "trace-diff": Command(
+        "trace-diff",
+        "dlio_ckpt trace-diff TRACE [TRACE ...] RUN [--under DIR] [--phase save|load] [--checkpoint K] "
+        "[--format table|json]",
+        "how close a run's storage calls (its checkpoint.trace) are to a real job's trace of a save or load "
+        "(DFTracer .pfw/.pfw.gz, or strace -f -ttt -T -y output), per phase: KS distances of call sizes and of gaps, "
+        "calls and threads per file, fsyncs, renames, bytes, duration; exit 1 where it is far (DLIO auto-config's "
+        "thresholds)"),
     "report": Command("report RUN", "dlio_ckpt report RUN", "figures and report.html in a run folder"),
     "repeats": Command(
         "repeats DIR", "dlio_ckpt repeats DIR",
@@ -164,6 +172,7 @@ def build_parsers() -> Parsers:
     _sweep_options(commands["sweep"])
     _tune_options(commands["tune"])
     _diff_options(commands["diff"])
+    _trace_diff_options(commands["trace-diff"])
     commands["report"].add_argument("run", help="a dlio_ckpt run folder (or a sweep's folder)")
     commands["repeats"].add_argument("dir", help="the folder holding repeat1, repeat2, ... (two at least)")
     _check_options(commands["check"])
@@ -242,6 +251,19 @@ def _diff_options(p: argparse.ArgumentParser) -> None:
                    help="percent a metric may worsen (default 5)")
     p.add_argument("--format", choices=["table", "json"], default="table")
     p.add_argument("--metrics", metavar="REGEX", help="judge only metrics matching this regular expression")
+
+
+def _trace_diff_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("trace", nargs="+", metavar="TRACE", help="the job's trace: DFTracer .pfw or .pfw.gz files, or "
+                   "strace -f -ttt -T -y output (one file, or -ff's files; a folder: every file in it)")
+    p.add_argument("run", metavar="RUN", help="a run folder with its traces (++workload.checkpoint.trace=True)")
+    p.add_argument("--under", metavar="DIR", help="the job's calls on files under DIR only (its checkpoint's "
+                   "folder; default: every file but the system's and Python's)")
+    p.add_argument("--phase", choices=["save", "load"], help="what the job's trace is of, where it does not say "
+                   "(default: save if it wrote more bytes than it read)")
+    p.add_argument("--checkpoint", type=int, metavar="K", help="the checkpoint (step) of each phase compared "
+                   "(default: the first)")
+    p.add_argument("--format", choices=["table", "json"], default="table")
 
 
 def _check_options(p: argparse.ArgumentParser) -> None:

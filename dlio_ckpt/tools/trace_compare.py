@@ -1,0 +1,379 @@
+"""``dlio_ckpt trace-diff TRACE RUN``: how close a run's storage calls are to a real job's, per phase.
+
+The job's trace is what its owner can take of a checkpoint's save or load: a DFTracer trace (``.pfw`` or
+``.pfw.gz``, as DFTracer or ``checkpoint.trace`` writes it) or ``strace -f -ttt -T -y`` output (one file, or
+``-ff``'s files). The run is a run folder with its traces (``checkpoint.trace``). Each side's calls are read into one
+form (:class:`Call`: kind, file, thread, start, duration, size), then compared phase by phase:
+
+- the KS distance (the largest gap between the two empirical distribution functions, as ``scipy.stats.ks_2samp``'s
+  statistic) of the sizes of the write calls, of the read calls, and of the gaps between calls (:func:`gaps`);
+- calls per file, threads per file, fsyncs and renames, side by side;
+- the bytes, the duration (first call's start to last call's end) and the throughput, as the run's over the job's.
+
+The verdict takes the sizes of the phase's own data calls (a save's writes, a load's reads; the others are shown,
+not judged: a real save's framework may read back a little, as ``mode=fsdp``'s rank 0 reads ``.metadata``) and DLIO's
+thresholds, from its auto-config's trace comparison (``dlio_benchmark/auto_config/
+compare.py`` in argonne-lcf/dlio_benchmark: read-size KS < 0.1, burst-gap KS < 0.15, throughput ratio 0.8 to 1.2),
+there for data loading, here applied to a checkpoint's writes and reads and its gaps between calls; they are
+DLIO's, not ours, and are said as such.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import re
+from collections import defaultdict
+from collections.abc import Iterable, Iterator
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from dlio_ckpt.errors import ConfigError
+from dlio_ckpt.io.trace import TRACE_FILE
+
+# DLIO's thresholds (dlio_benchmark/auto_config/compare.py, ComparisonReport.summary)
+SIZE_KS, GAP_KS, THROUGHPUT = 0.1, 0.15, (0.8, 1.2)
+THRESHOLDS = (f"DLIO auto-config's (argonne-lcf/dlio_benchmark, dlio_benchmark/auto_config/compare.py): size KS < "
+              f"{SIZE_KS}, gap KS < {GAP_KS}, throughput ratio {THROUGHPUT[0]}-{THROUGHPUT[1]}")
+
+# one name per kind of call, whoever made it: a system call's (strace, DFTracer's POSIX events) or our kinds
+KINDS = {**dict.fromkeys(("write", "pwrite", "pwrite64", "writev", "pwritev", "pwritev2", "small write"), "write"),
+         **dict.fromkeys(("read", "pread", "pread64", "readv", "preadv", "preadv2", "small read"), "read"),
+         **dict.fromkeys(("fsync", "fdatasync"), "fsync"),
+         **dict.fromkeys(("rename", "renameat", "renameat2"), "rename"),
+         **dict.fromkeys(("open", "open64", "openat", "creat", "create"), "open"), "close": "close"}
+DATA = ("write", "read")
+
+
+@dataclass(frozen=True)
+class Call:
+    """One storage call: its kind (:data:`KINDS`' names), file, thread, start and duration (microseconds), the
+    bytes it moved (data calls), and the phase and checkpoint it was in where its trace says (ours does)."""
+
+    kind: str
+    file: str
+    thread: int
+    start: float
+    duration: float
+    size: int = 0
+    phase: str | None = None
+    checkpoint: int | None = None
+
+
+# -- reading the traces ----------------------------------------------------------------------------------
+
+
+def _opened(path: Path) -> Iterator[str]:
+    opener = gzip.open if path.name.endswith(".gz") else open
+    with opener(path, "rt", errors="replace") as fh:
+        yield from fh
+
+
+def is_dftracer(path: Path) -> bool:
+    """Whether ``path`` is a DFTracer trace (by its first non-empty line: ``[`` or an event)."""
+    for line in _opened(path):
+        if line.strip():
+            return line.strip() in ("[", "[{") or line.lstrip().startswith("{")
+    return False
+
+
+def dftracer_calls(paths: Iterable[Path]) -> list[Call]:
+    """Every file call of DFTracer traces, with the phase and checkpoint its args name (a job's DFTracer trace names
+    none). DFTracer's own form and ours alike: an event a line, ``ph`` "X" (or 1, DFTracer 2's), its file
+    as ``args.fname`` or as a hash (``fhash``) named by a metadata event ``FH``; a kind not in :data:`KINDS`
+    (a stat, a mkdir) is not counted."""
+    events: list[dict[str, Any]] = []
+    names: dict[str, str] = {}
+    for path in paths:
+        for line in _opened(path):
+            line = line.strip().rstrip(",")
+            if not line.startswith("{"):
+                continue
+            event = json.loads(line)
+            args = event.get("args") or {}
+            if event.get("name") == "FH":
+                names[str(args.get("value"))] = str(args.get("name"))
+            elif event.get("ph") in ("X", 1) and event.get("cat") not in ("phase", "checkpoint", "dftracer"):
+                events.append(event)
+    out = []
+    for e in events:
+        args = e.get("args") or {}
+        kind = KINDS.get(str(e.get("name", "")).removeprefix("coordinator "))
+        if kind is None:
+            continue
+        file = args.get("fname") or names.get(str(args.get("fhash")), "")
+        size = args.get("size") if kind in DATA else 0
+        out.append(Call(kind, str(file), int(e.get("tid", 0)), float(e["ts"]), float(e.get("dur", 0)),
+                        int(size or 0), args.get("phase"), args.get("checkpoint")))
+    return out
+
+
+# strace -f -ttt -T -y: "[pid N] " or "N " (-o without -ff) before the time; a call split by another thread's
+_LINE = re.compile(r"^(?:\[pid\s+(\d+)\]\s+|(\d+)\s+)?(\d+\.\d+)\s+(.*)$")
+_DONE = re.compile(r"^(.*)\)\s+=\s+(-?\d+|0x[0-9a-f]+|\?)(?:<[^>]*>)?(?:\s.*?)?\s+<(\d+\.\d+)>$")
+_START = re.compile(r"^(\w+)\((.*)$")
+_RESUMED = re.compile(r"^<\.\.\. (\w+) resumed>(.*)$")
+_FD_PATH = re.compile(r"^-?\d+<([^>]*)>")
+_QUOTED = re.compile(r'"((?:[^"\\]|\\.)*)"')
+
+
+def _strace_file(call: str, args: str, cwd: str) -> str:
+    """The file a call was on: an open's or a rename's (first) quoted path, made absolute by the folder it is
+    relative to (``-y`` prints it beside ``AT_FDCWD``); else the path ``-y`` prints beside the descriptor."""
+    if KINDS.get(call) in ("open", "rename"):
+        quoted = _QUOTED.search(args)
+        if quoted is None:
+            return ""
+        path = quoted[1]
+        base = _FD_PATH.match(args.replace("AT_FDCWD", "-100", 1))
+        return path if path.startswith("/") else os.path.join(base[1] if base else cwd, path)
+    found = _FD_PATH.match(args)
+    return found[1] if found else ""
+
+
+def strace_calls(paths: Iterable[Path]) -> list[Call]:
+    """The file calls of ``strace -f -ttt -T -y`` output (a thread's calls split by another's joined again); a
+    failed call (result < 0) is not counted. A file of ``-ff`` (``PREFIX.TID``) gives its lines its thread."""
+    calls: list[Call] = []
+    for path in paths:
+        own = int(path.suffix[1:]) if path.suffix[1:].isdigit() else 0
+        pending: dict[int, tuple[str, float, str]] = {}
+        for line in _opened(path):
+            m = _LINE.match(line.rstrip("\n"))
+            if m is None:
+                continue
+            tid, ts, rest = int(m[1] or m[2] or own), float(m[3]), m[4]
+            if rest.endswith("<unfinished ...>"):
+                start = _START.match(rest)
+                if start:
+                    pending[tid] = (start[1], ts, start[2].removesuffix("<unfinished ...>"))
+                continue
+            resumed = _RESUMED.match(rest)
+            if resumed:
+                if tid not in pending:
+                    continue
+                name, ts, head = pending.pop(tid)
+                rest = f"{name}({head}{resumed[2]}"
+            start = _START.match(rest)
+            done = _DONE.match(rest) if start else None
+            kind = KINDS.get(start[1]) if start else None
+            if start is None or kind is None or done is None or done[2] == "?" or int(done[2], 0) < 0:
+                continue
+            args = done[1][len(start[1]) + 1:]
+            calls.append(Call(kind, _strace_file(start[1], args, ""), tid, ts * 1e6, float(done[3]) * 1e6,
+                              int(done[2], 0) if kind in DATA else 0))
+    return calls
+
+
+def job_calls(paths: list[Path], under: str | None) -> list[Call]:
+    """The job's calls (a DFTracer trace of ours names their phases; any other trace none), those on files under
+    ``under`` only, or, without it, those on files of no system folder and not Python's."""
+    files = [f for p in paths for f in (sorted(q for q in p.iterdir() if q.is_file()) if p.is_dir() else [p])]
+    if not files:
+        raise ConfigError("TRACE", " ".join(map(str, paths)), "names no file")
+    missing = [str(f) for f in files if not f.is_file()]
+    if missing:
+        raise ConfigError("TRACE", missing[0], "is not a file")
+    traced = dftracer_calls(files) if all(is_dftracer(f) for f in files) else strace_calls(files)
+    keep = (lambda f: f.startswith(os.path.join(os.path.abspath(under), ""))) if under else _not_system
+    return [c for c in traced if keep(c.file)]
+
+
+_SYSTEM = ("/proc/", "/sys/", "/dev/", "/usr/", "/lib", "/etc/", "pipe:", "socket:", "anon_inode:")
+
+
+def _not_system(file: str) -> bool:
+    return bool(file) and not file.startswith(_SYSTEM) and not file.endswith((".py", ".pyc", ".so")) \
+        and ".so." not in file and "/site-packages/" not in file
+
+
+def run_calls(run: Path) -> list[Call]:
+    """A run folder's calls by phase, from its processes' traces."""
+    traces = sorted(p for p in run.iterdir() if TRACE_FILE.fullmatch(p.name)) if run.is_dir() else []
+    if not traces:
+        raise ConfigError("RUN", str(run), "holds no trace: run it with ++workload.checkpoint.trace=True")
+    return dftracer_calls(traces)
+
+
+# -- comparing ------------------------------------------------------------------------------------------
+
+
+def ks_distance(a: list[float], b: list[float]) -> float | None:
+    """The two-sample Kolmogorov-Smirnov statistic: the largest difference between the two empirical distribution
+    functions (``scipy.stats.ks_2samp``'s). None where both are empty, 1 where one is."""
+    if not a and not b:
+        return None
+    if not a or not b:
+        return 1.0
+    xs, ys = sorted(a), sorted(b)
+    i = j = 0
+    worst = 0.0
+    while i < len(xs) and j < len(ys):
+        v = min(xs[i], ys[j])
+        while i < len(xs) and xs[i] == v:
+            i += 1
+        while j < len(ys) and ys[j] == v:
+            j += 1
+        worst = max(worst, abs(i / len(xs) - j / len(ys)))
+    return worst
+
+
+def gaps(calls: list[Call]) -> list[float]:
+    """The time between one data call's start and the next's, every process and thread of the phase together, in
+    the order they started (microseconds): DLIO's gaps (auto-config's compare.py, before it keeps the longest as
+    bursts' gaps). Starts, not ends: a call's duration is measured differently by each tracer (strace stops the
+    thread at each call, our trace times the call from Python), its start alike."""
+    starts = sorted(c.start for c in calls if c.kind in DATA)
+    return [b - a for a, b in zip(starts, starts[1:], strict=False)]
+
+
+@dataclass
+class Side:
+    """One side's account of a phase."""
+
+    calls: int
+    files: int
+    calls_per_file: float
+    threads_per_file: float
+    threads: int
+    writes: int
+    reads: int
+    fsyncs: int
+    renames: int
+    bytes: int
+    seconds: float
+
+    @property
+    def throughput(self) -> float:
+        return self.bytes / self.seconds if self.seconds else 0.0
+
+
+def side(calls: list[Call]) -> Side:
+    per_file: dict[str, list[Call]] = defaultdict(list)
+    for c in calls:
+        per_file[c.file].append(c)
+    data = [c for c in calls if c.kind in DATA]
+    seconds = (max(c.start + c.duration for c in data) - min(c.start for c in data)) / 1e6 if data else 0.0
+    return Side(calls=len(calls), files=len(per_file),
+                calls_per_file=len(calls) / len(per_file) if per_file else 0.0,
+                threads_per_file=sum(len({c.thread for c in cs}) for cs in per_file.values()) / len(per_file)
+                if per_file else 0.0,
+                threads=len({c.thread for c in calls}), writes=sum(c.kind == "write" for c in calls),
+                reads=sum(c.kind == "read" for c in calls), fsyncs=sum(c.kind == "fsync" for c in calls),
+                renames=sum(c.kind == "rename" for c in calls), bytes=sum(c.size for c in data), seconds=seconds)
+
+
+@dataclass
+class PhaseDistance:
+    """One phase held against the job: the distances, both sides' accounts and the verdict."""
+
+    phase: str
+    job: Side
+    run: Side
+    write_size_ks: float | None
+    read_size_ks: float | None
+    gap_ks: float | None
+    bytes_ratio: float | None
+    duration_ratio: float | None
+    throughput_ratio: float | None
+    failed: list[str] = field(default_factory=list)  # each threshold it misses, said
+
+    @property
+    def close(self) -> bool:
+        return not self.failed
+
+
+def _ratio(a: float, b: float) -> float | None:
+    return a / b if b else None
+
+
+def compare_phase(phase: str, job: list[Call], run: list[Call]) -> PhaseDistance:
+    j, r = side(job), side(run)
+    sizes = {k: ks_distance([float(c.size) for c in job if c.kind == k], [float(c.size) for c in run if c.kind == k])
+             for k in DATA}
+    out = PhaseDistance(phase, j, r, sizes["write"], sizes["read"], ks_distance(gaps(job), gaps(run)),
+                        _ratio(r.bytes, j.bytes), _ratio(r.seconds, j.seconds), _ratio(r.throughput, j.throughput))
+    judged = "read" if phase.startswith("load") else "write"  # DLIO judges a loader's reads; a save's are its writes
+    size_ks = sizes[judged]
+    if size_ks is not None and size_ks >= SIZE_KS:
+        out.failed.append(f"{judged} size KS {size_ks:.3f} >= {SIZE_KS}")
+    if out.gap_ks is not None and out.gap_ks >= GAP_KS:
+        out.failed.append(f"gap KS {out.gap_ks:.3f} >= {GAP_KS}")
+    t = out.throughput_ratio
+    if t is None or not THROUGHPUT[0] <= t <= THROUGHPUT[1]:
+        out.failed.append(f"throughput ratio {'none' if t is None else f'{t:.2f}'} outside "
+                          f"{THROUGHPUT[0]}-{THROUGHPUT[1]}")
+    return out
+
+
+def infer_phase(calls: list[Call]) -> str:
+    """A trace of one save or one load: a save writes more bytes than it reads."""
+    written = sum(c.size for c in calls if c.kind == "write")
+    return "save" if written >= sum(c.size for c in calls if c.kind == "read") else "load"
+
+
+def compare(job_paths: list[Path], run: Path, under: str | None = None, phase: str | None = None,
+            checkpoint: int | None = None) -> list[PhaseDistance]:
+    """Every phase of the job's trace held against the run's same phase. A job's trace without phases is one
+    phase: ``phase``, else the one its bytes say (a save writes). Each side is one checkpoint of the phase:
+    ``checkpoint``, else the first (a job's trace without checkpoints is taken whole: one save or one load)."""
+    job, ours = job_calls(job_paths, under), run_calls(run)
+    if not job:
+        raise ConfigError("TRACE", " ".join(map(str, job_paths)), "holds no call on a file"
+                          + (f" under {under}" if under else ""))
+    named = phase or infer_phase(job)
+    job = [c if c.phase is not None else replace(c, phase=named) for c in job]
+    found = []
+    for name in dict.fromkeys(c.phase for c in job):
+        theirs, mine = [c for c in job if c.phase == name], [c for c in ours if c.phase == name]
+        if not mine:
+            raise ConfigError("RUN", str(run), f"traced no call in phase {name} (its phases: "
+                              f"{', '.join(dict.fromkeys(str(c.phase) for c in ours))})")
+        found.append(compare_phase(str(name), one_checkpoint(theirs, checkpoint, "TRACE"),
+                                   one_checkpoint(mine, checkpoint, "RUN")))
+    return found
+
+
+def one_checkpoint(calls: list[Call], checkpoint: int | None, side_name: str) -> list[Call]:
+    """The calls of ``checkpoint`` (default: the first), or all of them where no call names one."""
+    steps = sorted({c.checkpoint for c in calls if c.checkpoint is not None})
+    if not steps:
+        return calls
+    wanted = steps[0] if checkpoint is None else checkpoint
+    if wanted not in steps:
+        raise ConfigError("--checkpoint", checkpoint, f"is not a checkpoint of {side_name}'s {calls[0].phase} phase "
+                          f"(it has: {', '.join(map(str, steps))})")
+    return [c for c in calls if c.checkpoint == wanted]
+
+
+# -- saying it --------------------------------------------------------------------------------------------
+
+
+def _f(v: float | None, fmt: str = "{:.3f}") -> str:
+    return "-" if v is None else fmt.format(v)
+
+
+def render_table(found: list[PhaseDistance]) -> str:
+    lines = []
+    for p in found:
+        lines += [f"phase {p.phase}: {'CLOSE' if p.close else 'FAR'}" + (f" ({'; '.join(p.failed)})" if p.failed
+                                                                          else ""),
+                  f"  write size KS {_f(p.write_size_ks)}   read size KS {_f(p.read_size_ks)}   "
+                  f"gap KS {_f(p.gap_ks)}",
+                  f"  run/job: bytes {_f(p.bytes_ratio, '{:.2f}')}   duration {_f(p.duration_ratio, '{:.2f}')}   "
+                  f"throughput {_f(p.throughput_ratio, '{:.2f}')}",
+                  f"  {'':<18}{'job':>12}{'run':>12}"]
+        for name in ("calls", "files", "calls_per_file", "threads_per_file", "threads", "writes", "reads", "fsyncs",
+                     "renames", "bytes", "seconds"):
+            a, b = getattr(p.job, name), getattr(p.run, name)
+            shown = "{:>12.3f}{:>12.3f}" if isinstance(a, float) else "{:>12}{:>12}"
+            lines.append(f"  {name:<18}" + shown.format(a, b))
+    lines.append(f"thresholds: {THRESHOLDS}")
+    return "\n".join(lines)
+
+
+def render_json(found: list[PhaseDistance]) -> str:
+    return json.dumps({"thresholds": THRESHOLDS,
+                       "phases": [{**asdict(p), "close": p.close} for p in found]}, indent=2)

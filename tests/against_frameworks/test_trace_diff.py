@@ -1,0 +1,75 @@
+"""``trace-diff``: a real ``dcp.save`` (``mode=fsdp``: FSDP2 on CPU, ``FileSystemWriter``, torch 2.13.0) traced
+with ``strace -f -ttt -T -y`` is held against runs of the same job in DCP's layout: played as DCP plays it
+(``io_pattern=framework``) its write sizes are DCP's (KS distance under DLIO's 0.1), with as many writes, fsyncs,
+renames and writer threads; streamed (``io_pattern=stream``) they are not, and the verdict says far. The timing
+criteria (gap KS, throughput ratio) are shown by the command and not asserted here: a timer is no pass mark.
+Counterparts: ``unit/test_trace_diff.py`` (the readers and the KS distance), ``unit/test_trace.py`` (the run's
+trace)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.support import REPO
+from tests.support.cli import MPIEXEC
+from tests.support.workloads import UNEVEN_BF16
+
+pytestmark = [pytest.mark.real, pytest.mark.mpi]
+JOB = ["workload=tiny", "++workload.model.parallelism.tensor=1", *UNEVEN_BF16,
+       "++workload.checkpoint.num_checkpoints_write=1", "++workload.checkpoint.num_checkpoints_read=0",
+       "++workload.checkpoint.fsync=True"]
+WRITERS = 2  # DCP's thread_count, the emulation's files_per_rank
+# what the guide asks of a job's trace: every thread, times, durations, paths; the file calls only (--seccomp-bpf:
+# the others are not stopped, so the job runs at near its own speed)
+STRACE = ["strace", "-f", "-ttt", "-T", "-y", "-qq", "--seccomp-bpf", "-e",
+          "trace=openat,open,creat,write,pwrite64,writev,pwritev,read,pread64,readv,preadv,fsync,fdatasync,"
+          "rename,renameat,renameat2,close"]
+
+
+def run_job(work: Path, args: list[str], strace: Path | None = None) -> Path:
+    """The job on two processes (under strace into ``strace`` where given); its run folder."""
+    cmd = [str(MPIEXEC), "-n", "2", sys.executable, "-m", "dlio_ckpt", "run", *JOB, *args,
+           f"++workload.storage.storage_root={work / 'root'}", f"hydra.run.dir={work / 'out'}"]
+    if strace is not None:
+        cmd = [*STRACE, "-o", str(strace), *cmd]
+    r = subprocess.run(cmd, cwd=work, capture_output=True, text=True, timeout=300,
+                       env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert r.returncode == 0, r.stderr[-3000:]
+    return work / "out"
+
+
+def test_a_real_dcp_save_is_close_in_sizes_to_the_framework_pattern_and_far_from_the_stream(tmp_path, dlio_here):
+    if not MPIEXEC.exists() or shutil.which("strace") is None:
+        pytest.skip("mpiexec from the mpich wheel and strace are needed")
+    (tmp_path / "real").mkdir()
+    run_job(tmp_path / "real", ["++workload.mode=fsdp", f"++workload.fsdp.thread_count={WRITERS}"],
+            strace=tmp_path / "real" / "job.strace")
+    step = tmp_path / "real" / "root" / "checkpoints" / "tiny" / "global_epoch1_step1"
+    found = {}
+    for pattern in ("framework", "stream"):
+        (tmp_path / pattern).mkdir()
+        run = run_job(tmp_path / pattern, ["++workload.checkpoint.layout=dcp",
+                                           f"++workload.checkpoint.files_per_rank={WRITERS}",
+                                           f"++workload.checkpoint.io_pattern={pattern}",
+                                           "++workload.checkpoint.trace=True"])
+        r = dlio_here(["trace-diff", str(tmp_path / "real" / "job.strace"), str(run), "--under", str(step),
+                       "--format", "json"])
+        assert r.returncode in (0, 1), r.stderr
+        (phase,) = json.loads(r.stdout)["phases"]
+        assert phase["phase"] == "save" and r.returncode == (0 if phase["close"] else 1)
+        found[pattern] = phase
+    played, streamed = found["framework"], found["stream"]
+    assert played["write_size_ks"] < 0.1, played
+    assert not [f for f in played["failed"] if "size" in f], played["failed"]
+    job, run = played["job"], played["run"]
+    assert (run["writes"], run["fsyncs"], run["renames"], run["threads"]) == \
+        (job["writes"], job["fsyncs"], job["renames"], job["threads"]), (job, run)
+    assert streamed["write_size_ks"] >= 0.1 and not streamed["close"], streamed
+    assert any(f.startswith("write size KS") for f in streamed["failed"]), streamed["failed"]

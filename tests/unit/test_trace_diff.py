@@ -1,0 +1,103 @@
+"""``trace-diff``'s parts, in process: the KS distance (values worked by hand), strace's lines as ``strace -f -ttt -T
+-y -o FILE`` writes them (a call split by another thread's, a relative open, a failed call), DFTracer 2's own form
+(numeric ``ph``, files by hash), and its refusals. Counterparts: ``against_frameworks/test_trace_diff.py`` (a real
+save judged), ``unit/test_trace.py`` (the run's trace)."""
+
+from __future__ import annotations
+
+import gzip
+import json
+
+import pytest
+
+from dlio_ckpt.tools.trace_compare import Call, dftracer_calls, gaps, ks_distance, strace_calls
+
+
+@pytest.mark.parametrize(("a", "b", "d"), [
+    ([1, 2, 3], [1, 2, 3], 0.0),
+    ([1, 2, 3], [4, 5, 6], 1.0),
+    ([1, 2, 3, 4], [3, 4, 5, 6], 0.5),  # F_a(2) = 1/2, F_b(2) = 0
+    ([1, 1, 1, 2], [1, 2, 2, 2], 0.5),  # ties: F_a(1) = 3/4, F_b(1) = 1/4
+    ([5], [1, 2, 3, 4, 5, 6, 7, 8, 9, 10], 0.5),  # F_b(4) = 0.4 against 0, F_b(5) = 0.5 against 1
+])
+def test_the_ks_distance_is_the_largest_gap_between_the_two_distribution_functions(a, b, d):
+    assert ks_distance([float(x) for x in a], [float(x) for x in b]) == pytest.approx(d)
+
+
+def test_the_ks_distance_of_nothing_is_none_and_of_one_empty_side_is_one():
+    assert ks_distance([], []) is None
+    assert ks_distance([1.0], []) == 1.0
+
+
+STRACE = """\
+9441  1796583241.427793 write(7<socket:[200389]>, "HYD\\0", 4 <unfinished ...>
+9468  1796583265.406963 openat(AT_FDCWD</tmp/x>, "ck/a.distcp", O_WRONLY|O_CREAT|O_TRUNC|O_CLOEXEC, 0666) = 36</tmp/x/ck/a.distcp> <0.000056>
+9441  1796583241.427884 <... write resumed>) = 4 <0.000064>
+9468  1796583265.407000 write(36</tmp/x/ck/a.distcp>, "PK\\3\\4"..., 704 <unfinished ...>
+9469  1796583265.407010 openat(AT_FDCWD</tmp/x>, "/tmp/x/ck/gone", O_RDONLY) = -1 ENOENT (No such file or directory) <0.000014>
+9468  1796583265.407100 <... write resumed>) = 704 <0.000090>
+[pid  9469] 1796583265.407200 pwrite64(37</tmp/x/ck/b.distcp>, ""..., 256512, 4096) = 256512 <0.000300>
+9468  1796583265.408000 fsync(36</tmp/x/ck/a.distcp>) = 0 <0.001000>
+9468  1796583265.409000 rename("/tmp/x/ck/.metadata.tmp", "/tmp/x/ck/.metadata") = 0 <0.000088>
+"""  # noqa: E501 - strace's lines as it writes them
+
+
+def test_strace_lines_become_calls_with_their_thread_file_time_and_size(tmp_path):
+    (tmp_path / "job.strace").write_text(STRACE)
+    calls = strace_calls([tmp_path / "job.strace"])
+    us = 1796583265.406963e6
+    assert [(c.kind, c.file, c.thread, c.size) for c in calls] == [
+        ("open", "/tmp/x/ck/a.distcp", 9468, 0),  # relative to the folder -y names beside AT_FDCWD
+        ("write", "socket:[200389]", 9441, 4),  # joined again from its two lines
+        ("write", "/tmp/x/ck/a.distcp", 9468, 704),  # the failed open is no call
+        ("write", "/tmp/x/ck/b.distcp", 9469, 256512),
+        ("fsync", "/tmp/x/ck/a.distcp", 9468, 0),
+        ("rename", "/tmp/x/ck/.metadata.tmp", 9468, 0)]
+    assert calls[0].start == pytest.approx(us) and calls[0].duration == pytest.approx(56)
+    assert calls[2].start == pytest.approx(1796583265.407e6) and calls[2].duration == pytest.approx(90)
+
+
+def test_dftracer_2s_own_form_is_read_too(tmp_path):
+    """As dftracer 2.2.0 writes it (seen here from pydftracer 2.0.6): no ``[``, ``ph`` 1, the file as a hash
+    named by an ``FH`` metadata event."""
+    lines = [
+        {"name": "FH", "cat": "dftracer", "type": 1, "pid": 3, "tid": 3, "ph": 4,
+         "args": {"hhash": "h", "name": "/ck/a.distcp", "value": "f1"}},
+        {"id": 2, "name": "write", "cat": "POSIX", "type": 6, "pid": 3, "tid": 4, "ts": 100, "dur": 5, "ph": 1,
+         "args": {"hhash": "h", "fhash": "f1", "size": 704, "offset": 0}},
+        {"id": 3, "name": "fsync", "cat": "POSIX", "type": 6, "pid": 3, "tid": 4, "ts": 110, "dur": 50, "ph": 1,
+         "args": {"hhash": "h", "fhash": "f1"}},
+        {"id": 4, "name": "stat", "cat": "POSIX", "type": 6, "pid": 3, "tid": 4, "ts": 170, "dur": 1, "ph": 1,
+         "args": {"hhash": "h", "fhash": "f1"}}]
+    with gzip.open(tmp_path / "job-app.pfw.gz", "wt") as fh:
+        fh.write("\n".join(json.dumps(e) for e in lines) + "\n")
+    assert dftracer_calls([tmp_path / "job-app.pfw.gz"]) == [Call("write", "/ck/a.distcp", 4, 100.0, 5.0, 704),
+                                                              Call("fsync", "/ck/a.distcp", 4, 110.0, 50.0, 0)]
+
+
+def test_the_gaps_are_between_data_calls_starts_every_thread_together():
+    calls = [Call("write", "a", 1, 0.0, 5.0, 1), Call("write", "b", 2, 3.0, 1.0, 1), Call("fsync", "a", 1, 4.0, 9.0),
+             Call("write", "a", 1, 10.0, 1.0, 1)]
+    assert gaps(calls) == [3.0, 7.0]
+
+
+def test_a_run_without_a_trace_is_refused_naming_the_key_that_makes_one(dlio_here, tmp_path):
+    (tmp_path / "job.strace").write_text(STRACE)
+    (tmp_path / "run").mkdir()
+    r = dlio_here(["trace-diff", str(tmp_path / "job.strace"), str(tmp_path / "run")])
+    assert r.returncode == 2 and "++workload.checkpoint.trace=True" in r.stderr and "RUN" in r.stderr, r.stderr
+
+
+def test_a_job_trace_with_no_call_under_the_folder_asked_is_refused(dlio_here, tmp_path):
+    (tmp_path / "job.strace").write_text(STRACE)
+    run = tmp_path / "run"
+    run.mkdir()
+    with gzip.open(run / "0_trace.pfw.gz", "wt") as fh:
+        fh.write("[\n]\n")
+    r = dlio_here(["trace-diff", str(tmp_path / "job.strace"), str(run), "--under", "/elsewhere"])
+    assert r.returncode == 2 and "under /elsewhere" in r.stderr, r.stderr
+
+
+def test_a_trace_that_is_not_there_is_refused(dlio_here, tmp_path):
+    r = dlio_here(["trace-diff", str(tmp_path / "nothing.pfw"), str(tmp_path)])
+    assert r.returncode == 2 and "nothing.pfw" in r.stderr, r.stderr
