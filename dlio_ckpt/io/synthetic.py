@@ -206,12 +206,16 @@ def _libc_memcmp() -> Any:
 
 
 _MEMCMP = _libc_memcmp()
+_SMALL = 4096  # first_difference compares pairs up to this size as bytes (copied: cheaper than two arrays)
 
 
 def first_difference(got: memoryview, want: memoryview) -> int | None:
     """Offset of the first differing byte, or None when equal; at memory speed. libc's memcmp
     (no temporary array, the GIL released) says whether they differ; numpy finds
-    where only when they do."""
+    where only when they do. A small pair (a framework's header read: torch.load reads an archive in some 30 calls)
+    is compared as bytes, a few hundred nanoseconds against the arrays' ten microseconds."""
+    if len(got) <= _SMALL and len(got) == len(want) and bytes(got) == bytes(want):
+        return None
     a = np.frombuffer(got, dtype=np.uint8)
     b = np.frombuffer(want, dtype=np.uint8)
     if a.size != b.size:
