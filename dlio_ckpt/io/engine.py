@@ -526,6 +526,7 @@ class Engine:
         self.framework_caller_writes = True  # whether the caller's thread is one of them (DCP's) or only waits
         self.device_copy_rate = 0.0  # bytes/s a writer thread copies a tensor from its accelerator at (0: no copy)
         self._copy_seconds: dict[int, float] = {}  # modelled copy time by writer thread, since the last take
+        self._framework_cpu = 0.0  # CPU seconds of the framework's own work played, since the last take
         self._sleep_owed = threading.local()  # a writer thread's modelled copy time not yet slept (s; < 0: credit)
         self._call_writers: list[_CallWriter] = []  # made when such files first come, as large as their calls
         self._in_memory = 0  # the largest piece a writer copies into memory before writing it (Lightning's)
@@ -779,10 +780,13 @@ class Engine:
                     end = min(at + w.calls, offset + n)
                     window, patches = _span_of(w.data, task, at, end)
                     with _formatted(window, patches):
+                        t0 = time.thread_time()
                         zlib.crc32(window)  # torch.save's per-byte work (its CRC-32 of each record); not written
                         # torch.save into memory (Lightning's BytesIO): each byte copied into memory never touched
                         # before (its pages faulted in), the write made from that copy; a piece at a time, freed
-                        buffered.write(bytearray(window) if task.in_memory else window)
+                        source = bytearray(window) if task.in_memory else window
+                        self._played(time.thread_time() - t0)
+                        buffered.write(source)
                     self._progress(task.path, end - at)
                 offset += n
             if offset != task.size:
@@ -831,8 +835,10 @@ class Engine:
         def emit(lo: int, hi: int) -> None:
             window, patches = _span_of(w.data, task, lo, hi)
             with _formatted(window, patches):
+                t0 = time.thread_time()
                 for start, end in payloads:
                     zlib.crc32(window[start - lo:end - lo])  # torch.save's CRC-32 of each record; not written
+                self._played(time.thread_time() - t0)
                 writer.write(window)
             payloads.clear()
             self._progress(task.path, hi - lo)
@@ -891,6 +897,18 @@ class Engine:
             time.sleep(owed)
             owed -= time.perf_counter() - t0
         self._sleep_owed.s = owed
+
+    def _played(self, seconds: float) -> None:
+        """CPU seconds a writer thread spent on the framework's own work it plays (torch.save's CRC-32, Lightning's
+        copy into memory): a real job's cost too, told apart from ours (making and checking the bytes)."""
+        with self._lock:
+            self._framework_cpu += seconds
+
+    def take_framework_cpu(self) -> float:
+        """The CPU seconds of the framework's work played since the last call, all threads summed."""
+        with self._lock:
+            seconds, self._framework_cpu = self._framework_cpu, 0.0
+        return seconds
 
     def take_copy_seconds(self) -> float:
         """The modelled copy time on this process's busiest writer thread since the last call: what the copies

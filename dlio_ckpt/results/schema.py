@@ -65,9 +65,17 @@ class CpuFigures(Section):
     """What the operation cost the hosts' CPUs, all processes summed (their threads and drains included)."""
 
     seconds: float = Field(description="CPU seconds, user and system")
-    system_seconds: float = Field(description="of which in the kernel")
+    system_seconds: float = Field(description="of which in the kernel (the storage's client: a real job's too)")
+    framework_seconds: float = Field(0.0, description="of the user time, the framework's own work the emulation "
+                                     "plays (torch.save's CRC-32, Lightning's copy into memory): a real job's too")
+    own_seconds: float = Field(0.0, description="of the user time, the emulator's own work: making and checking "
+                               "the synthetic bytes, playing the calls (what a real job does not do)")
     seconds_per_GiB: float = Field(description="CPU seconds per GiB the processes moved (0 when none)")
     minor_page_faults: int = Field(description="pages touched for the first time")
+    busiest_process_busy: float = Field(0.0, description="the busiest process's CPU seconds over its duration, of "
+                                        "the cores it could use (one, or its share of its host's): 1 is all of it")
+    bound: bool = Field(False, description="CPU-bound: the busiest process was busy at least 90 % of its time, so "
+                        "the duration is set by the processes' CPU (see own_seconds), not by the storage")
 
 
 class AsyncFigures(Section):
@@ -408,6 +416,9 @@ class Projection(Section):
     save_seconds: float | None = Field(None, description="the save's mean duration over bytes_ratio")
     load_seconds: float | None = Field(None, description="the load's mean duration over bytes_ratio")
     basis: str = Field(description="what the projection assumes")
+    cpu_bound: list[str] = Field(default_factory=list, description="the phases whose times the processes' CPU set "
+                                 "(checkpoints[].cpu.bound): their projection scales the emulator's work, not the "
+                                 "storage's")
 
 
 class Scaled(Section):

@@ -99,6 +99,8 @@ class OpRecord:
     cost: ProcessCost = ProcessCost()  # this process (all threads, drains included) from start to end
     metadata_seconds: float | None = None  # loads: reading the metadata every rank reads before its data
     device_copy_seconds: float | None = None  # the modelled copy of its tensors from the accelerators (loads: to)
+    framework_cpu: float = 0.0  # of its CPU time, the framework's own work it played (torch.save's CRC-32...)
+    cpu_share: float = 1.0  # the cores this process could use: one, or its share of its host's where they are fewer
     latency: Histograms = field(default_factory=dict)  # this process's storage calls during it, by kind
 
 
@@ -211,13 +213,24 @@ def async_figures(group: list[OpRecord], duration: float) -> AsyncFigures:
                         overlapped=max(stalled) < 0.001)
 
 
+CPU_BOUND = 0.9  # a process this busy (CPU seconds over its duration, of the cores it could use) set its own time
+
+
 def cpu_figures(group: list[OpRecord], nbytes: int) -> CpuFigures:
     """The processes' CPU time and first-touched pages during one operation, summed, and per GiB
-    moved (see :class:`ProcessCost`)."""
+    moved (see :class:`ProcessCost`); how busy the busiest process was, and whether that made the operation
+    CPU-bound: a process busy on CPU for :data:`CPU_BOUND` of its time (of one core, or of its share of its host's
+    cores where the host has fewer than processes: a Python process's own work runs on one core at a time) waited
+    on the storage for little of it, so the operation's time is its CPU's, not the storage's."""
     seconds = sum(r.cost.user + r.cost.system for r in group)
+    busy = max((r.cost.user + r.cost.system) / (r.duration * r.cpu_share) if r.duration > 0 else 0.0 for r in group)
+    framework = sum(r.framework_cpu for r in group)
     return CpuFigures(seconds=seconds, system_seconds=sum(r.cost.system for r in group),
                       seconds_per_GiB=seconds / (nbytes / GIB) if nbytes else 0.0,
-                      minor_page_faults=sum(r.cost.minor_faults for r in group))
+                      minor_page_faults=sum(r.cost.minor_faults for r in group),
+                      framework_seconds=framework,
+                      own_seconds=max(sum(r.cost.user for r in group) - framework, 0.0),
+                      busiest_process_busy=busy, bound=busy >= CPU_BOUND)
 
 
 def tier_figures(records: list[OpRecord], saves: list[CheckpointFigures]) -> dict[int, list[float]]:
@@ -342,8 +355,17 @@ def summary(records: list[OpRecord], *, checkpoint_bytes: int, meta: dict[str, A
     if goodput_asked is not None and saves:
         result.goodput = goodput_figures(goodput_asked, saves, loads, durable)
     if result.io is not None and result.io.scaled is not None:
-        result.io.scaled.projected_full_size = projected(result.io.scaled.bytes_ratio, result.metric)
+        result.io.scaled.projected_full_size = projected(result.io.scaled.bytes_ratio, result.metric,
+                                                         cpu_bound_phases(result.checkpoints))
     return result
+
+
+def cpu_bound_phases(checkpoints: Checkpoints | None) -> list[str]:
+    """The phases (save, load) whose checkpoints were CPU-bound, any of them (:func:`cpu_figures`)."""
+    if checkpoints is None:
+        return []
+    return [phase for phase in ("save", "load")
+            if any(c.cpu is not None and c.cpu.bound for c in checkpoints.phase(phase))]
 
 
 PROJECTION_BASIS = ("a projection, not a measurement: this run's mean times x the full size's bytes per checkpoint / "
@@ -351,11 +373,13 @@ PROJECTION_BASIS = ("a projection, not a measurement: this run's mean times x th
                     "per file or request grows with it) and no more processes than this run's")
 
 
-def projected(bytes_ratio: float, metric: Metric) -> Projection:
-    """A scaled run's times projected to the full size (``io.scaled.projected_full_size``), labelled as such."""
+def projected(bytes_ratio: float, metric: Metric, cpu_bound: list[str]) -> Projection:
+    """A scaled run's times projected to the full size (``io.scaled.projected_full_size``), labelled as such, and
+    the phases whose times the processes' CPU set (``cpu_bound``): their projection scales the emulator's work."""
     save, load = metric.save_checkpoint_duration_mean_seconds, metric.load_checkpoint_duration_mean_seconds
     return Projection(save_seconds=None if save is None else save / bytes_ratio,
-                      load_seconds=None if load is None else load / bytes_ratio, basis=PROJECTION_BASIS)
+                      load_seconds=None if load is None else load / bytes_ratio, basis=PROJECTION_BASIS,
+                      cpu_bound=cpu_bound)
 
 
 def hosts_summary(per_process: list[tuple[str, int]]) -> dict[str, Any]:

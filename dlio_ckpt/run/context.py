@@ -175,14 +175,16 @@ def record(ctx: RunContext, phase: str, index: int, clock: Clock, nbytes: int, f
            step: int | None = None, seconds: float | None = None,
            file_times: tuple[tuple[str, float, float, int], ...] = (), held: float | None = None,
            stalled: float = 0.0, backend: Backend | None = None, ended: ProcessCost | None = None,
-           metadata_seconds: float | None = None, device_copy_seconds: float | None = None) -> OpRecord:
+           metadata_seconds: float | None = None, device_copy_seconds: float | None = None,
+           framework_cpu: float = 0.0) -> OpRecord:
     """This process's part of one operation. ``seconds`` replaces the clock's where the operation
     ends after its block (an async save, finished in the background); ``held``: how long it held
     training (async), ``stalled`` of which waiting for the previous background write (or a drain);
     ``backend``: the tier it used, if not the first (whose requests it made); ``ended``: this process's
     cost when the operation ended, where the record is made later (else now); ``metadata_seconds``: a load's
     time reading the metadata every rank reads first (DCP's ``.metadata``); ``device_copy_seconds``: a save's
-    modelled copy of its tensors from the accelerators (a load's: to them), within its time."""
+    modelled copy of its tensors from the accelerators (a load's: to them), within its time; ``framework_cpu``: of
+    its CPU time, the framework's own work it played."""
     seconds = clock.seconds if seconds is None else seconds
     requests = tuple(ctx.take_requests(backend or ctx.backend))
     calls = ctx.take_latency(backend or ctx.backend)
@@ -192,7 +194,14 @@ def record(ctx: RunContext, phase: str, index: int, clock: Clock, nbytes: int, f
                     start=clock.start, end=clock.start + seconds, duration=seconds, bytes=nbytes, files=files,
                     file_times=file_times, waited=clock.waited, requests=requests, held=held, stalled=stalled,
                     cost=cost, metadata_seconds=metadata_seconds, latency=calls,
-                    device_copy_seconds=device_copy_seconds)
+                    device_copy_seconds=device_copy_seconds, framework_cpu=framework_cpu, cpu_share=cpu_share(ctx))
+
+
+def cpu_share(ctx: RunContext) -> float:
+    """The cores this process could use: one (its own work holds one at a time), or its share of its host's where
+    the host has fewer cores than processes (2 cores, 4 processes: half a core each)."""
+    here = ctx.placement.names.count(ctx.placement.host)
+    return min(1.0, len(os.sched_getaffinity(0)) / max(here, 1))
 
 
 def say_done(ctx: RunContext, name: str, seconds: float, detail: str = "", copied: float = 0.0) -> None:
@@ -304,6 +313,15 @@ def finished_line(result: Summary, run_dir: str) -> str:
         said.append(f"load {m.load_checkpoint_duration_mean_seconds:.3f} s mean "
                     f"({m.load_checkpoint_io_mean_GiB_per_second:.3f} GiB/s of the checkpoint)")
     line = f"done: {'; '.join(said)}; results in {run_dir}"
+    bound = [(phase, c.cpu) for phase in ("save", "load") for c in result.checkpoints.phase(phase)
+             if c.cpu is not None and c.cpu.bound] if result.checkpoints is not None else []
+    if bound:
+        phase, cpu = max(bound, key=lambda b: b[1].busiest_process_busy)
+        line += (f"\nCPU-bound: {' and '.join(dict.fromkeys(p for p, _ in bound))} timed the processes' CPU, not the "
+                 f"storage: a process was busy {cpu.busiest_process_busy:.0%} of its {phase} "
+                 f"({cpu.seconds:.1f} CPU s: {cpu.own_seconds:.1f} s our own work, {cpu.framework_seconds:.1f} s the "
+                 f"framework's we play, {cpu.system_seconds:.1f} s in the kernel); fewer ranks a process "
+                 f"(--world-size), more processes, or io_pattern=stream measure the storage")
     if result.io is not None and (scaled := result.io.scaled) is not None:
         full, ahead = scaled.full_size, scaled.projected_full_size
         times = "; ".join(f"{phase} {seconds:.1f} s" for phase, seconds in
@@ -312,7 +330,9 @@ def finished_line(result: Summary, run_dir: str) -> str:
         line += (f"\nscaled: this run wrote 1/{1 / scaled.bytes_ratio:,.0f} of the job's "
                  f"{full.checkpoint_size_GiB:,.2f} GiB per checkpoint ({scaled.this_run.headers_share:.0%} of "
                  f"it the format's headers, {full.headers_share:.1%} at full size)"
-                 + (f"; projected at full size, not measured (times x bytes): {times}" if times else ""))
+                 + (f"; projected at full size, not measured (times x bytes): {times}" if times else "")
+                 + (f" (CPU-bound {', '.join(ahead.cpu_bound)}: its projection scales the emulator's work)"
+                    if ahead is not None and ahead.cpu_bound else ""))
     return line
 
 

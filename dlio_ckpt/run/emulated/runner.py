@@ -42,7 +42,7 @@ from dlio_ckpt.run.emulated.checkpoints import (
 )
 from dlio_ckpt.run.emulated.peers import LostShares
 from dlio_ckpt.run.emulated.tiers import Tiers
-from dlio_ckpt.run.progress import progress_display
+from dlio_ckpt.run.progress import PlannedBytes, progress_display
 from dlio_ckpt.run.steps import Writes
 
 log = logging.getLogger("dlio_ckpt")
@@ -231,12 +231,13 @@ def run(ctx: RunContext) -> Summary | None:
     else:
         run_key = _check_step(ctx, files, host_files, 1, None)
     # rank 0's share of each checkpoint (none for async saves: they run behind training)
-    shown = progress_display(comm.rank == 0 and ck.progress and not ck.async_save, ck.progress_interval)
+    # (each file's planned bytes counted once: a load's framework reads go back over bytes, PlannedBytes)
+    shown = PlannedBytes(progress_display(comm.rank == 0 and ck.progress and not ck.async_save, ck.progress_interval))
 
     def progress(path: str, nbytes: int) -> None:
         if ctx.watchdog is not None:
             ctx.watchdog.progress(path)
-        shown.advance(nbytes)
+        shown.advance(path, nbytes)
     engine = Engine(ctx.backend, run_key, io_options(ctx), progress)
     played = framework_io(ctx.workload)
     if played is not None:
@@ -257,7 +258,7 @@ def run(ctx: RunContext) -> Summary | None:
         """One synchronous save (with the coordinator's files after everyone's data); ``stalled``:
         seconds it waited first for a drain (keep_last)."""
         before = engine.retries
-        shown.start(f"save_ckpt{index}", sum(t.size for t in todo))
+        shown.start(f"save_ckpt{index}", [(t.path, t.size) for t in todo])
         try:
             with timed(ctx, "save", index) as clock:
                 run.look_for_earlier(index)
@@ -267,7 +268,8 @@ def run(ctx: RunContext) -> Summary | None:
             shown.stop()
         copied = copy_first.seconds + engine.take_copy_seconds()
         records.append(record(ctx, "save", index, clock, nbytes, len(todo), file_times=engine.take_file_times(),
-                              stalled=stalled, backend=engine.backend, device_copy_seconds=copied or None))
+                              stalled=stalled, backend=engine.backend, device_copy_seconds=copied or None,
+                              framework_cpu=engine.take_framework_cpu()))
         retries["save"] += engine.retries - before
 
     tiers = Tiers(run)
@@ -313,7 +315,8 @@ def run(ctx: RunContext) -> Summary | None:
         copy_back = load_copy(ctx, played, read_plans)
         metadata = run.metadata_reads(i, reader, len(read_plans))
         before = read_engine.retries
-        shown.start(f"load_ckpt{i}", sum(t.size for t in metadata + whole) + sum(n for _, r in ranged for _, n in r))
+        shown.start(f"load_ckpt{i}", [(t.path, t.size) for t in metadata + whole] +
+                    [(t.path, sum(n for _, n in r)) for t, r in ranged])
         try:
             with timed(ctx, "load", i) as clock:
                 sent = handoff.send(i, io_options(ctx).evict_before_read) if handoff is not None else None
