@@ -1,45 +1,224 @@
 #!/usr/bin/env python3
-"""What the emulator's own work costs a core: making the synthetic bytes and checking them on read.
+"""What the emulator's own work costs a core: making the synthetic bytes and checking them on read; and how
+reducible those bytes are.
 
-A save hands the storage windows of the synthetic pool, each stamped first (32 bytes per 4 KiB
-block); a verified load compares every byte read with the window it should equal. Both run on the
-CPU of the process doing the I/O, so their speed per core is where the emulator would become the
-bottleneck: storage faster than (processes x this) per host would be measured short. Rounds
-alternate the two measurements; medians and quartiles, one thread, this machine.
+A save hands the storage windows of the synthetic source, each made first (its pool's bodies XORed with a key
+per lap of the pool, 32-byte stamps: ``dlio_ckpt/io/synthetic.py``); a verified load makes the window it should
+equal and compares every byte read with it. Both run on the CPU of the process doing the I/O, so their speed per
+core is where the emulator would become the bottleneck: storage faster than (processes x this) per host would be
+measured short. Rounds alternate the measurements; medians and quartiles, one thread, this machine.
 
-    python bench/cpu.py --chunk 8388608 --gib 4 --rounds 7
+    python bench/cpu.py --chunk 8388608 --gib 4 --rounds 7   # per core: windows, the alternatives, memcmp
+    python bench/cpu.py --runs                               # whole processes: a 17 GiB save to null storage,
+                                                             # a 4 GiB verified read from /dev/shm (CPU s/GiB)
+    python bench/cpu.py --reducibility                       # zstd -19 --long=31 and deduplicators on ours,
+                                                             # dgen-py's, torch.rand's; a 100 MB checkpoint
+
+``--repo DIR`` runs ``--runs`` with another checkout's dlio_ckpt (an earlier commit, for a baseline).
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import mmap
 import os
+import resource
+import shutil
 import statistics
+import subprocess
 import sys
+import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from dlio_ckpt.io.synthetic import SyntheticData, file_key, first_difference  # noqa: E402
+import numpy as np
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+from dlio_ckpt.io.synthetic import (  # noqa: E402
+    _PERIOD_BLOCKS,
+    Reduction,
+    SyntheticData,
+    _splitmix64,
+    _splitmix64_array,
+    file_key,
+    first_difference,
+)
 
 GIB = 1 << 30
+MIB = 1 << 20
 
 
-def stamping(data: SyntheticData, chunk: int, nbytes: int) -> float:
-    """GiB/s of windows made ready to write (what a save asks of the generator per chunk)."""
-    key, t0 = file_key(1, 0, 0), time.process_time()
-    for k in range(nbytes // chunk):
-        data.window(key, k * chunk, chunk)
-    return nbytes / (time.process_time() - t0) / GIB
-
-
-def full_compare(chunk: int, nbytes: int, a: memoryview, b: memoryview) -> float:
-    """GiB/s of memcmp over two equal chunk buffers (the whole of a verified read's compare)."""
+def rate(fn: Callable[[int], object], chunk: int, nbytes: int) -> float:
+    """GiB/s per core of CPU time of ``fn(k)`` for chunks k = 0, 1, ... of ``nbytes``."""
     t0 = time.process_time()
-    for _ in range(nbytes // chunk):
-        assert first_difference(a, b) is None
+    for k in range(nbytes // chunk):
+        fn(k)
     return nbytes / (time.process_time() - t0) / GIB
+
+
+def key_per_block(data: SyntheticData, chunk: int) -> Callable[[int], object]:
+    """The alternative: a key per block (a (blocks, 1) broadcast XOR), the rest as the generator does it."""
+    pool, out = data._pool, data._out
+    seed = _splitmix64(data.run_key ^ _splitmix64(file_key(1, 0, 0)))
+    arange = np.arange(chunk // 4096, dtype=np.uint64)
+
+    def make(k: int) -> None:
+        first = k * (chunk // 4096)
+        keys = _splitmix64_array((arange + np.uint64(first)) ^ np.uint64(seed))[:, None]
+        done, n = 0, len(arange)
+        while done < n:
+            at = (seed + first + done) % _PERIOD_BLOCKS
+            take = min(_PERIOD_BLOCKS - at, n - done)
+            np.bitwise_xor(pool[at:at + take], keys[done:done + take], out=out[done:done + take])
+            done += take
+    return make
+
+
+def per_core(a: argparse.Namespace) -> None:
+    nbytes = int(a.gib * GIB) // a.chunk * a.chunk
+    key = file_key(1, 0, 0)
+    sources = {r: SyntheticData(1, a.chunk, reduction=r) for r in (Reduction(), Reduction(2.0, 1.0),
+                                                                     Reduction(1.0, 2.0))}
+    maps = [mmap.mmap(-1, a.chunk) for _ in range(2)]
+    for m in maps:
+        m.write(os.urandom(a.chunk))
+    x, y = (memoryview(m) for m in maps)
+    y[:] = x
+    irreducible = sources[Reduction()]
+    def windows(source: SyntheticData) -> Callable[[int], object]:
+        return lambda k: source.window(key, k * a.chunk, a.chunk)
+
+    steps = {f"window c={r.compression:g} d={r.dedup:g}": windows(s) for r, s in sources.items()}
+    steps["a key per block"] = key_per_block(irreducible, a.chunk)
+    steps["memcmp (verify)"] = lambda _k: first_difference(x, y)
+    expected = bytes(irreducible.window(key, 0, a.chunk))  # what a verified read got: the window it compares with
+    z = memoryview(mmap.mmap(-1, a.chunk))
+    z[:] = expected
+
+    def verified_read(_k: int) -> None:  # the window made again (its cost does not depend on the offset), compared
+        assert first_difference(z, irreducible.window(key, 0, a.chunk)) is None
+    steps["verified read"] = verified_read
+    try:
+        import dgen_py  # type: ignore[import-not-found, unused-ignore]  # noqa: PLC0415  (optional: pip install dgen-py)
+
+        generator, filled = dgen_py.Generator(size=1 << 50, max_threads=1), bytearray(a.chunk)
+        steps["dgen-py, 1 thread"] = lambda _k: generator.fill_chunk(filled)
+    except ImportError:
+        print("dgen-py not installed: pip install dgen-py --no-deps to compare with it")
+    rows: dict[str, list[float]] = {name: [] for name in steps}
+    for i in range(a.rounds):
+        for name, fn in (list(steps.items()) if i % 2 == 0 else list(steps.items())[::-1]):
+            rows[name].append(rate(fn, a.chunk, nbytes))
+    print(f"chunk {a.chunk} bytes, {nbytes / GIB:.1f} GiB per measurement, {a.rounds} rounds, one thread, "
+          f"host {os.uname().nodename}, {os.cpu_count()} cores; GiB/s per core of CPU time, median [quartiles]")
+    for name, values in rows.items():
+        q1, median, q3 = statistics.quantiles(values, n=4, method="inclusive")
+        print(f"  {name:22s} {median:7.1f} [{q1:.1f}, {q3:.1f}]  ({1 / median:.4f} CPU s/GiB)")
+    for view in (x, y, z):
+        view.release()
+
+
+def tool(repo: Path, args: list[str], cwd: Path) -> float:
+    """CPU seconds (user and system, every process and thread) of ``python -m dlio_ckpt ARGS`` from ``repo``."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    r = subprocess.run([sys.executable, "-m", "dlio_ckpt", *args], cwd=cwd, capture_output=True, text=True,
+                       env={**os.environ, "PYTHONPATH": str(repo)})
+    if r.returncode:
+        sys.exit(r.stderr[-3000:])
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime
+
+
+def runs(a: argparse.Namespace) -> None:
+    """Whole processes, start-up included: a save of llama3_8b at 8 ranks scaled to 17 GiB to null storage; a
+    verified read of 4 GiB (tiny-shaped files of llama3_8b at a smaller scale) from /dev/shm, page cache allowed."""
+    repo = Path(a.repo).resolve()
+    save_gib = 104.704521 * 0.1625  # llama3_8b at 8 ranks is 104.70 GiB a checkpoint
+    read_gib = 104.704521 * 0.04
+    common = ["workload=llama3_8b", "--world-size", "8", "++workload.checkpoint.progress=False"]
+    with tempfile.TemporaryDirectory(dir="/dev/shm") as shm, tempfile.TemporaryDirectory() as tmp:
+        saves, reads = [], []
+        for i in range(a.rounds):
+            out = Path(tmp) / f"r{i}"
+            saves.append(tool(repo, [*common, "++workload.checkpoint.scale=0.1625",
+                                     "++workload.storage.storage_type=null",
+                                     "++workload.checkpoint.num_checkpoints_write=1",
+                                     "++workload.checkpoint.num_checkpoints_read=0",
+                                     f"hydra.run.dir={out}/save"], Path(tmp)) / save_gib)
+            store = [f"++workload.storage.storage_root={shm}/s{i}", "++workload.checkpoint.scale=0.04",
+                     "++workload.checkpoint.read_from_page_cache=True"]
+            tool(repo, [*common, *store, "++workload.checkpoint.num_checkpoints_write=1",
+                        "++workload.checkpoint.num_checkpoints_read=0",
+                        f"hydra.run.dir={out}/write"], Path(tmp))
+            reads.append(tool(repo, [*common, *store, "++workload.checkpoint.num_checkpoints_write=0",
+                                     "++workload.checkpoint.num_checkpoints_read=1", f"hydra.run.dir={out}/read"],
+                              Path(tmp)) / read_gib)
+            shutil.rmtree(f"{shm}/s{i}")
+    print(f"dlio_ckpt from {repo}, host {os.uname().nodename}, {os.cpu_count()} cores; {a.rounds} rounds, "
+          "CPU s/GiB of the whole process (user + system, start-up included), median [min, max]")
+    for name, values in (("save, 17.0 GiB to null", saves), ("verified read, 4.2 GiB, /dev/shm", reads)):
+        print(f"  {name:34s} {statistics.median(values):.3f} [{min(values):.3f}, {max(values):.3f}]")
+
+
+def measure(data: bytes) -> str:
+    """What zstd -19 --long=31 keeps, what lz4 -9 keeps (byte matches alone: no entropy coding, as many arrays'
+    inline compression), and what deduplicators at 512 B and 4 KiB gain on ``data``."""
+    def kept(cmd: list[str]) -> float:
+        return len(subprocess.run(cmd, input=data, capture_output=True, check=True).stdout) / len(data)
+
+    zstd = kept(["zstd", "-q", "-19", "--long=31", "-T2", "-c"])
+    lz4 = f", lz4 -9 keeps {kept(['lz4', '-q', '-9', '-c']):7.2%}" if shutil.which("lz4") else ""
+    dedup = {size: len(data) // size / len({hashlib.blake2b(data[i:i + size], digest_size=16).digest()
+                                            for i in range(0, len(data) - size + 1, size)}) for size in (512, 4096)}
+    return (f"zstd keeps {zstd:7.2%} (ratio {1 / zstd:.3f}){lz4}; dedup 512 B {dedup[512]:.3f}, "
+            f"4 KiB {dedup[4096]:.3f}")
+
+
+def reducibility(a: argparse.Namespace) -> None:
+    n = 32 * MIB
+    print(f"{n // MIB} MiB of each, host {os.uname().nodename}; zstd {zstd_version()}")
+    for r in (Reduction(), Reduction(1.27, 1.0), Reduction(2.0, 1.0), Reduction(8.0, 1.0), Reduction(64.0, 1.0),
+              Reduction(1.0, 2.0), Reduction(2.0, 3.0)):
+        source = SyntheticData(5, MIB, reduction=r)
+        data = b"".join(bytes(source.window(file_key(1, f, 0), o, MIB)) for f in (0, 1) for o in range(0, n // 2, MIB))
+        print(f"  ours, c={r.compression:g} d={r.dedup:g}: {measure(data)}")
+    try:
+        import dgen_py  # type: ignore[import-not-found, unused-ignore]  # noqa: PLC0415
+
+        for c, d in ((1.0, 1.0), (2.0, 1.0), (1.0, 2.0)):
+            print(f"  dgen-py {getattr(dgen_py, '__version__', '')}, compress_ratio={c:g} dedup_ratio={d:g}"
+                  f"{' (its defaults)' if c == d == 1 else ''}: "
+                  f"{measure(bytes(dgen_py.generate_buffer(n, dedup_ratio=d, compress_ratio=c)))}")
+    except ImportError:
+        print("  dgen-py not installed: pip install dgen-py --no-deps")
+    try:
+        import torch  # noqa: PLC0415
+
+        torch.manual_seed(0)
+        for dtype in (torch.float16, torch.bfloat16, torch.float32):
+            t = torch.rand(n // dtype.itemsize, dtype=dtype)  # DLIO v2.0.1's tensors (get_tensor_core)
+            print(f"  torch.rand {str(dtype).split('.')[1]} (DLIO v2.0.1's tensors): "
+                  f"{measure(t.view(torch.uint8).numpy().tobytes())}")
+    except ImportError:
+        print("  torch not installed")
+    with tempfile.TemporaryDirectory() as tmp:  # a checkpoint of 102 MB: whole files, headers included
+        tool(REPO, ["workload=llama3_8b", "--world-size", "8", "++workload.checkpoint.scale=0.00095",
+                    "++workload.checkpoint.num_checkpoints_write=1", "++workload.checkpoint.num_checkpoints_read=0",
+                    f"++workload.storage.storage_root={tmp}/store", f"hydra.run.dir={tmp}/out"], Path(tmp))
+        files = sorted(p for p in Path(tmp, "store").rglob("*.pt"))
+        data = b"".join(p.read_bytes() for p in files)
+        print(f"  a checkpoint of {len(data) / 1e6:.0f} MB (llama3_8b, 8 ranks, pt), {len(files)} whole files "
+              f"concatenated: {measure(data)}")
+        worst = min(len(subprocess.run(["zstd", "-q", "-19", "--long=31", "-T2", "-c", str(p)], capture_output=True,
+                                       check=True).stdout) / p.stat().st_size for p in files)
+        print(f"    each file alone: zstd keeps at least {worst:.2%}")
+
+
+def zstd_version() -> str:
+    return subprocess.run(["zstd", "--version"], capture_output=True, text=True).stdout.strip()
 
 
 def main() -> None:
@@ -47,30 +226,16 @@ def main() -> None:
     ap.add_argument("--chunk", type=int, default=8 << 20)
     ap.add_argument("--gib", type=float, default=4.0, help="GiB per measurement")
     ap.add_argument("--rounds", type=int, default=7)
+    ap.add_argument("--runs", action="store_true", help="whole processes: a save to null, a verified read")
+    ap.add_argument("--repo", default=str(REPO), help="--runs: the checkout whose dlio_ckpt runs")
+    ap.add_argument("--reducibility", action="store_true", help="what zstd and deduplicators find")
     a = ap.parse_args()
-    nbytes = int(a.gib * GIB) // a.chunk * a.chunk
-    data = SyntheticData(1, a.chunk)
-    maps = [mmap.mmap(-1, a.chunk) for _ in range(2)]
-    for m in maps:
-        m.write(os.urandom(a.chunk))
-    x, y = (memoryview(m) for m in maps)
-    y[:] = x
-    rows: dict[str, list[float]] = {"stamp (save)": [], "memcmp (verify)": []}
-    for i in range(a.rounds):
-        steps = [("stamp (save)", lambda: stamping(data, a.chunk, nbytes)),
-                 ("memcmp (verify)", lambda: full_compare(a.chunk, nbytes, x, y))]
-        for name, step in (steps if i % 2 == 0 else steps[::-1]):
-            rows[name].append(step())
-    print(f"chunk {a.chunk} bytes, {nbytes / GIB:.1f} GiB per measurement, {a.rounds} rounds, one thread, "
-          f"host {os.uname().nodename}; GiB/s per core of CPU time, median [quartiles]")
-    medians = {}
-    for name, values in rows.items():
-        q1, medians[name], q3 = statistics.quantiles(values, n=4, method="inclusive")
-        print(f"  {name:16s} {medians[name]:7.1f} [{q1:.1f}, {q3:.1f}]  ({1 / medians[name]:.4f} CPU s/GiB)")
-    both = 1 / sum(1 / m for m in medians.values())  # a verified read stamps the window it compares with
-    print(f"  a verified read (stamp + memcmp): {both:.1f} GiB/s per core ({1 / both:.4f} CPU s/GiB)")
-    x.release()
-    y.release()
+    if a.runs:
+        runs(a)
+    elif a.reducibility:
+        reducibility(a)
+    else:
+        per_core(a)
 
 
 if __name__ == "__main__":

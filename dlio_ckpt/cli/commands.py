@@ -88,22 +88,20 @@ def plan(args: argparse.Namespace, comm: Comm) -> int:
     fmt = file_format(workload)
     job_plan = make_plan(workload, args.world_size)
     job_plan.validate()
-    # the restore a run would read, as its summary.json's io.restore says it; a load the layout cannot do is
-    # refused as a run refuses it (exit 2)
-    restore = described(workload, restore_plan(workload, job_plan), job_plan, fmt) if _restore_asked(workload) \
-        else None
+    # the restore a run reads, as its summary.json's io.restore says it (restore_plan: who reads what, the one
+    # function a run's load follows, restore.* keys or none); a load the layout cannot do is refused as a run
+    # refuses it (exit 2)
+    restore = described(workload, restore_plan(workload, job_plan), job_plan, fmt)
     assumed = Assumptions(write_bandwidth=args.write_bandwidth, read_bandwidth=args.read_bandwidth,
                           mtbf_hours=args.mtbf_hours, drain_bandwidth=args.drain_bandwidth,
                           interconnect_bandwidth=args.interconnect_bandwidth, hosts=args.hosts)
     figures = what_if(assumed, workload, job_plan, restore)
-    section = "goodput" if figures and "goodput" in figures else "load"  # --read-bandwidth alone: no goodput
     if args.format == "json":
-        print(json.dumps({**plan_json(job_plan, fmt), **({"restore": restore} if restore else {}),
-                          **({section: figures} if figures else {})}))
+        print(json.dumps({**plan_json(job_plan, fmt), "restore": restore,
+                          **({_what_if_section(figures): figures} if figures else {})}))
         return 0
     print(plan_table(job_plan, fmt))
-    if restore:
-        print(restore_table(restore, job_plan))
+    print(restore_table(restore, job_plan))
     for key, value in (figures or {}).items():
         if value is None:
             value = "none (see verdict)"
@@ -111,12 +109,12 @@ def plan(args: argparse.Namespace, comm: Comm) -> int:
     return 0
 
 
-def _restore_asked(workload: Any) -> bool:
-    """Whether the read phase is asked for anything but each rank's own files at the save's world size."""
-    asked = workload.restore
-    return asked.world_size is not None or asked.tensor is not None or asked.model_only
-
-
+def _what_if_section(figures: dict[str, Any]) -> str:
+    """plan --format json's name for the what-if: ``goodput`` where it was asked, else the times given (a bandwidth
+    alone: ``save``, ``load``; both: ``save_and_load``)."""
+    if "goodput" in figures:
+        return "goodput"
+    return "_and_".join(name for name, key in (("save", "write_seconds"), ("load", "load_seconds")) if key in figures)
 
 
 def sweep(args: argparse.Namespace, comm: Comm) -> int:

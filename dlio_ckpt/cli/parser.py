@@ -44,12 +44,13 @@ COMMANDS: dict[str, Command] = {
         "plan",
         "dlio_ckpt plan workload=NAME [++workload.KEY=VALUE ...] [--config-dir DIR] --world-size W "
         "[--format json|table]\n"
-        "          [--write-bandwidth B --read-bandwidth B --mtbf-hours H | --read-bandwidth B] "
+        "          [--write-bandwidth B] [--read-bandwidth B] [--mtbf-hours H (with both)] "
         "[--drain-bandwidth B]\n"
         "          [--interconnect-bandwidth B --hosts N]",
-        "the files each rank writes (--world-size W) and, with workload.restore.* set, what each rank of the "
-        "restore reads; with --write-bandwidth, --read-bandwidth and --mtbf-hours what checkpointing costs "
-        "training, with --read-bandwidth alone what a load takes; writes nothing"),
+        "the files each rank writes (--world-size W) and what each rank of the load reads (the layout's restore, "
+        "or workload.restore.*'s); --write-bandwidth alone: what a save takes, --read-bandwidth alone: what a "
+        "load takes, with --mtbf-hours too: what checkpointing costs training over "
+        "workload.checkpoint.time_between_checkpoints; writes nothing"),
     "sweep": Command(
         "sweep",
         "dlio_ckpt sweep workload=NAME KEY=v1,v2 KEY2=range(a,b,step) ... [--world-size W1,W2] [--stop-on-failure]\n"
@@ -213,10 +214,13 @@ def _plan_options(p: argparse.ArgumentParser) -> None:
     what_if = p.add_argument_group("what-if", "times and goodput from the checkpoint's size and the rates given "
                                    "(B: a rate such as 20GB/s, 500MiB/s or 1.5TB/s)")
     rate: dict[str, Any] = {"action": _Parsed, "parse": _rate, "rule": RATE_RULE, "metavar": "B"}
-    what_if.add_argument("--write-bandwidth", **rate, help="what-if aggregate write bandwidth (e.g. 20GB/s)")
+    what_if.add_argument("--write-bandwidth", **rate, help="what-if aggregate write bandwidth (e.g. 20GB/s); alone, "
+                         "the save's time: the checkpoint over it")
     what_if.add_argument("--read-bandwidth", **rate, help="what-if aggregate read bandwidth (e.g. 40GB/s); alone, "
-                         "the load's time without the goodput")
-    what_if.add_argument("--mtbf-hours", type=float, metavar="H", help="mean time between failures of the job (hours)")
+                         "the load's time: the heaviest loading rank's reads x the load's ranks over it")
+    what_if.add_argument("--mtbf-hours", type=float, metavar="H", help="mean time between failures of the job "
+                         "(hours); with both bandwidths, the goodput at workload.checkpoint.time_between_checkpoints "
+                         "(DLIO's 5 s by default: set it to the job's)")
     what_if.add_argument("--drain-bandwidth", **rate, help="what-if aggregate bandwidth of a tier below (e.g. 5GB/s): "
                          "durable there after the write and the drain")
     what_if.add_argument("--interconnect-bandwidth", **rate, help="what-if bandwidth of each host's link to its peers "

@@ -61,7 +61,7 @@ REFERENCES: dict[str, Reference] = {
         differences=("torch.save's own write sizes are not reproduced (chunk_size bytes per write here)",
                      "torch.load's unpickling and tensor allocation on reads are not done (bytes are counted)",
                      "data: DLIO's tensors are torch.rand's, uniform in [0, 1), which zstd -19 shrinks by the "
-                     "datatype (fp16 1.18x, bf16 1.50x, fp32 1.12x); ours are irreducible unless "
+                     "datatype (fp16 1.18x, bf16 1.42x, fp32 1.12x); ours are irreducible unless "
                      "checkpoint.compression_ratio says otherwise")),
     "mlcommons": Reference(
         "the MLCommons DLIO fork (DLIO_local_changes cbe2001, mlpstorage_py streaming checkpointing)",

@@ -5,22 +5,28 @@ Why this way: storage built for training reduces data inline (compression, dedup
 random generator per write runs below storage speed (``bench/cpu.py``). So each process fills a random
 pool of one period (256 blocks of 4 KiB) once, and makes block ``i`` of file ``key`` as:
 
-- its identity ``j``: ``i``; with a deduplication ratio ``d`` (:class:`Reduction`), ``floor(i / d)``, so
-  that ``d`` consecutive blocks on average share one identity and a 4 KiB deduplicator keeps 1/d of them;
+- its identity ``j``: ``i``; with a deduplication ratio ``d`` (:class:`Reduction`), in groups of 32 blocks
+  (128 KiB), group ``g`` takes the identities of group ``floor(g / d)``: a 4 KiB deduplicator keeps 1/d of the
+  blocks (of whole groups), and a repeat lies 128 KiB or more from its first copy, beyond a short-window
+  compressor's reach (lz4's 64 KiB), as dgen-py's repeats do;
 - its first 32 bytes, a stamp (run key, file key, ``j``, a mix of the three): a block read back where it
   does not belong is named (another file's, rank's, checkpoint's, run's: :meth:`SyntheticData.foreign`);
 - the rest, the body of pool block ``(h(key) + j) mod 256`` XORed with a 64-bit key drawn (splitmix64)
-  from (run key, file key, ``j``): no two blocks, 512-byte sectors or longer runs of bytes are equal
-  anywhere in a run or between runs, and no byte-matching compressor finds anything to shrink (the pool is
-  random; a body's other copies differ from it in every 8-byte word);
-- with a compression ratio ``c``, only the first ``4096 / c`` bytes are so made and the rest are zeros,
-  which zstd and its like store in next to nothing.
+  from (run key, file key, ``lap``), ``lap = (h(key) + j) // 256`` the times the file has gone round the pool:
+  a pool body comes back once per lap, under another key each time, so no two blocks, 512-byte sectors or
+  longer runs of bytes are equal anywhere in a run or between runs, and no byte-matching compressor finds
+  anything to shrink (the pool is random; a body's other copies differ from it in every 8-byte word). A key
+  per lap rather than per block: a lap is one contiguous XOR with one key, at copy speed, where a key per
+  block (a broadcast XOR) costs twice as much (``bench/cpu.py``: "a key per block");
+- with a compression ratio ``c``, only the first ``4096 / c`` bytes (and the stamp's bytes zstd finds again)
+  are so made and the rest are zeros, which zstd and its like store in next to nothing.
 
 A file's bytes depend only on (run key, file key, offset), not on how they are asked for: a framework's
 calls (a 704-byte header, a 32 MiB tensor at an odd offset) and the tuned stream's 8 MiB chunks write the
-same file, and a read of any range in any request size verifies it. Each window is made into a buffer
-of its own (one XOR pass over the pool per chunk, a tenth of a CPU second per GiB): what the pool
-costs in memory and what the write gets are as when windows were stamped in place.
+same file, and a read of any range in any request size verifies it (made again, then compared: a copy and a
+compare, where un-XORing the read bytes would be a copy and a compare too and change the caller's buffer).
+Each window is made into a buffer of its own, one XOR pass over the pool per chunk (a few hundredths of a
+CPU second per GiB): the pool (1 MiB) and the buffer (a window) cost the memory the stamped pool did.
 
 The same source works in GPU memory (``device``: an array module such as cupy) for backends that
 move device buffers (GDS): the pool is made on the host and copied to the device once, then every
@@ -45,7 +51,8 @@ STAMP_BYTES = STAMP_WORDS * 8
 _WORDS_PER_BLOCK = BLOCK // 8
 _MASK64 = (1 << 64) - 1
 _MIX = 0xD6E8FEB86659FD93
-_UNIT = 1 << 20  # a deduplication ratio in fixed point: identity j = i * _UNIT // round(d * _UNIT), exact anywhere
+_UNIT = 1 << 20  # a deduplication ratio in fixed point: exact, and the same on any device
+_GROUP = 32  # blocks deduplicated together (128 KiB): repeats lie twice lz4's window apart or more
 MAX_COMPRESSION = 64.0
 # bytes of each block's stamp a compressor finds again in the blocks before (the run and file keys, the block
 # index's high bytes): about 21 with zstd at levels 3 and 19 (bench/cpu.py --reduction), counted out of the body
@@ -129,6 +136,7 @@ class SyntheticData:
             self._out[...] = 0
             self._view = self._out.reshape(-1).view(device.uint8)
         self._arange = self._xp.arange(self._max_blocks, dtype=self._xp.uint64)
+        self._stamps = self._xp.empty((self._max_blocks, STAMP_WORDS), dtype=self._xp.uint64)
 
     def window(self, key: int, offset: int, nbytes: int, skip: int = 0) -> Any:
         """Bytes ``[offset, offset + nbytes)`` of the payload stream of file ``key``: a memoryview,
@@ -160,14 +168,23 @@ class SyntheticData:
                                out=rows[done:done + take, :body])
                 done += take
         else:  # identities repeat: gathered from the pool, each block with its lap's key
-            ident = index * np.uint64(_UNIT) // np.uint64(self._dedup)
+            ident = self._identity(index)
             place = ident + np.uint64(start)
             keys = _splitmix64_array(place // np.uint64(_PERIOD_BLOCKS) ^ np.uint64(seed))[:, None]
             xp.bitwise_xor(self._pool[place % np.uint64(_PERIOD_BLOCKS), :body], keys, out=rows[:, :body])
-        rows[:, 0] = np.uint64(self.run_key)  # numpy scalars: a device array module takes them as they are
-        rows[:, 1] = np.uint64(key)
-        rows[:, 2] = ident
-        rows[:, 3] = (ident * np.uint64(_MIX)) ^ np.uint64(self.run_key ^ key)
+        stamps = self._stamps[:n]  # made apart and written in one pass: a third of the time of four columns
+        stamps[:, 0] = np.uint64(self.run_key)  # numpy scalars: a device array module takes them as they are
+        stamps[:, 1] = np.uint64(key)
+        stamps[:, 2] = ident
+        stamps[:, 3] = (ident * np.uint64(_MIX)) ^ np.uint64(self.run_key ^ key)
+        rows[:, :STAMP_WORDS] = stamps
+
+    def _identity(self, index: Any) -> Any:
+        """The identity of block ``index`` (an int, or an array of uint64): its own, unless blocks repeat."""
+        if self._dedup == _UNIT:
+            return index
+        group, at = index // _GROUP, index % _GROUP  # the same arithmetic on ints and on arrays of uint64
+        return group * _UNIT // self._dedup * _GROUP + at
 
     def foreign(self, stamp: Any, key: int, block: int) -> str | None:
         """Whose block ``stamp`` (the first 32 bytes of a block read back at block ``block`` of file ``key``)
@@ -179,7 +196,7 @@ class SyntheticData:
         run, k, j, mix = struct.unpack("<4Q", raw[:STAMP_BYTES])
         if mix != ((j * _MIX) & _MASK64) ^ run ^ k:
             return None
-        expected = block if self._dedup == _UNIT else block * _UNIT // self._dedup
+        expected = self._identity(block)
         if (run, k, j) == (self.run_key, key & _MASK64, expected):
             return None
         file = f"step {(k >> 44) & ((1 << 19) - 1)}, rank {(k >> 16) & ((1 << 28) - 1)}, file {k & 0xFFFF}"

@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from dlio_ckpt.config import Checkpoint
 from dlio_ckpt.errors import ConfigError
 from dlio_ckpt.results import goodput
 
@@ -42,9 +43,11 @@ class Assumptions:
     hosts: int | None = None  # the hosts a peer tier spreads over (default: the workload's hosts.simulate)
 
 
-# What the goodput needs (read alone gives only the load's time), and what else asks for it.
+# What the goodput needs, and what asks for it; a bandwidth alone gives its own time (the save's, the load's).
 _GOODPUT_NEEDS = ("write_bandwidth", "read_bandwidth", "mtbf_hours")
-_GOODPUT_ASKED_BY = ("write_bandwidth", "mtbf_hours", "drain_bandwidth", "interconnect_bandwidth")
+_GOODPUT_ASKED_BY = ("mtbf_hours", "drain_bandwidth", "interconnect_bandwidth")
+# The goodput's interval: the training between two checkpoints, as a run of the workload waits it.
+INTERVAL_KEY = "workload.checkpoint.time_between_checkpoints"
 
 
 def _flag(field: str) -> str:
@@ -59,32 +62,35 @@ def _as_given(value: Rate | float | int | None) -> str | float | int | None:
 
 def what_if(assumed: Assumptions, workload: Workload, plan: Plan, restore: dict[str, Any] | None,
             ) -> dict[str, Any] | None:
-    """Times from the checkpoint's size (a restore planned otherwise: its heaviest rank's reads, ``restore`` being
-    what :func:`dlio_ckpt.plan.restore.described` says of it) and the bandwidths assumed; None when nothing is.
-    A read bandwidth alone gives the load's time; with a write bandwidth and an MTBF too, the goodput
-    (:func:`dlio_ckpt.results.goodput.what_if` says what follows from them, stalls and drains included).
-    Inputs that cannot give an answer are refused (exit 2) naming the flag, as every bad input is."""
+    """Times from the checkpoint's size and the bandwidths assumed; None when nothing is. A write bandwidth alone
+    gives the save's time (the checkpoint over it, as DLIO's save throughput counts it); a read bandwidth alone the
+    load's, from the restore's reads (``restore``: what :func:`dlio_ckpt.plan.restore.described` says of the load
+    a run of this workload reads, its heaviest rank's bytes; None: each rank reads its own files whole). With both and
+    an MTBF, the goodput over the interval ``INTERVAL_KEY`` (:func:`dlio_ckpt.results.goodput.what_if` says what
+    follows from them, stalls and drains included). Inputs that cannot give an answer are refused (exit 2) naming
+    the flag, as every bad input is."""
     if assumed.hosts is not None and assumed.interconnect_bandwidth is None:
         raise ConfigError("--hosts", assumed.hosts, "is the what-if's host count for --interconnect-bandwidth; "
                           "give that too, or leave --hosts out")
     goodput_asked = [name for name in _GOODPUT_ASKED_BY if getattr(assumed, name) is not None]
-    if not goodput_asked and assumed.read_bandwidth is None:
+    read, write = assumed.read_bandwidth, assumed.write_bandwidth
+    if not goodput_asked and read is None and write is None:
         return None
     missing = [name for name in _GOODPUT_NEEDS if getattr(assumed, name) is None] if goodput_asked else []
     if missing:
         first = goodput_asked[0]
         raise ConfigError(_flag(first), _as_given(getattr(assumed, first)), f"the goodput what-if needs "
                           f"{' and '.join(map(_flag, missing))} too (goodput follows from the write's and the load's "
-                          "times and the MTBF); --read-bandwidth alone gives the load's time")
-    read = assumed.read_bandwidth
-    assert read is not None  # given alone, or among what the goodput needs (checked above)
+                          "times and the MTBF); --write-bandwidth alone gives the save's time, --read-bandwidth "
+                          "alone the load's")
     size = plan.total_payload_bytes
+    save = {"write_seconds": size / write.bytes_per_second} if write is not None else {}
     heaviest, ranks, load_from = _load_reads(restore)
-    load = goodput.load_seconds(size, read.bytes_per_second, heaviest, ranks)
-    if not goodput_asked:  # --read-bandwidth alone: how long a restart's load takes, no goodput asked
-        return {"checkpoint_bytes": size, **load_from, "load_seconds": load}
-    write, mtbf_hours = assumed.write_bandwidth, assumed.mtbf_hours
-    assert write is not None and mtbf_hours is not None  # both in _GOODPUT_NEEDS, checked above
+    load = goodput.load_seconds(size, read.bytes_per_second, heaviest, ranks) if read is not None else None
+    if not goodput_asked:  # a bandwidth or two alone: the save's time, the load's, no goodput asked
+        return {"checkpoint_bytes": size, **save, **({**load_from, "load_seconds": load} if load is not None else {})}
+    mtbf_hours = assumed.mtbf_hours
+    assert write is not None and load is not None and mtbf_hours is not None  # in _GOODPUT_NEEDS, checked above
     if mtbf_hours <= 0:
         raise ConfigError("--mtbf-hours", mtbf_hours, "must be > 0")
     ck = workload.checkpoint
@@ -94,8 +100,22 @@ def what_if(assumed: Assumptions, workload: Workload, plan: Plan, restore: dict[
         if assumed.interconnect_bandwidth is not None else None
     if peer is not None:  # durable for a restart after a host is lost once the peers have their copies
         drain, load = peer["replicate_seconds"], max(load, peer["lost_host_restore_seconds"])
-    return {"checkpoint_bytes": size, **({"peer": peer} if peer else {}), **load_from, **goodput.what_if(
-        ck.time_between_checkpoints, size / write.bytes_per_second, load, mtbf_hours, staging, drain)}
+    figures = goodput.what_if(ck.time_between_checkpoints, save["write_seconds"], load, mtbf_hours, staging, drain)
+    out: dict[str, Any] = {"checkpoint_bytes": size, **({"peer": peer} if peer else {}), **load_from}
+    for key, value in figures.items():
+        out[key] = value
+        if key == "interval_seconds":  # the key it came from beside it: the goodput turns on it
+            out["interval_from"] = _interval_from(ck.time_between_checkpoints)
+    return out
+
+
+def _interval_from(seconds: float) -> str:
+    """Where the goodput's interval comes from, in words: its key, and DLIO's default where it is that."""
+    default = Checkpoint.model_fields["time_between_checkpoints"].default
+    said = f"{INTERVAL_KEY}={seconds:g} s"
+    if seconds == default:
+        return f"{said}, DLIO's default: set it to the job's training time between checkpoints"
+    return said
 
 
 def _load_reads(restore: dict[str, Any] | None) -> tuple[int | None, int | None, dict[str, Any]]:

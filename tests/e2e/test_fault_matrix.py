@@ -35,15 +35,10 @@ from dlio_ckpt.io.backends import local_fs
 from dlio_ckpt.registry import LAYOUTS
 from tests.support.cli import run_here
 from tests.support.storage import fill, tmpfs
-from tests.support.workloads import DCP
+from tests.support.workloads import EVERY_LAYOUT
 
 STEP = "/global_epoch1_step1/"  # the checkpoint's folder: the run's own records are beside it
-WORKLOADS = {"dlio": ["workload=tiny"],
-             "deepspeed": ["workload=tiny", "++workload.checkpoint.layout=deepspeed"],
-             "dcp": DCP,
-             "megatron": ["workload=tiny", "++workload.checkpoint.layout=megatron"],
-             "lightning": ["workload=lightning_demo", "++workload.mode=emulated",
-                           "++workload.checkpoint.layout=lightning"]}
+WORKLOADS = EVERY_LAYOUT
 PATHS = [(layout, pattern) for layout in WORKLOADS for pattern in ("framework", "stream")
          if not (layout == "dlio" and pattern == "framework")]  # layout dlio writes the stream either way
 USER_BYTES = os.urandom(4096)

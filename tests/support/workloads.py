@@ -33,3 +33,11 @@ TINY_FSDP = ["workload=tiny", "++workload.mode=fsdp"]
 LLAMA_7B_88MIB = ["workload=llama_7b_zero3", "--world-size", "2", "++workload.checkpoint.scale=0.001",
                   "++workload.checkpoint.num_checkpoints_write=3", "++workload.checkpoint.num_checkpoints_read=1",
                   "++workload.checkpoint.fsync=True", "++workload.checkpoint.mtbf_hours=8"]
+# a small emulated workload in each layout of the registry (tiny; Lightning's demo model for Lightning): the tests
+# that walk every layout (tests/e2e/test_fault_matrix.py, tests/unit/test_plan_loads.py)
+EVERY_LAYOUT = {"dlio": ["workload=tiny"],
+                "deepspeed": ["workload=tiny", "++workload.checkpoint.layout=deepspeed"],
+                "dcp": DCP,
+                "megatron": ["workload=tiny", "++workload.checkpoint.layout=megatron"],
+                "lightning": ["workload=lightning_demo", "++workload.mode=emulated",
+                              "++workload.checkpoint.layout=lightning"]}

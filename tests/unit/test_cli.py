@@ -60,16 +60,19 @@ def test_each_command_refuses_anothers_option_naming_it(dlio, tmp_path, command,
 
 
 def test_plan_reads_a_rate_with_units_and_reports_the_loads_time(dlio, tmp_path):
+    """The load's time from its restore (tests/unit/test_plan_loads.py): here rank 0 of 8 reads its model's file
+    and its optimizer's, 23,584,759,482 B, the others their optimizer's alone."""
     code, out, err = dlio(*LLAMA, "--read-bandwidth", "40GB/s", "--format", "json")
     assert code == 0, err
     body = json.loads(out)
-    size = body["total_payload_bytes"]
+    size, reads = body["total_payload_bytes"], 23_584_759_482 * 8
     assert "goodput" not in body and body["load"]["checkpoint_bytes"] == size
-    assert body["load"]["load_seconds"] == pytest.approx(size / 40e9)
+    assert body["load"]["load_heaviest_rank_bytes_read"] == body["restore"]["bytes_read_per_rank"]["max"]
+    assert body["load"]["load_seconds"] == pytest.approx(reads / 40e9)
     code, table, err = dlio(*LLAMA, "--read-bandwidth", "40GB/s")
-    assert code == 0 and f"load_seconds: {size / 40e9:.4g}\n" in table, err
+    assert code == 0 and f"load_seconds: {reads / 40e9:.4g}\n" in table, err
     code, out, _ = dlio(*LLAMA, "--read-bandwidth", "500MiB/s", "--format", "json")  # binary units too
-    assert code == 0 and json.loads(out)["load"]["load_seconds"] == pytest.approx(size / (500 * 2**20))
+    assert code == 0 and json.loads(out)["load"]["load_seconds"] == pytest.approx(reads / (500 * 2**20))
     assert list(tmp_path.iterdir()) == []
 
 
@@ -149,6 +152,10 @@ def test_the_what_if_is_arithmetic_on_the_plans_sizes_without_the_command_line()
     assert full["write_seconds"] == full["held_seconds_per_checkpoint"] == 4.0 and full["load_seconds"] == 2.0
     assert full["lost_per_failure_seconds"] == 100 / 2 + 4.0 + 2.0
     assert full["goodput"] == pytest.approx(100 / 104 * (1 - 56 / 3600))
-    with pytest.raises(ConfigError, match=r"--write-bandwidth='1GB/s': the goodput what-if needs --read-bandwidth "
-                                          r"and --mtbf-hours too"):
-        what_if(Assumptions(write_bandwidth=write), workload, job, None)
+    assert full["interval_seconds"] == 100.0
+    assert full["interval_from"] == "workload.checkpoint.time_between_checkpoints=100 s"
+    assert what_if(Assumptions(write_bandwidth=write), workload, job, None) == {"checkpoint_bytes": 4 * 10**9,
+                                                                               "write_seconds": 4.0}
+    with pytest.raises(ConfigError, match=r"--mtbf-hours=1.0: the goodput what-if needs --write-bandwidth and "
+                                          r"--read-bandwidth too"):
+        what_if(Assumptions(mtbf_hours=1.0), workload, job, None)

@@ -165,9 +165,11 @@ def test_plan_prints_the_restore_it_would_read(tmp_path, dlio_here):
     model = dlio_here([*DCP_70B, "++workload.restore.world_size=48", "++workload.restore.model_only=True"])
     assert "the model alone" in model.stdout and "read amplification 1.731" in model.stdout, model.stderr
 
-    same = dlio_here([*DCP_70B, "--read-bandwidth", "40GB/s"])  # no restore asked: the save's ranks
-    assert same.returncode == 0 and "restore:" not in same.stdout
-    assert f"load_seconds: {p.total_payload_bytes / 40e9:.4g}" in same.stdout
+    same = dlio_here([*DCP_70B, "--read-bandwidth", "40GB/s"])  # no restore asked: the save's ranks, as a run loads
+    assert same.returncode == 0 and "restore: 64 ranks, the save's, model and optimizer" in same.stdout
+    heaviest = max(sum(planned_size(fmt, f) for f in r.files) for r in p.ranks)  # each rank its own files whole,
+    metadata = sum(c.size for c in p.coordinator)  # after .metadata
+    assert f"load_seconds: {(heaviest + metadata) * 64 / 40e9:.4g}" in same.stdout
     assert list(tmp_path.iterdir()) == []
 
 
