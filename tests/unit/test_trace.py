@@ -88,3 +88,31 @@ def test_a_trace_is_the_format_dftracer_writes(dlio_here, tmp_path):
         event = json.loads(line)
         assert list(event)[:9] == ["id", "name", "cat", "pid", "tid", "ts", "dur", "ph", "args"], event
         assert event["ph"] == "X" and event["ts"] > 1_600_000_000 * 10**6  # microseconds since the epoch
+
+
+def test_a_trace_holds_at_most_a_batch_in_memory_and_loses_no_line_of_concurrent_threads(tmp_path):
+    """Four threads tracing at once: every line reaches the file, and memory never holds more than a batch."""
+    import gzip
+    import threading
+
+    from dlio_ckpt.io.trace import BATCH, Tracer
+
+    tracer, held = Tracer(3), []
+    tracer.start(str(tmp_path))
+
+    def calls(k: int) -> None:
+        for i in range(3 * BATCH):
+            tracer.call("write", f"f{k}", i * 1000, 1000, 4096, i * 4096)
+            held.append(len(tracer._lines))
+
+    threads = [threading.Thread(target=calls, args=(k,)) for k in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    tracer.close()
+    assert max(held) <= BATCH + 4  # a batch, and a line per thread appended while it is taken
+    events = [json.loads(line) for line in gzip.open(tmp_path / "3_trace.pfw.gz", "rt") if line.startswith("{")]
+    writes = [e for e in events if e["cat"] == "POSIX"]
+    assert len(writes) == 4 * 3 * BATCH and len({e["id"] for e in events}) == len(events)
+    assert Counter(e["args"]["fname"] for e in writes) == {f"f{k}": 3 * BATCH for k in range(4)}
