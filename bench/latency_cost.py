@@ -102,7 +102,7 @@ def one_run(folder: Path, overrides: list[str], timed_on: bool) -> tuple[float, 
     cli.get_comm = SelfComm  # type: ignore[assignment] - this process alone, as the tests' run_here does
     original = launch.timed_backend
     if not timed_on:
-        launch.timed_backend = lambda backend, recorder, tracer=None: backend  # type: ignore[assignment,return-value]
+        launch.timed_backend = lambda backend, recorder: backend  # type: ignore[assignment,return-value]
     handlers = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
         t = cpu()

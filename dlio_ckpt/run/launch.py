@@ -52,8 +52,11 @@ def start(workload: Workload, comm: Comm, world_size: int, state: RunState,
     state.tracer = Tracer(comm.rank) if workload.checkpoint.trace else None  # a sweep's points share the state
     state.phase = "storage checks"
     placement = place(comm, workload.hosts.simulate)
-    tiers: list = [timed_backend(tier_backend(workload, k, comm.local_rank, placement.node_folder), LatencyRecorder(),
-                                 state.tracer) for k in range(len(workload.storages))]
+    tiers: list = [timed_backend(tier_backend(workload, k, comm.local_rank, placement.node_folder), LatencyRecorder())
+                   for k in range(len(workload.storages))]
+    for backend in tiers:
+        if isinstance(backend, TimedBackend):
+            backend.tracer = state.tracer
     ctx = RunContext(workload, comm, tiers[0], world_size, state, watchdog, tiers=tiers, placement=placement)
     mode.preflight(ctx)
     if ctx.plan is not None:

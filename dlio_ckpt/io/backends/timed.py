@@ -329,9 +329,9 @@ class TimedBackend(Backend):
         return self.inner.device_memory()
 
 
-def timed_backend(backend: Backend, recorder: LatencyRecorder, tracer: Tracer | None = None) -> TimedBackend:
-    """``backend`` with its calls recorded in ``recorder`` (and traced by ``tracer``, if any; a backend already
-    timed is re-pointed, not wrapped twice)."""
+def timed_backend(backend: Backend, recorder: LatencyRecorder) -> TimedBackend:
+    """``backend`` with its calls recorded in ``recorder`` (a backend already timed is re-pointed, not
+    wrapped twice)."""
     inner = backend.inner if isinstance(backend, TimedBackend) else backend
-    return TimedBackend(inner, recorder, tracer)
+    return TimedBackend(inner, recorder)
 
