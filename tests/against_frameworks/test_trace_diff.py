@@ -1,10 +1,10 @@
 """``trace-diff``: a real ``dcp.save`` (``mode=fsdp``: FSDP2 on CPU, ``FileSystemWriter``, torch 2.13.0) traced
 with ``strace -f -ttt -T -y`` is held against runs of the same job in DCP's layout: played as DCP plays it
 (``io_pattern=framework``) its write sizes are DCP's (KS distance under DLIO's 0.1), with as many writes, fsyncs,
-renames and writer threads; streamed (``io_pattern=stream``) they are not, and the verdict says far. The timing
-criteria (gap KS, throughput ratio) are shown by the command and not asserted here: a timer is no pass mark.
-Counterparts: ``unit/test_trace_diff.py`` (the readers and the KS distance), ``unit/test_trace.py`` (the run's
-trace)."""
+renames and writer threads; streamed (``io_pattern=stream``) they are not, and the verdict says far. Each run's
+processes' traces hold the calls its summary.json counts, kind by kind. The timing criteria (gap KS, throughput
+ratio) are shown by the command and not asserted here: a timer is no pass mark. Counterparts:
+``unit/test_trace_diff.py`` (the readers and the KS distance), ``unit/test_trace.py`` (the run's trace)."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ import os
 import shutil
 import subprocess
 import sys
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -65,6 +66,14 @@ def test_a_real_dcp_save_is_close_in_sizes_to_the_framework_pattern_and_far_from
         (phase,) = json.loads(r.stdout)["phases"]
         assert phase["phase"] == "save" and r.returncode == (0 if phase["close"] else 1)
         found[pattern] = phase
+        # each process's trace, read as dftracer-analyzer's reader reads it: the job's calls, kind by kind
+        utils = pytest.importorskip("dftracer.utils")
+        traces = sorted(run.glob("*_trace.pfw.gz"))
+        assert [t.name for t in traces] == ["0_trace.pfw.gz", "1_trace.pfw.gz"]
+        calls = Counter(e["name"] for t in traces for e in utils.TraceViewer(str(t)).collect().to_dicts()
+                        if e["cat"] == "POSIX")
+        kinds = json.loads((run / "summary.json").read_text())["latency"]["run"]["kinds"]
+        assert calls == Counter({kind: f["count"] for kind, f in kinds.items()}), pattern
     played, streamed = found["framework"], found["stream"]
     assert played["write_size_ks"] < 0.1, played
     assert not [f for f in played["failed"] if "size" in f], played["failed"]
