@@ -233,7 +233,7 @@ class Checkpoint(Section):
     progress_interval: float = Field(10.0, gt=0, description="seconds between progress lines when not on a terminal")
     trace: bool = Field(False, description="each process writes every storage call it makes (rank, thread, file, "
                         "offset, size, phase, checkpoint) and the run's phases and checkpoints into the run folder as "
-                        "a DFTracer trace, {rank}_trace.pfw.gz (dftracer-analyzer and Perfetto open it; trace-diff "
+                        "a DFTracer trace, {rank}_trace.pfw.gz (DFTracer's format: dftracer-utils reads it; trace-diff "
                         "compares it with a job's trace). Real modes: the framework's own calls are not in it")
     chunk_size: Bytes = Field(ByteSize(8 * MIB), ge=4096, le=64 * MIB, multiple_of=4096, description="bytes per "
                             "write or read request; each request in flight holds two and 1 MiB "

@@ -1,7 +1,7 @@
 """One process's trace of its storage calls in DFTracer's format (``checkpoint.trace``): the ``.pfw.gz`` file
-DLIO's own profiler writes, which dftracer-utils, dftracer-analyzer and Perfetto open.
+DLIO's own profiler writes, which DFTracer's tools read (the tests read it with dftracer-utils' ``TraceViewer``).
 
-The format, as DFTracer writes it: a line ``[``, then one Chrome trace event a line, a complete event
+The format, as DFTracer's ChromeWriter writes it: a line ``[``, then one Chrome trace event a line, a complete event
 (``"ph":"X"``) with ``id``, ``name``, ``cat``, ``pid``, ``tid``, ``ts`` and ``dur`` in microseconds since the
 epoch, and ``args``. A storage call is an event of category ``POSIX`` named by its kind as ``summary.json``'s
 latency sections count it (``write``, ``fsync``, ``coordinator write``...), its args the file (``fname``, as

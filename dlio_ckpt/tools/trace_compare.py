@@ -71,19 +71,23 @@ def _opened(path: Path) -> Iterator[str]:
         yield from fh
 
 
-def is_dftracer(path: Path) -> bool:
-    """Whether ``path`` is a DFTracer trace (by its first non-empty line: ``[`` or an event)."""
-    for line in _opened(path):
-        if line.strip():
-            return line.strip() in ("[", "[{") or line.lstrip().startswith("{")
-    return False
+def first_line(path: Path) -> str | None:
+    """The first line of ``path`` that is not blank (None: the file holds none, as DFTracer leaves a forked
+    process's file that traced nothing)."""
+    return next((line.strip() for line in _opened(path) if line.strip()), None)
+
+
+def is_dftracer(line: str) -> bool:
+    """Whether a trace whose first line is ``line`` is DFTracer's (``[`` or an event), not strace's."""
+    return line.startswith(("[", "{"))
 
 
 def dftracer_calls(paths: Iterable[Path]) -> list[Call]:
     """Every file call of DFTracer traces, with the phase and checkpoint its args name (a job's DFTracer trace names
     none). DFTracer's own form and ours alike: an event a line, ``ph`` "X" (or 1, DFTracer 2's), its file
-    as ``args.fname`` or as a hash (``fhash``) named by a metadata event ``FH``; a kind not in :data:`KINDS`
-    (a stat, a mkdir) is not counted."""
+    as ``args.fname`` or as a hash (``fhash``) named by a metadata event ``FH``, its bytes as ``size`` (ours) or
+    as the call's result ``ret`` (DFTracer's); a kind not in :data:`KINDS` (a stat, a mkdir, a seek) is not
+    counted, nor a failed call."""
     events: list[dict[str, Any]] = []
     names: dict[str, str] = {}
     for path in paths:
@@ -104,7 +108,9 @@ def dftracer_calls(paths: Iterable[Path]) -> list[Call]:
         if kind is None:
             continue
         file = args.get("fname") or names.get(str(args.get("fhash")), "")
-        size = args.get("size") if kind in DATA else 0
+        size = args.get("size", args.get("ret")) if kind in DATA else 0
+        if int(args.get("ret", 0)) < 0:
+            continue
         out.append(Call(kind, str(file), int(e.get("tid", 0)), float(e["ts"]), float(e.get("dur", 0)),
                         int(size or 0), args.get("phase"), args.get("checkpoint")))
     return out
@@ -176,7 +182,9 @@ def job_calls(paths: list[Path], under: str | None) -> list[Call]:
     missing = [str(f) for f in files if not f.is_file()]
     if missing:
         raise ConfigError("TRACE", missing[0], "is not a file")
-    traced = dftracer_calls(files) if all(is_dftracer(f) for f in files) else strace_calls(files)
+    firsts = {f: first_line(f) for f in files}
+    files = [f for f, line in firsts.items() if line is not None]
+    traced = dftracer_calls(files) if all(is_dftracer(str(firsts[f])) for f in files) else strace_calls(files)
     keep = (lambda f: f.startswith(os.path.join(os.path.abspath(under), ""))) if under else _not_system
     return [c for c in traced if keep(c.file)]
 

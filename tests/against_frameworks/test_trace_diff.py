@@ -1,10 +1,11 @@
 """``trace-diff``: a real ``dcp.save`` (``mode=fsdp``: FSDP2 on CPU, ``FileSystemWriter``, torch 2.13.0) traced
-with ``strace -f -ttt -T -y`` is held against runs of the same job in DCP's layout: played as DCP plays it
-(``io_pattern=framework``) its write sizes are DCP's (KS distance under DLIO's 0.1), with as many writes, fsyncs,
-renames and writer threads; streamed (``io_pattern=stream``) they are not, and the verdict says far. Each run's
-processes' traces hold the calls its summary.json counts, kind by kind. The timing criteria (gap KS, throughput
-ratio) are shown by the command and not asserted here: a timer is no pass mark. Counterparts:
-``unit/test_trace_diff.py`` (the readers and the KS distance), ``unit/test_trace.py`` (the run's trace)."""
+with ``strace -f -ttt -T -y``, and again with DFTracer 2.2.0 (its preloaded library), is held against runs of the
+same job in DCP's layout: played as DCP plays it (``io_pattern=framework``) its write sizes are DCP's (KS distance
+under DLIO's 0.1), with as many writes, fsyncs, renames and writer threads; streamed (``io_pattern=stream``) they
+are not, and the verdict says far. Each run's processes' traces hold the calls its summary.json counts, kind by
+kind. The timing criteria (gap KS, throughput ratio) are shown by the command and not asserted here: a timer is no
+pass mark. Counterparts: ``unit/test_trace_diff.py`` (the readers and the KS distance), ``unit/test_trace.py``
+(the run's trace)."""
 
 from __future__ import annotations
 
@@ -34,51 +35,65 @@ STRACE = ["strace", "-f", "-ttt", "-T", "-y", "-qq", "--seccomp-bpf", "-e",
           "rename,renameat,renameat2,close"]
 
 
-def run_job(work: Path, args: list[str], strace: Path | None = None) -> Path:
-    """The job on two processes (under strace into ``strace`` where given); its run folder."""
-    cmd = [str(MPIEXEC), "-n", "2", sys.executable, "-m", "dlio_ckpt", "run", *JOB, *args,
+def run_job(work: Path, args: list[str], tracer: list[str] = (), env: dict[str, str] | None = None) -> Path:
+    """The job on two processes (its command after ``tracer``, with ``env`` added); its run folder."""
+    work.mkdir(exist_ok=True)
+    cmd = [*tracer, str(MPIEXEC), "-n", "2", sys.executable, "-m", "dlio_ckpt", "run", *JOB, *args,
            f"++workload.storage.storage_root={work / 'root'}", f"hydra.run.dir={work / 'out'}"]
-    if strace is not None:
-        cmd = [*STRACE, "-o", str(strace), *cmd]
     r = subprocess.run(cmd, cwd=work, capture_output=True, text=True, timeout=300,
-                       env={**os.environ, "PYTHONPATH": str(REPO)})
+                       env={**os.environ, "PYTHONPATH": str(REPO), **(env or {})})
     assert r.returncode == 0, r.stderr[-3000:]
     return work / "out"
 
 
+def dftracer_preload(work: Path) -> dict[str, str]:
+    """DFTracer 2.2.0's preloaded library tracing every process's calls on files under ``work``'s storage root
+    into ``work/traces/job-*.pfw.gz``, as DFTracer's documentation has a job traced."""
+    dftracer = pytest.importorskip("dftracer")
+    package = Path(dftracer.__file__).parent
+    (work / "traces").mkdir(parents=True)
+    return {"LD_PRELOAD": str(package / "lib64" / "libdftracer_preload.so"),
+            "LD_LIBRARY_PATH": str(package.parent / "dftracer.libs"), "DFTRACER_ENABLE": "1",
+            "DFTRACER_INIT": "PRELOAD", "DFTRACER_INC_METADATA": "1",
+            "DFTRACER_LOG_FILE": str(work / "traces" / "job"), "DFTRACER_DATA_DIR": str(work / "root")}
+
+
 def test_a_real_dcp_save_is_close_in_sizes_to_the_framework_pattern_and_far_from_the_stream(tmp_path, dlio_here):
+    """The real save traced twice, by strace and by DFTracer; each trace held against the two emulated runs."""
     if not MPIEXEC.exists() or shutil.which("strace") is None:
         pytest.skip("mpiexec from the mpich wheel and strace are needed")
-    (tmp_path / "real").mkdir()
-    run_job(tmp_path / "real", ["++workload.mode=fsdp", f"++workload.fsdp.thread_count={WRITERS}"],
-            strace=tmp_path / "real" / "job.strace")
-    step = tmp_path / "real" / "root" / "checkpoints" / "tiny" / "global_epoch1_step1"
-    found = {}
+    utils = pytest.importorskip("dftracer.utils")
+    real = ["++workload.mode=fsdp", f"++workload.fsdp.thread_count={WRITERS}"]
+    run_job(tmp_path / "strace", real, tracer=[*STRACE, "-o", str(tmp_path / "strace" / "job.strace")])
+    run_job(tmp_path / "dftracer", real, env=dftracer_preload(tmp_path / "dftracer"))
+    jobs = {"strace": [tmp_path / "strace" / "job.strace"], "dftracer": [tmp_path / "dftracer" / "traces"]}
+    runs = {}
     for pattern in ("framework", "stream"):
-        (tmp_path / pattern).mkdir()
-        run = run_job(tmp_path / pattern, ["++workload.checkpoint.layout=dcp",
-                                           f"++workload.checkpoint.files_per_rank={WRITERS}",
-                                           f"++workload.checkpoint.io_pattern={pattern}",
-                                           "++workload.checkpoint.trace=True"])
-        r = dlio_here(["trace-diff", str(tmp_path / "real" / "job.strace"), str(run), "--under", str(step),
-                       "--format", "json"])
-        assert r.returncode in (0, 1), r.stderr
-        (phase,) = json.loads(r.stdout)["phases"]
-        assert phase["phase"] == "save" and r.returncode == (0 if phase["close"] else 1)
-        found[pattern] = phase
-        # each process's trace, read as dftracer-analyzer's reader reads it: the job's calls, kind by kind
-        utils = pytest.importorskip("dftracer.utils")
+        run = runs[pattern] = run_job(tmp_path / pattern, ["++workload.checkpoint.layout=dcp",
+                                                           f"++workload.checkpoint.files_per_rank={WRITERS}",
+                                                           f"++workload.checkpoint.io_pattern={pattern}",
+                                                           "++workload.checkpoint.trace=True"])
+        # each process's trace, read as dftracer-analyzer's reader reads it: the run's calls, kind by kind
         traces = sorted(run.glob("*_trace.pfw.gz"))
         assert [t.name for t in traces] == ["0_trace.pfw.gz", "1_trace.pfw.gz"]
         calls = Counter(e["name"] for t in traces for e in utils.TraceViewer(str(t)).collect().to_dicts()
                         if e["cat"] == "POSIX")
         kinds = json.loads((run / "summary.json").read_text())["latency"]["run"]["kinds"]
         assert calls == Counter({kind: f["count"] for kind, f in kinds.items()}), pattern
-    played, streamed = found["framework"], found["stream"]
-    assert played["write_size_ks"] < 0.1, played
-    assert not [f for f in played["failed"] if "size" in f], played["failed"]
-    job, run = played["job"], played["run"]
-    assert (run["writes"], run["fsyncs"], run["renames"], run["threads"]) == \
-        (job["writes"], job["fsyncs"], job["renames"], job["threads"]), (job, run)
-    assert streamed["write_size_ks"] >= 0.1 and not streamed["close"], streamed
-    assert any(f.startswith("write size KS") for f in streamed["failed"]), streamed["failed"]
+    for tool, trace in jobs.items():
+        step = tmp_path / tool / "root" / "checkpoints" / "tiny" / "global_epoch1_step1"
+        found = {}
+        for pattern, run in runs.items():
+            r = dlio_here(["trace-diff", *map(str, trace), str(run), "--under", str(step), "--format", "json"])
+            assert r.returncode in (0, 1), r.stderr
+            (phase,) = json.loads(r.stdout)["phases"]
+            assert phase["phase"] == "save" and r.returncode == (0 if phase["close"] else 1)
+            found[pattern] = phase
+        played, streamed = found["framework"], found["stream"]
+        assert played["write_size_ks"] < 0.1, (tool, played)
+        assert not [f for f in played["failed"] if "size" in f], (tool, played["failed"])
+        job, run = played["job"], played["run"]
+        assert (run["writes"], run["fsyncs"], run["renames"], run["threads"]) == \
+            (job["writes"], job["fsyncs"], job["renames"], job["threads"]), (tool, job, run)
+        assert streamed["write_size_ks"] >= 0.1 and not streamed["close"], (tool, streamed)
+        assert any(f.startswith("write size KS") for f in streamed["failed"]), (tool, streamed["failed"])

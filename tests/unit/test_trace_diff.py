@@ -10,7 +10,7 @@ import json
 
 import pytest
 
-from dlio_ckpt.tools.trace_compare import Call, dftracer_calls, gaps, ks_distance, strace_calls
+from dlio_ckpt.tools.trace_compare import Call, gaps, job_calls, ks_distance, strace_calls
 
 
 @pytest.mark.parametrize(("a", "b", "d"), [
@@ -58,21 +58,25 @@ def test_strace_lines_become_calls_with_their_thread_file_time_and_size(tmp_path
 
 
 def test_dftracer_2s_own_form_is_read_too(tmp_path):
-    """As dftracer 2.2.0 writes it (seen here from pydftracer 2.0.6): no ``[``, ``ph`` 1, the file as a hash
-    named by an ``FH`` metadata event."""
+    """As DFTracer 2.2.0's preloaded library wrote a real ``dcp.save``'s calls (fields as seen): no ``[``, ``ph`` 1,
+    the file as a hash named by an ``FH`` metadata event, a write's bytes as its result ``ret``; a seek is no call
+    compared, a failed call none at all, and a forked process's empty file is passed over."""
     lines = [
         {"name": "FH", "cat": "dftracer", "type": 1, "pid": 3, "tid": 3, "ph": 4,
          "args": {"hhash": "h", "name": "/ck/a.distcp", "value": "f1"}},
-        {"id": 2, "name": "write", "cat": "POSIX", "type": 6, "pid": 3, "tid": 4, "ts": 100, "dur": 5, "ph": 1,
-         "args": {"hhash": "h", "fhash": "f1", "size": 704, "offset": 0}},
-        {"id": 3, "name": "fsync", "cat": "POSIX", "type": 6, "pid": 3, "tid": 4, "ts": 110, "dur": 50, "ph": 1,
-         "args": {"hhash": "h", "fhash": "f1"}},
-        {"id": 4, "name": "stat", "cat": "POSIX", "type": 6, "pid": 3, "tid": 4, "ts": 170, "dur": 1, "ph": 1,
+        {"id": 7, "name": "lseek64", "cat": "POSIX", "type": 3, "pid": 3, "tid": 4, "ts": 90, "dur": 4, "ph": 1,
+         "args": {"hhash": "h", "ret": 0, "whence": 1, "offset": 0, "fhash": "f1"}},
+        {"id": 11, "name": "write", "cat": "POSIX", "type": 3, "pid": 3, "tid": 4, "ts": 100, "dur": 13, "ph": 1,
+         "args": {"hhash": "h", "ret": 1261, "count": 1261, "fhash": "f1"}},
+        {"id": 12, "name": "write", "cat": "POSIX", "type": 3, "pid": 3, "tid": 4, "ts": 105, "dur": 1, "ph": 1,
+         "args": {"hhash": "h", "ret": -1, "count": 1261, "fhash": "f1"}},
+        {"id": 661, "name": "fsync", "cat": "POSIX", "type": 3, "pid": 3, "tid": 4, "ts": 110, "dur": 3629, "ph": 1,
          "args": {"hhash": "h", "fhash": "f1"}}]
-    with gzip.open(tmp_path / "job-app.pfw.gz", "wt") as fh:
+    with gzip.open(tmp_path / "job-1-preload.pfw.gz", "wt") as fh:
         fh.write("\n".join(json.dumps(e) for e in lines) + "\n")
-    assert dftracer_calls([tmp_path / "job-app.pfw.gz"]) == [Call("write", "/ck/a.distcp", 4, 100.0, 5.0, 704),
-                                                              Call("fsync", "/ck/a.distcp", 4, 110.0, 50.0, 0)]
+    (tmp_path / "job-2-fork.pfw.gz").write_bytes(b"")
+    assert job_calls([tmp_path], None) == [Call("write", "/ck/a.distcp", 4, 100.0, 13.0, 1261),
+                                           Call("fsync", "/ck/a.distcp", 4, 110.0, 3629.0, 0)]
 
 
 def test_the_gaps_are_between_data_calls_starts_every_thread_together():
