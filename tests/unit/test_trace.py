@@ -116,3 +116,29 @@ def test_a_trace_holds_at_most_a_batch_in_memory_and_loses_no_line_of_concurrent
     writes = [e for e in events if e["cat"] == "POSIX"]
     assert len(writes) == 4 * 3 * BATCH and len({e["id"] for e in events}) == len(events)
     assert Counter(e["args"]["fname"] for e in writes) == {f"f{k}": 3 * BATCH for k in range(4)}
+
+
+def test_a_failed_runs_trace_is_whole_up_to_the_fault(dlio_here, tmp_path, monkeypatch):
+    """The storage fills in the middle of the save: the run fails, and its trace is a whole file holding the save's
+    calls up to the fault (the trace of a failed run is the one a user asks for)."""
+    import errno
+
+    from dlio_ckpt.io.backends import local_fs
+
+    write, seen = local_fs.LocalWriter.write, []
+
+    def full_after_ten(self, data):
+        seen.append(self.path)
+        if len(seen) > 10 and self.path.endswith(".distcp"):
+            raise local_fs._fail("write failed on", self.path, OSError(errno.ENOSPC, "No space left on device"))
+        write(self, data)
+
+    monkeypatch.setattr(local_fs.LocalWriter, "write", full_after_ten)
+    r = dlio_here([*JOB, "++workload.checkpoint.trace=True", "++workload.storage.storage_root=root",
+                   "hydra.run.dir=out"])
+    assert r.returncode == 1 and "No space left on device" in r.stderr, r.stderr
+    assert load(tmp_path / "out" / "summary.json")["status"] == "failed"
+    seen_events = events(tmp_path / "out")
+    writes = [e for e in seen_events if e["cat"] == "POSIX" and e["name"] == "write" and e["args.phase"] == "save"]
+    assert 0 < len(writes) <= 10
+    assert [e["name"] for e in seen_events if e["cat"] == "phase"][-1] == "save"
