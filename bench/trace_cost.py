@@ -6,15 +6,15 @@ Three figures:
 1. ``ours``: :meth:`dlio_ckpt.io.trace.Tracer.call` a million times with a write's args (file, offset, size), then
    the file closed: formatting, the batch, gzip (level 1), writing. CPU seconds per million events.
 2. ``pydftracer``: the same million events through pydftracer's ``dftracer.log_event`` (DFTracer's C++ writer,
-   its default compression), run by ``--pydftracer-python`` (an interpreter with dftracer and pydftracer
-   installed: ``pip install dftracer pydftracer``); skipped without it.
+   its default compression), in a process of its own (``--pydftracer-python``: an interpreter with dftracer and
+   pydftracer; this one by default, whose requirements.txt has them).
 3. ``runs``: an emulated run in this process (``workload=tiny``, 2 ranks, 4 saves and 4 loads, local files under
    ``--folder``), the trace off and on in alternating rounds, the median wall time of each over ``--rounds``
    rounds, for the stream pattern (8 MiB requests) and the framework pattern (DCP's calls); with the events the
    trace held, and those events times the per-event cost of (1) over the run's time (a steadier estimate than the
    difference of two medians on a shared machine).
 
-Usage: .venv/bin/python bench/trace_cost.py [--folder /tmp/trace_cost] [--rounds 5] [--pydftracer-python PY]
+Usage: .venv/bin/python bench/trace_cost.py [--folder /tmp/trace_cost] [--rounds 9] [--pydftracer-python PY]
 """
 
 from __future__ import annotations
@@ -115,14 +115,14 @@ def one_run(folder: Path, overrides: list[str], trace: bool) -> tuple[float, flo
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--folder", default="/tmp/trace_cost")
-    p.add_argument("--rounds", type=int, default=5)
-    p.add_argument("--pydftracer-python", metavar="PY", help="an interpreter with dftracer and pydftracer")
+    p.add_argument("--rounds", type=int, default=9)
+    p.add_argument("--pydftracer-python", metavar="PY", default=sys.executable,
+                   help="an interpreter with dftracer and pydftracer (default: this one)")
     args = p.parse_args()
     mine = statistics.median(ours() for _ in range(3))
     print(f"ours: {mine:.3f} CPU s per million events ({mine:.3f} us per event)")
-    if args.pydftracer_python:
-        theirs = statistics.median(pydftracer(args.pydftracer_python) for _ in range(3))
-        print(f"pydftracer: {theirs:.3f} CPU s per million events ({theirs:.3f} us per event)")
+    theirs = statistics.median(pydftracer(args.pydftracer_python) for _ in range(3))
+    print(f"pydftracer: {theirs:.3f} CPU s per million events ({theirs:.3f} us per event)")
     patterns = {"stream (8 MiB requests)": ["++workload.checkpoint.io_pattern=stream"],
                 "framework (dcp, torch.save's calls)": ["++workload.checkpoint.layout=dcp",
                                                         "++workload.model.parallelism.tensor=1"]}
