@@ -79,7 +79,8 @@ print(cpu() - t)
 
 def pydftracer(python: str) -> float:
     """CPU seconds per million events through pydftracer (in ``python``, a process of its own)."""
-    r = subprocess.run([python, "-c", PYDFTRACER], capture_output=True, text=True, timeout=600)
+    with tempfile.TemporaryDirectory() as cwd:  # DFTracer leaves its own log (dft.log) where it runs
+        r = subprocess.run([python, "-c", PYDFTRACER], capture_output=True, text=True, timeout=600, cwd=cwd)
     if r.returncode != 0:
         raise SystemExit(f"pydftracer failed: {r.stderr[-2000:]}")
     return float(r.stdout.strip().splitlines()[-1])
