@@ -261,6 +261,7 @@ def test_waiting_is_not_a_stall_the_rank_whose_request_is_held_is(tmp_path, s3_s
     from dlio_ckpt.plan.layouts import make_plan
 
     workload, _, _ = compose(["workload=tiny"], None)
+    assert held, f"the job ended before step 2's first request: {err}"
     (sender,) = [r.rank for r in make_plan(workload, 2).ranks
                  if any(held[0].rsplit("/", 1)[1].startswith(f"{f.stem}.") for f in r.files)]
     stalled = [line for line in err.splitlines() if "no I/O progress for" in line]
