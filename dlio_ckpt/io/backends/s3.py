@@ -88,6 +88,11 @@ def explain(exc: Exception) -> str:
         return f"connection refused ({text})"
     if "throttled" in text.lower() or "SlowDown" in text:
         return f"throttled: the server answered 503 SlowDown to every attempt (storage_options.max_attempts) ({text})"
+    if "REQUEST_HAS_COMPLETED" in text or "previous write operation did not complete" in text:
+        # the store refused or lost a part: the CRT failed the upload in the background and kept no answer; a later
+        # write, or the close, finds only that the upload is over
+        return ("a part of this multipart upload was refused or lost, and s3torchconnector's client keeps no cause "
+                f"(storage_options.library=botocore names the store's answer) ({text})")
     return text
 
 
@@ -120,17 +125,7 @@ class S3Writer:
         try:
             self._stream.write(data)
         except CLIENT_ERRORS as exc:
-            raise failure("write failed on", self.url, self._cause(exc)) from None
-
-    def _cause(self, exc: Exception) -> Exception:
-        """Why a write failed. When the store refuses or loses one part of a multipart upload, the CRT fails the
-        whole upload in the background, and the next write says only that the request "has already completed"
-        (closing the stream then says "a previous write operation did not complete"): the part's own error is
-        not kept by the client, so the message says what is known instead of the CRT's riddle."""
-        if "REQUEST_HAS_COMPLETED" not in str(exc):
-            return exc
-        return RuntimeError("a part of this multipart upload was refused or lost, and s3torchconnector's client "
-                            "does not keep the store's answer (storage_options.library=botocore names it)")
+            raise failure("write failed on", self.url, exc) from None
 
     def finish(self) -> None:
         try:
