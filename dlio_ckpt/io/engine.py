@@ -835,10 +835,11 @@ class Engine:
         def emit(lo: int, hi: int) -> None:
             window, patches = _span_of(w.data, task, lo, hi)
             with _formatted(window, patches):
-                t0 = time.thread_time()
-                for start, end in payloads:
-                    zlib.crc32(window[start - lo:end - lo])  # torch.save's CRC-32 of each record; not written
-                self._played(time.thread_time() - t0)
+                if payloads:
+                    t0 = time.thread_time()
+                    for start, end in payloads:
+                        zlib.crc32(window[start - lo:end - lo])  # torch.save's CRC-32 of each record; not written
+                    self._played(time.thread_time() - t0)
                 writer.write(window)
             payloads.clear()
             self._progress(task.path, hi - lo)
@@ -859,20 +860,15 @@ class Engine:
                 self._copy_from_device(n)
             for at in range(offset, offset + n, piece) if payload else (offset,):  # beyond LARGEST_CALL: pieces
                 m = min(piece, offset + n - at) if payload else n
-                if m <= size - kept:
-                    kept_at, kept = (kept_at, kept + m) if kept else (at, m)
-                else:
-                    if kept:
-                        emit(kept_at, kept_at + kept)
-                    kept_at, kept = at, m
-                    if m > size:
-                        kept = 0
-                        if payload:
-                            payloads.append((at, at + m))
-                        emit(at, at + m)
-                        continue
+                if kept and m > size - kept:  # no room left: what is kept goes out first
+                    emit(kept_at, kept_at + kept)
+                    kept = 0
                 if payload:
                     payloads.append((at, at + m))
+                if m > size:  # larger than the buffer: written at once, whole
+                    emit(at, at + m)
+                else:
+                    kept_at, kept = (kept_at, kept + m) if kept else (at, m)
             offset += n
         if offset != task.size:
             raise AssertionError(f"{task.path}: calls of {offset} bytes for a file of {task.size}")
@@ -1119,8 +1115,9 @@ class Engine:
         """One read of a framework: ``n`` bytes from ``at`` (in pieces of at most :data:`LARGEST_CALL`),
         compared with what was written there. ``into``: by ``readinto`` (``torch.load``'s), else by ``read``
         (``pickle.load``'s, DCP's bytes): CPython's buffer serves the two differently (``read`` asks storage
-        for whole blocks and buffers the rest, ``readinto`` reads the remainder through). Its progress is its
-        caller's to tell."""
+        for whole blocks and buffers the rest, ``readinto`` reads the remainder through). A piece of
+        at least :data:`TOLD_AT_LEAST` is told to the progress at once (the watchdog hears of a long read as it goes);
+        the bytes told are returned, the rest left to the caller, who tells them an item at a time."""
         buffered.seek(at)  # a read of nothing is a seek alone (torch.load's to the end, for the size)
         told = 0
         for lo in range(at, at + n, LARGEST_CALL):
@@ -1196,8 +1193,9 @@ class Engine:
                     n = min(self._chunk, stop - pos)
                     got = worker.readbuf[:n]
                     filled = reader.read_at(got, pos)
-                    if filled < min(n, task.size - pos):
-                        raise VerifyError(f"{task.path}: has {pos + filled} bytes, planned {task.size}")
+                    if filled < min(n, task.size - pos):  # the file's size is not asked: where it fell short
+                        raise VerifyError(f"{task.path}: ends before offset {pos + min(n, task.size - pos)}, planned "
+                                          f"{task.size} bytes")
                     if self._verify and self.options.verify:
                         self._check_span(worker, task, got, pos, pos, min(end, pos + filled))
                     total += filled

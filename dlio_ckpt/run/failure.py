@@ -154,7 +154,7 @@ class Watchdog:
 
     def progress(self, file: str | None = None) -> None:
         self._last = time.monotonic()
-        if file is not None:
+        if file is not None and file != self.state.file:  # a set on RunState goes through its tracer's hook
             self.state.file = file
 
     def __enter__(self) -> Watchdog:

@@ -52,18 +52,26 @@ def kind_class(kind: str) -> str:
     return "data" if base in DATA_KINDS else "request"
 
 
-class _TimedWriter:
+class _Traced:
+    """A file's timed calls, also told to the trace where there is one (with the file and a running offset)."""
+
+    def __init__(self, rec: LatencyRecorder, path: str, trace: Tracer | None) -> None:
+        self._rec, self._path, self._trace, self._offset = rec, path, trace, 0
+
+    def _traced(self, kind: str, t0: int, ns: int, size: int | None = None, offset: int | None = None) -> None:
+        if self._trace is not None:
+            self._trace.call(kind, self._path, t0, ns, size, offset)
+
+
+class _TimedWriter(_Traced):
     """A writer whose calls are timed: ``write``/``write_at`` as data requests with their bytes, ``finish`` as
     the close (on an object store, the upload's completion)."""
 
     def __init__(self, inner: Writer, rec: LatencyRecorder, prefix: str, path: str = "",
                  trace: Tracer | None = None) -> None:
-        self._w, self._rec, self._path, self._trace, self._offset = inner, rec, path, trace, 0
+        super().__init__(rec, path, trace)
+        self._w = inner
         self._write, self._close, self._fsync = prefix + "write", prefix + "close", prefix + "fsync"
-
-    def _traced(self, kind: str, t0: int, ns: int, size: int | None = None, offset: int | None = None) -> None:
-        if self._trace is not None:
-            self._trace.call(kind, self._path, t0, ns, size, offset)
 
     def write(self, data: memoryview) -> None:
         t0 = perf_counter_ns()
@@ -112,17 +120,14 @@ class _TimedFileWriter(_TimedSyncingWriter):
         self._offset += n
 
 
-class _TimedReader:
+class _TimedReader(_Traced):
     """A reader whose requests are timed (``readinto``, ``read_at``), its ``size`` as a stat, ``close`` as a close."""
 
     def __init__(self, inner: Any, rec: LatencyRecorder, prefix: str, path: str = "",
                  trace: Tracer | None = None) -> None:
-        self._r, self._rec, self._path, self._trace, self._offset = inner, rec, path, trace, 0
+        super().__init__(rec, path, trace)
+        self._r = inner
         self._read, self._close, self._stat = prefix + "read", prefix + "close", prefix + "stat"
-
-    def _traced(self, kind: str, t0: int, ns: int, size: int | None = None, offset: int | None = None) -> None:
-        if self._trace is not None:
-            self._trace.call(kind, self._path, t0, ns, size, offset)
 
     def readinto(self, buf: memoryview) -> int:
         t0 = perf_counter_ns()
