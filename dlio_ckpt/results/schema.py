@@ -428,6 +428,9 @@ class Scaled(Section):
     this_run: SizeFigures = Field(description="this run's checkpoint")
     full_size: SizeFigures = Field(description="the full size's")
     projected_full_size: Projection | None = Field(None, description="this run's times at the full size")
+    full_size_load_bytes_read: int | None = Field(None, description="what one load reads at the full size, as "
+                                                  "the layout's restore reads it (io.restore.bytes_read there): a "
+                                                  "sweep over checkpoint.scale projects the load to it")
 
 
 class Reference(Section):

@@ -369,8 +369,10 @@ def cpu_bound_phases(checkpoints: Checkpoints | None) -> list[str]:
 
 
 PROJECTION_BASIS = ("a projection, not a measurement: this run's mean times x the full size's bytes per checkpoint / "
-                    "this run's; it assumes time grows with bytes at the bandwidth this run reached (no fixed cost "
-                    "per file or request grows with it) and no more processes than this run's")
+                    "this run's; it assumes all of the time grows with bytes at the bandwidth this run reached, so "
+                    "it scales the time per file, item and call too and overstates where that is large (a "
+                    "CPU-bound run); a sweep over checkpoint.scale (two or more values) projects the two parts "
+                    "apart; no more processes than this run's")
 
 
 def projected(bytes_ratio: float, metric: Metric, cpu_bound: list[str]) -> Projection:

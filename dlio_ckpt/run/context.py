@@ -332,7 +332,9 @@ def finished_line(result: Summary, run_dir: str) -> str:
                  f"it the format's headers, {full.headers_share:.1%} at full size)"
                  + (f"; projected at full size, not measured (times x bytes): {times}" if times else "")
                  + (f" (CPU-bound {', '.join(ahead.cpu_bound)}: its projection scales the emulator's work)"
-                    if ahead is not None and ahead.cpu_bound else ""))
+                    if ahead is not None and ahead.cpu_bound else "")
+                 + ("; it scales the time per file, item and call too: a sweep over checkpoint.scale=a,b projects "
+                    "that part apart" if times else ""))
     return line
 
 

@@ -33,7 +33,7 @@ from dlio_ckpt.run.context import RunContext
 from dlio_ckpt.run.failure import RunState, Watchdog, on_signals, write_failed_summary
 from dlio_ckpt.run.launch import execute, probe_folder, redact, start
 from dlio_ckpt.run.steps import remove_ours, survey
-from dlio_ckpt.tools.sweep_results import write_sweep_files
+from dlio_ckpt.tools.sweep_results import projections, write_sweep_files
 
 WORLD_SIZE = "world_size"  # the logical world size, swept with --world-size 2,4,8
 FIRST_POINT = 1  # points are counted from 1 (sweep.json says so: earlier versions counted from 0)
@@ -190,6 +190,9 @@ def sweep(overrides: list[str], world_sizes: str | None, config_dir: str | None,
     if comm.rank == 0:
         if rows:  # none when out of time before the first point
             write_sweep_files(sweep_dir, points, rows, figures=True)
+            for projection in projections(list(points[0].values), rows):
+                for line in projection["lines"]:
+                    _say(comm, sweep_dir, f"projected: {line}")
         _say(comm, sweep_dir, f"sweep done: {sum(r['status'] == 'ok' for r in rows)} of {len(points)} points ok; "
              f"results in {sweep_dir}")
     return Outcome(1 if failed else 0, sweep_dir, rows)
@@ -267,12 +270,20 @@ def _row(p: Point, summary: dict[str, Any] | None, failure: str | None) -> dict[
                 row[f"{phase}_seconds"] = m[f"{phase}_checkpoint_duration_mean_seconds"]
                 slowest = [c["slowest_process"] for c in summary["checkpoints"][phase]]
                 row[f"{phase}_slowest_process"] = max(set(slowest), key=slowest.count)
+                row[f"{phase}_cpu_bound"] = any((c.get("cpu") or {}).get("bound")
+                                                for c in summary["checkpoints"][phase])
         amplification = summary.get("io", {}).get("restore", {}).get("read_amplification")
         if "load_seconds" in row and amplification is not None:
             row["load_read_amplification"] = amplification
         if reads := [c["read_GiB_per_second"] for c in summary["checkpoints"]["load"] if "read_GiB_per_second" in c]:
             row["load_read_GiB_per_s"] = sum(reads) / len(reads)  # what the storage delivered: bytes read / time
         row["checkpoint_GiB"] = m["checkpoint_size_GiB"]
+        if scaled := summary.get("io", {}).get("scaled"):  # what a projection across scales fits: the bytes each
+            row["full_size_bytes"] = scaled["full_size"]["bytes_per_checkpoint"]  # phase moved, and at full size
+            row["full_size_load_bytes"] = scaled.get("full_size_load_bytes_read")
+            for phase in ("save", "load"):
+                if moved := [c["bytes"] for c in summary["checkpoints"][phase]]:
+                    row[f"{phase}_bytes"] = sum(moved) / len(moved)
         row["peak_rss_MiB"] = summary["memory"]["peak_rss_bytes_max"] / 2**20
         retries = summary.get("retries", {})
         row["retries"] = retries.get("save", 0) + retries.get("load", 0)

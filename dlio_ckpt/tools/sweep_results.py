@@ -20,6 +20,7 @@ import os
 from typing import Any
 
 from dlio_ckpt.errors import ConfigError
+from dlio_ckpt.results.projection import ScalePoint, across_scales, said
 
 PHASES = ("save", "load")
 COLUMNS = ("status", "save_GiB_per_s", "save_GB_per_s", "save_seconds", "save_slowest_process", "load_GiB_per_s",
@@ -52,11 +53,43 @@ def write_sweep_files(sweep_dir: str, points: Any, rows: list[dict[str, Any]], f
         body = json.load(fh)
     body["points"] = rows
     body["best"] = {phase: best(rows, phase) for phase in PHASES}
+    body["projection"] = projections(keys, rows)
     with open(path, "w") as fh:
         json.dump(body, fh, indent=2)
     if figures and any(r["status"] == "ok" for r in rows):
         draw(sweep_dir, keys, rows)
     return short_line(keys, rows[-1])
+
+
+SCALE_KEY = "checkpoint.scale"
+
+
+def projections(keys: list[str], rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Where ``checkpoint.scale`` is swept: for each combination of the other keys run at two or more
+    scales, each phase's full-size time fitted across them over the bytes it moved (a save: what it wrote, to
+    the full size's bytes per checkpoint; a load: what it read, to what the layout's restore reads at full
+    size), by :func:`dlio_ckpt.results.projection.across_scales`, with ``lines`` to print. Points of one
+    combination that stand for different full sizes are not mixed."""
+    if SCALE_KEY not in keys:
+        return []
+    others = [k for k in keys if k != SCALE_KEY]
+    groups: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
+    for r in rows:
+        if r["status"] == "ok" and "full_size_bytes" in r:
+            groups.setdefault((*(r[k] for k in others), r["full_size_bytes"]), []).append(r)
+    out = []
+    for group, members in groups.items():
+        full = {"save": group[-1], "load": members[0].get("full_size_load_bytes")}
+        fits = [fit for phase in PHASES if full[phase] and (fit := across_scales(
+            phase, [ScalePoint(float(r[SCALE_KEY]), r[f"{phase}_bytes"], r[f"{phase}_seconds"],
+                               r.get(f"{phase}_cpu_bound", False)) for r in members if f"{phase}_bytes" in r],
+            full[phase])) is not None]
+        if fits:
+            label = " ".join(f"{k}={v}" for k, v in zip(others, group, strict=False))
+            out.append({"points_with": dict(zip(others, group, strict=False)),
+                        **{fit.phase: fit.as_dict() for fit in fits},
+                        "lines": [f"{label + ': ' if label else ''}{said(fit)}" for fit in fits]})
+    return out
 
 
 def short_line(keys: list[str], row: dict[str, Any]) -> str:

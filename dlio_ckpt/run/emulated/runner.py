@@ -368,6 +368,10 @@ def run(ctx: RunContext) -> Summary | None:
     # a framework's ranged reads on a storage whose client reads items its own way are counted as the engine plays them
     item_reader = ctx.tiers[read_tier(ctx)].item_reader() if played else None
     restore = described(ctx.workload, restore_of(ctx), plan, fmt, item_reader) if ck.num_checkpoints_read else None
+    scaled = scaled_figures(plan, fmt) if plan.full_size else None
+    if scaled is not None and restore is not None and plan.full_size is not None:  # what a sweep's projection needs
+        scaled["full_size_load_bytes_read"] = described(ctx.workload, restore_plan(ctx.workload, plan.full_size),
+                                                        plan.full_size, fmt, item_reader)["bytes_read"]
     io = IO(layout=ck.layout, format=fmt.name, odirect=ck.odirect,
             verified=backend.capabilities.stores_data and ck.verify,
             recovery_rank_shift=ck.recovery_rank_shift, scale=ck.scale, chunk_size=ck.chunk_size,
@@ -379,6 +383,6 @@ def run(ctx: RunContext) -> Summary | None:
             tiers=tiers.describe() if tiers.active else None, read_tier=ck.read_tier if tiers.active else None,
             placement=ctx.placement.describe() if ctx.placement.simulated else None,
             reference=references.describe(ck.reference) if ck.reference != "none" else None,
-            restore=restore, scaled=scaled_figures(plan, fmt) if plan.full_size else None)
+            restore=restore, scaled=scaled)
     return write_results(ctx, records, plan.total_payload_bytes, io, retries, describe,
                          restored_payload(restore_of(ctx), plan, fmt) if restore is not None else None, goodput)
