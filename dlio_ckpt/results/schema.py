@@ -280,6 +280,10 @@ class Metric(Section):
     save_checkpoint_io_mean_GiB_per_second: float | None = Field(None, description="mean save throughput, GiB/s")
     save_checkpoint_io_mean_GB_decimal_per_second: float | None = Field(None, description="the same in decimal GB/s")
     save_checkpoint_io_median_GiB_per_second: float | None = Field(None, description="median save throughput, GiB/s")
+    save_checkpoint_first_duration_seconds: float | None = Field(None, description="the first save's duration")
+    save_checkpoint_steady_duration_mean_seconds: float | None = Field(None, description="the mean duration of the "
+                                                                       "saves after the first (the steady state a "
+                                                                       "job saves in); absent with one save")
     load_checkpoint_io_mean_GB_per_second: float | None = Field(None, description="DLIO's: mean load throughput "
                                                                                   "(the checkpoint over the duration), "
                                                                                   "GiB/s")
@@ -290,6 +294,9 @@ class Metric(Section):
     load_checkpoint_io_mean_GiB_per_second: float | None = Field(None, description="mean load throughput, GiB/s")
     load_checkpoint_io_mean_GB_decimal_per_second: float | None = Field(None, description="the same in decimal GB/s")
     load_checkpoint_io_median_GiB_per_second: float | None = Field(None, description="median load throughput, GiB/s")
+    load_checkpoint_first_duration_seconds: float | None = Field(None, description="the first load's duration")
+    load_checkpoint_steady_duration_mean_seconds: float | None = Field(None, description="the mean duration of the "
+                                                                       "loads after the first; absent with one load")
     save_checkpoint_held_mean_seconds: float | None = Field(None, description="asynchronous saves: mean time training "
                                                                               "was held (the slowest process's)")
     save_checkpoint_time_to_durable_mean_seconds: float | None = Field(None, description="asynchronous saves: mean "

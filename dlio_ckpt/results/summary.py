@@ -270,7 +270,8 @@ def coordination(group: list[OpRecord]) -> Coordination:
 
 
 def phase_means(phase: str, items: list[CheckpointFigures]) -> dict[str, float]:
-    """``metric``'s figures of one phase that ran, by name: DLIO's four (its ``GB`` is GiB) and ours."""
+    """``metric``'s figures of one phase that ran, by name: DLIO's four (its ``GB`` is GiB) and ours, the
+    first checkpoint's duration and the later ones' mean (the steady state) among them."""
     gib, durations = [c.throughput_GiB_per_second for c in items], [c.duration_seconds for c in items]
     mean, stdev = statistics.fmean(gib), statistics.pstdev(gib)
     return {f"{phase}_checkpoint_io_mean_GB_per_second": mean,  # DLIO's name; the value is GiB/s
@@ -279,7 +280,12 @@ def phase_means(phase: str, items: list[CheckpointFigures]) -> dict[str, float]:
             f"{phase}_checkpoint_duration_stdev_seconds": statistics.pstdev(durations),
             f"{phase}_checkpoint_io_mean_GiB_per_second": mean,
             f"{phase}_checkpoint_io_mean_GB_decimal_per_second": mean * GIB / GB,
-            f"{phase}_checkpoint_io_median_GiB_per_second": statistics.median(gib)}
+            f"{phase}_checkpoint_io_median_GiB_per_second": statistics.median(gib),
+            # a job's first checkpoint meets what later ones do not (memory touched for the first time, a cold
+            # page cache, files created where none were): said apart from the steady state a job lives in
+            f"{phase}_checkpoint_first_duration_seconds": durations[0],
+            **({f"{phase}_checkpoint_steady_duration_mean_seconds": statistics.fmean(durations[1:])}
+               if len(durations) > 1 else {})}
 
 
 def metric_figures(checkpoint_bytes: int, saves: list[CheckpointFigures], loads: list[CheckpointFigures],

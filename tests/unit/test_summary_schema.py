@@ -101,3 +101,16 @@ def test_fields_absent_from_a_run_are_left_out_and_unknown_keys_are_kept():
     checkpoints = Checkpoints.model_validate({"save": [], "load": [], "drain_tier2": []})
     assert written(checkpoints) == {"save": [], "load": [], "drain_tier2": []}
     assert checkpoints.phase("drain_tier2") == [] and checkpoints.phase("drain_tier3") == []
+
+
+def test_the_first_checkpoint_and_the_steady_state_are_said_apart(tmp_path):
+    """metric's first and steady-state durations: the first checkpoint's own, then the mean of the later ones,
+    each its slowest process's (as checkpoints[] has them); a single checkpoint has no steady state."""
+    made = load(make_run(tmp_path / "run", processes=3, checkpoints=4) / "summary.json")
+    for phase in ("save", "load"):
+        durations = [c["duration_seconds"] for c in made["checkpoints"][phase]]
+        assert made["metric"][f"{phase}_checkpoint_first_duration_seconds"] == durations[0]
+        assert made["metric"][f"{phase}_checkpoint_steady_duration_mean_seconds"] == pytest.approx(
+            sum(durations[1:]) / 3)
+    one = load(make_run(tmp_path / "one", processes=2, checkpoints=1) / "summary.json")["metric"]
+    assert "save_checkpoint_first_duration_seconds" in one and "save_checkpoint_steady_duration_mean_seconds" not in one
