@@ -91,6 +91,6 @@ def said(fit: ScaleFit) -> str:
         return f"{fit.phase}: not projected from scales {scales}: {fit.note}"
     return (f"{fit.phase} {fit.projected_seconds:,.1f} s at full size, projected from scales {scales} (fixed "
             f"{fit.fixed_seconds:.2f} s + {fit.seconds_per_GiB:.3f} s per GiB x {fit.full_size_bytes / GIB:,.4g} "
-            f"GiB; the fit misses a point by up to {fit.largest_residual_share:.0%})"
-            + ("; CPU-bound at a scale: the per-GiB part includes the processes' per-byte CPU" if fit.cpu_bound
-               else ""))
+            f"GiB; the fit misses a point by up to {fit.largest_residual_share:.0%}"
+            + ("; the processes' CPU set the time at a scale" if fit.cpu_bound else "")
+            + "; assumes the fixed part as measured, the bytes at the rate these scales reached, these processes)")
