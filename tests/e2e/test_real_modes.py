@@ -117,10 +117,7 @@ def test_lightning_sizes_at_10_layers_match_the_published_benchmark(dlio_here):
     assert round(predicted / (1 << 20), 1) == 75.6
 
 
-def test_lightning_refuses_more_than_one_process(tmp_path):
-    r = dlio(LIGHT, tmp_path, nprocs=2)
-    assert r.returncode == 2 and "runs one process" in r.stderr
-    assert not (tmp_path / "checkpoints").exists()
+# Lightning refused on more than one process: tests/e2e/test_bad_input.py (the whole message, nothing written)
 
 
 def object_sizes(store: Store, folder: str) -> dict[str, int]:
@@ -129,23 +126,29 @@ def object_sizes(store: Store, folder: str) -> dict[str, int]:
     return {name: backend.size(backend.join(folder, name)) for name in backend.list_names(path)}
 
 
-# gcs through fsspec: test_lightning_fsspec_against_dataflux_in_one_sweep (in .venv-dataflux)
-@pytest.mark.parametrize("kind,io", [("s3", "s3"), ("s3", "torch")])
-def test_lightning_on_object_stores(tmp_path, request, monkeypatch, kind, io):
-    server = request.getfixturevalue(f"{kind}_server")
-    for key, value in server.env.items():
+def test_lightning_on_object_stores(tmp_path, s3_server, monkeypatch):
+    """Lightning to S3 through its S3 checkpoint IO (s3torchconnector's) and through TorchCheckpointIO (fsspec), the
+    two points of one sweep (one process: Lightning imported once, each point an ordinary run), each point's
+    objects kept and held to its summary, nothing written to local files. GCS through fsspec:
+    test_lightning_fsspec_against_dataflux_in_one_sweep (in .venv-dataflux)."""
+    for key, value in s3_server.env.items():
         monkeypatch.setenv(key, value)
-    store = Store(kind, f"{server.bucket}/light-{io}-{time.monotonic_ns()}", {"endpoint_url": server.endpoint},
-                  dict(server.env))
-    r = dlio(LIGHT + store.overrides() + [f"++workload.lightning.checkpoint_io={io}"], tmp_path, env=store.env,
-             timeout=300)
+    store = Store("s3", f"{s3_server.bucket}/light-{time.monotonic_ns()}", {"endpoint_url": s3_server.endpoint},
+                  dict(s3_server.env))
+    sweep = tmp_path / "sweep"
+    r = dlio(["sweep", "--keep-checkpoints", *LIGHT, *store.overrides(), "++workload.lightning.checkpoint_io=s3,torch",
+              f"++hydra.sweep.dir={sweep}"], tmp_path, env=store.env, timeout=300)
     assert r.returncode == 0, r.stderr
-    sizes = object_sizes(store, "checkpoints/lightning_demo")
-    assert sorted(sizes) == ["dlio_ckpt_run.json", "global_epoch1_step1.ckpt", "global_epoch1_step2.ckpt"]
-    summary = load(run_dir(tmp_path, "lightning_demo") / "summary.json")
-    assert [c["bytes"] for c in summary["checkpoints"]["save"]] == [sizes["global_epoch1_step1.ckpt"],
-                                                                   sizes["global_epoch1_step2.ckpt"]]
-    assert summary["io"]["checkpoint_io"] == ("S3LightningCheckpoint" if io == "s3" else "TorchCheckpointIO")
+    with open(sweep / "sweep.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert [(row["lightning.checkpoint_io"], row["status"]) for row in rows] == [("s3", "ok"), ("torch", "ok")]
+    for point, (row, io) in enumerate(zip(rows, ("S3LightningCheckpoint", "TorchCheckpointIO"), strict=True), 1):
+        sizes = object_sizes(store, f"checkpoints/lightning_demo/sweep/point{point}")
+        assert sorted(sizes) == ["dlio_ckpt_run.json", "global_epoch1_step1.ckpt", "global_epoch1_step2.ckpt"]
+        summary = load(sweep / row["point"] / "summary.json")
+        assert [c["bytes"] for c in summary["checkpoints"]["save"]] == [sizes["global_epoch1_step1.ckpt"],
+                                                                       sizes["global_epoch1_step2.ckpt"]]
+        assert summary["io"]["checkpoint_io"] == io
     assert not (tmp_path / "checkpoints").exists()  # nothing went to local files
 
 
