@@ -201,6 +201,13 @@ def test_fsdp_two_processes_write_dcp_shards_and_load_them_back(tmp_path, extra,
     params = summary["per_process"][0]["model"]["parameters"]
     assert total > 3 * params * 2  # fp16 weights and Adam's two moments
     assert summary["io"]["async_save"] == bool(extra)
+    if extra:  # dcp.async_save says how long training was held and when each checkpoint was durable, as the
+        # emulator's async saves do (tests/e2e/test_async.py holds theirs to the same fields and orderings)
+        assert {"save_checkpoint_held_mean_seconds", "save_checkpoint_time_to_durable_mean_seconds"} <= \
+            set(summary["metric"])
+        for c in summary["checkpoints"]["save"]:
+            a = c["async"]
+            assert 0 <= a["stalled_seconds_max"] <= a["held_seconds_max"] <= a["time_to_durable_seconds"] + 1e-6
     import torch.distributed.checkpoint as dcp
 
     md = dcp.FileSystemReader(str(folder)).read_metadata()
