@@ -13,24 +13,36 @@ import pytest
 from tests.support.cli import dlio, load
 from tests.support.workloads import DCP
 
+JOB = [*DCP, "--world-size", "4", "++workload.storage.storage_type=s3"]
+
+
+@pytest.fixture(scope="module")
+def saved(s3_server, tmp_path_factory) -> str:
+    """The checkpoint both cases load, saved once (tiny in DCP's layout at 4 ranks): where it lies on S3. The save's
+    io_pattern changes its write calls, not the objects it leaves (the layout's files; the save's requests are
+    test_s3_io_pattern.py's), so one save serves the framework's load and the stream's alike."""
+    root = f"{s3_server.bucket}/reader-{tmp_path_factory.getbasetemp().name}"
+    tmp = tmp_path_factory.mktemp("saved")
+    r = dlio([*JOB, f"++workload.storage.storage_root={root}",
+              f"++workload.storage.storage_options.endpoint_url={s3_server.endpoint}",
+              "++workload.checkpoint.num_checkpoints_write=1", "++workload.checkpoint.num_checkpoints_read=0",
+              "++hydra.run.dir=save"], tmp, env=s3_server.env)
+    assert r.returncode == 0, r.stderr
+    return root
+
 
 @pytest.mark.parametrize("pattern", ["framework", "stream"])
-def test_a_dcp_load_on_s3_says_the_reader_it_played_and_counts_its_gets(tmp_path, s3_server, pattern):
+def test_a_dcp_load_on_s3_says_the_reader_it_played_and_counts_its_gets(tmp_path, s3_server, saved, pattern):
     from tests.support.proxy import proxy, recording, s3_kind
     from tests.support.servers import stored_sizes
 
     classify, seen = recording(s3_kind)
-    root = f"{s3_server.bucket}/reader-{pattern}-{tmp_path.name}"
-    with proxy(s3_server.endpoint, classify) as p:
-        args = [*DCP, "--world-size", "4", "++workload.restore.world_size=2",
-                f"++workload.checkpoint.io_pattern={pattern}", "++workload.checkpoint.num_checkpoints_read=1",
-                "++workload.storage.storage_type=s3", f"++workload.storage.storage_root={root}",
-                f"++workload.storage.storage_options.endpoint_url={p.endpoint}"]
-        saved = dlio([*args, "++workload.checkpoint.num_checkpoints_write=1", "++hydra.run.dir=save"], tmp_path,
-                     env=s3_server.env)
-        assert saved.returncode == 0, saved.stderr
-        del seen[:]  # the read-only restart alone
-        r = dlio([*args, "++workload.checkpoint.num_checkpoints_write=0", "++hydra.run.dir=run"], tmp_path,
+    root = saved
+    with proxy(s3_server.endpoint, classify) as p:  # the read-only restart alone, through the counting proxy
+        r = dlio([*JOB, "++workload.restore.world_size=2", f"++workload.checkpoint.io_pattern={pattern}",
+                  "++workload.checkpoint.num_checkpoints_read=1", "++workload.checkpoint.num_checkpoints_write=0",
+                  f"++workload.storage.storage_root={root}",
+                  f"++workload.storage.storage_options.endpoint_url={p.endpoint}", "++hydra.run.dir=run"], tmp_path,
                  env=s3_server.env)
     assert r.returncode == 0, r.stderr
     summary = load(tmp_path / "run" / "summary.json")
