@@ -212,7 +212,9 @@ def test_four_ranks_write_at_once_and_verify(store, fmt, tmp_path, dlio_here):
     assert summary["metric"]["checkpoint_size_GB"] == plan["checkpoint_size_GB"]
 
 
-def test_s3_credentials_from_storage_options_and_dlio_option_names(tmp_path, s3_server, monkeypatch):
+def test_s3_credentials_from_storage_options_and_dlio_option_names(tmp_path, s3_server, monkeypatch, dlio_here):
+    """A run of one process, in this process (``dlio_here``: the same parsing, storage and clients as a process of
+    its own, whose start adds nothing to what is held; as tests/e2e/test_credentials.py runs its keyed runs)."""
     for var in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
         monkeypatch.delenv(var, raising=False)
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
@@ -223,7 +225,7 @@ def test_s3_credentials_from_storage_options_and_dlio_option_names(tmp_path, s3_
             "++workload.storage.storage_options.secret_access_key=from-options-secret",
             "++workload.storage.storage_options.s3_force_path_style=True",
             "++workload.storage.storage_options.s3_max_attempts=3", "--world-size", "2"]
-    res = dlio(args, tmp_path, env={"AWS_EC2_METADATA_DISABLED": "true"})
+    res = dlio_here(args, env={"AWS_EC2_METADATA_DISABLED": "true"})
     assert res.returncode == 0, res.stderr
     io_ = load(tmp_path / "out" / "summary.json")["io"]
     assert io_["storage"]["max_attempts"] == 3 and io_["storage"]["prefix"] == "creds"
@@ -233,12 +235,14 @@ def test_s3_credentials_from_storage_options_and_dlio_option_names(tmp_path, s3_
 
 
 @pytest.mark.parametrize("kind,variable", [("s3", "AWS_ENDPOINT_URL"), ("gcs", "STORAGE_EMULATOR_HOST")])
-def test_the_sdk_endpoint_variable_is_enough(tmp_path, request, kind, variable):
+def test_the_sdk_endpoint_variable_is_enough(tmp_path, request, kind, variable, dlio_here):
+    """The variable read where the run makes its clients (in this process, ``dlio_here``: set for this test alone,
+    as a process of its own would have it)."""
     server = request.getfixturevalue(f"{kind}_server")
     args = ["workload=tiny", "++workload.checkpoint.time_between_checkpoints=0", "++hydra.run.dir=out",
             f"++workload.storage.storage_type={kind}", f"++workload.storage.storage_root={server.bucket}/env-endpoint",
             "--world-size", "2"]
-    res = dlio(args, tmp_path, env={**server.env, variable: server.endpoint})
+    res = dlio_here(args, env={**server.env, variable: server.endpoint})
     assert res.returncode == 0, res.stderr
     assert load(tmp_path / "out" / "summary.json")["status"] == "ok"
 
