@@ -104,12 +104,13 @@ def test_a_path_blocked_by_a_regular_file_is_named(tmp_path):
     assert not (tmp_path / "out").exists()
 
 
-def test_old_checkpoints_are_refused_unless_overwrite(tmp_path):
+def test_old_checkpoints_are_refused_unless_overwrite(tmp_path, dlio_here):
     first = dlio([*BASE, "++workload.checkpoint.num_checkpoints_write=3",
                   "++workload.checkpoint.time_between_checkpoints=0"], tmp_path, nprocs=2)
     assert first.returncode == 0, first.stderr
-    again = dlio([*BASE[:-2], "++hydra.run.dir=out2", "++workload.checkpoint.time_between_checkpoints=0"],
-                 tmp_path, nprocs=2)
+    # refused: bad input, in this process (dlio_here), as bad input is tested; the writing runs are processes
+    again = dlio_here([*BASE[:-2], "++hydra.run.dir=out2", "++workload.checkpoint.time_between_checkpoints=0",
+                       "--world-size", "2"])
     assert again.returncode == 2
     assert "workload.checkpoint.checkpoint_folder='ck': already holds checkpoints of an earlier run" in again.stderr
     assert "overwrite=True" in again.stderr and not (tmp_path / "out2").exists()
