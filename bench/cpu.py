@@ -12,7 +12,8 @@ measured short. Rounds alternate the measurements; medians and quartiles, one th
     python bench/cpu.py --runs                               # whole processes: a 17 GiB save to null storage,
                                                              # a 4 GiB verified read from /dev/shm (CPU s/GiB)
     python bench/cpu.py --reducibility                       # zstd -19 --long=31 and deduplicators on ours,
-                                                             # dgen-py's, torch.rand's; a 100 MB checkpoint
+                                                             # dgen-py's, torch.rand's; a 100 MB checkpoint;
+                                                             # data_values=torch_rand's against torch.rand's
 
 ``--repo DIR`` runs ``--runs`` with another checkout's dlio_ckpt (an earlier commit, for a baseline).
 """
@@ -82,6 +83,7 @@ def per_core(a: argparse.Namespace) -> None:
     key = file_key(1, 0, 0)
     sources = {r: SyntheticData(1, a.chunk, reduction=r) for r in (Reduction(), Reduction(2.0, 1.0),
                                                                      Reduction(1.0, 2.0))}
+    torch_rand = SyntheticData(1, a.chunk, reduction=Reduction(values="torch_rand"))  # checkpoint.data_values
     maps = [mmap.mmap(-1, a.chunk) for _ in range(2)]
     for m in maps:
         m.write(os.urandom(a.chunk))
@@ -92,6 +94,8 @@ def per_core(a: argparse.Namespace) -> None:
         return lambda k: source.window(key, k * a.chunk, a.chunk)
 
     steps = {f"window c={r.compression:g} d={r.dedup:g}": windows(s) for r, s in sources.items()}
+    for dtype in ("fp16", "bf16", "fp32"):
+        steps[f"window torch_rand {dtype}"] = lambda k, d=dtype: torch_rand.window(key, k * a.chunk, a.chunk, dtype=d)
     steps["a key per block"] = key_per_block(irreducible, a.chunk)
     steps["memcmp (verify)"] = lambda _k: first_difference(x, y)
     expected = bytes(irreducible.window(key, 0, a.chunk))  # what a verified read got: the window it compares with
@@ -101,6 +105,12 @@ def per_core(a: argparse.Namespace) -> None:
     def verified_read(_k: int) -> None:  # the window made again (its cost does not depend on the offset), compared
         assert first_difference(z, irreducible.window(key, 0, a.chunk)) is None
     steps["verified read"] = verified_read
+    w = memoryview(mmap.mmap(-1, a.chunk))
+    w[:] = bytes(torch_rand.window(key, 0, a.chunk, dtype="bf16"))
+
+    def verified_read_torch_rand(_k: int) -> None:
+        assert first_difference(w, torch_rand.window(key, 0, a.chunk, dtype="bf16")) is None
+    steps["verified read torch_rand bf16"] = verified_read_torch_rand
     try:
         import dgen_py  # type: ignore[import-not-found, unused-ignore]  # noqa: PLC0415  (optional: pip install dgen-py)
 
@@ -116,8 +126,8 @@ def per_core(a: argparse.Namespace) -> None:
           f"host {os.uname().nodename}, {os.cpu_count()} cores; GiB/s per core of CPU time, median [quartiles]")
     for name, values in rows.items():
         q1, median, q3 = statistics.quantiles(values, n=4, method="inclusive")
-        print(f"  {name:22s} {median:7.1f} [{q1:.1f}, {q3:.1f}]  ({1 / median:.4f} CPU s/GiB)")
-    for view in (x, y, z):
+        print(f"  {name:30s} {median:7.1f} [{q1:.1f}, {q3:.1f}]  ({1 / median:.4f} CPU s/GiB)")
+    for view in (x, y, z, w):
         view.release()
 
 
@@ -139,41 +149,45 @@ def runs(a: argparse.Namespace) -> None:
     save_gib = 104.704521 * 0.1625  # llama3_8b at 8 ranks is 104.70 GiB a checkpoint
     read_gib = 104.704521 * 0.04
     common = ["workload=llama3_8b", "--world-size", "8", "++workload.checkpoint.progress=False"]
+    kinds = {"": []} if not a.torch_rand else {"": [], ", data_values=torch_rand": [
+        "++workload.checkpoint.data_values=torch_rand"]}  # torch_rand: llama3_8b's bf16 model, fp32 optimizer
+    figures: dict[str, list[float]] = {}
     with tempfile.TemporaryDirectory(dir="/dev/shm") as shm, tempfile.TemporaryDirectory() as tmp:
-        saves, reads = [], []
         for i in range(a.rounds):
-            out = Path(tmp) / f"r{i}"
-            saves.append(tool(repo, [*common, "++workload.checkpoint.scale=0.1625",
-                                     "++workload.storage.storage_type=null",
-                                     "++workload.checkpoint.num_checkpoints_write=1",
-                                     "++workload.checkpoint.num_checkpoints_read=0",
-                                     f"hydra.run.dir={out}/save"], Path(tmp)) / save_gib)
-            store = [f"++workload.storage.storage_root={shm}/s{i}", "++workload.checkpoint.scale=0.04",
-                     "++workload.checkpoint.read_from_page_cache=True"]
-            tool(repo, [*common, *store, "++workload.checkpoint.num_checkpoints_write=1",
-                        "++workload.checkpoint.num_checkpoints_read=0",
-                        f"hydra.run.dir={out}/write"], Path(tmp))
-            reads.append(tool(repo, [*common, *store, "++workload.checkpoint.num_checkpoints_write=0",
-                                     "++workload.checkpoint.num_checkpoints_read=1", f"hydra.run.dir={out}/read"],
-                              Path(tmp)) / read_gib)
-            shutil.rmtree(f"{shm}/s{i}")
+            for j, (kind, values) in enumerate(kinds.items()):
+                out = Path(tmp) / f"r{i}{j}"
+                figures.setdefault(f"save, 17.0 GiB to null{kind}", []).append(tool(repo, [
+                    *common, *values, "++workload.checkpoint.scale=0.1625", "++workload.storage.storage_type=null",
+                    "++workload.checkpoint.num_checkpoints_write=1", "++workload.checkpoint.num_checkpoints_read=0",
+                    f"hydra.run.dir={out}/save"], Path(tmp)) / save_gib)
+                store = [*values, f"++workload.storage.storage_root={shm}/s{i}{j}", "++workload.checkpoint.scale=0.04",
+                         "++workload.checkpoint.read_from_page_cache=True"]
+                tool(repo, [*common, *store, "++workload.checkpoint.num_checkpoints_write=1",
+                            "++workload.checkpoint.num_checkpoints_read=0",
+                            f"hydra.run.dir={out}/write"], Path(tmp))
+                figures.setdefault(f"verified read, 4.2 GiB, /dev/shm{kind}", []).append(tool(repo, [
+                    *common, *store, "++workload.checkpoint.num_checkpoints_write=0",
+                    "++workload.checkpoint.num_checkpoints_read=1", f"hydra.run.dir={out}/read"], Path(tmp)) / read_gib)
+                shutil.rmtree(f"{shm}/s{i}{j}")
     print(f"dlio_ckpt from {repo}, host {os.uname().nodename}, {os.cpu_count()} cores; {a.rounds} rounds, "
           "CPU s/GiB of the whole process (user + system, start-up included), median [min, max]")
-    for name, values in (("save, 17.0 GiB to null", saves), ("verified read, 4.2 GiB, /dev/shm", reads)):
-        print(f"  {name:34s} {statistics.median(values):.3f} [{min(values):.3f}, {max(values):.3f}]")
+    for name, values in sorted(figures.items(), key=lambda item: item[0].startswith("verified")):
+        print(f"  {name:58s} {statistics.median(values):.3f} [{min(values):.3f}, {max(values):.3f}]")
 
 
-def measure(data: bytes) -> str:
+def measure(data: bytes, levels: tuple[str, ...] = ()) -> str:
     """What zstd -19 --long=31 keeps, what lz4 -9 keeps (byte matches alone: no entropy coding, as many arrays'
-    inline compression), and what deduplicators at 512 B and 4 KiB gain on ``data``."""
+    inline compression), and what deduplicators at 512 B and 4 KiB gain on ``data``; and what zstd keeps at
+    ``levels`` besides."""
     def kept(cmd: list[str]) -> float:
         return len(subprocess.run(cmd, input=data, capture_output=True, check=True).stdout) / len(data)
 
     zstd = kept(["zstd", "-q", "-19", "--long=31", "-T2", "-c"])
+    also = "".join(f", zstd {level} {kept(['zstd', '-q', level, '--long=31', '-T2', '-c']):7.2%}" for level in levels)
     lz4 = f", lz4 -9 keeps {kept(['lz4', '-q', '-9', '-c']):7.2%}" if shutil.which("lz4") else ""
     dedup = {size: len(data) // size / len({hashlib.blake2b(data[i:i + size], digest_size=16).digest()
                                             for i in range(0, len(data) - size + 1, size)}) for size in (512, 4096)}
-    return (f"zstd keeps {zstd:7.2%} (ratio {1 / zstd:.3f}){lz4}; dedup 512 B {dedup[512]:.3f}, "
+    return (f"zstd keeps {zstd:7.2%} (ratio {1 / zstd:.3f}){also}{lz4}; dedup 512 B {dedup[512]:.3f}, "
             f"4 KiB {dedup[4096]:.3f}")
 
 
@@ -204,6 +218,7 @@ def reducibility(a: argparse.Namespace) -> None:
                   f"{measure(t.view(torch.uint8).numpy().tobytes())}")
     except ImportError:
         print("  torch not installed")
+    torch_rand(n)
     with tempfile.TemporaryDirectory() as tmp:  # a checkpoint of 102 MB: whole files, headers included
         tool(REPO, ["workload=llama3_8b", "--world-size", "8", "++workload.checkpoint.scale=0.00095",
                     "++workload.checkpoint.num_checkpoints_write=1", "++workload.checkpoint.num_checkpoints_read=0",
@@ -215,6 +230,37 @@ def reducibility(a: argparse.Namespace) -> None:
         worst = min(len(subprocess.run(["zstd", "-q", "-19", "--long=31", "-T2", "-c", str(p)], capture_output=True,
                                        check=True).stdout) / p.stat().st_size for p in files)
         print(f"    each file alone: zstd keeps at least {worst:.2%}")
+
+
+def torch_rand(n: int) -> None:
+    """checkpoint.data_values=torch_rand (the dlio-2.0 preset's) against torch.rand's own tensors, per datatype:
+    ``n`` bytes of each (two files of the generator, past many laps of its pool; torch.rand of seed 0), zstd at
+    -19 and at -3 and -9; then zstd -19's two modes on bf16 (it codes some seeds' torch.rand bf16 a way that keeps
+    5 points more), over 4 seeds of torch.rand and 4 run keys of ours, 8 MiB each."""
+    try:
+        import torch  # noqa: PLC0415
+    except ImportError:
+        print("  torch not installed: no torch_rand comparison")
+        return
+    from dlio_ckpt.model.dtypes import DTYPES  # noqa: PLC0415
+
+    def ours(dtype: str, run_key: int, size: int) -> bytes:
+        source = SyntheticData(run_key, MIB, reduction=Reduction(values="torch_rand"))
+        return b"".join(bytes(source.window(file_key(1, f, 0), o, MIB, dtype=dtype)) for f in (0, 1)
+                        for o in range(0, size // 2, MIB))
+
+    def theirs(dtype: str, seed: int, size: int) -> bytes:
+        torch.manual_seed(seed)
+        t = torch.rand(size // DTYPES[dtype].bytes, dtype=getattr(torch, DTYPES[dtype].torch))
+        return bytes(t.view(torch.uint8).numpy().tobytes())
+
+    for dtype in ("fp16", "bf16", "fp32"):
+        print(f"  ours, data_values=torch_rand, {dtype}: {measure(ours(dtype, 5, n), ('-3', '-9'))}")
+        print(f"  torch.rand {dtype}, seed 0: {measure(theirs(dtype, 0, n), ('-3', '-9'))}")
+    for name, make in (("torch.rand bf16, seeds", theirs), ("ours torch_rand bf16, run keys", ours)):
+        shares = [len(subprocess.run(["zstd", "-q", "-19", "--long=31", "-T2", "-c"], input=make("bf16", i, 8 * MIB),
+                                     capture_output=True, check=True).stdout) / (8 * MIB) for i in range(4)]
+        print(f"  {name} 0-3, 8 MiB each: zstd -19 keeps " + ", ".join(f"{x:.2%}" for x in shares))
 
 
 def zstd_version() -> str:
@@ -229,9 +275,15 @@ def main() -> None:
     ap.add_argument("--runs", action="store_true", help="whole processes: a save to null, a verified read")
     ap.add_argument("--repo", default=str(REPO), help="--runs: the checkout whose dlio_ckpt runs")
     ap.add_argument("--reducibility", action="store_true", help="what zstd and deduplicators find")
+    ap.add_argument("--torch-rand", action="store_true", help="--runs: also with checkpoint.data_values=torch_rand")
+    ap.add_argument("--torch-rand-only", action="store_true", help="--reducibility: only data_values=torch_rand's")
+    ap.add_argument("--mib", type=int, default=32, help="--torch-rand-only: MiB of each")
     a = ap.parse_args()
     if a.runs:
         runs(a)
+    elif a.reducibility and a.torch_rand_only:
+        print(f"{a.mib} MiB of each, host {os.uname().nodename}; zstd {zstd_version()}")
+        torch_rand(a.mib * MIB)
     elif a.reducibility:
         reducibility(a)
     else:

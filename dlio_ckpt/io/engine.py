@@ -87,6 +87,7 @@ class FileTask:
     in_memory: bool = False  # with its calls: serialized into fresh memory first, the calls made from that copy
     tensors: bool = True  # with its calls: its payload is tensors, copied from the accelerator where a save copies
     #                       them (Engine.device_copy_rate); a coordinator's metadata is not
+    dtype: str = ""  # its tensors' datatype, which the synthetic values imitate (checkpoint.data_values); "": none
 
     @cached_property
     def size(self) -> int:
@@ -265,7 +266,7 @@ def _span_of(data: SyntheticData, task: FileTask, start: int, end: int, skip: in
     caller will not look at (left unstamped, block-aligned). ``start`` need not be block-aligned (a
     framework's tensor follows a header): the window is cut from one that is, with no copy."""
     lead = start % BLOCK
-    window = data.window(task.key, start - lead, end - start + lead, skip)[lead:]
+    window = data.window(task.key, start - lead, end - start + lead, skip, task.dtype)[lead:]
     meta = task.metadata
     patches = []
     for i in range(max(bisect_right(task.metadata_starts, start + skip) - 1, 0), len(meta)):
@@ -539,8 +540,11 @@ class Engine:
     @property
     def buffer_bytes(self) -> int:
         """Every buffer this engine holds: the stream's, and its framework writers' sources once made (with the
-        piece each copies into memory first where its framework serializes into memory)."""
-        return self._stream_buffers + sum(w.calls + BLOCK + SLACK + self._in_memory for w in self._call_writers)
+        piece each copies into memory first where its framework serializes into memory), and the datatypes' pools
+        its sources made (checkpoint.data_values=torch_rand: 1 MiB a datatype)."""
+        pools = sum(s.data.value_pool_bytes for w in self._workers for s in w.slots)
+        return self._stream_buffers + pools + sum(w.calls + BLOCK + SLACK + self._in_memory + w.data.value_pool_bytes
+                                                  for w in self._call_writers)
 
     def _each(self, fn: Callable[[_Worker, _J], int], tasks: list[_J]) -> int:
         """Run ``fn`` on every task, ``threads`` at a time; the first error cancels the rest."""

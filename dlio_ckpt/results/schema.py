@@ -507,9 +507,10 @@ class IO(Section):
     writer_threads_per_process: int | None = Field(None, description="emulated, io_pattern framework: threads "
                                                    "writing each process's files")
     io_buffer_bytes_per_process: int | None = Field(None, description="emulated: the engine's buffers")
-    data_reduction: dict[str, float] | None = Field(
+    data_reduction: dict[str, float | str] | None = Field(
         None, description="emulated: what a storage may reduce the data by, as asked (compression_ratio, dedup_ratio: "
-        "2, it may store half; both 1, irreducible)")
+        "2, it may store half; both 1, irreducible; data_values: random, irreducible, or torch_rand, torch.rand's "
+        "values of each file's datatype, which an entropy coder shrinks by their exponents)")
     tiers: list[TierDescription] | None = Field(None, description="tiered runs: each tier")
     read_tier: int | None = Field(None, description="tiered runs: the tier loads read")
     placement: Placement | None = Field(None, description="simulated hosts")

@@ -22,7 +22,7 @@ from dlio_ckpt.io.synthetic import Reduction, file_key
 from dlio_ckpt.plan.formats import Format
 from dlio_ckpt.plan.layouts import FrameworkIO, file_format, framework_io
 from dlio_ckpt.plan.restore import RankReads, Restore
-from dlio_ckpt.plan.types import Plan, RankPlan
+from dlio_ckpt.plan.types import FilePlan, Plan, PlannedFile, RankPlan
 from dlio_ckpt.run.context import RunContext
 from dlio_ckpt.run.steps import manifest_path, step_name
 
@@ -48,8 +48,23 @@ def io_options(ctx: RunContext) -> IOOptions:
 
 
 def reduction(ctx: RunContext) -> Reduction:
-    """What a storage may reduce the run's bytes by (``checkpoint.compression_ratio``, ``dedup_ratio``)."""
-    return Reduction(ctx.ck.compression_ratio, ctx.ck.dedup_ratio)
+    """What a storage may reduce the run's bytes by (``checkpoint.compression_ratio``, ``dedup_ratio``,
+    ``data_values``)."""
+    return Reduction(ctx.ck.compression_ratio, ctx.ck.dedup_ratio, ctx.ck.data_values)
+
+
+def values_dtype(file: PlannedFile) -> str:
+    """The datatype whose values ``checkpoint.data_values=torch_rand`` makes a file's payload of: a state dict's
+    file is of one (DLIO's model files the model's, its optimizer files the optimizer's, as DLIO v2.0.1 makes
+    them); a file of items (DCP's, of several) takes the one that holds most of its bytes, a run of bytes per
+    file being what the generator knows (per-tensor values would need the window cut at every item)."""
+    if isinstance(file, FilePlan):
+        return file.dtype
+    weight: dict[str, int] = {}
+    for item in file.items:
+        if item.dtype:
+            weight[item.dtype] = weight.get(item.dtype, 0) + item.nbytes
+    return max(weight, key=weight.__getitem__) if weight else ""
 
 
 def ranks_of_process(ctx: RunContext, process: int | None = None) -> list[RankPlan]:
@@ -69,11 +84,12 @@ def tasks(ctx: RunContext, fmt: Format, step: int, plans: list[RankPlan], backen
     framework's calls where the saves play them (:func:`~dlio_ckpt.plan.layouts.framework_io`)."""
     base, played = ctx.path(step, backend=backend), framework_io(ctx.workload)
     if played is None:
-        return [FileTask(f"{base}/{f.stem}{fmt.extension}", tuple(fmt.segments(f)), file_key(step, p.rank, i))
-                for p in plans for i, f in enumerate(p.files)]
+        return [FileTask(f"{base}/{f.stem}{fmt.extension}", tuple(fmt.segments(f)), file_key(step, p.rank, i),
+                         dtype=values_dtype(f)) for p in plans for i, f in enumerate(p.files)]
     return [FileTask(f"{base}/{f.stem}{fmt.extension}", tuple(fmt.segments(f)), file_key(step, p.rank, i),
                      played.file_calls(f), synced=played.syncs_files, stream=played.stream,
-                     via_tmpdir=played.via_tmpdir, archive=played.archives, in_memory=played.in_memory)
+                     via_tmpdir=played.via_tmpdir, archive=played.archives, in_memory=played.in_memory,
+                     dtype=values_dtype(f))
             for p in plans for i, f in enumerate(p.files)]
 
 
@@ -329,8 +345,9 @@ def check_manifest(ctx: RunContext, files: dict[str, int], step: int, run_key: i
         raise ConfigError(key, None, f"{step_name(step)} manifest does not belong to this run")
     written = m.get("data_reduction", {})  # an older manifest's bytes were irreducible: the defaults
     for name, asked in reduction(ctx)._asdict().items():
-        if written.get(name, 1.0) != asked:
-            raise ConfigError(f"workload.checkpoint.{name}_ratio", asked, f"{step_name(step)} in {folder} was "
-                              f"written with checkpoint.{name}_ratio={written.get(name, 1.0)}: set it so to read "
+        key, default = ("data_values", "random") if name == "values" else (f"{name}_ratio", 1.0)
+        if written.get(name, default) != asked:
+            raise ConfigError(f"workload.checkpoint.{key}", asked, f"{step_name(step)} in {folder} was "
+                              f"written with checkpoint.{key}={written.get(name, default)}: set it so to read "
                               "it, or write it first")
     return int(m["run_key"])

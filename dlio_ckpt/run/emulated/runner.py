@@ -379,7 +379,8 @@ def run(ctx: RunContext) -> Summary | None:
             writer_threads_per_process=engine.framework_writers if played else None,
             io_buffer_bytes_per_process=engine.buffer_bytes + (read_engine.buffer_bytes if read_engine is not engine
                                                                else 0),
-            data_reduction={"compression_ratio": ck.compression_ratio, "dedup_ratio": ck.dedup_ratio},
+            data_reduction={"compression_ratio": ck.compression_ratio, "dedup_ratio": ck.dedup_ratio,
+                            "data_values": ck.data_values},
             tiers=tiers.describe() if tiers.active else None, read_tier=ck.read_tier if tiers.active else None,
             placement=ctx.placement.describe() if ctx.placement.simulated else None,
             reference=references.describe(ck.reference) if ck.reference != "none" else None,
