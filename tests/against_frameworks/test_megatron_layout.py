@@ -4,13 +4,16 @@ parallel save): the same file names, every ``.distcp`` file, ``common.pt`` and `
 byte (megatron-core 0.16.1, torch 2.13.0), ``.metadata`` within 10% (its pickle's size is derived, not built);
 dense models (tensor, pipeline and data parallelism: the TP 2 x PP 2 x DP 2 save is in
 ``tests/against_frameworks/test_restore.py``, recorded with its loads) and mixtures of experts (stacked and
-per-block keys, expert and expert-tensor parallelism, latent attention, shared experts, the router's bias)."""
+per-block keys, expert and expert-tensor parallelism, latent attention, shared experts, the router's bias). Every
+case's real save comes from one run of the oracle (``real_saves``: megatron-core imported once, each case's ranks
+forked afresh), each case held to its own."""
 
 from __future__ import annotations
 
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -36,13 +39,9 @@ CASES = [
 
 
 @pytest.mark.parametrize(("world", "tp", "layers", "hidden", "ffn", "heads", "kv", "vocab", "dtype", "files"), CASES)
-def test_emulated_files_are_those_megatron_saves(tmp_path, world, tp, layers, hidden, ffn, heads, kv, vocab, dtype,
-                                                 files):
-    pytest.importorskip("megatron.core")
-    out = tmp_path / "real"
-    args = [str(a) for a in (out, world, tp, layers, hidden, ffn, heads, kv, vocab, dtype, files)]
-    r = subprocess.run([sys.executable, str(ORACLE), *args], capture_output=True, text=True, timeout=300)
-    assert r.returncode == 0, r.stderr[-3000:]
+def test_emulated_files_are_those_megatron_saves(real_saves, request, world, tp, layers, hidden, ffn, heads, kv,
+                                                 vocab, dtype, files):
+    out = real_saves[request.node.callspec.id]
     real = {p.name: p.stat().st_size for p in out.iterdir()}
     workload, _, _ = compose(["workload=tiny", "++workload.checkpoint.layout=megatron",
                               f"++workload.model.parallelism.tensor={tp}", f"++workload.model.num_layers={layers}",
@@ -68,13 +67,30 @@ MOE_CASES = [
 ]
 
 
-@pytest.mark.parametrize(("world", "tp", "layers", "dtype", "files", "moe"), MOE_CASES)
-def test_emulated_moe_files_are_those_megatron_saves(tmp_path, world, tp, layers, dtype, files, moe):
+def moe_settings(moe: dict) -> dict:
+    return {"experts": 4, "moe_ffn": 32, **moe}
+
+
+@pytest.fixture(scope="module")
+def real_saves(tmp_path_factory) -> dict[str, Path]:
+    """Every case's real save above and below, made by one run of the oracle (its ``saves`` form: megatron-core,
+    most of a case's cost, imported once, each case's ranks forked from it afresh in turn): its folder by case id."""
     pytest.importorskip("megatron.core")
-    out, settings = tmp_path / "real", {"experts": 4, "moe_ffn": 32, **moe}
-    args = [str(a) for a in (out, world, tp, layers, 64, 96, 4, 2, 1000, dtype, files)] + [json.dumps(settings)]
-    r = subprocess.run([sys.executable, str(ORACLE), *args], capture_output=True, text=True, timeout=300)
+    tmp = tmp_path_factory.mktemp("megatron_saves")
+    cases = {case.id: [str(tmp / case.id), *map(str, case.values)] for case in CASES}
+    for case in MOE_CASES:
+        world, tp, layers, dtype, files, moe = case.values
+        cases[case.id] = [str(tmp / case.id), *map(str, (world, tp, layers, 64, 96, 4, 2, 1000, dtype, files)),
+                          json.dumps(moe_settings(moe))]
+    r = subprocess.run([sys.executable, str(ORACLE), "saves", *(a for args in cases.values() for a in (*args, "+"))],
+                       capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr[-3000:]
+    return {name: tmp / name for name in cases}
+
+
+@pytest.mark.parametrize(("world", "tp", "layers", "dtype", "files", "moe"), MOE_CASES)
+def test_emulated_moe_files_are_those_megatron_saves(real_saves, request, world, tp, layers, dtype, files, moe):
+    out, settings = real_saves[request.node.callspec.id], moe_settings(moe)
     freq = settings["freq"]
     first_dense = freq.index(1) if isinstance(freq, list) else 0
     overrides = ["workload=tiny_moe", "++workload.checkpoint.layout=megatron",
