@@ -9,6 +9,9 @@ from __future__ import annotations
 import io
 import json
 import pickle
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -111,20 +114,29 @@ MOE_CASES = [
 ]
 
 
+def moe_config(model: dict) -> dict:
+    return {"dim": 64, "inter": 96, "vocab": 1000, "heads": 4, "moe_inter": 32, **model}
+
+
+@pytest.fixture(scope="module")
+def moe_saves(tmp_path_factory) -> dict[str, Path]:
+    """Every MoE case's real save, made by one run of the oracle (torch imported once, each case's ranks forked from
+    it afresh in turn): its folder by case id."""
+    tmp = tmp_path_factory.mktemp("dcp_moe_saves")
+    args = [a for case in MOE_CASES for a in (str(tmp / case.id), str(case.values[0]),
+                                              json.dumps(moe_config(case.values[1])))]
+    r = subprocess.run([sys.executable, str(MOE_ORACLE), *args], capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    return {case.id: tmp / case.id for case in MOE_CASES}
+
+
 @pytest.mark.real
 @pytest.mark.parametrize(("world", "model"), MOE_CASES)
-def test_emulated_moe_files_are_those_dcp_save_writes_for_torchtitans_placements(tmp_path, world, model):
+def test_emulated_moe_files_are_those_dcp_save_writes_for_torchtitans_placements(moe_saves, request, world, model):
     """Every ``.distcp`` equal to the byte (expert chunks, DCP's deduplication of the experts' bias and of the
     empty shards past a tensor's last rows, the split into files by whole-tensor size), ``.metadata`` within
-    ``DCP_METADATA``."""
-    import subprocess
-    import sys
-
-    c = {"dim": 64, "inter": 96, "vocab": 1000, "heads": 4, "moe_inter": 32, **model}
-    out = tmp_path / "real"
-    r = subprocess.run([sys.executable, str(MOE_ORACLE), str(out), str(world), json.dumps(c)], capture_output=True,
-                       text=True, timeout=300)
-    assert r.returncode == 0, r.stderr[-3000:]
+    ``DCP_METADATA``. The real saves: ``moe_saves``."""
+    c, out = moe_config(model), moe_saves[request.node.callspec.id]
     real = {p.name: p.stat().st_size for p in out.iterdir()}
     plan = make_plan(compose(moe_overrides(c), None)[0], world)
     plan.validate()

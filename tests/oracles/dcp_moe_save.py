@@ -1,7 +1,10 @@
 """A real ``dcp.save`` of a mixture of experts trained as torchtitan trains one, on CPU (gloo): the oracle of
 ``checkpoint.layout=dcp`` with ``model.family=moe``.
 
-    python tests/oracles/dcp_moe_save.py OUT WORLD CONFIG_JSON
+    python tests/oracles/dcp_moe_save.py OUT WORLD CONFIG_JSON [OUT WORLD CONFIG_JSON ...]
+
+Several saves are made one after another, each its ranks forked afresh from this process (torch and its
+distributed checkpoint imported once for all of them).
 
 CONFIG_JSON: ``layers``, ``dense`` (first dense blocks), ``dim``, ``inter`` (dense MLP width), ``vocab``, ``heads``,
 ``experts``, ``moe_inter``, ``shared`` (shared experts), ``bias`` (the load-balancing buffer), ``ep``, ``threads``
@@ -180,7 +183,10 @@ def save(out: str, world: int, c: dict) -> None:
 
 
 def main() -> None:
-    save(sys.argv[1], int(sys.argv[2]), json.loads(sys.argv[3]))
+    import torch.distributed.checkpoint  # noqa: F401 - imported once, before the ranks are forked
+    args = sys.argv[1:]
+    for k in range(0, len(args), 3):
+        save(args[k], int(args[k + 1]), json.loads(args[k + 2]))
 
 
 if __name__ == "__main__":
