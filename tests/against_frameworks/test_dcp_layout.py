@@ -22,7 +22,7 @@ from dlio_ckpt.plan.formats.pt import archive, tensor_pickle
 from dlio_ckpt.plan.layouts import make_plan
 from tests.support import ORACLES
 from tests.support.bounds import DCP_METADATA
-from tests.support.dcp_files import assert_files_are_dcps, real_save
+from tests.support.dcp_files import assert_files_are_dcps, real_save, real_saves
 from tests.support.dcp_moe_model import GQA, MLA, moe_overrides
 from tests.support.workloads import datatypes
 
@@ -43,13 +43,33 @@ ORACLE = [
 ]
 
 
+@pytest.fixture(scope="module")
+def dcp_saves(tmp_path_factory) -> dict[str, Path]:
+    """Every case's real dcp.save (``mode=fsdp``), its folder by case id: the cases of one world size as the points
+    of one sweep (``real_saves``: each process imports torch and transformers once for them all, most of a real
+    save's cost here), a world size's only case by ``real_save``."""
+    worlds: dict[int, dict[str, tuple[int, list[str]]]] = {}
+    for case in ORACLE:
+        world, threads, extra = case.values
+        worlds.setdefault(world, {})[case.id] = (threads, extra)
+    saves = {}
+    for world, cases in worlds.items():
+        tmp = tmp_path_factory.mktemp(f"dcp_saves_{world}")
+        if len(cases) == 1:
+            ((name, (threads, extra)),) = cases.items()
+            saves[name] = real_save(tmp, world, threads, extra)
+        else:
+            saves |= real_saves(tmp, world, cases)
+    return saves
+
+
 @pytest.mark.real
 @pytest.mark.mpi
 @pytest.mark.parametrize(("world", "threads", "extra"), ORACLE)
-def test_emulated_files_are_those_dcp_save_writes(tmp_path, world, threads, extra):
+def test_emulated_files_are_those_dcp_save_writes(dcp_saves, request, world, threads, extra):
     """Every ``.distcp`` equal to the byte, and item by item: the same names at the same offsets with the same
     lengths, in the same files (each item a whole ``torch.save`` archive); ``.metadata`` within its tolerance."""
-    assert_files_are_dcps(real_save(tmp_path, world, threads, extra), world, threads, extra)
+    assert_files_are_dcps(dcp_saves[request.node.callspec.id], world, threads, extra)
 
 
 def test_torch_save_archives_are_ours_to_the_byte():

@@ -27,6 +27,31 @@ def real_save(tmp_path: Path, world: int, threads: int, extra: list[str]) -> Pat
     return root / "checkpoints" / "tiny" / "global_epoch1_step1"
 
 
+def real_saves(tmp_path: Path, world: int, cases: dict[str, tuple[int, list[str]]]) -> dict[str, Path]:
+    """Several real dcp.saves on ``world`` processes (``cases``: name -> (writer threads, extra overrides), each the
+    job :func:`real_save` runs), as the points of one sweep: one job, so each process imports torch and
+    transformers once, not once per case; each point an ordinary run of mode=fsdp, its model built afresh (the
+    process group, once made, serves every point). Each case's workload is its composed configuration written as a
+    workload file (``--config-dir``). The folder of each case's save, by name."""
+    import json
+
+    folder = tmp_path / "workloads" / "workload"
+    folder.mkdir(parents=True)
+    files = [f"dcp_case{i}" for i in range(1, len(cases) + 1)]  # workload names Hydra's sweep syntax takes as given
+    for file, (threads, extra) in zip(files, cases.values(), strict=True):
+        _, raw, _ = compose(["workload=tiny", "++workload.mode=fsdp", "++workload.model.parallelism.tensor=1", *extra,
+                             f"++workload.fsdp.thread_count={threads}", "++workload.checkpoint.num_checkpoints_write=1",
+                             "++workload.checkpoint.num_checkpoints_read=0"], None)
+        (folder / f"{file}.yaml").write_text(json.dumps(raw))  # JSON is YAML
+    root = tmp_path / "real"
+    r = dlio(["sweep", f"workload={','.join(files)}", "--config-dir", str(tmp_path / "workloads"), "--keep-checkpoints",
+              f"++workload.storage.storage_root={root}", f"++hydra.sweep.dir={tmp_path / 'sweep'}"], tmp_path,
+             nprocs=world, timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    return {name: root / "checkpoints" / "tiny" / "sweep" / f"point{i}" / "global_epoch1_step1"
+            for i, name in enumerate(cases, 1)}
+
+
 def real_items(folder: Path) -> dict[str, list[tuple[int, int, str]]]:
     """Per ``.distcp`` file, its items as the real ``.metadata`` places them: (offset, length, name), in file order."""
     import torch.distributed.checkpoint as dcp
