@@ -3,13 +3,15 @@
     python tests/oracles/megatron_save.py OUT WORLD TP LAYERS HIDDEN FFN HEADS KV_HEADS VOCAB DTYPE THREADS [MOE]
     python tests/oracles/megatron_save.py load OUT_JSON STEP TP:WORLD:MODEL_ONLY[:EP][,...] TP LAYERS ... [MOE]
     python tests/oracles/megatron_save.py saves OUT WORLD TP LAYERS ... [MOE] + OUT WORLD TP LAYERS ... [MOE] + ...
+    python tests/oracles/megatron_save.py then-load OUT_JSON TP:WORLD:MODEL_ONLY[:EP][,...] OUT WORLD TP ... [MOE]
 
 TP is ``TP``, ``TPxPP`` or ``TPxPPxFIRST``: pipeline parallelism PP (a GPTModel per stage, its pre_process
 and post_process as Megatron-LM sets them), FIRST the first stage's blocks (Megatron's uneven split,
 ``num_layers_in_first_pipeline_stage``).
 
-The third form makes several saves of the first form's, one after another (each its ranks forked afresh from
-this process, which imported megatron-core once for all of them).
+The fourth form is the first form's save, then the second form's loads of the step it saved, from one process
+(megatron-core imported once for both). The third form makes several saves of the first form's, one after
+another (each its ranks forked afresh from this process, which imported megatron-core once for all of them).
 
 The second form loads a saved step as Megatron-LM loads by default (``dist_checkpointing.load``, no fully
 parallel load) at each TP and world size given (the save's stages kept; a mixture of experts, given the save's MOE,
@@ -244,6 +246,12 @@ def main() -> None:
     ``{"TP:WORLD:MODEL_ONLY[:EP]": {rank: reads}}``.
     The ranks are forked from this process: megatron-core is imported once, not once per rank."""
     import megatron.core.dist_checkpointing  # noqa: F401 - imported once, before the ranks are forked
+    if sys.argv[1] == "then-load":  # the first form's save, then the second form's loads of it
+        out_json, loads, out, world, *model = sys.argv[2:]
+        mp.start_processes(worker, args=(int(world), _port(), out, model), nprocs=int(world), join=True,
+                           start_method="fork")
+        _loads(out_json, out, loads.split(","), model)
+        return
     if sys.argv[1] == "saves":  # the first form's arguments, case after case, "+" between them
         cases: list[list[str]] = [[]]
         for arg in sys.argv[2:]:
@@ -259,7 +267,11 @@ def main() -> None:
         out, world, rest = sys.argv[1], int(sys.argv[2]), sys.argv[3:]
         mp.start_processes(worker, args=(world, _port(), out, rest), nprocs=world, join=True, start_method="fork")
         return
-    out, step, loads, model = sys.argv[2], sys.argv[3], sys.argv[4].split(","), sys.argv[5:]
+    _loads(sys.argv[2], sys.argv[3], sys.argv[4].split(","), sys.argv[5:])
+
+
+def _loads(out: str, step: str, loads: list[str], model: list[str]) -> None:
+    """The second form: ``step`` loaded once per load given, what each rank read written to ``out``."""
     found = {}
     for load in loads:
         tp, world, model_only, *ep = load.split(":")
