@@ -66,7 +66,11 @@ def figures(summary: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+LOADS: list[float] = []  # the machine's 1-minute load average before each run: other work shares the cores
+
+
 def sweep(a: argparse.Namespace, layout: str, rnd: int) -> dict[str, dict[str, Any]]:
+    LOADS.append(os.getloadavg()[0])
     folder = Path(a.dir) / f"{layout}-r{rnd}"
     shutil.rmtree(folder, ignore_errors=True)
     launch, args = job(a, layout, folder)
@@ -81,6 +85,7 @@ def sweep(a: argparse.Namespace, layout: str, rnd: int) -> dict[str, dict[str, A
 
 
 def large(a: argparse.Namespace, layout: str) -> dict[str, Any]:
+    LOADS.append(os.getloadavg()[0])
     folder = Path(a.dir) / f"{layout}-large"
     shutil.rmtree(folder, ignore_errors=True)
     launch, args = job(a, layout, folder)
@@ -99,7 +104,9 @@ def median_points(rounds: list[dict[str, dict[str, Any]]], scales: list[str], ph
 def report(a: argparse.Namespace, results: dict[str, Any]) -> str:
     lines = [f"- {time.strftime('%Y-%m-%d %H:%M')} on {platform.node()} ({os.cpu_count()} cores, "
              f"{os.sysconf('SC_PAGE_SIZE') * os.sysconf('SC_PHYS_PAGES') / GIB:.0f} GiB), Python "
-             f"{platform.python_version()}; {a.rounds} rounds; medians", f"- `{' '.join(['python', *sys.argv])}`", ""]
+             f"{platform.python_version()}; {a.rounds} rounds; medians; the 1-minute load average before each run: "
+             f"{min(LOADS):.1f} to {max(LOADS):.1f} (other work on the machine's 2 cores above 0)",
+             f"- `{' '.join(['python', *sys.argv])}`", ""]
     for layout, res in results.items():
         rounds, big = res["rounds"], res.get("large")
         lines += [f"### {layout}", "", "| phase | scale | bytes moved | seconds (median) | busiest CPU | one-run "
