@@ -63,6 +63,7 @@ def test_two_small_scales_project_what_two_large_ones_do(tmp_path, monkeypatch, 
         from_low, from_high = (fit(phase, [rows[s] for s in pair], full) for pair in (LOW, HIGH))
         assert from_low == pytest.approx(from_high, rel=0.2), phase
         assert from_high >= full / rate  # at least the storage's own time for the full size's bytes
+        assert whole[phase]["projected_seconds"] == pytest.approx(from_high, rel=0.2)  # the sweep's, over all four
         one_run = load(tmp_path / "sw" / "1" / "summary.json")["io"]["scaled"]["projected_full_size"]
         assert one_run[f"{phase}_seconds"] > from_low  # one run scales its time per item and call too
 
