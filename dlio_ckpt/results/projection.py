@@ -20,6 +20,7 @@ processes are this run's.
 
 from __future__ import annotations
 
+import statistics
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -61,21 +62,12 @@ class ScaleFit:
         return asdict(self)
 
 
-def fit_line(xs: list[float], ys: list[float]) -> tuple[float, float]:
-    """Least squares ``y = a + b x``: (a, b). Needs two distinct ``xs``."""
-    n = len(xs)
-    mx, my = sum(xs) / n, sum(ys) / n
-    sxx = sum((x - mx) ** 2 for x in xs)
-    b = sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / sxx
-    return my - b * mx, b
-
-
 def across_scales(phase: str, points: list[ScalePoint], full_size_bytes: int) -> ScaleFit | None:
     """``phase``'s full-size time from ``points``, at ``full_size_bytes`` moved (None with fewer than two
     distinct sizes)."""
     if len({p.bytes for p in points}) < 2:
         return None
-    a, b = fit_line([p.bytes for p in points], [p.seconds for p in points])
+    b, a = statistics.linear_regression([p.bytes for p in points], [p.seconds for p in points])  # least squares
     residual = max(abs(a + b * p.bytes - p.seconds) / p.seconds for p in points)
     grows = b > 0
     return ScaleFit(phase, sorted(points, key=lambda p: p.bytes), full_size_bytes, a, b * GIB,

@@ -14,6 +14,7 @@ import time
 import pytest
 
 from dlio_ckpt.io.backends import local_fs
+from dlio_ckpt.results.projection import ScalePoint, across_scales
 from tests.support.cli import load, run_here
 
 WRITE_RATE, READ_RATE = 20e6, 40e6  # bytes per second
@@ -70,8 +71,6 @@ def test_two_small_scales_project_what_two_large_ones_do(tmp_path, monkeypatch, 
 
 def fit(phase: str, rows: list[dict], full: int) -> float:
     """The full-size time the sweep's rule projects from ``rows`` alone."""
-    from dlio_ckpt.results.projection import ScalePoint, across_scales
-
     made = across_scales(phase, [ScalePoint(float(r["checkpoint.scale"]), r[f"{phase}_bytes"], r[f"{phase}_seconds"])
                                  for r in rows], full)
     assert made is not None and made.projected_seconds is not None
