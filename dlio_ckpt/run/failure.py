@@ -37,7 +37,7 @@ class RunState:
     step: int | None = None
     file: str | None = None  # the file in progress when a stall is detected
     committed: list[int] | None = None  # emulated runs: steps whose manifest is written (every process knows)
-    # rank 0 while it writes a step's manifest: the step, and whether the manifest is on storage yet (a
+    # every process while a step's manifest is written: the step, and whether it is on storage yet (a
     # signal that ends the run between the manifest landing and ``committed`` growing must still count it)
     landing: tuple[int, Callable[[], bool]] | None = None
     durable: dict[int, list[int]] = field(default_factory=dict)  # tiered runs: tier -> steps marked there

@@ -300,15 +300,19 @@ class EmulatedRun:
         ctx.state.phase = "commit"
         everyone = ctx.comm.gather((seconds, copied or 0.0))
 
+        path = manifest_path(ctx.backend, ctx.ck.checkpoint_folder, step)
+
         def committed() -> None:
             ctx.state.committed = [*(ctx.state.committed or []), step]
+            ctx.state.landing = None
+
+        # every process, not only the writer: a signal reaches each, and the failed summary written last (any
+        # rank's) must count a manifest that landed while this process still waited to hear of it
+        ctx.state.landing = (step, lambda: ctx.backend.get_small(path) is not None)
 
         def put() -> None:
-            path = manifest_path(ctx.backend, ctx.ck.checkpoint_folder, step)
-            ctx.state.landing = (step, lambda: ctx.backend.get_small(path) is not None)
             ctx.backend.put_marker(path, json.dumps(self.manifest(step)).encode())
-            committed()  # at once: a signal's failed summary (rank 0's) must not lag the manifest on disk
-            ctx.state.landing = None  # (and between the two, the summary looks whether it landed)
+            committed()  # at once: a signal's failed summary must not lag the manifest on disk
             if everyone is not None:  # rank 0: summary.json's figure
                 copy = max(c for _, c in everyone)
                 log.info("save_ckpt%d: %.3f s, %d files%s", step, max(s for s, _ in everyone), len(self.files),
