@@ -137,14 +137,22 @@ MIB = 1 << 20
 PAGE = os.sysconf("SC_PAGE_SIZE")
 
 
+# A virtual machine's free page reporting (virtio-balloon): the guest hands free memory back to its host, and the
+# next touch of it faults it in on the host again. The kernel counts what it has reported (where it says so)
+REPORTED = Path("/sys/module/page_reporting/parameters/reported_kib")
+
+
 def meminfo() -> dict[str, int]:
-    """/proc/meminfo's figures in MEMINFO, kB."""
+    """/proc/meminfo's figures in MEMINFO, kB; and ``Reported``, the kB of free memory handed back to the host so
+    far, where the kernel counts it."""
     out = {}
     with open("/proc/meminfo") as f:
         for line in f:
             key, _, rest = line.partition(":")
             if key in MEMINFO:
                 out[key] = int(rest.split()[0])
+    with contextlib.suppress(OSError, ValueError):
+        out["Reported"] = int(REPORTED.read_text())
     return out
 
 
@@ -602,6 +610,8 @@ def main() -> None:
     ap.add_argument("--train-steps", type=int, default=1, help="training steps per interval (with --interval)")
     ap.add_argument("--emulated", action="store_true", help="alternate each run with the emulator's "
                     "layout=dcp io_pattern=framework run of the same shape, saves and interval")
+    ap.add_argument("--training-memory-gb", type=float, default=0.0, help="the emulated side's "
+                    "checkpoint.training_memory_gb (memory each process touches afresh per interval)")
     ap.add_argument("--markdown")
     ap.add_argument("--json", help="write every figure measured here")
     ap.add_argument("--s3", action="store_true", help="on a local SeaweedFS (scripts/local_s3.py) through "
@@ -657,7 +667,8 @@ def emulated_run(a: argparse.Namespace) -> list[dict]:
     out, root = Path(tempfile.mkdtemp(prefix="bench_phases_")), os.path.join(a.dir, "emulated")
     cmd = [str(framework_io.BIN / "mpiexec"), "-n", str(a.procs), sys.executable, "-m", "dlio_ckpt", "run", *args,
            f"++workload.storage.storage_root={root}", f"++hydra.run.dir={out}", "++workload.checkpoint.overwrite=True",
-           f"++workload.checkpoint.time_between_checkpoints={a.interval or 0}"]
+           f"++workload.checkpoint.time_between_checkpoints={a.interval or 0}",
+           f"++workload.checkpoint.training_memory_gb={a.training_memory_gb}"]
     sampler = Sampler(a.disk)
     sampler.start()
     try:
@@ -714,6 +725,10 @@ def system_figures(before: dict, after: dict, previous: dict | None) -> dict[str
     m, d, d2 = before["mem"], before["disk"], after["disk"]
     out = {f"{k} MiB": _mib(m[k]) for k in MEMINFO if k in m}
     out.update({f"{k} after MiB": _mib(after["mem"][k]) for k in ("Dirty", "Writeback") if k in after["mem"]})
+    if "Reported" in m:  # free memory handed back to the host, from the previous save's end, and during this one
+        out["reported during MiB"] = _mib(after["mem"]["Reported"] - m["Reported"])
+        if previous is not None:
+            out["reported between MiB"] = _mib(m["Reported"] - previous["mem"]["Reported"])
     if d:
         out["in flight"] = d["in_flight"]
         out["written during MiB"] = (d2["sectors_written"] - d["sectors_written"]) * 512 / MIB
@@ -830,7 +845,7 @@ def moves(rows: list[list[dict]], label: str) -> list[str]:
 
 SYSTEM = ["Dirty MiB", "Writeback MiB", "MemFree MiB", "Cached MiB", "Active(file) MiB", "Inactive(file) MiB",
           "in flight", "written between MiB", "written during MiB", "disk writes during", "ms writing during",
-          "flushes during", "Dirty after MiB", "Writeback after MiB"]
+          "flushes during", "Dirty after MiB", "Writeback after MiB", "reported between MiB", "reported during MiB"]
 
 
 def save_by_save(a: argparse.Namespace, runs: list, emulated: list) -> list[str]:

@@ -265,6 +265,10 @@ class Checkpoint(Section):
                                                  "process's shard into host memory held for the run (memory = shard)")
     training: Literal["sleep", "cpu"] = Field("sleep", description="what a training interval does: sleep, or keep "
                                               "one core busy (shows background writes competing for CPU)")
+    training_memory_gb: float = Field(0.0, ge=0, description="GB of memory each process touches for the first "
+                                      "time in each training interval (written whole, freed at its end), as a "
+                                      "step trained in host memory does; 0: the step's memory is the "
+                                      "accelerator's")
     mtbf_hours: float | None = Field(None, gt=0, description="mean time between failures of the job: adds goodput")
     reference: ReferenceName = Field(
         "none", description="do what a reference tool does on this file system: dlio-2.0 (upstream DLIO v2.0.1: "
@@ -464,6 +468,12 @@ class Workload(Section):
         """Every tier in order: ``storage`` first, then ``tiers``."""
         return [self.storage, *self.tiers]
 
+    @staticmethod
+    def tier_key(k: int) -> str:
+        """The configuration key of tier ``k`` (0: ``storage``), for messages: on the workload, where the plan's
+        rules find it without importing this package (whose runtime imports reach the cluster)."""
+        return "workload.storage" if k == 0 else f"workload.tiers[{k - 1}]"
+
     @model_validator(mode="after")
     def _across_sections(self) -> Workload:
         """The rules that read several sections (:mod:`dlio_ckpt.config.rules`; imported here, on first
@@ -480,13 +490,11 @@ class Workload(Section):
         return rules.lost_hosts_tier(self, hosts)
 
 
-def tier_key(k: int) -> str:
-    """The configuration key of tier ``k`` (0: ``storage``), for messages."""
-    return "workload.storage" if k == 0 else f"workload.tiers[{k - 1}]"
+tier_key = Workload.tier_key
 
 
 # Checkpoint keys that shape the emulator's files or its emulated training loop and mean nothing to a
 # framework's own save (real modes have fsdp.async_save and lightning.async_save)
 EMULATOR_ONLY = ("layout", "files_per_rank", "format", "scale", "odirect", "verify", "chunk_size", "io_pattern",
                  "recovery_rank_shift", "ranks_per_host", "mode", "async_save", "staging_gb_per_second", "staging",
-                 "gpu_copy_gb_per_second", "training", "mtbf_hours", "read_tier")
+                 "gpu_copy_gb_per_second", "training", "training_memory_gb", "mtbf_hours", "read_tier")
