@@ -43,7 +43,5 @@ def shared_read_tier(workload: Workload, why: str) -> None:
                           f"checkpoint.layout={ck.layout}: {why}, which a node-scoped read tier (what a lost-host "
                           "restore reads) holds on the writer's host alone")
     if ck.num_checkpoints_read and reader.scope != "shared":
-        # config.tier_key's spelling (the config's runtime imports reach the cluster, which a plan may not)
-        key = "workload.storage" if ck.read_tier == 0 else f"workload.tiers[{ck.read_tier - 1}]"
-        raise ConfigError(f"{key}.scope", reader.scope, f"{why}, which a node-scoped tier holds on the writer's host "
-                          "alone: read from a shared tier (checkpoint.read_tier)")
+        raise ConfigError(f"{workload.tier_key(ck.read_tier)}.scope", reader.scope, f"{why}, which a node-scoped "
+                          "tier holds on the writer's host alone: read from a shared tier (checkpoint.read_tier)")
