@@ -51,7 +51,10 @@ the same). Besides the tables above, per save index 1..``--saves``, the median o
   in ``/proc/self/mountinfo`` holding it, else the vd*/sd*/nvme*/xvd* disk with the most sectors written; the
   report says which and how it was found): the I/Os in flight before the save, the MiB written, writes
   completed, ms spent writing and flushes completed during the save, and the MiB written between the end of
-  the previous save and this one's start (the previous save's writeback still draining);
+  the previous save and this one's start (the previous save's writeback still draining); the kernel's work to
+  find memory during the save (``/proc/vmstat``: compaction stalls, direct reclaims and the pages they scanned,
+  pages allocated and freed, huge pages faulted); and, on a virtual machine whose kernel counts it, the free
+  memory handed back to the host during the save and since the previous one (free page reporting);
 - the processes (summed over them): RSS, the malloc heap in use and free (glibc ``mallinfo2``: ``uordblks`` +
   ``hblkhd``; ``fordblks``, memory freed but kept by the allocator), the minor/major page faults taken and the RSS
   change during the save, and the optimizer's state (bytes of Adam's moments, local shards);
@@ -226,8 +229,24 @@ def process() -> dict[str, int]:
     return out
 
 
+# /proc/vmstat's counters of the kernel's work to find memory: compaction, direct reclaim, pages allocated
+VMSTAT = ("compact_stall", "compact_fail", "pgscan_direct", "pgalloc_normal", "pgfree", "thp_fault_alloc")
+
+
+def vmstat() -> dict[str, int]:
+    out = {"allocstall": 0}  # direct reclaims, every zone's summed
+    with open("/proc/vmstat") as f:
+        for line in f:
+            key, _, value = line.partition(" ")
+            if key in VMSTAT:
+                out[key] = int(value)
+            elif key.startswith("allocstall"):
+                out["allocstall"] += int(value)
+    return out
+
+
 def sample(disk: str | None, proc: bool = True) -> dict:
-    out = {"t": time.time(), "mem": meminfo(), "disk": diskstats(disk)}
+    out = {"t": time.time(), "mem": meminfo(), "disk": diskstats(disk), "vm": vmstat()}
     if proc:
         out["proc"] = process()
     return out
@@ -610,8 +629,6 @@ def main() -> None:
     ap.add_argument("--train-steps", type=int, default=1, help="training steps per interval (with --interval)")
     ap.add_argument("--emulated", action="store_true", help="alternate each run with the emulator's "
                     "layout=dcp io_pattern=framework run of the same shape, saves and interval")
-    ap.add_argument("--training-memory-gb", type=float, default=0.0, help="the emulated side's "
-                    "checkpoint.training_memory_gb (memory each process touches afresh per interval)")
     ap.add_argument("--markdown")
     ap.add_argument("--json", help="write every figure measured here")
     ap.add_argument("--s3", action="store_true", help="on a local SeaweedFS (scripts/local_s3.py) through "
@@ -667,8 +684,7 @@ def emulated_run(a: argparse.Namespace) -> list[dict]:
     out, root = Path(tempfile.mkdtemp(prefix="bench_phases_")), os.path.join(a.dir, "emulated")
     cmd = [str(framework_io.BIN / "mpiexec"), "-n", str(a.procs), sys.executable, "-m", "dlio_ckpt", "run", *args,
            f"++workload.storage.storage_root={root}", f"++hydra.run.dir={out}", "++workload.checkpoint.overwrite=True",
-           f"++workload.checkpoint.time_between_checkpoints={a.interval or 0}",
-           f"++workload.checkpoint.training_memory_gb={a.training_memory_gb}"]
+           f"++workload.checkpoint.time_between_checkpoints={a.interval or 0}"]
     sampler = Sampler(a.disk)
     sampler.start()
     try:
@@ -725,6 +741,7 @@ def system_figures(before: dict, after: dict, previous: dict | None) -> dict[str
     m, d, d2 = before["mem"], before["disk"], after["disk"]
     out = {f"{k} MiB": _mib(m[k]) for k in MEMINFO if k in m}
     out.update({f"{k} after MiB": _mib(after["mem"][k]) for k in ("Dirty", "Writeback") if k in after["mem"]})
+    out.update({f"{k} during": after["vm"][k] - before["vm"][k] for k in before.get("vm", {})})
     if "Reported" in m:  # free memory handed back to the host, from the previous save's end, and during this one
         out["reported during MiB"] = _mib(after["mem"]["Reported"] - m["Reported"])
         if previous is not None:
@@ -845,7 +862,9 @@ def moves(rows: list[list[dict]], label: str) -> list[str]:
 
 SYSTEM = ["Dirty MiB", "Writeback MiB", "MemFree MiB", "Cached MiB", "Active(file) MiB", "Inactive(file) MiB",
           "in flight", "written between MiB", "written during MiB", "disk writes during", "ms writing during",
-          "flushes during", "Dirty after MiB", "Writeback after MiB", "reported between MiB", "reported during MiB"]
+          "flushes during", "Dirty after MiB", "Writeback after MiB", "reported between MiB", "reported during MiB",
+          *(f"{k} during" for k in ("compact_stall", "allocstall", "pgscan_direct", "pgalloc_normal", "pgfree",
+                                    "thp_fault_alloc"))]
 
 
 def save_by_save(a: argparse.Namespace, runs: list, emulated: list) -> list[str]:

@@ -11,7 +11,6 @@ bounded) or a real copy into host memory (:class:`Staging`); training is a sleep
 
 from __future__ import annotations
 
-import mmap
 import threading
 import time
 from collections.abc import Callable
@@ -51,26 +50,15 @@ class Staging:
             self.buffer[offset:offset + n] = self.source[:n]
 
 
-def train(seconds: float, kind: str, alarm: threading.Event, fresh_bytes: int = 0) -> None:
+def train(seconds: float, kind: str, alarm: threading.Event) -> None:
     """One training interval: a sleep, or a CPU-bound loop on this process's core; cut short when a
-    background thread failed (``alarm``), so the job ends now and not an interval later.
-
-    ``fresh_bytes`` (``checkpoint.training_memory_gb``): memory the step touches for the first time, written
-    whole at the interval's start and handed back to the system at its end, as a step on the host allocates
-    and frees its activations (a real CPU-trained step here faulted in 1.8 to 3.3 GiB a step on 2 processes,
-    bench/results/2026-12-06-save-by-save.md). Its time is the interval's: the save after it is not delayed."""
-    end = time.perf_counter() + seconds
-    fresh = mmap.mmap(-1, fresh_bytes) if fresh_bytes else None  # base pages, as torch's allocations fault them
-    if fresh is not None:  # (not numpy's memory: numpy asks large arrays for huge pages, 512 times fewer faults)
-        np.frombuffer(fresh, dtype=np.uint8).fill(1)
+    background thread failed (``alarm``), so the job ends now and not an interval later."""
     if kind == "sleep":
-        alarm.wait(max(0.0, end - time.perf_counter()))
-    else:
-        a = np.random.default_rng(0).random((128, 128))
-        while time.perf_counter() < end and not alarm.is_set():
-            a = np.tanh(a @ a)
-    if fresh is not None:
-        fresh.close()  # unmapped: the next interval faults its pages in again
+        alarm.wait(seconds)
+        return
+    a, end = np.random.default_rng(0).random((128, 128)), time.perf_counter() + seconds
+    while time.perf_counter() < end and not alarm.is_set():
+        a = np.tanh(a @ a)
 
 
 class BackgroundSaves:

@@ -278,7 +278,7 @@ def run(ctx: RunContext) -> Summary | None:
     stage = Staging(ck.staging, ck.staging_gb_per_second, max(shards), sum(shards)) if ck.async_save else None
     for i in range(1, ck.num_checkpoints_write + 1):
         state.phase, state.step = "train" if background else "wait before save", i
-        train(ck.time_between_checkpoints, ck.training, ctx.alarm, int(ck.training_memory_gb * 1e9))
+        train(ck.time_between_checkpoints, ck.training, ctx.alarm)
         tiers.check()
         state.phase = "save"
         if background is None:
