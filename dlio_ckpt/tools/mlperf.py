@@ -32,8 +32,10 @@ times, no file systems), it says "not recorded" and fails or warns as the editio
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
+from functools import cache
 from typing import Any
 
 from dlio_ckpt.config.accelerators import ACCELERATOR_MEMORY_GB
@@ -44,10 +46,8 @@ from dlio_ckpt.results.schema import IO, FileSystem, FileSystems
 from dlio_ckpt.tools.runfiles import Run, number, operations
 
 GIB = 1 << 30
-EDITIONS = ("2.0", "3.0", "4.0")  # the newest is check's default
 DIVISIONS = ("closed", "open")
 WHAT_IF_ONLY = ("h100", "a100")
-ROUND_3_BASELINE = "h100"  # the v3.0 round's checker assumed an 80 GB H100 for every run
 MAX_GAP_SECONDS = 30.0  # §4.7.1: the read invocation starts within this of the write invocation's end
 MIN_PER_HOST = 4  # §4.6.2: CLOSED runs put more than this many accelerators on each host
 
@@ -86,10 +86,37 @@ MODELS = (
     _model("llama3_1t", 1024, 18000, "45fd627ad9dc5f4c", 128, 25872, 98304, 128256, 192, 32, 8, 64, 1, "fp16",
            "fp32"),
 )
-# What wrote an edition's results, as a checkpoint.reference preset (dlio_ckpt/config/references.py): the rules
-# run DLIO's workload in DLIO's layout; a run does its I/O as our own (none) or as the edition's tool does.
-# docs/guides/mlperf-storage.md: v2.0's results come from upstream DLIO, 3.0's from the fork.
-EDITION_REFERENCE = {"2.0": "dlio-2.0", "3.0": "mlcommons", "4.0": "mlcommons"}
+
+
+@dataclass(frozen=True)
+class Edition:
+    """One edition of the rules as its checker applies them: which rules (named as reported), in the order
+    reported; which of them it reports as a warning when not met; what wrote its results; whether it judges the
+    process count by division (CLOSED or OPEN); what it assumed of an undeclared accelerator."""
+
+    tool: str  # the checkpoint.reference preset (dlio_ckpt/config/references.py) whose I/O wrote its results
+    rules: tuple[str, ...]
+    warns: frozenset[str] = frozenset()
+    divisions: bool = False  # with them, "accelerators per host" is the CLOSED division's rule alone
+    # the accelerator its checker assumed for every run that declared none (then Table 3's what-if types pass too)
+    assumed_accelerator: str | None = None
+
+
+_FROM_3 = ("model", "subset", "process count", "accelerators per host", "emulated I/O", "checkpoint size",
+           "accelerator memory", "10 writes then 10 reads", "write-to-read gap", "fsync", "page cache",
+           "separate file systems", "provenance", "max duration, min throughput")
+# The rules run DLIO's workload in DLIO's layout; a run does its I/O as our own (none) or as the edition's tool
+# does (docs/guides/mlperf-storage.md: v2.0's results come from upstream DLIO, 3.0's from the fork). Every checker
+# from 3.0 on reports §4.3.1 (the page cache) as a warning, §4.7.1 covering the flush; the v3.0 round's reported
+# its newer rules as warnings and assumed an 80 GB H100 where no accelerator was declared.
+EDITIONS_TABLE = {
+    "2.0": Edition("dlio-2.0", ("model", "process count", "emulated I/O", "10 writes then 10 reads", "fsync",
+                                "full-size checkpoint", "page cache", "max duration, min throughput")),
+    "3.0": Edition("mlcommons", _FROM_3, frozenset({"accelerator memory", "write-to-read gap", "page cache",
+                                                     "separate file systems", "provenance"}), True, "h100"),
+    "4.0": Edition("mlcommons", _FROM_3, frozenset({"page cache"}), True),
+}
+EDITIONS = tuple(EDITIONS_TABLE)  # the newest last: check's default
 DLIO_LAYOUT, DLIO_FORMAT = "dlio", "pt"  # DLIO's PyTorch checkpointing: torch.save archives
 SIZE_TOLERANCE = 0.01  # Table 2 rounds (912 GiB for 70B's 911.x); the 1T's 18 TiB is rounded up more
 REQUIRED_CHECKPOINTS = 10
@@ -130,23 +157,34 @@ def _defaults(config: dict[str, Any]) -> dict[str, Any]:
 
 def check_runs(runs: list[Run], edition: str = EDITIONS[-1], division: str = "closed") -> list[Rule]:
     """The rules of ``edition`` over one run, or a write-only run followed by a read-only one."""
-    first = runs[0]
+    first, ed = runs[0], EDITIONS_TABLE[edition]
     config = _defaults(first.config or {})
     model = _matching(config)
-    if edition == "2.0":
-        return [_model_rule(first, config, model), _process_rule(first, config, model), _mode_rule(runs, edition),
-                _count_rule(runs), _fsync_rule(runs), _scale_rule(runs), _cache_rule(runs), _timing_rule(runs)]
-    round3, seen = edition == "3.0", [facts(r) for r in runs]  # each run's files read once
-    rules = [_model_rule(first, config, model), _subset_rule(first, config, model),
-             _division_rule(first, config, model, division)]
-    if division == "closed":
-        rules.append(_per_host_rule(first))
-    return rules + [
-        _mode_rule(runs, edition), _size_rule(runs, model), _as_warning(_accelerator_rule(runs, seen, round3), round3),
-        _count_rule(runs), _as_warning(_gap_rule(runs, seen), round3), _fsync_rule(runs),
-        _as_warning(_cache_rule(runs), True),  # the checkers report §4.3.1 as a warning; §4.7.1 covers the flush
-        _as_warning(_folders_rule(runs, seen), round3), _as_warning(_provenance_rule(runs, model, division), round3),
-        _timing_rule(runs)]
+
+    @cache
+    def seen() -> list[Facts]:  # each run's files read once, by the rules that need them
+        return [facts(r) for r in runs]
+
+    rules: dict[str, Callable[[], Rule]] = {
+        "model": lambda: _model_rule(first, config, model),
+        "subset": lambda: _subset_rule(first, config, model),
+        "process count": lambda: _division_rule(first, config, model, division) if ed.divisions
+        else _process_rule(first, config, model),
+        "accelerators per host": lambda: _per_host_rule(first),
+        "emulated I/O": lambda: _mode_rule(runs, edition),
+        "checkpoint size": lambda: _size_rule(runs, model),
+        "accelerator memory": lambda: _accelerator_rule(runs, seen(), edition),
+        "10 writes then 10 reads": lambda: _count_rule(runs),
+        "write-to-read gap": lambda: _gap_rule(runs, seen()),
+        "fsync": lambda: _fsync_rule(runs),
+        "full-size checkpoint": lambda: _scale_rule(runs),
+        "page cache": lambda: _cache_rule(runs),
+        "separate file systems": lambda: _folders_rule(runs, seen()),
+        "provenance": lambda: _provenance_rule(runs, model, division),
+        "max duration, min throughput": lambda: _timing_rule(runs),
+    }
+    return [_as_warning(rules[name](), name in ed.warns) for name in ed.rules
+            if name != "accelerators per host" or division == "closed"]
 
 
 def _differences(config: dict[str, Any], model: MLPerfModel) -> dict[str, Any]:
@@ -192,7 +230,7 @@ def _mode_rule(runs: list[Run], edition: str) -> Rule:
     own I/O or the edition's tool's (each run's, where a write-only and a read-only run are judged). Another
     layout of the same model (Megatron's, DCP's) writes other files in other numbers and sizes, so it is not
     the rules' workload even where its total size is Table 2's."""
-    tool = EDITION_REFERENCE[edition]
+    tool = EDITIONS_TABLE[edition].tool
     expected = (f"mode=emulated, checkpoint.layout={DLIO_LAYOUT} (DLIO's files), checkpoint.format={DLIO_FORMAT} "
                 f"(DLIO's torch.save archives; {REFERENCES[tool].checkpoint.get('format', DLIO_FORMAT)} under "
                 f"reference={tool}), checkpoint.reference none or {tool} (v{edition}'s tool)")
@@ -442,28 +480,28 @@ def facts(run: Run) -> Facts:
                  file_systems=f"fs_separation.json: same_filesystem={same}" if separation else "not recorded")
 
 
-def _accelerator_rule(runs: list[Run], seen: list[Facts], round3: bool) -> Rule:
+def _accelerator_rule(runs: list[Run], seen: list[Facts], edition: str) -> Rule:
     named = [f.accelerator for f in seen]
     declared = set(named)
     procs, size = runs[0].summary.processes or 0, _size_gib(runs[0])
-    expected = ("accelerator memory x processes >= the checkpoint (§4.3.4; the v3.0 round checked an 80 GB "
-                "H100 where none was declared)" if round3 else
+    assumed = EDITIONS_TABLE[edition].assumed_accelerator
+    expected = (f"accelerator memory x processes >= the checkpoint (§4.3.4; the v{edition} round checked an "
+                f"{ACCELERATOR_MEMORY_GB[assumed]} GB {assumed.upper()} where none was declared)" if assumed else
                 f"a declared accelerator of {', '.join(a for a in ACCELERATOR_MEMORY_GB if a not in WHAT_IF_ONLY)} "
                 "(Table 3), its memory x processes >= the checkpoint (§4.3.4); results compare within one type")
     if len(declared) > 1:
         said = "; ".join(f"{r.path}: {a or 'not recorded'}" for r, a in zip(runs, named, strict=True))
         return Rule("accelerator memory", expected, f"the runs differ: {said}", False)
-    accelerator = declared.pop()
-    if accelerator is None and not round3:
+    accelerator = declared.pop() or assumed
+    if accelerator is None:
         return Rule("accelerator memory", expected, "not recorded: set ++workload.accelerator_type=b200 (or mi355)",
                     False)
-    accelerator = accelerator or ROUND_3_BASELINE
     memory = ACCELERATOR_MEMORY_GB.get(accelerator)
     if memory is None:
         return Rule("accelerator memory", expected,
                     f"{accelerator}: not in Table 3 ({', '.join(ACCELERATOR_MEMORY_GB)})", False)
     actual = f"{procs} x {accelerator} at {memory} GB = {procs * memory} vs a {size:.2f} GiB checkpoint"
-    if accelerator in WHAT_IF_ONLY and not round3:
+    if accelerator in WHAT_IF_ONLY and not assumed:
         return Rule("accelerator memory", expected, f"{actual}; {accelerator} is what-if only", False)
     return Rule("accelerator memory", expected, actual, procs * memory >= size)
 
