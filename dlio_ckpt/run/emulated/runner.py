@@ -12,19 +12,21 @@ import logging
 import secrets
 import time
 from collections import Counter
+from dataclasses import dataclass
 from typing import Any
 
 from dlio_ckpt.cluster.host import available_memory, hostname
 from dlio_ckpt.cluster.placement import surviving_keeper
 from dlio_ckpt.config import references, tier_key
 from dlio_ckpt.errors import ConfigError
+from dlio_ckpt.io.backends import Backend
 from dlio_ckpt.io.engine import Engine, FileTask, IOOptions, check_capabilities, io_buffer_bytes
 from dlio_ckpt.plan.formats import Format
 from dlio_ckpt.plan.layouts import file_format, framework_io, make_plan
 from dlio_ckpt.plan.restore import RankReads, described, load_caveat, restore_plan, restored_payload
 from dlio_ckpt.plan.view import scaled_figures
-from dlio_ckpt.results.schema import IO, AsyncSave, RestoreSource, Retries, Summary
-from dlio_ckpt.results.summary import GoodputAsked
+from dlio_ckpt.results.schema import IO, AsyncSave, ProcessRetries, RestoreSource, Retries, Summary
+from dlio_ckpt.results.summary import GoodputAsked, OpRecord
 from dlio_ckpt.run.context import GIB, RunContext, record, say_done, timed, write_results
 from dlio_ckpt.run.emulated.background import BackgroundSaves, Staging, train
 from dlio_ckpt.run.emulated.checkpoints import (
@@ -40,7 +42,7 @@ from dlio_ckpt.run.emulated.checkpoints import (
     shard_bytes,
     writer_threads,
 )
-from dlio_ckpt.run.emulated.peers import LostShares
+from dlio_ckpt.run.emulated.peers import LostShares, PeerSource
 from dlio_ckpt.run.emulated.tiers import Tiers
 from dlio_ckpt.run.progress import PlannedBytes, progress_display
 from dlio_ckpt.run.steps import Writes
@@ -220,170 +222,234 @@ def _sources(read_from: list[dict[str, Any]]) -> list[RestoreSource]:
     return [RestoreSource(**out[k]) for k in sorted(out)]
 
 
+@dataclass
+class RetryCount:
+    """This process's files redone after a transient storage error, by phase, and (a lost-host restore) where its
+    loads read from: its part of summary.json's ``retries`` and ``restore_sources``, gathered from every process."""
+
+    save: int = 0
+    load: int = 0
+    read_from: dict[str, Any] | None = None
+
+
 def run(ctx: RunContext) -> Summary | None:
     """Run the benchmark; returns the summary on rank 0 (None elsewhere)."""
-    ck, comm, state, fmt = ctx.ck, ctx.comm, ctx.state, file_format(ctx.workload)
-    files = expected_files(ctx, fmt) if comm.rank == 0 else {}  # shared tiers' manifests are rank 0's
-    host_files = _host_files(ctx, fmt)  # a node tier's, each host's acting rank's
-    state.committed = []
-    if ck.num_checkpoints_write > 0:
-        run_key = comm.bcast(secrets.randbits(63) if comm.rank == 0 else None)
-    else:
-        run_key = _check_step(ctx, files, host_files, 1, None)
-    # rank 0's share of each checkpoint (none for async saves: they run behind training)
-    # (each file's planned bytes counted once: a load's framework reads go back over bytes, PlannedBytes)
-    shown = PlannedBytes(progress_display(comm.rank == 0 and ck.progress and not ck.async_save, ck.progress_interval))
+    job = EmulatedJob(ctx)
+    job.saves()
+    job.loads()
+    job.close()
+    return job.results()
 
-    def progress(path: str, nbytes: int) -> None:
-        if ctx.watchdog is not None:
-            ctx.watchdog.progress(path)
-        shown.advance(path, nbytes)
-    engine = Engine(ctx.backend, run_key, io_options(ctx), progress)
-    played = framework_io(ctx.workload)
-    if played is not None:
-        engine.framework_writers = writer_threads(ctx, ctx.backend)
-        engine.framework_caller_writes = played.caller_writes
-    copy_first = device_copy(ctx, engine, played)
-    if comm.rank == 0 and "transport" in (storage := ctx.backend.describe()):  # GDS or POSIX, said up front
-        log.info("storage_type=%s moves bytes by %s: %s", ctx.backend.name, storage["transport"], storage["why"])
-    if comm.rank == 0 and ck.num_checkpoints_write:
-        log.info("saves write %s", f"as {played.writer} does, {engine.framework_writers} writer thread(s) per process "
-                 "(checkpoint.io_pattern=framework)" if played else
-                 f"the tuned stream: {ck.chunk_size} B requests (checkpoint.io_pattern=stream)")
-    records = []
-    retries: dict[str, Any] = {"save": 0, "load": 0}  # and this process's read_from, with lost hosts
-    run = EmulatedRun(ctx, fmt, run_key, files, host_files)
 
-    def save(index: int, todo: list[FileTask], stalled: float = 0.0) -> None:
+class EmulatedJob:
+    """One process's part of an emulated run, phase by phase: set up (the engine, what the saves write), the saves,
+    the loads, then the results (the ``io`` description and summary.json). A class because the phases share the
+    engine, the run's checkpoints, the records and the retries."""
+
+    def __init__(self, ctx: RunContext) -> None:
+        ck, comm = ctx.ck, ctx.comm
+        self.ctx, self.fmt = ctx, file_format(ctx.workload)
+        files = expected_files(ctx, self.fmt) if comm.rank == 0 else {}  # shared tiers' manifests are rank 0's
+        host_files = _host_files(ctx, self.fmt)  # a node tier's, each host's acting rank's
+        ctx.state.committed = []
+        if ck.num_checkpoints_write > 0:
+            run_key = comm.bcast(secrets.randbits(63) if comm.rank == 0 else None)
+        else:
+            run_key = _check_step(ctx, files, host_files, 1, None)
+        # rank 0's share of each checkpoint (none for async saves: they run behind training)
+        # (each file's planned bytes counted once: a load's framework reads go back over bytes, PlannedBytes)
+        self.shown = PlannedBytes(progress_display(comm.rank == 0 and ck.progress and not ck.async_save,
+                                                   ck.progress_interval))
+        self.engine = self.read_engine = Engine(ctx.backend, run_key, io_options(ctx), self._progress)
+        self.played = played = framework_io(ctx.workload)
+        if played is not None:
+            self.engine.framework_writers = writer_threads(ctx, ctx.backend)
+            self.engine.framework_caller_writes = played.caller_writes
+        self.copy_first = device_copy(ctx, self.engine, played)
+        if comm.rank == 0 and "transport" in (storage := ctx.backend.describe()):  # GDS or POSIX, said up front
+            log.info("storage_type=%s moves bytes by %s: %s", ctx.backend.name, storage["transport"], storage["why"])
+        if comm.rank == 0 and ck.num_checkpoints_write:
+            log.info("saves write %s", f"as {played.writer} does, {self.engine.framework_writers} writer thread(s) "
+                     "per process (checkpoint.io_pattern=framework)" if played else
+                     f"the tuned stream: {ck.chunk_size} B requests (checkpoint.io_pattern=stream)")
+        self.records: list[OpRecord] = []
+        self.retries = RetryCount()
+        self.run = EmulatedRun(ctx, self.fmt, run_key, files, host_files)
+        self.tiers = Tiers(self.run)
+
+    def _progress(self, path: str, nbytes: int) -> None:
+        if self.ctx.watchdog is not None:
+            self.ctx.watchdog.progress(path)
+        self.shown.advance(path, nbytes)
+
+    def saves(self) -> None:
+        """Every checkpoint, each after its training interval: synchronous, or written in the background (async
+        saves); then the tiers drained."""
+        ctx, ck, state, run, tiers = self.ctx, self.ctx.ck, self.ctx.state, self.run, self.tiers
+        background = BackgroundSaves(run, self.engine, tiers) if ck.async_save else None
+        shards = shard_bytes(ctx)
+        stage = Staging(ck.staging, ck.staging_gb_per_second, max(shards), sum(shards)) if ck.async_save else None
+        for i in range(1, ck.num_checkpoints_write + 1):
+            state.phase, state.step = "train" if background else "wait before save", i
+            train(ck.time_between_checkpoints, ck.training, ctx.alarm)
+            tiers.check()
+            state.phase = "save"
+            if background is None:
+                stalled = tiers.make_room(i)
+                run.prepare(i)
+                self._save(i, run.tasks(i, coordinator=False), stalled)
+                tiers.written(i)
+                run.commit(i, self.records[-1].duration, self.records[-1].device_copy_seconds)
+                tiers.committed(i)
+            else:
+                assert stage is not None  # made with background, for async saves
+                background.save(i, run.tasks(i), stage)
+                self.records[:] = background.records  # the previous checkpoint's, once committed
+        if background is not None:
+            background.wait()
+            self.records[:] = background.records
+        state.phase, state.step = "drain", None
+        tiers.close()
+        self.records += tiers.records
+
+    def _save(self, index: int, todo: list[FileTask], stalled: float = 0.0) -> None:
         """One synchronous save (with the coordinator's files after everyone's data); ``stalled``:
         seconds it waited first for a drain (keep_last)."""
+        ctx, engine = self.ctx, self.engine
         before = engine.retries
-        shown.start(f"save_ckpt{index}", [(t.path, t.size) for t in todo])
+        self.shown.start(f"save_ckpt{index}", [(t.path, t.size) for t in todo])
         try:
             with timed(ctx, "save", index) as clock:
-                run.look_for_earlier(index)
-                copy_first()
-                nbytes = engine.write_files(todo) + run.finish_save(engine, index)
+                self.run.look_for_earlier(index)
+                self.copy_first()
+                nbytes = engine.write_files(todo) + self.run.finish_save(engine, index)
         finally:
-            shown.stop()
-        copied = copy_first.seconds + engine.take_copy_seconds()
-        records.append(record(ctx, "save", index, clock, nbytes, len(todo), file_times=engine.take_file_times(),
-                              stalled=stalled, backend=engine.backend, device_copy_seconds=copied or None,
-                              framework_cpu=engine.take_framework_cpu()))
-        retries["save"] += engine.retries - before
+            self.shown.stop()
+        copied = self.copy_first.seconds + engine.take_copy_seconds()
+        self.records.append(record(ctx, "save", index, clock, nbytes, len(todo), file_times=engine.take_file_times(),
+                                   stalled=stalled, backend=engine.backend, device_copy_seconds=copied or None,
+                                   framework_cpu=engine.take_framework_cpu()))
+        self.retries.save += engine.retries - before
 
-    tiers = Tiers(run)
-    background = BackgroundSaves(run, engine, tiers) if ck.async_save else None
-    shards = shard_bytes(ctx)
-    stage = Staging(ck.staging, ck.staging_gb_per_second, max(shards), sum(shards)) if ck.async_save else None
-    for i in range(1, ck.num_checkpoints_write + 1):
-        state.phase, state.step = "train" if background else "wait before save", i
-        train(ck.time_between_checkpoints, ck.training, ctx.alarm)
-        tiers.check()
-        state.phase = "save"
-        if background is None:
-            stalled = tiers.make_room(i)
-            run.prepare(i)
-            save(i, run.tasks(i, coordinator=False), stalled)
-            tiers.written(i)
-            run.commit(i, records[-1].duration, records[-1].device_copy_seconds)
-            tiers.committed(i)
-        else:
-            assert stage is not None  # made with background, for async saves
-            background.save(i, run.tasks(i), stage)
-            records[:] = background.records  # the previous checkpoint's, once committed
-    if background is not None:
-        background.wait()
-        records[:] = background.records
-    state.phase, state.step = "drain", None
-    tiers.close()
-    records += tiers.records
-    read_plans = _read_plans(ctx) if ck.num_checkpoints_read else []
-    reader = ctx.tiers[read_tier(ctx)]  # where this process's files are named (and read, but from a peer)
-    handoff = _lost_shares(ctx, run) if ck.num_checkpoints_read else None
-    from_peer = handoff.source(1) if handoff is not None and lost(ctx) else None
-    # a lost host reads its PeerSource as storage (open_read, capabilities, options): it is no more of a Backend
-    read_engine = engine if reader is ctx.backend and from_peer is None else \
-        Engine(from_peer or reader, run_key, io_options(ctx), progress)  # type: ignore[arg-type]
-    caveat = load_caveat(ctx.workload, restore_of(ctx)) if ck.num_checkpoints_read else None
-    if caveat and comm.rank == 0:  # once, before the loads say "verified"
-        log.info("load: %s", caveat)
-    for i in range(1, ck.num_checkpoints_read + 1):
-        state.phase, state.step = "load", i
-        _check_step(ctx, files, host_files, i, run_key)
+    def loads(self) -> None:
+        """Every load: the restore's reads of each step, from the read tier (or, on a lost host, from its peer)."""
+        ctx, ck, comm = self.ctx, self.ctx.ck, self.ctx.comm
+        if not ck.num_checkpoints_read:
+            return
+        read_plans = _read_plans(ctx)
+        reader = ctx.tiers[read_tier(ctx)]  # where this process's files are named (and read, but from a peer)
+        handoff = _lost_shares(ctx, self.run)
+        from_peer = handoff.source(1) if handoff is not None and lost(ctx) else None
+        # a lost host reads its PeerSource as storage (open_read, capabilities, options): it is no more of a Backend
+        if reader is not ctx.backend or from_peer is not None:
+            self.read_engine = Engine(from_peer or reader, self.run.run_key, io_options(ctx),  # type: ignore[arg-type]
+                                      self._progress)
+        caveat = load_caveat(ctx.workload, restore_of(ctx))
+        if caveat and comm.rank == 0:  # once, before the loads say "verified"
+            log.info("load: %s", caveat)
+        for i in range(1, ck.num_checkpoints_read + 1):
+            self._load(i, reader, read_plans, handoff, from_peer)
+        if ctx.workload.restore.lost_hosts:  # each process's source, for io.restore
+            loads = [r for r in self.records if r.phase == "load"]
+            self.retries.read_from = {"tier": read_tier(ctx), "host": ctx.placement.host,
+                                      "bytes": sum(r.bytes for r in loads), "seconds": sum(r.duration for r in loads)}
+
+    def _load(self, i: int, reader: Backend, read_plans: list[RankReads], handoff: LostShares | None,
+              from_peer: PeerSource | None) -> None:
+        ctx, engine, run = self.ctx, self.read_engine, self.run
+        ctx.state.phase, ctx.state.step = "load", i
+        _check_step(ctx, run.files, run.host_files, i, run.run_key)
         whole, ranged = run.restore_reads(i, reader, read_plans)
-        copy_back = load_copy(ctx, played, read_plans)
+        copy_back = load_copy(ctx, self.played, read_plans)
         metadata = run.metadata_reads(i, reader, len(read_plans))
-        before = read_engine.retries
-        shown.start(f"load_ckpt{i}", [(t.path, t.size) for t in metadata + whole] +
-                    [(t.path, sum(n for _, n in r)) for t, r in ranged])
+        before = engine.retries
+        self.shown.start(f"load_ckpt{i}", [(t.path, t.size) for t in metadata + whole] +
+                         [(t.path, sum(n for _, n in r)) for t, r in ranged])
         try:
             with timed(ctx, "load", i) as clock:
                 sent = handoff.send(i, io_options(ctx).evict_before_read) if handoff is not None else None
                 if from_peer is not None:
                     from_peer.expect()
-                nbytes = read_engine.read_files(metadata)
+                nbytes = engine.read_files(metadata)
                 metadata_seconds = time.perf_counter() - clock.t0
-                nbytes += read_engine.read_files(whole) + read_engine.read_ranges(ranged)
+                nbytes += engine.read_files(whole) + engine.read_ranges(ranged)
                 copy_back()
                 if sent is not None:  # a keeper's load ends when the lost partner has its part too
                     sent()
         finally:
-            shown.stop()
-        records.append(record(ctx, "load", i, clock, nbytes, len(metadata) + len(whole) + len(ranged),
-                              file_times=read_engine.take_file_times(), backend=reader,
-                              metadata_seconds=metadata_seconds if metadata else None,
-                              device_copy_seconds=copy_back.seconds or None))
-        retries["load"] += read_engine.retries - before
-        say_done(ctx, f"load_ckpt{i}", records[-1].duration, "verified" if ck.verify else "read",
+            self.shown.stop()
+        self.records.append(record(ctx, "load", i, clock, nbytes, len(metadata) + len(whole) + len(ranged),
+                                   file_times=engine.take_file_times(), backend=reader,
+                                   metadata_seconds=metadata_seconds if metadata else None,
+                                   device_copy_seconds=copy_back.seconds or None))
+        self.retries.load += engine.retries - before
+        say_done(ctx, f"load_ckpt{i}", self.records[-1].duration, "verified" if ctx.ck.verify else "read",
                  copy_back.seconds)
-    engine.close()
-    if read_engine is not engine:
-        read_engine.close()
-    state.phase, state.step = "results", None
-    backend = ctx.backend
-    if ck.num_checkpoints_read and ctx.workload.restore.lost_hosts:  # each process's source, for io.restore
-        loads = [r for r in records if r.phase == "load"]
-        retries["read_from"] = {"tier": read_tier(ctx), "host": ctx.placement.host,
-                                "bytes": sum(r.bytes for r in loads), "seconds": sum(r.duration for r in loads)}
 
-    def describe(tries: list[dict[str, Any]]) -> dict[str, Any]:
-        staged = [sum(shard_bytes(ctx, p)) for p in range(comm.size)]
+    def close(self) -> None:
+        self.engine.close()
+        if self.read_engine is not self.engine:
+            self.read_engine.close()
+
+    def results(self) -> Summary | None:
+        """summary.json (rank 0's; None elsewhere), with what every process did gathered into it."""
+        ctx, ck = self.ctx, self.ctx.ck
+        ctx.state.phase, ctx.state.step = "results", None
+        restart_reads = [ck.read_tier]  # a step is restorable once durable on every tier a restart reads
+        if ctx.workload.restore.lost_hosts:
+            restart_reads = sorted({ck.read_tier, lost_hosts_tier(ctx)})
+        goodput = GoodputAsked(mtbf_hours=ck.mtbf_hours, interval_seconds=ck.time_between_checkpoints,
+                               tiers=tuple(restart_reads)) if ck.mtbf_hours else None
+        plan = plan_of(ctx)
+        restore = self._restore_described()
+        return write_results(ctx, self.records, plan.total_payload_bytes, self._io(restore), self.retries,
+                             self._gathered, restored_payload(restore_of(ctx), plan, self.fmt)
+                             if restore is not None else None, goodput)
+
+    def _gathered(self, tries: list[RetryCount]) -> dict[str, Any]:
+        """summary.json's sections made of every process's part (on rank 0)."""
+        ctx, ck = self.ctx, self.ctx.ck
+        staged = [sum(shard_bytes(ctx, p)) for p in range(ctx.comm.size)]
         modelled = ck.staging == "modelled"
         background_mode = AsyncSave(staging=ck.staging, training=ck.training,
                                     staging_gb_per_second=ck.staging_gb_per_second if modelled else None,
                                     staging_bytes_per_process=None if modelled else staged)
-        sources = _sources([t.pop("read_from") for t in tries if "read_from" in t])
+        sources = _sources([t.read_from for t in tries if t.read_from is not None])
         return {"restore_sources": sources or None, "async_save": background_mode if ck.async_save else False,
-                "retries": Retries(save=sum(t["save"] for t in tries), load=sum(t["load"] for t in tries),
-                                   per_process=tries,
+                "retries": Retries(save=sum(t.save for t in tries), load=sum(t.load for t in tries),
+                                   per_process=[ProcessRetries(save=t.save, load=t.load) for t in tries],
                                    note="files redone after a transient storage error; the client's own attempts "
                                         "(S3 max_attempts, gcsfs) are not visible here")}
-    restart_reads = [ck.read_tier]  # a step is restorable once durable on every tier a restart reads
-    if ctx.workload.restore.lost_hosts:
-        restart_reads = sorted({ck.read_tier, lost_hosts_tier(ctx)})
-    goodput = GoodputAsked(mtbf_hours=ck.mtbf_hours, interval_seconds=ck.time_between_checkpoints,
-                           tiers=tuple(restart_reads)) if ck.mtbf_hours else None
-    plan = plan_of(ctx)
-    # a framework's ranged reads on a storage whose client reads items its own way are counted as the engine plays them
-    item_reader = ctx.tiers[read_tier(ctx)].item_reader() if played else None
-    restore = described(ctx.workload, restore_of(ctx), plan, fmt, item_reader) if ck.num_checkpoints_read else None
-    scaled = scaled_figures(plan, fmt) if plan.full_size else None
-    if scaled is not None and restore is not None and plan.full_size is not None:  # what a sweep's projection needs
-        scaled["full_size_load_bytes_read"] = described(ctx.workload, restore_plan(ctx.workload, plan.full_size),
-                                                        plan.full_size, fmt, item_reader)["bytes_read"]
-    io = IO(layout=ck.layout, format=fmt.name, odirect=ck.odirect,
-            verified=backend.capabilities.stores_data and ck.verify,
-            recovery_rank_shift=ck.recovery_rank_shift, scale=ck.scale, chunk_size=ck.chunk_size,
-            io_pattern="framework" if played else "stream", framework_writer=played.writer if played else None,
-            writer_threads_per_process=engine.framework_writers if played else None,
-            io_buffer_bytes_per_process=engine.buffer_bytes + (read_engine.buffer_bytes if read_engine is not engine
-                                                               else 0),
-            data_reduction={"compression_ratio": ck.compression_ratio, "dedup_ratio": ck.dedup_ratio,
-                            "data_values": ck.data_values},
-            tiers=tiers.describe() if tiers.active else None, read_tier=ck.read_tier if tiers.active else None,
-            placement=ctx.placement.describe() if ctx.placement.simulated else None,
-            reference=references.describe(ck.reference) if ck.reference != "none" else None,
-            restore=restore, scaled=scaled)
-    return write_results(ctx, records, plan.total_payload_bytes, io, retries, describe,
-                         restored_payload(restore_of(ctx), plan, fmt) if restore is not None else None, goodput)
+
+    def _restore_described(self) -> dict[str, Any] | None:
+        """``io.restore``: what the loads read (None without loads). A framework's ranged reads on a storage whose
+        client reads items its own way are counted as the engine plays them."""
+        ctx = self.ctx
+        if not ctx.ck.num_checkpoints_read:
+            return None
+        item_reader = ctx.tiers[read_tier(ctx)].item_reader() if self.played else None
+        return described(ctx.workload, restore_of(ctx), plan_of(ctx), self.fmt, item_reader)
+
+    def _io(self, restore: dict[str, Any] | None) -> IO:
+        """summary.json's ``io``: how this run moved its bytes."""
+        ctx, ck, played, engine = self.ctx, self.ctx.ck, self.played, self.engine
+        plan = plan_of(ctx)
+        scaled = scaled_figures(plan, self.fmt) if plan.full_size else None
+        if scaled is not None and restore is not None and plan.full_size is not None:  # what a sweep's projection needs
+            item_reader = ctx.tiers[read_tier(ctx)].item_reader() if played else None
+            scaled["full_size_load_bytes_read"] = described(ctx.workload, restore_plan(ctx.workload, plan.full_size),
+                                                            plan.full_size, self.fmt, item_reader)["bytes_read"]
+        return IO(layout=ck.layout, format=self.fmt.name, odirect=ck.odirect,
+                  verified=ctx.backend.capabilities.stores_data and ck.verify,
+                  recovery_rank_shift=ck.recovery_rank_shift, scale=ck.scale, chunk_size=ck.chunk_size,
+                  io_pattern="framework" if played else "stream", framework_writer=played.writer if played else None,
+                  writer_threads_per_process=engine.framework_writers if played else None,
+                  io_buffer_bytes_per_process=engine.buffer_bytes + (self.read_engine.buffer_bytes
+                                                                     if self.read_engine is not engine else 0),
+                  data_reduction={"compression_ratio": ck.compression_ratio, "dedup_ratio": ck.dedup_ratio,
+                                  "data_values": ck.data_values},
+                  tiers=self.tiers.describe() if self.tiers.active else None,
+                  read_tier=ck.read_tier if self.tiers.active else None,
+                  placement=ctx.placement.describe() if ctx.placement.simulated else None,
+                  reference=references.describe(ck.reference) if ck.reference != "none" else None,
+                  restore=restore, scaled=scaled)
