@@ -35,6 +35,22 @@ def test_a_framework_written_file_is_the_streams_byte_for_byte_and_reads_back_ei
         engine.close()
 
 
+def test_a_batch_of_files_played_in_two_ways_is_refused_and_nothing_is_written(tmp_path):
+    """The engine plays a batch one way, chosen by its files: a batch that mixes a framework's file and a stream's
+    is our bug, refused before a byte is written (not played the first file's way)."""
+    backend = get_backend("local_fs", str(tmp_path), {})
+    engine = Engine(backend, 5, IOOptions(chunk_size=1 << 20))
+    try:
+        played, streamed = task(backend.join("played"), True), task(backend.join("streamed"), False)
+        with pytest.raises(AssertionError, match="played in different ways"):
+            engine.write_files([played, streamed])
+        with pytest.raises(AssertionError, match="played in different ways"):
+            engine.read_ranges([(played, ranges()), (streamed, ranges())])
+        assert list(tmp_path.iterdir()) == []
+    finally:
+        engine.close()
+
+
 @pytest.mark.parametrize("where", [40, FILE.size - 30, item_size(ITEMS[0]) + 4096], ids=["object", "trailer",
                                                                                          "tensor"])
 def test_a_wrong_byte_is_named_by_its_offset_when_read_as_the_framework_reads(tmp_path, where):

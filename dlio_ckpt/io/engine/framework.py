@@ -1,0 +1,395 @@
+"""A framework's I/O pattern (``checkpoint.io_pattern=framework``): a file that comes with its framework's calls
+(``FileTask.calls``) is written as the framework writes it, each call through a buffered file object of the
+storage's block size (the buffering a framework's ``open(path, "wb")`` gets) or torch.save's C++ stream, by a few
+writer threads taking whole files, each file synced on its own descriptor before it is closed (DCP's
+``FileSystemWriter``); and read as its loader reads it (``torch.load``'s and ``pickle.load``'s reads through a
+buffered file, or a client's own spans on an object store). The framework's own CPU work (torch.save's CRC-32) and
+its copies from the accelerators are played too, and counted apart."""
+
+from __future__ import annotations
+
+import io
+import os
+import queue
+import tempfile
+import threading
+import time
+import zlib
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import cast
+
+from dlio_ckpt.errors import VerifyError
+from dlio_ckpt.io.backends import Backend, SyncingWriter, Writer
+from dlio_ckpt.io.engine.buffers import _CallWriter, _Worker
+from dlio_ckpt.io.engine.content import _chunks, _formatted, _span_of, _wrong
+from dlio_ckpt.io.engine.core import EngineCore
+from dlio_ckpt.io.engine.files import _FileBuf, _RawReader, _Unbuffered
+from dlio_ckpt.io.engine.tasks import FileTask, IOOptions, _item_reads
+from dlio_ckpt.io.synthetic import BLOCK, SLACK, first_difference
+from dlio_ckpt.plan.formats import FLUSH
+
+# A framework's write of a whole tensor is one call; beyond this it is made in pieces of it, so that a writer
+# thread holds at most this much synthetic data (the framework holds the whole state in memory)
+LARGEST_CALL = 256 << 20
+
+
+TOLD_AT_LEAST = 1 << 20  # a framework's read of at least this is told to the progress by itself
+
+
+SLEEP_AT_LEAST = 0.002  # a writer thread's modelled copies are slept once they add up to this (s)
+
+
+class FrameworkIO(EngineCore):
+    """The framework pattern's writer threads, files and reads."""
+
+    def __init__(self, backend: Backend, run_key: int, options: IOOptions,
+                 progress: Callable[[str, int], None] = lambda _path, _n: None) -> None:
+        super().__init__(backend, run_key, options, progress)
+        self.framework_writers = 1  # threads writing files that come with their calls (the run sets it)
+        self.framework_caller_writes = True  # whether the caller's thread is one of them (DCP's) or only waits
+        self.device_copy_rate = 0.0  # bytes/s a writer thread copies a tensor from its accelerator at (0: no copy)
+        self._copy_seconds: dict[int, float] = {}  # modelled copy time by writer thread, since the last take
+        self._framework_cpu = 0.0  # CPU seconds of the framework's own work played, since the last take
+        self._sleep_owed = threading.local()  # a writer thread's modelled copy time not yet slept (s; < 0: credit)
+        self._call_writers: list[_CallWriter] = []  # made when such files first come, as large as their calls
+        self._in_memory = 0  # the largest piece a writer copies into memory before writing it (Lightning's)
+
+    @property
+    def buffer_bytes(self) -> int:
+        """The stream's buffers, and the framework writers' sources once made (with the piece each copies into
+        memory first where its framework serializes into memory, and their datatypes' pools)."""
+        return super().buffer_bytes + sum(w.calls + BLOCK + SLACK + self._in_memory + w.data.value_pool_bytes
+                                          for w in self._call_writers)
+
+    def close(self) -> None:
+        for c in self._call_writers:
+            c.close()
+        super().close()
+
+    def _as_framework(self, tasks: list[FileTask], threads: int, caller_writes: bool) -> int:
+        """DCP's ``FileSystemWriter``: ``threads`` threads, the caller's one of them (``caller_writes``; else it
+        waits for them, as megatron-core's writer processes), each taking the next whole file until none is
+        left, each file made of its calls (:meth:`_write_calls`). The first error stops the others after the
+        file they are on."""
+        writers = self._framework_pool(tasks, threads)
+        todo: queue.SimpleQueue[FileTask] = queue.SimpleQueue()
+        for task in tasks:
+            todo.put(task)
+        failed: list[BaseException] = []
+        written = [0] * len(writers)
+
+        def drain(i: int) -> None:
+            try:
+                while not failed:
+                    try:
+                        task = todo.get_nowait()
+                    except queue.Empty:
+                        return
+                    written[i] += self._attempt(self._write_calls, writers[i], task)
+            except BaseException as exc:  # noqa: BLE001 (handed to the caller's thread, raised there)
+                failed.append(exc)
+
+        first = 1 if caller_writes else 0
+        helpers = [threading.Thread(target=drain, args=(i,), name="dlio_ckpt_writer")
+                   for i in range(first, len(writers))]
+        for helper in helpers:
+            helper.start()
+        if caller_writes:
+            drain(0)
+        for helper in helpers:
+            helper.join()
+        if failed:
+            raise failed[0]
+        return sum(written)
+
+    def _framework_pool(self, tasks: list[FileTask], threads: int) -> list[_CallWriter]:
+        """One source per writer thread, as large as the largest call of ``tasks`` (at most
+        :data:`LARGEST_CALL`): made once, remade only for more threads or larger calls."""
+        largest = min(max((n for t in tasks for n in t.calls or ()), default=1), LARGEST_CALL)
+        # a python file object's buffer is written from the same source, whole
+        largest = max(largest, self._buffer_size if any(t.stream == "python" for t in tasks) else 0)
+        size = max([-(-largest // BLOCK) * BLOCK, *(w.calls for w in self._call_writers)])
+        count = max(1, min(threads, len(tasks)))
+        if len(self._call_writers) < count or self._call_writers[0].calls < size:
+            for w in self._call_writers:
+                w.close()
+            self._call_writers = [_CallWriter(self._run_key, size, self.options.reduction) for _ in range(count)]
+        if any(t.in_memory for t in tasks):  # each writer also holds a copy of the piece it writes (buffer_bytes)
+            self._in_memory = max(self._in_memory, largest)
+        return self._call_writers[:count]
+
+    def _write_calls(self, w: _CallWriter, task: FileTask) -> int:
+        """One file as its framework writes it: opened, each call made on a buffered file of the storage's
+        block size (a flush where the framework flushes), synced on its own descriptor before it is closed
+        (``checkpoint.fsync``; the framework's buffer is flushed at the close, after the fsync, as DCP's
+        ``with open(...)`` does), closed. The file's bytes are the stream's, offset for offset. Each payload
+        call's CRC-32 is computed as ``torch.save`` computes it over each record (torch 2.13.0's default): the one
+        CPU cost of a save that grows with its bytes (its value is not written: the format's CRC fields stay 0).
+        A file the framework serializes into memory first (``in_memory``: Lightning's ``torch.save`` into a
+        ``BytesIO``) is copied into fresh memory piece by piece and written from the copy: the copy and its page
+        faults are most of that save's CPU (``bench/lightning_phases.py``), played in bounded memory.
+        A file the framework writes through torch.save's C++ stream goes through :class:`_FileBuf` instead; one it
+        writes in ``$TMPDIR`` first (``via_tmpdir``, on a file system) is written there and moved into place
+        (:meth:`Backend.rename <dlio_ckpt.io.backends.base.Backend.rename>`: a rename, or a copy to another
+        device), as fsspec's transaction does under Lightning."""
+        staged = self._staged_path() if task.via_tmpdir and self.backend.capabilities.rename else None
+        writer = self.backend.open_write(staged or task.path, False)
+        try:
+            sync = task.synced and self.options.fsync and not self.backend.capabilities.durable_on_close
+            own = sync and isinstance(writer, SyncingWriter)
+            if task.stream == "python" and not task.in_memory:
+                self._write_through_buffer(w, writer, task, cast(SyncingWriter, writer).sync if own else None)
+                writer.finish()
+                return self._placed(task, staged, sync and not own)
+            buffered: io.BufferedWriter | _FileBuf = _FileBuf(writer) if task.stream == "c++" else \
+                io.BufferedWriter(_Unbuffered(writer), self._buffer_size)
+            offset = 0
+            for n in task.calls or ():
+                if n == FLUSH:
+                    buffered.flush()
+                    continue
+                if (raw := task.format_slice(offset, offset + n)) is not None:  # a header: the format's alone
+                    buffered.write(raw)
+                    self._progress(task.path, n)
+                    offset += n
+                    continue
+                if self.device_copy_rate and task.tensors:
+                    self._copy_from_device(n)
+                for at in range(offset, offset + n, w.calls):  # a call beyond LARGEST_CALL: in pieces of it
+                    end = min(at + w.calls, offset + n)
+                    window, patches = _span_of(w.data, task, at, end)
+                    with _formatted(window, patches):
+                        t0 = time.thread_time()
+                        zlib.crc32(window)  # torch.save's per-byte work (its CRC-32 of each record); not written
+                        # torch.save into memory (Lightning's BytesIO): each byte copied into memory never touched
+                        # before (its pages faulted in), the write made from that copy; a piece at a time, freed
+                        source = bytearray(window) if task.in_memory else window
+                        self._played(time.thread_time() - t0)
+                        buffered.write(source)
+                    self._progress(task.path, end - at)
+                offset += n
+            if offset != task.size:
+                raise AssertionError(f"{task.path}: calls of {offset} bytes for a file of {task.size}")
+            if own:
+                cast(SyncingWriter, writer).sync()
+            buffered.flush()
+            writer.finish()
+        except BaseException:
+            writer.abort()
+            if staged is not None:
+                self.backend.remove(staged)  # the temporary file this save made
+            raise
+        return self._placed(task, staged, sync and not own)
+
+    def _placed(self, task: FileTask, staged: str | None, sync_by_name: bool) -> int:
+        """A written file's last steps: synced by name where its writer has no descriptor of its own to sync, and
+        moved into place from ``$TMPDIR`` (``staged``)."""
+        if sync_by_name:
+            self.backend.sync(staged or task.path)
+        if staged is not None:
+            try:
+                self.backend.rename(staged, task.path)
+            except BaseException:
+                self.backend.remove(staged)
+                raise
+        return task.size
+
+    def _write_through_buffer(self, w: _CallWriter, writer: Writer, task: FileTask,
+                              sync: Callable[[], None] | None) -> None:
+        """A file's calls through Python's buffered file (``open(path, "wb")``, :class:`io.BufferedWriter` of the
+        storage's block size), played by its arithmetic: only the ``write(2)`` calls it makes are made, each from
+        the file's bytes. CPython 3.11's ``_io__Buffered_write_impl``: a call that fits the room left is kept; one
+        that does not first writes what is kept, then is kept itself, or written at once whole when it is larger
+        than the buffer; a flush writes what is kept. So the storage sees the calls it sees under the framework
+        (the strace tests hold them to a real ``dcp.save``), and a tensor's dozens of small header calls cost a
+        few integer operations instead of a Python write each (a scaled save of 139,540 tensors made 5.4 million).
+        Each payload call's CRC-32 is computed over its bytes when they are written (torch.save's per-byte work);
+        its copy from the accelerator is modelled before it, as the framework copies before it writes.
+        ``sync``: the writer's own fsync, made before the buffer's last bytes go out at the close (DCP's ``with
+        open(...)``: ``os.fsync`` inside it, the flush at its end)."""
+        size, piece = self._buffer_size, w.calls
+        kept_at = kept = 0  # the buffer: where its bytes start in the file, how many
+        payloads: list[tuple[int, int]] = []  # the payload calls among the kept bytes, (start, end) in the file
+
+        def emit(lo: int, hi: int) -> None:
+            window, patches = _span_of(w.data, task, lo, hi)
+            with _formatted(window, patches):
+                if payloads:
+                    t0 = time.thread_time()
+                    for start, end in payloads:
+                        zlib.crc32(window[start - lo:end - lo])  # torch.save's CRC-32 of each record; not written
+                    self._played(time.thread_time() - t0)
+                writer.write(window)
+            payloads.clear()
+            self._progress(task.path, hi - lo)
+
+        meta, i = task.metadata, 0  # the format's pieces, in order; i: the first that does not end before offset
+        offset = 0
+        for n in task.calls or ():
+            if n == FLUSH:
+                if kept:
+                    emit(kept_at, kept_at + kept)
+                    kept = 0
+                continue
+            while i < len(meta) and meta[i][0] + len(meta[i][1]) <= offset:
+                i += 1
+            # a call of the format's bytes alone lies within one of its pieces (what format_slice finds, in order)
+            payload = not (i < len(meta) and meta[i][0] <= offset and offset + n <= meta[i][0] + len(meta[i][1]))
+            if payload and self.device_copy_rate and task.tensors:
+                self._copy_from_device(n)
+            for at in range(offset, offset + n, piece) if payload else (offset,):  # beyond LARGEST_CALL: pieces
+                m = min(piece, offset + n - at) if payload else n
+                if kept and m > size - kept:  # no room left: what is kept goes out first
+                    emit(kept_at, kept_at + kept)
+                    kept = 0
+                if payload:
+                    payloads.append((at, at + m))
+                if m > size:  # larger than the buffer: written at once, whole
+                    emit(at, at + m)
+                else:
+                    kept_at, kept = (kept_at, kept + m) if kept else (at, m)
+            offset += n
+        if offset != task.size:
+            raise AssertionError(f"{task.path}: calls of {offset} bytes for a file of {task.size}")
+        if sync is not None:
+            sync()
+        if kept:
+            emit(kept_at, kept_at + kept)
+
+    def _copy_from_device(self, nbytes: int) -> None:
+        """A tensor's copy from its accelerator before its framework writes it, modelled: a sleep at
+        :attr:`device_copy_rate` (memory bounded: no bytes move), counted per writer thread. A thread's copies are
+        slept once they add up to :data:`SLEEP_AT_LEAST`, the time overslept kept as credit: a sleep of a few
+        microseconds lasts some 60 µs or more here (the kernel's timer slack and a wake-up), so a sleep a tensor
+        made a scaled save of 139,540 small tensors last 34 s for 0.013 s of modelled copies."""
+        seconds = nbytes / self.device_copy_rate
+        with self._lock:
+            thread = threading.get_ident()
+            self._copy_seconds[thread] = self._copy_seconds.get(thread, 0.0) + seconds
+        owed = getattr(self._sleep_owed, "s", 0.0) + seconds
+        if owed >= SLEEP_AT_LEAST:
+            t0 = time.perf_counter()
+            time.sleep(owed)
+            owed -= time.perf_counter() - t0
+        self._sleep_owed.s = owed
+
+    def _played(self, seconds: float) -> None:
+        """CPU seconds a writer thread spent on the framework's own work it plays (torch.save's CRC-32, Lightning's
+        copy into memory): a real job's cost too, told apart from ours (making and checking the bytes)."""
+        with self._lock:
+            self._framework_cpu += seconds
+
+    def take_framework_cpu(self) -> float:
+        """The CPU seconds of the framework's work played since the last call, all threads summed."""
+        with self._lock:
+            seconds, self._framework_cpu = self._framework_cpu, 0.0
+        return seconds
+
+    def take_copy_seconds(self) -> float:
+        """The modelled copy time on this process's busiest writer thread since the last call: what the copies
+        added to its save (its threads copy side by side, each at its share of its accelerator's rate)."""
+        with self._lock:
+            seconds, self._copy_seconds = max(self._copy_seconds.values(), default=0.0), {}
+        return seconds
+
+    @staticmethod
+    def _staged_path() -> str:
+        """A new temporary file in ``$TMPDIR``, made as fsspec's local transaction makes it (``mkstemp``) and
+        reopened for the calls. Its mode is the one fsspec gives the file once it is in place (``0o666`` less the
+        umask: ``mkstemp``'s 0600 would leave the checkpoint unreadable to others)."""
+        fd, path = tempfile.mkstemp()
+        os.close(fd)
+        umask = os.umask(0o022)
+        os.umask(umask)
+        os.chmod(path, 0o666 & ~umask)
+        return path
+
+    def _read_calls(self, worker: _Worker, task: FileTask) -> int:
+        """A file read by its framework's reads (:attr:`FileTask.reads`), one after another through a buffered
+        file; the bytes storage served."""
+        with self._buffered(task) as (raw, buffered):
+            at = told = 0
+            for n in task.reads or ():
+                told += self._framework_read(worker, task, buffered, at, n, into=False)  # pickle.load's read()s
+                at += n
+            self._progress(task.path, at - told)
+        return raw.served
+
+    def _read_items(self, worker: _Worker, task: FileTask, items: tuple[tuple[int, int], ...]) -> int:
+        """The items a loading rank needs from one file, as DCP's ``FileSystemReader`` reads them: the file
+        opened once, buffered; each item (offset, length) a ``torch.save`` archive, read as ``torch.load`` reads
+        it, or an object read whole (an archive with no storage: DCP's bytes). The bytes storage served."""
+        with self._buffered(task) as (raw, buffered):
+            for offset, length in items:
+                told = sum(self._framework_read(worker, task, buffered, offset + at, n, into)
+                           for at, n, into in _item_reads(task, offset, length))
+                self._progress(task.path, length - told)  # the rest an item at a time: dozens of small reads
+        return raw.served
+
+    @contextmanager
+    def _buffered(self, task: FileTask) -> Iterator[tuple[_RawReader, io.BufferedReader]]:
+        """The file opened as a framework opens it for reading: buffered, the storage's block size."""
+        reader = self.backend.open_ranged(task.path, False)
+        try:
+            raw = _RawReader(reader, task.size)
+            yield raw, io.BufferedReader(raw, self._buffer_size)
+        finally:
+            reader.close()
+
+    def _framework_read(self, worker: _Worker, task: FileTask, buffered: io.BufferedReader, at: int, n: int,
+                        into: bool) -> int:
+        """One read of a framework: ``n`` bytes from ``at`` (in pieces of at most :data:`LARGEST_CALL`),
+        compared with what was written there. ``into``: by ``readinto`` (``torch.load``'s), else by ``read``
+        (``pickle.load``'s, DCP's bytes): CPython's buffer serves the two differently (``read`` asks storage
+        for whole blocks and buffers the rest, ``readinto`` reads the remainder through). A piece of
+        at least :data:`TOLD_AT_LEAST` is told to the progress at once (the watchdog hears of a long read as it goes);
+        the bytes told are returned, the rest left to the caller, who tells them an item at a time."""
+        buffered.seek(at)  # a read of nothing is a seek alone (torch.load's to the end, for the size)
+        told = 0
+        for lo in range(at, at + n, LARGEST_CALL):
+            want = min(LARGEST_CALL, at + n - lo)
+            if into:
+                got = worker.framework_buffer(want)
+                filled = buffered.readinto(got)
+            else:
+                got = memoryview(buffered.read(want))
+                filled = len(got)
+            if filled != want:
+                raise VerifyError(f"{task.path}: ends before offset {lo + want}, planned {task.size} bytes")
+            if self.options.verify:
+                raw = task.format_slice(lo, lo + want)
+                if raw is None:
+                    self._check_span(worker, task, got, lo, lo, lo + want)
+                elif (bad := first_difference(got, raw)) is not None:  # a header: compared with the format's
+                    raise _wrong(task, lo + bad)
+            if want >= TOLD_AT_LEAST:
+                self._progress(task.path, want)
+                told += want
+        return told
+
+    def _read_spans(self, worker: _Worker, task: FileTask, spans: tuple[tuple[int, int], ...]) -> int:
+        """A loading rank's items of one object as its framework's client reads them on this storage: each span
+        (start, end) of :meth:`item_spans` one request stream (``open_span``: on S3 one GET of the range, which
+        the CRT splits into ``part_size`` GETs), read in order in the client's own buffers, every byte compared
+        with what was written there (a gap between items too: the file's bytes). The bytes read."""
+        total = 0
+        for start, end in spans:
+            reader = self.backend.open_span(task.path, start, end)
+            chunks = _chunks(reader, worker.readbuf)
+            pos = start
+            try:
+                for got in chunks:
+                    if pos + len(got) > end:
+                        raise VerifyError(f"{task.path}: a read of [{start}, {end}) returned more bytes")
+                    if self.options.verify:
+                        self._check_span(worker, task, got, pos, pos, pos + len(got))
+                    pos += len(got)
+                    self._progress(task.path, len(got))
+            finally:
+                chunks.close()
+                reader.close()
+            if pos != end:
+                raise VerifyError(f"{task.path}: has {pos} bytes, planned {task.size}")
+            total += end - start
+        return total
