@@ -41,7 +41,7 @@ class RankReads:
 
 
 @dataclass(frozen=True)
-class Restore:
+class RestorePlan:
     """The whole load: every reading rank's reads, the world it runs at, what it loads, and which
     framework's reader it follows (said in summary.json)."""
 
@@ -76,11 +76,11 @@ def spans(ranges: tuple[tuple[int, int], ...], align: int = 1) -> tuple[tuple[in
     return tuple(out)
 
 
-def whole_files(plan: Plan, follows: str) -> Restore:
+def whole_files(plan: Plan, follows: str) -> RestorePlan:
     """Each rank reads its own files whole at the save's world size: DLIO's read phase."""
     ranks = tuple(RankReads(r.rank, tuple(FileReads(r.rank, k) for k in range(len(r.files))), r.payload_bytes)
                   for r in plan.ranks)
-    return Restore(plan.world_size, plan.world_size, False, ranks, follows)
+    return RestorePlan(plan.world_size, plan.world_size, False, ranks, follows)
 
 
 def _spread(values: list[int]) -> dict[str, float]:
@@ -117,7 +117,7 @@ class Sequential:
         return -(-nbytes // self.chunk)
 
 
-def figures(restore: Restore, file_size: Callable[[int, int], int], metadata_bytes: int, chunk: int,
+def figures(restore: RestorePlan, file_size: Callable[[int, int], int], metadata_bytes: int, chunk: int,
             reader: Reader | None = None) -> dict[str, Any]:
     """summary.json's ``io.restore``: what the load needs and reads, per rank and in all, from its plan.
     ``file_size(rank, index)``: a saved file's bytes; ``metadata_bytes``: what every rank reads first.
@@ -160,7 +160,7 @@ def figures(restore: Restore, file_size: Callable[[int, int], int], metadata_byt
             "heaviest_rank": read.index(max(read))}
 
 
-def load_caveat(workload: Any, restore: Restore) -> str | None:
+def load_caveat(workload: Any, restore: RestorePlan) -> str | None:
     """In plain words, where the read phase is not held to the framework's own load (None where it is).
     Why said: such a load is verified byte for byte all the same, and "verified" alone reads as if its
     pattern were the framework's. A load where every rank reads its own files whole, in a layout whose
@@ -173,7 +173,7 @@ def load_caveat(workload: Any, restore: Restore) -> str | None:
     return layout.load_caveat(workload) if layout.load_caveat is not None else None
 
 
-def _restored(restore: Restore, file_size: Callable[[int, int], int],
+def _restored(restore: RestorePlan, file_size: Callable[[int, int], int],
               ) -> dict[tuple[int, int], tuple[tuple[int, int], ...]]:
     """Each saved file some rank reads, (writer rank, index), and the spans (start, end) of it read, each byte once."""
     ranges: dict[tuple[int, int], list[tuple[int, int]]] = {}
@@ -183,7 +183,7 @@ def _restored(restore: Restore, file_size: Callable[[int, int], int],
     return {key: spans(tuple(sorted(each))) for key, each in ranges.items()}
 
 
-def restored_bytes(restore: Restore, file_size: Callable[[int, int], int], metadata_bytes: int) -> int:
+def restored_bytes(restore: RestorePlan, file_size: Callable[[int, int], int], metadata_bytes: int) -> int:
     """The stored bytes a load restores, each once however many ranks read it: every byte of the files or
     ranges some rank reads, and the metadata every rank reads first. A whole load's is what the save wrote
     (held to it in the tests); with ``restore.model_only``, the model's part. Ours (``io.restore.bytes_restored``):
@@ -205,7 +205,7 @@ def stored_size(plan: Plan, fmt: Any) -> Callable[[int, int], int]:
     return size
 
 
-def restored_payload(restore: Restore, plan: Plan, fmt: Any) -> int:
+def restored_payload(restore: RestorePlan, plan: Plan, fmt: Any) -> int:
     """The payload (tensor bytes, no headers, no metadata) a load restores, each byte once: DLIO's count of a
     checkpoint (``checkpoint_size_GB``, the payload its ranks' states hold), over which DLIO's load figure is taken
     as its save's is. A whole load's is the plan's ``total_payload_bytes`` (held in the tests); with
@@ -226,7 +226,8 @@ def restored_payload(restore: Restore, plan: Plan, fmt: Any) -> int:
     return total
 
 
-def described(workload: Any, restore: Restore, plan: Plan, fmt: Any, reader: Reader | None = None) -> dict[str, Any]:
+def described(workload: Any, restore: RestorePlan, plan: Plan, fmt: Any, reader: Reader | None = None,
+              ) -> dict[str, Any]:
     """summary.json's ``io.restore``, and what ``plan`` prints of a restore: what each rank needs and reads
     (:func:`figures`, as ``reader`` reads the ranges where the storage's client reads them its own way, else as the
     layout's reader does), the heaviest rank's need, the stored bytes the load restores (``bytes_restored``), and
@@ -253,7 +254,7 @@ def at_saved_world(workload: Any, plan: Plan, world: int, why: str) -> None:
                           f"checkpoint.layout={workload.checkpoint.layout}: {why}")
 
 
-def restore_plan(workload: Any, plan: Plan) -> Restore:
+def restore_plan(workload: Any, plan: Plan) -> RestorePlan:
     """What each rank of the read phase reads: the layout's own ``restore`` where its framework reshards or
     loads the model alone (DCP); elsewhere each rank's own files whole, at the save's world size, and a load
     asked otherwise is refused with the layout's reason (its ``no_restore``), exit 2."""

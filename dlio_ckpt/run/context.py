@@ -26,7 +26,7 @@ from dlio_ckpt.io.backends import Backend
 from dlio_ckpt.io.backends.timed import TimedBackend
 from dlio_ckpt.io.latency import Histograms, merged
 from dlio_ckpt.io.requests import Request, summarize
-from dlio_ckpt.plan.restore import Restore
+from dlio_ckpt.plan.restore import RestorePlan
 from dlio_ckpt.plan.types import Plan
 from dlio_ckpt.registry import BACKENDS
 from dlio_ckpt.results.schema import IO, RequestsSeen, Summary
@@ -51,7 +51,7 @@ class RunContext:
     state: RunState = field(default_factory=RunState)
     watchdog: Watchdog | None = None
     plan: Plan | None = None
-    restore: Restore | None = None  # what the read phase reads (the emulated mode's preflight)
+    restore: RestorePlan | None = None  # what the read phase reads (the emulated mode's preflight)
     outside_requests: list[Request] = field(default_factory=list)  # not during a timed operation
     run_dir: str = ""
     meta: dict[str, Any] = field(default_factory=dict)

@@ -49,9 +49,9 @@ def _span_of(data: SyntheticData, task: FileTask, start: int, end: int, skip: in
     framework's tensor follows a header): the window is cut from one that is, with no copy."""
     lead = start % BLOCK
     window = data.window(task.key, start - lead, end - start + lead, skip, task.dtype)[lead:]
-    meta = task.metadata
+    meta = task.format_pieces
     patches = []
-    for i in range(max(bisect_right(task.metadata_starts, start + skip) - 1, 0), len(meta)):
+    for i in range(max(bisect_right(task.format_starts, start + skip) - 1, 0), len(meta)):
         offset, raw = meta[i]
         if offset >= end:
             break

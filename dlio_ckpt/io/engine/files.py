@@ -10,7 +10,7 @@ from typing import Any
 from dlio_ckpt.io.backends import RangedReader, VectorWriter, Writer
 
 
-class _Unbuffered(io.RawIOBase):
+class _RawWriter(io.RawIOBase):
     """A storage writer as the raw file under Python's :class:`io.BufferedWriter`: the buffered file a
     framework's ``open(path, "wb")`` gives it, so its calls reach storage coalesced as CPython coalesces
     them (pieces that fit the buffer copied into it, larger ones written through whole)."""

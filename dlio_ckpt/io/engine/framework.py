@@ -24,7 +24,7 @@ from dlio_ckpt.io.backends import Backend, SyncingWriter, Writer
 from dlio_ckpt.io.engine.buffers import _CallWriter, _Worker
 from dlio_ckpt.io.engine.content import _chunks, _formatted, _span_of, _wrong
 from dlio_ckpt.io.engine.core import EngineCore
-from dlio_ckpt.io.engine.files import _FileBuf, _RawReader, _Unbuffered
+from dlio_ckpt.io.engine.files import _FileBuf, _RawReader, _RawWriter
 from dlio_ckpt.io.engine.tasks import FileTask, IOOptions, _item_reads
 from dlio_ckpt.io.synthetic import BLOCK, SLACK, first_difference
 from dlio_ckpt.plan.formats import FLUSH
@@ -143,7 +143,7 @@ class FrameworkIO(EngineCore):
                 writer.finish()
                 return self._placed(task, staged, sync and not own)
             buffered: io.BufferedWriter | _FileBuf = _FileBuf(writer) if task.stream == "c++" else \
-                io.BufferedWriter(_Unbuffered(writer), self._buffer_size)
+                io.BufferedWriter(_RawWriter(writer), self._buffer_size)
             offset = 0
             for n in task.calls or ():
                 if n == FLUSH:
@@ -224,7 +224,7 @@ class FrameworkIO(EngineCore):
             payloads.clear()
             self._progress(task.path, hi - lo)
 
-        meta, i = task.metadata, 0  # the format's pieces, in order; i: the first that does not end before offset
+        meta, i = task.format_pieces, 0  # the format's pieces, in order; i: the first that does not end before offset
         offset = 0
         for n in task.calls or ():
             if n == FLUSH:

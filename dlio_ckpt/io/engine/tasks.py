@@ -38,15 +38,15 @@ class FileTask:
         return file_size(list(self.segments))
 
     @cached_property
-    def metadata_starts(self) -> list[int]:
-        """Where each of :attr:`metadata`'s pieces starts (searched at every call a framework makes)."""
-        return [offset for offset, _ in self.metadata]
+    def format_starts(self) -> list[int]:
+        """Where each of :attr:`format_pieces` starts (searched at every call a framework makes)."""
+        return [offset for offset, _ in self.format_pieces]
 
     def format_piece(self, at: int) -> tuple[int, bytes] | None:
         """The piece of the format's bytes holding offset ``at`` (where it starts, its bytes), or None (payload)."""
-        i = bisect_right(self.metadata_starts, at) - 1
-        if i >= 0 and at < self.metadata[i][0] + len(self.metadata[i][1]):
-            return self.metadata[i]
+        i = bisect_right(self.format_starts, at) - 1
+        if i >= 0 and at < self.format_pieces[i][0] + len(self.format_pieces[i][1]):
+            return self.format_pieces[i]
         return None
 
     def format_slice(self, lo: int, hi: int) -> memoryview | None:
@@ -57,7 +57,7 @@ class FileTask:
         return None
 
     @cached_property
-    def metadata(self) -> tuple[tuple[int, bytes], ...]:
+    def format_pieces(self) -> tuple[tuple[int, bytes], ...]:
         """The format's bytes with their file offsets, in order; every other byte is payload."""
         out, offset = [], 0
         for seg in self.segments:
@@ -121,7 +121,7 @@ def _item_reads(task: FileTask, offset: int, length: int) -> tuple[tuple[int, in
     whole state dict's: DeepSpeed's files) is read from the plan's bytes."""
     head, tail = task.format_piece(offset), task.format_piece(offset + length - 1)
     if head is not None and tail is not None and head[0] == offset and tail[0] + len(tail[1]) == offset + length \
-            and bisect_left(task.metadata_starts, offset + length) - bisect_left(task.metadata_starts, offset) == 2:
+            and bisect_left(task.format_starts, offset + length) - bisect_left(task.format_starts, offset) == 2:
         return _archive_reads(length, head[1], tail[1])
     return _reads_of(length, lambda lo, hi: _format_bytes(task, offset + lo, offset + hi))
 

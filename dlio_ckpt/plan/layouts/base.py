@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Literal
 if TYPE_CHECKING:
     from dlio_ckpt.config import Workload
     from dlio_ckpt.plan.formats import Calls, Format
-    from dlio_ckpt.plan.restore import Restore
+    from dlio_ckpt.plan.restore import RestorePlan
     from dlio_ckpt.plan.types import CoordinatorFile, Plan, PlannedFile
 
 
@@ -88,7 +88,7 @@ class Layout:
     file_format: Callable[[Workload], Format]
     check: Callable[[Workload], None] = _no_rules
     check_world: Callable[[Workload, int], None] | None = None
-    restore: Callable[[Workload, Plan, int, bool], Restore] | None = None
+    restore: Callable[[Workload, Plan, int, bool], RestorePlan] | None = None
     reads: str = "each rank its own files, whole"  # whose read phase the whole-file read follows
     no_restore: str = "its load is not modelled at another world size or for the model alone"
     # the workload's keys only some layouts read (config.rules.LAYOUT_KEYS): set under a layout that does

@@ -54,7 +54,7 @@ from dlio_ckpt.plan.layouts import dcp_moe, dcp_restore
 from dlio_ckpt.plan.layouts.base import FrameworkIO, Layout
 from dlio_ckpt.plan.layouts.dcp_metadata import Tensor, fsdp_chunk, metadata_size, pickle_calls, pickle_reads
 from dlio_ckpt.plan.layouts.rules import every_rank_writes, torch_save_only
-from dlio_ckpt.plan.restore import Restore
+from dlio_ckpt.plan.restore import RestorePlan
 from dlio_ckpt.plan.types import CoordinatorFile, Item, ItemFile, Plan, PlannedFile, RankPlan, shrink_shape
 
 if TYPE_CHECKING:
@@ -454,7 +454,7 @@ def make_plan(workload: Workload, world_size: int) -> Plan:
     return Plan(lay, tuple(ranks), (CoordinatorFile(".metadata", size, ".metadata.tmp"),))
 
 
-def restore(workload: Workload, plan: Plan, world_size: int, model_only: bool) -> Restore:
+def restore(workload: Workload, plan: Plan, world_size: int, model_only: bool) -> RestorePlan:
     """What ``dcp.load`` reads on each rank at ``world_size`` (the save's or another): :mod:`.dcp_restore`. A mixture
     of experts with expert parallelism loads on torchtitan's expert mesh at that size, with the save's EP: a size
     that mesh cannot place the saved experts on evenly is refused (:func:`.dcp_moe.check_load`)."""

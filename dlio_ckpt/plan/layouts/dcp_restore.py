@@ -28,7 +28,7 @@ from math import prod
 from dlio_ckpt.model.dtypes import DATATYPE_BYTES
 from dlio_ckpt.plan.layouts.dcp_metadata import Tensor, fsdp_chunk
 from dlio_ckpt.plan.layouts.dcp_moe import expert_box
-from dlio_ckpt.plan.restore import Restore, by_file
+from dlio_ckpt.plan.restore import RestorePlan, by_file
 from dlio_ckpt.plan.types import Item, ItemFile, Plan
 
 FOLLOWS = ("torch.distributed.checkpoint's FileSystemReader (torch 2.13.0): .metadata, then each stored item a "
@@ -73,7 +73,7 @@ class _Places:
 
 
 def reads(plan: Plan, tensors: list[Tensor], objects: list[Item], w2: int, model_only: bool,
-          size_of: Callable[[Item], int]) -> Restore:
+          size_of: Callable[[Item], int]) -> RestorePlan:
     """Every rank's reads when ``plan`` (saved at its world size) is loaded at world size ``w2``: ``tensors``
     and ``objects`` are the state dict's, in its order (the layout's); ``size_of``: an item's stored archive."""
     places = _Places(plan, size_of)
@@ -100,7 +100,7 @@ def reads(plan: Plan, tensors: list[Tensor], objects: list[Item], w2: int, model
         wanted += [(places.owner[g.fqn], g.fqn, len(g.pickled)) for g in objects]
         ranks.append(by_file(q, [(rank, *places.of(rank, fqn)) for rank, fqn, _ in wanted],
                              sum(n for _, _, n in wanted)))
-    return Restore(w2, w1, model_only, tuple(ranks), FOLLOWS)
+    return RestorePlan(w2, w1, model_only, tuple(ranks), FOLLOWS)
 
 
 def _expert_reads(t: Tensor, w1: int, w2: int, q: int) -> list[tuple[int, str, int]]:

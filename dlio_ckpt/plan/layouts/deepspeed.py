@@ -70,7 +70,7 @@ from dlio_ckpt.plan.layouts.deepspeed_files import (
     placeholder_states,
 )
 from dlio_ckpt.plan.layouts.rules import every_rank_writes, shared_read_tier, torch_save_only
-from dlio_ckpt.plan.restore import FileReads, RankReads, Restore, at_saved_world, whole_files
+from dlio_ckpt.plan.restore import FileReads, RankReads, RestorePlan, at_saved_world, whole_files
 from dlio_ckpt.plan.types import FilePlan, Plan, PlannedFile, RankPlan
 
 if TYPE_CHECKING:
@@ -212,7 +212,7 @@ def check_world(workload: Workload, world_size: int) -> None:
         shared_read_tier(workload, f"DeepSpeed's load_checkpoint has every rank torch.load {models}{experts}")
 
 
-def restore(workload: Workload, plan: Plan, world_size: int, model_only: bool) -> Restore:
+def restore(workload: Workload, plan: Plan, world_size: int, model_only: bool) -> RestorePlan:
     """What each rank of DeepSpeed's ``engine.load_checkpoint(dir, tag)`` reads (the module's docstring, and
     ``tests/unit/test_deepspeed_restore.py``: held to real loads): whole files, in DeepSpeed's order, each named by
     the writer that wrote it. A rank needs its model-parallel rank's weights (the model file's tensors; ZeRO 3's
@@ -241,7 +241,7 @@ def restore(workload: Workload, plan: Plan, world_size: int, model_only: bool) -
         needed = sum(plan.ranks[where[s][0]].files[where[s][1]].payload_bytes for s in kept)
         ranks.append(RankReads(r.rank, tuple(FileReads(*where[s]) for s in stems), needed))
     moe = isinstance(lay, deepspeed_moe.DeepSpeedMoeLayout)
-    return Restore(world_size, plan.world_size, model_only, tuple(ranks), follows(moe, model_only))
+    return RestorePlan(world_size, plan.world_size, model_only, tuple(ranks), follows(moe, model_only))
 
 
 def load_caveat(workload: Workload) -> str | None:

@@ -45,7 +45,7 @@ from dlio_ckpt.plan.formats.pt import Pickler, archive
 from dlio_ckpt.plan.layouts.base import FrameworkIO, Layout
 from dlio_ckpt.plan.layouts.dcp import ADAM_GROUP
 from dlio_ckpt.plan.layouts.rules import shared_read_tier, torch_save_only
-from dlio_ckpt.plan.restore import FileReads, RankReads, Restore
+from dlio_ckpt.plan.restore import FileReads, RankReads, RestorePlan
 from dlio_ckpt.plan.types import Item, ItemFile, Plan, PlannedFile, RankPlan, shrink_shape
 
 if TYPE_CHECKING:
@@ -313,7 +313,7 @@ FRAMEWORK_IO = FrameworkIO(writer="Lightning 2.6.6 TorchCheckpointIO (torch.save
                            syncs_files=False, via_tmpdir=True, archives=True, copies="first", in_memory=True)
 
 
-def restore(workload: Workload, plan: Plan, world_size: int, model_only: bool) -> Restore:
+def restore(workload: Workload, plan: Plan, world_size: int, model_only: bool) -> RestorePlan:
     """Lightning's load: every loading rank torch.loads global rank 0's whole file, at the save's world size or
     another (its state is not sharded: under DDP each rank holds a whole replica), and for the model alone too
     (``LightningModule.load_from_checkpoint``: ``torch.load`` of the whole file, then its ``state_dict``;
@@ -322,7 +322,7 @@ def restore(workload: Workload, plan: Plan, world_size: int, model_only: bool) -
     file = plan.ranks[0].files[0]
     assert isinstance(file, ItemFile)
     needed = sum(i.nbytes for i in file.items if not i.fqn.startswith(STATE)) if model_only else file.payload_bytes
-    return Restore(world_size, plan.world_size, model_only,
+    return RestorePlan(world_size, plan.world_size, model_only,
                    tuple(RankReads(r, (FileReads(0, 0),), needed) for r in range(world_size)), READS)
 
 

@@ -58,7 +58,7 @@ from dlio_ckpt.plan.layouts.megatron_files import (
     tp_cuts,
 )
 from dlio_ckpt.plan.layouts.rules import every_rank_writes, torch_save_only
-from dlio_ckpt.plan.restore import Restore
+from dlio_ckpt.plan.restore import RestorePlan
 from dlio_ckpt.plan.types import CoordinatorFile, Item, ItemFile, Plan
 
 if TYPE_CHECKING:
@@ -255,7 +255,7 @@ def _replicated(fqn: str) -> bool:
     return "layer_norm" in fqn or fqn.endswith("final_layernorm.weight")
 
 
-def restore(workload: Workload, plan: Plan, world_size: int, model_only: bool) -> Restore:
+def restore(workload: Workload, plan: Plan, world_size: int, model_only: bool) -> RestorePlan:
     """What ``dist_checkpointing.load`` reads on each rank (:mod:`.megatron_restore`): a dense model or a mixture
     of experts at the save's parallelism or at ``restore.tensor``, ``restore.expert`` (a mixture of experts') and
     ``world_size``, the model alone or with the optimizer."""

@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from dlio_ckpt.errors import ConfigError
 from dlio_ckpt.model.dtypes import DATATYPE_BYTES
 from dlio_ckpt.plan.layouts.megatron_files import not_split_by
-from dlio_ckpt.plan.restore import RankReads, Restore, by_file
+from dlio_ckpt.plan.restore import RankReads, RestorePlan, by_file
 from dlio_ckpt.plan.types import Item, ItemFile, Plan
 
 if TYPE_CHECKING:
@@ -81,7 +81,7 @@ def _lead(fqn: str) -> int:
     return (1 if re.search(r"decoder\.layers\.\D", fqn) else 0) + (".experts.experts." in fqn)
 
 
-def reads(plan: Plan, load: Sharded, model_only: bool, size_of: Callable[[Item], int]) -> Restore:
+def reads(plan: Plan, load: Sharded, model_only: bool, size_of: Callable[[Item], int]) -> RestorePlan:
     """Every rank's reads when ``plan`` (a dense Megatron save) is loaded by ``load`` (the layout at the load's
     parallelism); ``size_of``: an item's stored archive."""
     saved: Sharded = plan.layout  # type: ignore[assignment]
@@ -144,7 +144,7 @@ def reads(plan: Plan, load: Sharded, model_only: bool, size_of: Callable[[Item],
             needed += n
         ranks.append(by_file(q, wanted, needed))
         alike[group] = ranks[-1]
-    return Restore(load.world_size, saved.world_size, model_only, tuple(ranks), FOLLOWS)
+    return RestorePlan(load.world_size, saved.world_size, model_only, tuple(ranks), FOLLOWS)
 
 
 def load_layout(workload: Workload, saved: Any, world: int) -> Sharded:

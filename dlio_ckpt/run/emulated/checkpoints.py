@@ -21,7 +21,7 @@ from dlio_ckpt.io.engine import Engine, FileTask, IOOptions
 from dlio_ckpt.io.synthetic import Reduction, file_key
 from dlio_ckpt.plan.formats import Format
 from dlio_ckpt.plan.layouts import FrameworkIO, file_format, framework_io
-from dlio_ckpt.plan.restore import RankReads, Restore
+from dlio_ckpt.plan.restore import RankReads, RestorePlan
 from dlio_ckpt.plan.types import FilePlan, Plan, PlannedFile, RankPlan
 from dlio_ckpt.run.context import RunContext
 from dlio_ckpt.run.steps import manifest_path, step_name
@@ -36,7 +36,7 @@ def plan_of(ctx: RunContext) -> Plan:
     return ctx.plan
 
 
-def restore_of(ctx: RunContext) -> Restore:
+def restore_of(ctx: RunContext) -> RestorePlan:
     """What the read phase reads, which the mode's preflight has planned with the plan."""
     assert ctx.restore is not None, "the emulated mode's preflight plans the restore first"
     return ctx.restore
