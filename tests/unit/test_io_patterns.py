@@ -15,7 +15,7 @@ import pytest
 
 from dlio_ckpt.errors import StorageError, VerifyError
 from dlio_ckpt.io.backends import get_backend
-from dlio_ckpt.io.engine import Engine, FileTask, IOOptions
+from dlio_ckpt.io.engine import Engine, FileTask, IOOptions, WriterSettings
 from dlio_ckpt.plan.formats.pt import PtFormat, save_calls
 from dlio_ckpt.plan.layouts.dcp import item_size
 from dlio_ckpt.plan.types import FilePlan, TensorGroup
@@ -70,8 +70,7 @@ def test_a_wrong_byte_is_named_by_its_offset_when_read_as_the_framework_reads(tm
 
 def test_a_writer_thread_that_fails_ends_the_save_with_its_error_and_the_others_stop(tmp_path):
     backend = get_backend("local_fs", str(tmp_path), {})
-    engine = Engine(backend, 5, IOOptions(chunk_size=1 << 20))
-    engine.framework_writers = 2
+    engine = Engine(backend, 5, IOOptions(chunk_size=1 << 20), writers=WriterSettings(threads=2))
     (tmp_path / "blocked").write_text("a file where a folder must be")
     tasks = [task(backend.join(f"f{k}"), True) for k in range(3)] + [task(backend.join("blocked/x"), True)]
     try:

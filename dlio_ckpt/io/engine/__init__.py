@@ -26,9 +26,9 @@ from dlio_ckpt.io.engine.buffers import check_capabilities, io_buffer_bytes
 from dlio_ckpt.io.engine.content import _abort, _close, _finish
 from dlio_ckpt.io.engine.framework import LARGEST_CALL, FrameworkIO
 from dlio_ckpt.io.engine.stream import StreamIO
-from dlio_ckpt.io.engine.tasks import FileTask, IOOptions, _RangedRead
+from dlio_ckpt.io.engine.tasks import FileTask, IOOptions, WriterSettings, _RangedRead
 
-__all__ = ["LARGEST_CALL", "Engine", "FileTask", "IOOptions", "check_capabilities", "io_buffer_bytes"]
+__all__ = ["LARGEST_CALL", "Engine", "FileTask", "IOOptions", "WriterSettings", "check_capabilities", "io_buffer_bytes"]
 
 
 def _one_way(ways: set[object]) -> None:
@@ -47,11 +47,11 @@ class Engine(StreamIO, FrameworkIO):
         last fsync, and the kernel writes one file back while the next is being written instead of
         the stream stalling after every file. Stores that commit on close need no second pass.
         Files that come with their framework's calls are written as it writes them (:meth:`_as_framework`), by
-        ``writers`` threads (``framework_writers`` by default)."""
+        ``writers`` threads (the engine's :class:`WriterSettings` by default)."""
         _one_way({t.calls is None for t in tasks})
         if tasks and tasks[0].calls is not None:
-            return self._as_framework(tasks, writers or self.framework_writers, writers == 1 or
-                                      self.framework_caller_writes)
+            return self._as_framework(tasks, writers or self.writers.threads, writers == 1 or
+                                      self.writers.caller_writes)
         if self._positional:
             nbytes = self._positioned(tasks, self._open_write, self._write_chunk, _finish, _abort, self._write_depth)
         else:

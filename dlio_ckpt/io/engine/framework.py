@@ -25,7 +25,7 @@ from dlio_ckpt.io.engine.buffers import _CallWriter, _Worker
 from dlio_ckpt.io.engine.content import _chunks, _formatted, _span_of, _wrong
 from dlio_ckpt.io.engine.core import EngineCore
 from dlio_ckpt.io.engine.files import _FileBuf, _RawReader, _RawWriter
-from dlio_ckpt.io.engine.tasks import FileTask, IOOptions, _item_reads
+from dlio_ckpt.io.engine.tasks import FileTask, IOOptions, WriterSettings, _item_reads
 from dlio_ckpt.io.synthetic import BLOCK, SLACK, first_difference
 from dlio_ckpt.plan.formats import FLUSH
 
@@ -37,6 +37,7 @@ LARGEST_CALL = 256 << 20
 TOLD_AT_LEAST = 1 << 20  # a framework's read of at least this is told to the progress by itself
 
 
+ONE_WRITER = WriterSettings()  # the caller's thread alone, no copies from an accelerator
 SLEEP_AT_LEAST = 0.002  # a writer thread's modelled copies are slept once they add up to this (s)
 
 
@@ -44,11 +45,10 @@ class FrameworkIO(EngineCore):
     """The framework pattern's writer threads, files and reads."""
 
     def __init__(self, backend: Backend, run_key: int, options: IOOptions,
-                 progress: Callable[[str, int], None] = lambda _path, _n: None) -> None:
+                 progress: Callable[[str, int], None] = lambda _path, _n: None,
+                 writers: WriterSettings = ONE_WRITER) -> None:
         super().__init__(backend, run_key, options, progress)
-        self.framework_writers = 1  # threads writing files that come with their calls (the run sets it)
-        self.framework_caller_writes = True  # whether the caller's thread is one of them (DCP's) or only waits
-        self.device_copy_rate = 0.0  # bytes/s a writer thread copies a tensor from its accelerator at (0: no copy)
+        self.writers = writers
         self._copy_seconds: dict[int, float] = {}  # modelled copy time by writer thread, since the last take
         self._framework_cpu = 0.0  # CPU seconds of the framework's own work played, since the last take
         self._sleep_owed = threading.local()  # a writer thread's modelled copy time not yet slept (s; < 0: credit)
@@ -154,7 +154,7 @@ class FrameworkIO(EngineCore):
                     self._progress(task.path, n)
                     offset += n
                     continue
-                if self.device_copy_rate and task.tensors:
+                if self.writers.device_copy_rate and task.tensors:
                     self._copy_from_device(n)
                 for at in range(offset, offset + n, w.calls):  # a call beyond LARGEST_CALL: in pieces of it
                     end = min(at + w.calls, offset + n)
@@ -236,7 +236,7 @@ class FrameworkIO(EngineCore):
                 i += 1
             # a call of the format's bytes alone lies within one of its pieces (what format_slice finds, in order)
             payload = not (i < len(meta) and meta[i][0] <= offset and offset + n <= meta[i][0] + len(meta[i][1]))
-            if payload and self.device_copy_rate and task.tensors:
+            if payload and self.writers.device_copy_rate and task.tensors:
                 self._copy_from_device(n)
             for at in range(offset, offset + n, piece) if payload else (offset,):  # beyond LARGEST_CALL: pieces
                 m = min(piece, offset + n - at) if payload else n
@@ -259,11 +259,11 @@ class FrameworkIO(EngineCore):
 
     def _copy_from_device(self, nbytes: int) -> None:
         """A tensor's copy from its accelerator before its framework writes it, modelled: a sleep at
-        :attr:`device_copy_rate` (memory bounded: no bytes move), counted per writer thread. A thread's copies are
-        slept once they add up to :data:`SLEEP_AT_LEAST`, the time overslept kept as credit: a sleep of a few
-        microseconds lasts some 60 µs or more here (the kernel's timer slack and a wake-up), so a sleep a tensor
-        made a scaled save of 139,540 small tensors last 34 s for 0.013 s of modelled copies."""
-        seconds = nbytes / self.device_copy_rate
+        :attr:`WriterSettings.device_copy_rate` (memory bounded: no bytes move), counted per writer thread. A
+        thread's copies are slept once they add up to :data:`SLEEP_AT_LEAST`, the time overslept kept as credit:
+        a sleep of a few microseconds lasts some 60 µs or more here (the kernel's timer slack and a wake-up), so a
+        sleep a tensor made a scaled save of 139,540 small tensors last 34 s for 0.013 s of modelled copies."""
+        seconds = nbytes / self.writers.device_copy_rate
         with self._lock:
             thread = threading.get_ident()
             self._copy_seconds[thread] = self._copy_seconds.get(thread, 0.0) + seconds

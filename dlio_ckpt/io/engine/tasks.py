@@ -29,7 +29,7 @@ class FileTask:
     archive: bool = False  # with its calls: one torch.save archive, which a load reads as torch.load does
     in_memory: bool = False  # with its calls: serialized into fresh memory first, the calls made from that copy
     tensors: bool = True  # with its calls: its payload is tensors, copied from the accelerator where a save copies
-    #                       them (Engine.device_copy_rate); a coordinator's metadata is not
+    #                       them (WriterSettings.device_copy_rate); a coordinator's metadata is not
     dtype: str = ""  # its tensors' datatype, which the synthetic values imitate (checkpoint.data_values); "": none
 
     @cached_property
@@ -100,6 +100,17 @@ class _Scoped(Protocol):
 
 
 _W = TypeVar("_W", bound=_Scoped)
+
+
+@dataclass(frozen=True)
+class WriterSettings:
+    """How a framework's writer threads write a save's files (the stream's threads are the storage's): how many, whether
+    the caller's thread is one of them (DCP's) or only waits for them (megatron-core's writer processes), and the rate
+    each copies a tensor from its accelerator at before writing it (bytes/s; 0: the state is in host memory)."""
+
+    threads: int = 1
+    caller_writes: bool = True
+    device_copy_rate: float = 0.0
 
 
 @dataclass(frozen=True)

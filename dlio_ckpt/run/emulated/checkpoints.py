@@ -17,7 +17,7 @@ from typing import Any
 from dlio_ckpt import __version__
 from dlio_ckpt.errors import ConfigError
 from dlio_ckpt.io.backends import Backend
-from dlio_ckpt.io.engine import Engine, FileTask, IOOptions
+from dlio_ckpt.io.engine import Engine, FileTask, IOOptions, WriterSettings
 from dlio_ckpt.io.synthetic import Reduction, file_key
 from dlio_ckpt.plan.formats import Format
 from dlio_ckpt.plan.layouts import FrameworkIO, file_format, framework_io
@@ -137,19 +137,34 @@ class DeviceCopy:
             time.sleep(self.seconds)
 
 
-def device_copy(ctx: RunContext, engine: Engine, played: FrameworkIO | None) -> DeviceCopy:
-    """How this process's synchronous saves copy their tensors from the accelerators
-    (``checkpoint.gpu_copy_gb_per_second``; only where the saves play their framework's calls: the stream
-    measures the storage alone, and an async save's copy is its staging). Tensor by tensor: the engine's
-    writer threads copy side by side, sharing the process's accelerators (one per rank it plays), a thread at
-    most one accelerator's rate. All first: the largest of its ranks' shards, each rank copying from its own."""
+def _copy_rate(ctx: RunContext, played: FrameworkIO | None) -> float:
+    """The rate a synchronous save copies its tensors from the accelerators at (``checkpoint.gpu_copy_gb_per_second``,
+    bytes/s), 0 where it copies none: only where the saves play their framework's calls (the stream measures the
+    storage alone, and an async save's copy is its staging)."""
     rate = ctx.workload.checkpoint.gpu_copy_gb_per_second * 1e9
-    if played is None or ctx.workload.checkpoint.async_save or not rate:
+    return 0.0 if played is None or ctx.workload.checkpoint.async_save else rate
+
+
+def writer_settings(ctx: RunContext, played: FrameworkIO | None) -> WriterSettings:
+    """How this process's engine writes a save played as its framework writes it: its writer threads
+    (:func:`writer_threads`), whether the caller's thread is one of them, and the copy each makes of a tensor from
+    its accelerator before writing it, where the framework copies tensor by tensor: the threads copy side by side,
+    sharing the process's accelerators (one per rank it plays), a thread at most one accelerator's rate."""
+    if played is None:
+        return WriterSettings()
+    threads, rate = writer_threads(ctx, ctx.backend), _copy_rate(ctx, played)
+    per_thread = min(rate, rate * len(ranks_of_process(ctx)) / threads) if played.copies != "first" else 0.0
+    return WriterSettings(threads, played.caller_writes, per_thread)
+
+
+def device_copy(ctx: RunContext, played: FrameworkIO | None) -> DeviceCopy:
+    """The copy a synchronous save makes of all its tensors before its writers start, where its framework copies
+    them all first: the largest of its ranks' shards, each rank copying from its own (tensor by tensor, the
+    engine's writer threads copy instead: :func:`writer_settings`)."""
+    rate = _copy_rate(ctx, played)
+    if played is None or played.copies != "first" or not rate:
         return DeviceCopy()
-    if played.copies == "first":
-        return DeviceCopy(max(shard_bytes(ctx), default=0) / rate)
-    engine.device_copy_rate = min(rate, rate * len(ranks_of_process(ctx)) / engine.framework_writers)
-    return DeviceCopy()
+    return DeviceCopy(max(shard_bytes(ctx), default=0) / rate)
 
 
 def load_copy(ctx: RunContext, played: FrameworkIO | None, reads: list[RankReads]) -> DeviceCopy:

@@ -40,7 +40,7 @@ from dlio_ckpt.run.emulated.checkpoints import (
     plan_of,
     restore_of,
     shard_bytes,
-    writer_threads,
+    writer_settings,
 )
 from dlio_ckpt.run.emulated.peers import LostShares, PeerSource
 from dlio_ckpt.run.emulated.tiers import Tiers
@@ -260,16 +260,14 @@ class EmulatedJob:
         # (each file's planned bytes counted once: a load's framework reads go back over bytes, PlannedBytes)
         self.shown = PlannedBytes(progress_display(comm.rank == 0 and ck.progress and not ck.async_save,
                                                    ck.progress_interval))
-        self.engine = self.read_engine = Engine(ctx.backend, run_key, io_options(ctx), self._progress)
         self.played = played = framework_io(ctx.workload)
-        if played is not None:
-            self.engine.framework_writers = writer_threads(ctx, ctx.backend)
-            self.engine.framework_caller_writes = played.caller_writes
-        self.copy_first = device_copy(ctx, self.engine, played)
+        self.engine = self.read_engine = Engine(ctx.backend, run_key, io_options(ctx), self._progress,
+                                                writer_settings(ctx, played))
+        self.copy_first = device_copy(ctx, played)
         if comm.rank == 0 and "transport" in (storage := ctx.backend.describe()):  # GDS or POSIX, said up front
             log.info("storage_type=%s moves bytes by %s: %s", ctx.backend.name, storage["transport"], storage["why"])
         if comm.rank == 0 and ck.num_checkpoints_write:
-            log.info("saves write %s", f"as {played.writer} does, {self.engine.framework_writers} writer thread(s) "
+            log.info("saves write %s", f"as {played.writer} does, {self.engine.writers.threads} writer thread(s) "
                      "per process (checkpoint.io_pattern=framework)" if played else
                      f"the tuned stream: {ck.chunk_size} B requests (checkpoint.io_pattern=stream)")
         self.records: list[OpRecord] = []
@@ -443,7 +441,7 @@ class EmulatedJob:
                   verified=ctx.backend.capabilities.stores_data and ck.verify,
                   recovery_rank_shift=ck.recovery_rank_shift, scale=ck.scale, chunk_size=ck.chunk_size,
                   io_pattern="framework" if played else "stream", framework_writer=played.writer if played else None,
-                  writer_threads_per_process=engine.framework_writers if played else None,
+                  writer_threads_per_process=engine.writers.threads if played else None,
                   io_buffer_bytes_per_process=engine.buffer_bytes + (self.read_engine.buffer_bytes
                                                                      if self.read_engine is not engine else 0),
                   data_reduction={"compression_ratio": ck.compression_ratio, "dedup_ratio": ck.dedup_ratio,
