@@ -323,7 +323,7 @@ def restore(workload: Workload, plan: Plan, world_size: int, model_only: bool) -
     assert isinstance(file, ItemFile)
     needed = sum(i.nbytes for i in file.items if not i.fqn.startswith(STATE)) if model_only else file.payload_bytes
     return RestorePlan(world_size, plan.world_size, model_only,
-                   tuple(RankReads(r, (FileReads(0, 0),), needed) for r in range(world_size)), READS)
+                       tuple(RankReads(r, (FileReads(0, 0),), needed) for r in range(world_size)), READS)
 
 
 LAYOUT = Layout(make_plan=make_plan, file_format=file_format, check=check, check_world=check_world,

@@ -13,6 +13,7 @@ import secrets
 import time
 from collections import Counter
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 from dlio_ckpt.cluster.host import available_memory, hostname
@@ -20,6 +21,7 @@ from dlio_ckpt.cluster.placement import surviving_keeper
 from dlio_ckpt.config import references, tier_key
 from dlio_ckpt.errors import ConfigError
 from dlio_ckpt.io.backends import Backend
+from dlio_ckpt.io.backends.base import ItemReader
 from dlio_ckpt.io.engine import Engine, FileTask, IOOptions, check_capabilities, io_buffer_bytes
 from dlio_ckpt.plan.formats import Format
 from dlio_ckpt.plan.layouts import file_format, framework_io, make_plan
@@ -419,14 +421,18 @@ class EmulatedJob:
                                    note="files redone after a transient storage error; the client's own attempts "
                                         "(S3 max_attempts, gcsfs) are not visible here")}
 
+    @cached_property
+    def _item_reader(self) -> ItemReader | None:
+        """How the read tier's client reads a framework's items its own way, where it does (the loads play a
+        framework's reads): their ranged reads are counted as the engine plays them."""
+        return self.ctx.tiers[read_tier(self.ctx)].item_reader() if self.played else None
+
     def _restore_described(self) -> dict[str, Any] | None:
-        """``io.restore``: what the loads read (None without loads). A framework's ranged reads on a storage whose
-        client reads items its own way are counted as the engine plays them."""
+        """``io.restore``: what the loads read (None without loads)."""
         ctx = self.ctx
         if not ctx.ck.num_checkpoints_read:
             return None
-        item_reader = ctx.tiers[read_tier(ctx)].item_reader() if self.played else None
-        return described(ctx.workload, restore_of(ctx), plan_of(ctx), self.fmt, item_reader)
+        return described(ctx.workload, restore_of(ctx), plan_of(ctx), self.fmt, self._item_reader)
 
     def _io(self, restore: dict[str, Any] | None) -> IO:
         """summary.json's ``io``: how this run moved its bytes."""
@@ -434,9 +440,8 @@ class EmulatedJob:
         plan = plan_of(ctx)
         scaled = scaled_figures(plan, self.fmt) if plan.full_size else None
         if scaled is not None and restore is not None and plan.full_size is not None:  # what a sweep's projection needs
-            item_reader = ctx.tiers[read_tier(ctx)].item_reader() if played else None
             scaled["full_size_load_bytes_read"] = described(ctx.workload, restore_plan(ctx.workload, plan.full_size),
-                                                            plan.full_size, self.fmt, item_reader)["bytes_read"]
+                                                            plan.full_size, self.fmt, self._item_reader)["bytes_read"]
         return IO(layout=ck.layout, format=self.fmt.name, odirect=ck.odirect,
                   verified=ctx.backend.capabilities.stores_data and ck.verify,
                   recovery_rank_shift=ck.recovery_rank_shift, scale=ck.scale, chunk_size=ck.chunk_size,
