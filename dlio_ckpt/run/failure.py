@@ -98,6 +98,14 @@ def write_failed_summary(state: RunState, rank: int, reason: str) -> None:
         pass  # the run folder itself may be what failed; the message on stderr still says why
 
 
+def say_error(message: str) -> None:
+    """``dlio_ckpt: error: message`` on stderr in one write. Ranks failing at once share mpiexec's stderr, and a
+    line written in two parts (``print``'s text, then its newline) ran into another rank's: two ENOSPC messages
+    were seen on one line."""
+    sys.stderr.write(f"dlio_ckpt: error: {message}\n")
+    sys.stderr.flush()
+
+
 def one_line(reason: str) -> str:
     """A storage client's message on one line (gcsfs's and botocore's span several): the error is one line on
     stderr, where batch logs and ``grep`` find it whole, and ``summary.json``'s ``reason`` is that line."""
@@ -115,7 +123,7 @@ def fail_every_rank(comm: Comm, state: RunState, reason: str, code: int = 1, qui
         comm.abort(code)
         return
     message = f"rank {comm.rank} on {hostname()}, during {state.where()}: {one_line(reason)}"
-    print(f"dlio_ckpt: error: {message}", file=sys.stderr, flush=True)
+    say_error(message)
     write_failed_summary(state, comm.rank, message)
     inflight.remove_all()
     _let_output_drain()
@@ -175,8 +183,7 @@ class Watchdog:
                 what = f" on {self.state.file}" if self.state.file else ""
                 reason = (f"no I/O progress for {idle:.0f} s{what} (checkpoint.io_timeout="
                           f"{self.timeout:g}): storage stalled or unreachable")
-                print(f"dlio_ckpt: error: rank {self.comm.rank} on {hostname()}, during {self.state.where()}: "
-                      f"{reason}", file=sys.stderr, flush=True)
+                say_error(f"rank {self.comm.rank} on {hostname()}, during {self.state.where()}: {reason}")
                 write_failed_summary(self.state, self.comm.rank, reason)
                 inflight.remove_all()
                 _let_output_drain()

@@ -30,7 +30,7 @@ from dlio_ckpt.config import Workload, available_workloads, check_world_size, co
 from dlio_ckpt.errors import ConfigError, DlioCkptError
 from dlio_ckpt.io.backends import Backend
 from dlio_ckpt.run.context import RunContext
-from dlio_ckpt.run.failure import RunState, Watchdog, on_signals, write_failed_summary
+from dlio_ckpt.run.failure import RunState, Watchdog, on_signals, say_error, write_failed_summary
 from dlio_ckpt.run.launch import execute, probe_folder, redact, start
 from dlio_ckpt.run.steps import remove_ours, survey
 from dlio_ckpt.tools.sweep_results import projections, write_sweep_files
@@ -225,7 +225,7 @@ def _run_point(p: Point, workload: Workload, raw: dict, run_dir: str, comm: Comm
         who = "rank 0" if reported_by_another_rank(exc, comm.rank) else f"rank {comm.rank} on {hostname()}"
         reason = f"{who}, during {state.where()}: {text}"
         if not reported_by_another_rank(exc, comm.rank):  # rank 0's own error, shared: rank 0 says it once
-            print(f"dlio_ckpt: error: sweep point {p.index} ({p.label}): {reason}", file=sys.stderr, flush=True)
+            say_error(f"sweep point {p.index} ({p.label}): {reason}")
             write_failed_summary(state, comm.rank, reason)
         if isinstance(point_comm, PointComm):
             point_comm.abort_point(reason)
