@@ -42,12 +42,14 @@ LAYOUTS = {  # llama3_70b's own parallelism (TP 8, ZeRO 3) where the layout mode
     "megatron": ["++workload.checkpoint.layout=megatron"],
     "deepspeed": ["++workload.checkpoint.layout=deepspeed"],
 }
+SAMPLE = "-sample"  # a layout's name with it: checkpoint.miniature=sample, a sample of the items whole
 PHASES = ("save", "load")
 
 
 def job(a: argparse.Namespace, layout: str, folder: Path) -> tuple[list[str], list[str]]:
+    sample = ["++workload.checkpoint.miniature=sample"] if layout.endswith(SAMPLE) else []
     return [str(BIN / "mpiexec"), "-n", str(a.procs), sys.executable, "-m", "dlio_ckpt"], [
-        "workload=llama3_70b", "--world-size", str(a.world), *LAYOUTS[layout],
+        "workload=llama3_70b", "--world-size", str(a.world), *LAYOUTS[layout.removesuffix(SAMPLE)], *sample,
         "++workload.checkpoint.num_checkpoints_write=1", "++workload.checkpoint.num_checkpoints_read=1",
         f"++workload.checkpoint.checkpoint_folder={folder / 'ck'}"]
 
@@ -55,6 +57,8 @@ def job(a: argparse.Namespace, layout: str, folder: Path) -> tuple[list[str], li
 def figures(summary: dict[str, Any]) -> dict[str, Any]:
     """A run's mean save and load: seconds, bytes moved, the busiest process's CPU share, and what it stands for."""
     out: dict[str, Any] = {"bytes_ratio": summary["io"]["scaled"]["bytes_ratio"],
+                           "load_bytes_ratio": summary["io"]["scaled"]["load_bytes_ratio"],
+                           "projected": summary["io"]["scaled"]["projected_full_size"],
                            "full_size_bytes": summary["io"]["scaled"]["full_size"]["bytes_per_checkpoint"],
                            "full_size_load_bytes": summary["io"]["scaled"]["full_size_load_bytes_read"]}
     for phase in PHASES:
@@ -116,7 +120,7 @@ def report(a: argparse.Namespace, results: dict[str, Any]) -> str:
                 runs = [r[s] for r in rounds]
                 busy = statistics.median(r[phase]["busy"] for r in runs)
                 seconds = statistics.median(r[phase]["seconds"] for r in runs)
-                one = seconds / runs[0]["bytes_ratio"]
+                one = seconds / runs[0]["bytes_ratio" if phase == "save" else "load_bytes_ratio"]
                 lines.append(f"| {phase} | {s} | {statistics.median(r[phase]['bytes'] for r in runs) / 2**20:,.0f} "
                              f"MiB | {seconds:.2f} | {busy:.0%} | {one:,.0f} |")
         lines += ["", "| phase | projected from scales | fixed s | s per GiB | full size, s | foretold at "
@@ -137,7 +141,8 @@ def report(a: argparse.Namespace, results: dict[str, Any]) -> str:
                              + (f" | {foretold:,.1f} | {measured:,.1f} | {foretold / measured:.2f} |" if big
                                 else " | | | |"))
             if big:
-                one = points[0].seconds * big["bytes_ratio"] / rounds[0][a.scales[0]]["bytes_ratio"]
+                ratio = "bytes_ratio" if phase == "save" else "load_bytes_ratio"
+                one = points[0].seconds * big[ratio] / rounds[0][a.scales[0]][ratio]
                 lines.append(f"| {phase} | one run at {a.scales[0]} (time x bytes ratio) | | | | {one:,.1f} | "
                              f"{big[phase]['seconds']:,.1f} | {one / big[phase]['seconds']:.2f} |")
         if big:
@@ -146,15 +151,29 @@ def report(a: argparse.Namespace, results: dict[str, Any]) -> str:
                       f"{big['load']['seconds']:.1f} s ({big['load']['bytes'] / GIB:.1f} GiB, busiest CPU "
                       f"{big['load']['busy']:.0%})."]
         lines.append("")
+    lo, hi = a.scales[0], a.scales[-1]
+    lines += [f"### One run's projection from scale {lo} against one from {hi}", "",
+              f"| layout | phase | projected from {lo}, s | from {hi}, s | ratio | within 20 % | the run at {a.large}, "
+              "projected, s |", "|---|---|---|---|---|---|---|"]
+    for layout, res in results.items():
+        for phase in PHASES:
+            ratio = "bytes_ratio" if phase == "save" else "load_bytes_ratio"
+            one = {s: statistics.median(r[s][phase]["seconds"] / r[s][ratio] for r in res["rounds"]) for s in (lo, hi)}
+            big = res.get("large")
+            lines.append(f"| {layout} | {phase} | {one[lo]:,.0f} | {one[hi]:,.0f} | {one[lo] / one[hi]:.2f} | "
+                         f"{'yes' if abs(one[lo] / one[hi] - 1) <= 0.2 else 'no'} | "
+                         + (f"{big[phase]['seconds'] / big[ratio]:,.0f} |" if big else "|"))
     return "\n".join(lines)
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--dir", required=True, help="a folder on the storage measured (removed files only ours)")
-    p.add_argument("--layouts", default="dcp,megatron,deepspeed")
+    p.add_argument("--layouts", default="dcp,dcp-sample,megatron,megatron-sample,deepspeed",
+                   help=f"of {', '.join(LAYOUTS)}; '{SAMPLE}' after dcp or megatron: checkpoint.miniature=sample")
     p.add_argument("--scales", default="0.0002,0.001,0.005")
     p.add_argument("--large", default="0.05", help="the largest scale this disk holds (0 or '': none)")
+    p.add_argument("--large-layouts", help="the layouts run at --large (default: every one)")
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--procs", type=int, default=2)
     p.add_argument("--world", type=int, default=64)
@@ -170,7 +189,7 @@ def main() -> None:
             results[layout]["rounds"].append(sweep(a, layout, rnd))
             print(f"round {rnd + 1}: {layout} done", flush=True)
     if a.large and float(a.large) > 0:
-        for layout in layouts:
+        for layout in (a.large_layouts or a.layouts).split(","):
             results[layout]["large"] = large(a, layout)
             print(f"large: {layout} done", flush=True)
     text = report(a, results)

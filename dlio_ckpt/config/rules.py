@@ -55,6 +55,7 @@ LAYOUT_KEYS = {
     "model.moments_datatype": "Adam's moments in a dtype of their own",
     "model.parallelism.first_stage_layers": "Megatron's uneven pipeline split",
     "model.parallelism.last_stage_layers": "Megatron's uneven pipeline split",
+    "checkpoint.miniature": "a scaled run's sample of whole items, for layouts whose files are many items",
     "restore.tensor": "a load at another tensor parallelism",
     "restore.expert": "a mixture of experts' load at another expert parallelism",
 }

@@ -215,6 +215,10 @@ class Checkpoint(Section):
     format: FormatName = Field("pt", description="the bytes of each file: "
                                "torch.save's zip (DLIO's), raw, safetensors, hdf5")
     scale: float = Field(1.0, gt=0, le=1, description="shrink every file by this ratio")
+    miniature: Literal["shrink", "sample"] = Field(
+        "shrink", description="how checkpoint.scale makes the miniature: shrink every tensor, keeping every rank's "
+        "files and items; sample: a sample of the items whole, on ranks spread over the job (layout=dcp or "
+        "megatron), so that the time per item keeps its full-size share and the projection holds at small scales")
     read_from_page_cache: bool = Field(
         False, description="false: evict each file's cached pages before it is read"
     )
@@ -491,6 +495,6 @@ tier_key = Workload.tier_key
 
 # Checkpoint keys that shape the emulator's files or its emulated training loop and mean nothing to a
 # framework's own save (real modes have fsdp.async_save and lightning.async_save)
-EMULATOR_ONLY = ("layout", "files_per_rank", "format", "scale", "odirect", "verify", "chunk_size", "io_pattern",
-                 "recovery_rank_shift", "ranks_per_host", "mode", "async_save", "staging_gb_per_second", "staging",
-                 "gpu_copy_gb_per_second", "training", "mtbf_hours", "read_tier")
+EMULATOR_ONLY = ("layout", "files_per_rank", "format", "scale", "miniature", "odirect", "verify", "chunk_size",
+                 "io_pattern", "recovery_rank_shift", "ranks_per_host", "mode", "async_save", "staging_gb_per_second",
+                 "staging", "gpu_copy_gb_per_second", "training", "mtbf_hours", "read_tier")

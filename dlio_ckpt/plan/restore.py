@@ -10,14 +10,15 @@ the answer and what a reader needs to know of it, and no framework's rules.
 
 from __future__ import annotations
 
+import bisect
 import functools
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 from dlio_ckpt.errors import ConfigError
 from dlio_ckpt.plan.layouts import get_layout
-from dlio_ckpt.plan.types import Plan
+from dlio_ckpt.plan.types import Item, ItemFile, Plan, PlannedFile
 
 
 @dataclass(frozen=True)
@@ -257,8 +258,11 @@ def at_saved_world(workload: Any, plan: Plan, world: int, why: str) -> None:
 def restore_plan(workload: Any, plan: Plan) -> RestorePlan:
     """What each rank of the read phase reads: the layout's own ``restore`` where its framework reshards or
     loads the model alone (DCP); elsewhere each rank's own files whole, at the save's world size, and a load
-    asked otherwise is refused with the layout's reason (its ``no_restore``), exit 2."""
+    asked otherwise is refused with the layout's reason (its ``no_restore``), exit 2. A sample's load reads what
+    the full size's reads of the kept items (:func:`sample_reads`)."""
     layout, asked = get_layout(workload.checkpoint.layout), workload.restore
+    if plan.sample and plan.full_size is not None and layout.item_size is not None:
+        return sample_reads(restore_plan(workload, plan.full_size), plan, layout.item_size)
     world = asked.world_size or plan.world_size
     if layout.restore is not None:
         return layout.restore(workload, plan, world, asked.model_only)
@@ -267,3 +271,70 @@ def restore_plan(workload: Any, plan: Plan) -> RestorePlan:
         raise ConfigError("workload.restore.model_only", True, f"is not modelled with checkpoint.layout="
                           f"{workload.checkpoint.layout}: {layout.no_restore}")
     return whole_files(plan, layout.reads)
+
+
+Piece = tuple[int, int, int]  # a kept item: its (start, end) in the full-size file, its start in the sample's
+
+
+def sample_reads(full: RestorePlan, plan: Plan, item_size: Callable[[Item], int]) -> RestorePlan:
+    """What a sample's load reads (``checkpoint.miniature=sample``, :mod:`dlio_ckpt.plan.sample`): the full-size
+    load's reads, ``full``, of the items ``plan`` kept, each where it lies in the sample's file, in the full load's
+    order; every rank of the load keeps its place, and its need shrinks with what it still reads. Why not the
+    layout's restore of the sample: a framework's load reads by the tensors it needs, which a sample does not all
+    hold; mapped, each kept item is read by the ranks, and as many times, as at full size (Megatron's replicas)."""
+    assert plan.full_size is not None
+    whole, kept = plan.full_size.ranks, _kept_items(plan, item_size)
+    ranks = []
+    for reader in full.ranks:
+        reads, asked, got = [], 0, 0
+        for f in reader.files:
+            ranges = f.ranges or ((0, planned_bytes(whole[f.rank].files[f.index])),)
+            asked += sum(n for _, n in ranges)
+            if (f.rank, f.index) in kept:
+                index, pieces = kept[(f.rank, f.index)]
+                if mine := tuple(_within(pieces, ranges)):
+                    reads.append(FileReads(f.rank, index, mine))
+                    got += sum(n for _, n in mine)
+        ranks.append(RankReads(reader.rank, tuple(reads), round(reader.needed * got / asked) if asked else 0))
+    return replace(full, ranks=tuple(ranks))
+
+
+def planned_bytes(file: PlannedFile) -> int:
+    """A file of items' stored bytes (a sample's files are)."""
+    assert isinstance(file, ItemFile)
+    return file.size
+
+
+def _kept_items(plan: Plan, item_size: Callable[[Item], int]) -> dict[tuple[int, int], tuple[int, list[Piece]]]:
+    """Where a sample's items lie: by (writer rank, index of its full-size file), the sample's file's index and
+    each kept item's (start, end) in the full-size file and start in the sample's, in order."""
+    assert plan.full_size is not None
+    out: dict[tuple[int, int], tuple[int, list[Piece]]] = {}
+    for r in plan.ranks:
+        full_files = plan.full_size.ranks[r.rank].files
+        index = {f.stem: k for k, f in enumerate(full_files)}
+        for m, f in enumerate(r.files):
+            k, whole = index[f.stem], full_files[index[f.stem]]
+            assert isinstance(f, ItemFile) and isinstance(whole, ItemFile)
+            starts, at = {}, 0
+            for item in whole.items:
+                starts[id(item)], at = at, at + item_size(item)
+            pieces, at = [], 0
+            for item in f.items:
+                n = item_size(item)
+                pieces.append((starts[id(item)], starts[id(item)] + n, at))
+                at += n
+            out[(r.rank, k)] = (m, pieces)
+    return out
+
+
+def _within(kept: list[Piece], ranges: Iterable[tuple[int, int]]) -> Iterator[tuple[int, int]]:
+    """The parts of ``ranges`` (offset, length in a full-size file) that lie on kept items, ``kept`` (start, end in
+    that file, start in the sample's, in order), each as (offset, length) in the sample's file."""
+    ends = [hi for _, hi, _ in kept]
+    for offset, n in ranges:
+        k = bisect.bisect_right(ends, offset)
+        while k < len(kept) and kept[k][0] < offset + n:
+            lo, hi, at = kept[k]
+            yield at + max(lo, offset) - lo, min(hi, offset + n) - max(lo, offset)
+            k += 1

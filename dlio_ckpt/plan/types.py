@@ -182,6 +182,7 @@ class Plan:
     ranks: tuple[RankPlan, ...]
     coordinator: tuple[CoordinatorFile, ...] = ()
     full_size: Plan | None = None  # a scaled plan's full-size plan, for the figures it stands for (None: full size)
+    sample: bool = False  # a scaled plan that keeps a sample of the full size's items whole (plan.sample)
 
     def miniature_of(self, full: Plan) -> Plan:
         """This scaled plan with its coordinator's files at the full plan's sizes times the ratio of the
@@ -239,6 +240,25 @@ class Plan:
         stems = [f.stem for r in self.ranks for f in r.files] + [c.name for c in self.coordinator]
         if len(set(stems)) != len(stems):
             problems.append("two ranks write the same file")
-        problems += self.layout.problems(self)
+        if self.sample:  # the full size's plan held to the layout's checks, the sample to its own
+            assert self.full_size is not None
+            problems += self.full_size.layout.problems(self.full_size) + self._sample_problems(self.full_size)
+        else:
+            problems += self.layout.problems(self)
         if problems:
             raise RuntimeError(f"inconsistent plan for world size {self.world_size}: {'; '.join(problems)}")
+
+    def _sample_problems(self, full: Plan) -> list[str]:
+        """A sample's own checks: each rank's files hold items of its full-size file of the same name, in their
+        order."""
+        out = []
+        for rank, f in ((r.rank, f) for r in self.ranks for f in r.files):
+            whole = next((g for g in full.ranks[rank].files if g.stem == f.stem), None)
+            if not isinstance(whole, ItemFile) or not isinstance(f, ItemFile):
+                out.append(f"{f.stem}: not a file of items of rank {rank} at full size")
+                continue
+            at = {id(item): k for k, item in enumerate(whole.items)}
+            places = [at.get(id(item), -1) for item in f.items]
+            if -1 in places or places != sorted(set(places)):
+                out.append(f"{f.stem}: its items are not a sample of the full size's, in order")
+        return out

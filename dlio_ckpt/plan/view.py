@@ -6,7 +6,7 @@ from collections import OrderedDict
 from typing import Any
 
 from dlio_ckpt.plan.formats import Format, planned_size
-from dlio_ckpt.plan.types import GIB, Plan
+from dlio_ckpt.plan.types import GIB, ItemFile, Plan
 
 
 def plan_json(plan: Plan, fmt: Format) -> dict[str, Any]:
@@ -70,9 +70,12 @@ def plan_table(plan: Plan, fmt: Format) -> str:
                      "which every rank reads first on load")
     if (scaled := scaled_figures(plan, fmt)) is not None:
         here, full = scaled["this_run"], scaled["full_size"]
+        kept = (f"a sample of {here['items']:,} of its {full['items']:,} items whole, on {here['writing_ranks']} of "
+                f"its {full['writing_ranks']} writing ranks" if plan.sample else
+                "every rank's share and files as at full size")
         lines.append(f"scaled: {here['bytes_per_checkpoint']:,} B per checkpoint stand for the job's "
                      f"{full['bytes_per_checkpoint']:,} B ({full['checkpoint_size_GiB']:,.2f} GiB of payload), "
-                     f"1/{1 / scaled['bytes_ratio']:,.0f}; every rank's share and files as at full size; the "
+                     f"1/{1 / scaled['bytes_ratio']:,.0f}; {kept}; the "
                      f"format's headers are {here['headers_share']:.1%} of the bytes here, "
                      f"{full['headers_share']:.2%} at full size")
     return "\n".join(lines)
@@ -131,8 +134,12 @@ def scaled_figures(plan: Plan, fmt: Format) -> dict[str, Any] | None:
         stored = sum(planned_size(fmt, f) for r in p.ranks for f in r.files) + coordinator
         headers = stored - p.total_payload_bytes - coordinator
         return {"checkpoint_size_GiB": p.checkpoint_size_GB, "bytes_per_checkpoint": stored,
-                "coordinator_bytes": coordinator, "headers_share": headers / stored}
+                "coordinator_bytes": coordinator, "headers_share": headers / stored,
+                "writing_ranks": sum(1 for r in p.ranks if r.files), "files": sum(len(r.files) for r in p.ranks),
+                "items": sum(len(f.items) if isinstance(f, ItemFile) else f.num_tensors for r in p.ranks
+                             for f in r.files)}
 
     here, full = figures(plan), figures(plan.full_size)
-    return {"bytes_ratio": here["bytes_per_checkpoint"] /
-            full["bytes_per_checkpoint"], "this_run": here, "full_size": full}
+    return {"miniature": "sample" if plan.sample else "shrink",
+            "bytes_ratio": here["bytes_per_checkpoint"] / full["bytes_per_checkpoint"], "this_run": here,
+            "full_size": full}

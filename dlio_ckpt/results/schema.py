@@ -415,13 +415,16 @@ class SizeFigures(Section):
     bytes_per_checkpoint: int = Field(description="what is stored, headers and coordinator files included")
     coordinator_bytes: int = Field(description="the files one rank writes for all")
     headers_share: float = Field(description="the share of the stored bytes that is the format's headers")
+    writing_ranks: int = Field(description="the ranks that write files")
+    files: int = Field(description="the ranks' files")
+    items: int = Field(description="what the ranks' files hold: tensors, and objects pickled whole")
 
 
 class Projection(Section):
     """A scaled run's mean times projected to the full size: a projection, not a measurement."""
 
     save_seconds: float | None = Field(None, description="the save's mean duration over bytes_ratio")
-    load_seconds: float | None = Field(None, description="the load's mean duration over bytes_ratio")
+    load_seconds: float | None = Field(None, description="the load's mean duration over load_bytes_ratio")
     basis: str = Field(description="what the projection assumes")
     cpu_bound: list[str] = Field(default_factory=list, description="the phases whose times the processes' CPU set "
                                  "(checkpoints[].cpu.bound): their projection scales the emulator's work, not the "
@@ -431,6 +434,8 @@ class Projection(Section):
 class Scaled(Section):
     """A run at ``checkpoint.scale`` below 1: what it wrote beside what the full size would."""
 
+    miniature: Literal["shrink", "sample"] = Field(description="checkpoint.miniature: every tensor shrunk, or a "
+                                                   "sample of the items whole")
     bytes_ratio: float = Field(description="this run's stored bytes per checkpoint over the full size's")
     this_run: SizeFigures = Field(description="this run's checkpoint")
     full_size: SizeFigures = Field(description="the full size's")
@@ -438,6 +443,8 @@ class Scaled(Section):
     full_size_load_bytes_read: int | None = Field(None, description="what one load reads at the full size, as "
                                                   "the layout's restore reads it (io.restore.bytes_read there): a "
                                                   "sweep over checkpoint.scale projects the load to it")
+    load_bytes_ratio: float | None = Field(None, description="what one load reads here over what it reads at the "
+                                           "full size (io.restore.bytes_read over full_size_load_bytes_read)")
 
 
 class Reference(Section):

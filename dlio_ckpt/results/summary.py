@@ -43,6 +43,7 @@ from dlio_ckpt.results.schema import (
     MemoryFigures,
     Metric,
     Projection,
+    Scaled,
     Section,
     Summary,
     TierFigures,
@@ -361,7 +362,7 @@ def summary(records: list[OpRecord], *, checkpoint_bytes: int, meta: dict[str, A
     if goodput_asked is not None and saves:
         result.goodput = goodput_figures(goodput_asked, saves, loads, durable)
     if result.io is not None and result.io.scaled is not None:
-        result.io.scaled.projected_full_size = projected(result.io.scaled.bytes_ratio, result.metric,
+        result.io.scaled.projected_full_size = projected(result.io.scaled, result.metric,
                                                          cpu_bound_phases(result.checkpoints))
     return result
 
@@ -374,20 +375,26 @@ def cpu_bound_phases(checkpoints: Checkpoints | None) -> list[str]:
             if any(c.cpu is not None and c.cpu.bound for c in checkpoints.phase(phase))]
 
 
-PROJECTION_BASIS = ("a projection, not a measurement: this run's mean times x the full size's bytes per checkpoint / "
-                    "this run's; it assumes all of the time grows with bytes at the bandwidth this run reached, so "
-                    "it scales the time per file, item and call too and overstates where that is large (a "
-                    "CPU-bound run); a sweep over checkpoint.scale (two or more values) projects the two parts "
-                    "apart; no more processes than this run's")
+PROJECTION_BASIS = {
+    "shrink": "a projection, not a measurement: this run's mean times x the full size's bytes per checkpoint / this "
+              "run's (a load's: what it reads); it assumes all of the time grows with bytes at the bandwidth this run "
+              "reached, so it scales the time per file, item and call too and overstates where that is large (a "
+              "CPU-bound run): checkpoint.miniature=sample keeps the items whole, a sweep over checkpoint.scale (two "
+              "or more values) projects the two parts apart; no more processes than this run's",
+    "sample": "a projection, not a measurement: this run's mean times x the full size's bytes per checkpoint / this "
+              "run's (a load's: what it reads), from a sample of the items kept whole (checkpoint.miniature=sample), "
+              "so each item's time keeps its share of the bytes'; it assumes the storage's rate at this run's bytes "
+              "and concurrency (fewer writing ranks, the same processes) holds at the full size's",
+}
 
 
-def projected(bytes_ratio: float, metric: Metric, cpu_bound: list[str]) -> Projection:
+def projected(scaled: Scaled, metric: Metric, cpu_bound: list[str]) -> Projection:
     """A scaled run's times projected to the full size (``io.scaled.projected_full_size``), labelled as such, and
     the phases whose times the processes' CPU set (``cpu_bound``): their projection scales the emulator's work."""
     save, load = metric.save_checkpoint_duration_mean_seconds, metric.load_checkpoint_duration_mean_seconds
-    return Projection(save_seconds=None if save is None else save / bytes_ratio,
-                      load_seconds=None if load is None else load / bytes_ratio, basis=PROJECTION_BASIS,
-                      cpu_bound=cpu_bound)
+    return Projection(save_seconds=None if save is None else save / scaled.bytes_ratio,
+                      load_seconds=None if load is None else load / (scaled.load_bytes_ratio or scaled.bytes_ratio),
+                      basis=PROJECTION_BASIS[scaled.miniature], cpu_bound=cpu_bound)
 
 
 def hosts_summary(per_process: list[tuple[str, int]]) -> dict[str, Any]:

@@ -327,14 +327,18 @@ def finished_line(result: Summary, run_dir: str) -> str:
         times = "; ".join(f"{phase} {seconds:.1f} s" for phase, seconds in
                           (("save", ahead.save_seconds), ("load", ahead.load_seconds)) if seconds is not None) \
             if ahead is not None else ""
+        here, sample = scaled.this_run, scaled.miniature == "sample"
         line += (f"\nscaled: this run wrote 1/{1 / scaled.bytes_ratio:,.0f} of the job's "
-                 f"{full.checkpoint_size_GiB:,.2f} GiB per checkpoint ({scaled.this_run.headers_share:.0%} of "
-                 f"it the format's headers, {full.headers_share:.1%} at full size)"
+                 f"{full.checkpoint_size_GiB:,.2f} GiB per checkpoint ("
+                 + (f"{here.items:,} of its {full.items:,} items whole, on {here.writing_ranks} of "
+                    f"{full.writing_ranks} writing ranks; " if sample else "")
+                 + f"{here.headers_share:.0%} of it the format's headers, {full.headers_share:.1%} at full size)"
                  + (f"; projected at full size, not measured (times x bytes): {times}" if times else "")
                  + (f" (CPU-bound {', '.join(ahead.cpu_bound)}: its projection scales the emulator's work)"
                     if ahead is not None and ahead.cpu_bound else "")
-                 + ("; it scales the time per file, item and call too: a sweep over checkpoint.scale=a,b projects "
-                    "that part apart" if times else ""))
+                 + ("; it assumes the storage's rate at these bytes holds at the full size's" if times and sample
+                    else "; it scales the time per file, item and call too: checkpoint.miniature=sample keeps items "
+                    "whole, a sweep over checkpoint.scale=a,b projects that part apart" if times else ""))
     return line
 
 

@@ -81,7 +81,8 @@ def run_tune(overrides: list[str], config_dir: str | None, comm: Comm, world_siz
     if not axes:
         raise ConfigError("tune", " ".join(overrides), "every setting tune tries is fixed by the overrides: leave "
                           f"one of {', '.join(k for k, _ in entry.tuning)} out, or give it a list (k=a,b)")
-    full = make_plan(workload, world).total_payload_bytes / ck.scale
+    planned = make_plan(workload, world)
+    full = (planned.full_size or planned).total_payload_bytes
     scale = min(ck.scale, max_gib * GIB / full)
     point_bytes = int(full * scale)
     free = backend.free_bytes(backend.join(ck.checkpoint_folder))

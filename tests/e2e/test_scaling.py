@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from dlio_ckpt.config import compose
 from dlio_ckpt.plan.layouts import make_plan
-from tests.support.cli import dlio, load
+from dlio_ckpt.plan.restore import restore_plan
+from tests.support.cli import dlio, load, run_here
 
 
 def test_a_scaled_run_reports_the_full_size_beside_its_own_and_a_labelled_projection(tmp_path):
@@ -26,6 +27,33 @@ def test_a_scaled_run_reports_the_full_size_beside_its_own_and_a_labelled_projec
     assert scaled["bytes_ratio"] == written / scaled["full_size"]["bytes_per_checkpoint"]
     ahead = scaled["projected_full_size"]
     assert ahead["save_seconds"] == metric["save_checkpoint_duration_mean_seconds"] / scaled["bytes_ratio"]
-    assert ahead["load_seconds"] == metric["load_checkpoint_duration_mean_seconds"] / scaled["bytes_ratio"]
+    assert scaled["load_bytes_ratio"] == summary["io"]["restore"]["bytes_read"] / scaled["full_size_load_bytes_read"]
+    assert ahead["load_seconds"] == metric["load_checkpoint_duration_mean_seconds"] / scaled["load_bytes_ratio"]
     assert ahead["basis"].startswith("a projection, not a measurement")
     assert "projected at full size, not measured" in r.stdout + r.stderr
+
+
+def test_a_sampled_run_writes_whole_items_of_the_plan_and_reads_back_what_its_load_plans(tmp_path, monkeypatch,
+                                                                                         capfd):
+    """checkpoint.miniature=sample as a user runs it (one process playing 8 ranks, in this process): the files on
+    storage are the sample's, each its planned size, its load verified and reading what the plan's restore reads."""
+    args = ["workload=llama3_8b", "++workload.checkpoint.layout=dcp", "++workload.model.parallelism.tensor=1",
+            "--world-size", "8", "++workload.checkpoint.scale=0.002", "++workload.checkpoint.miniature=sample"]
+    r = run_here([*args, "++workload.storage.storage_root=data", "++hydra.run.dir=run",
+                  "++workload.checkpoint.num_checkpoints_write=1", "++workload.checkpoint.num_checkpoints_read=1"],
+                 tmp_path, monkeypatch, capfd)
+    assert r.returncode == 0, r.stderr
+    summary = load(tmp_path / "run" / "summary.json")
+    scaled = summary["io"]["scaled"]
+    plan = make_plan(compose(["workload=llama3_8b", *args[1:3], *args[5:]])[0], 8)
+    step = tmp_path / "data" / "checkpoints" / "llama3_8b" / "global_epoch1_step1"
+    on_storage = {p.name: p.stat().st_size for p in step.iterdir()}
+    planned = {f"{f.stem}.distcp": f.size for r in plan.ranks for f in r.files}
+    assert {k: v for k, v in on_storage.items() if k.endswith(".distcp")} == planned
+    assert scaled["miniature"] == "sample" and scaled["this_run"]["items"] < scaled["full_size"]["items"]
+    assert scaled["this_run"]["bytes_per_checkpoint"] == sum(on_storage.values())
+    assert summary["io"]["verified"] is True
+    assert summary["io"]["restore"]["bytes_read"] == sum(n for rank in restore_plan(compose(
+        ["workload=llama3_8b", *args[1:3], *args[5:]])[0], plan).ranks for f in rank.files for _, n in f.ranges) + \
+        8 * summary["io"]["restore"]["metadata_bytes_per_rank"]
+    assert "items whole, on" in r.stdout + r.stderr

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 from dlio_ckpt.errors import ConfigError
 from dlio_ckpt.plan.collector import collector_paused
 from dlio_ckpt.plan.layouts.base import FrameworkIO, Layout
+from dlio_ckpt.plan.sample import sampled
 from dlio_ckpt.registry import LAYOUTS
 
 if TYPE_CHECKING:
@@ -43,7 +44,7 @@ def framework_io(workload: Workload) -> FrameworkIO | None:
     return get_layout(workload.checkpoint.layout).framework_io
 
 
-def make_plan(workload: Workload, world_size: int) -> Plan:
+def make_plan(workload: Workload, world_size: int, processes: int = 1) -> Plan:
     """The whole job's files in the workload's ``checkpoint.layout``. Validation of the world size is the
     caller's (config.check_world_size). Built with the collector paused.
 
@@ -51,10 +52,12 @@ def make_plan(workload: Workload, world_size: int) -> Plan:
     (a few tenths of a second at thousands of ranks): its coordinator's files shrink by the same ratio as
     the ranks' bytes, so they keep their share of the checkpoint, and it carries the full size's figures
     for the summary's projection."""
-    layout = get_layout(workload.checkpoint.layout)
+    layout, ck = get_layout(workload.checkpoint.layout), workload.checkpoint
     with collector_paused():
-        plan = layout.make_plan(workload, world_size)
-        if workload.checkpoint.scale == 1.0:
-            return plan
-        full = workload.model_copy(update={"checkpoint": workload.checkpoint.model_copy(update={"scale": 1.0})})
-        return plan.miniature_of(layout.make_plan(full, world_size))
+        if ck.scale == 1.0:
+            return layout.make_plan(workload, world_size)
+        full = layout.make_plan(workload.model_copy(update={"checkpoint": ck.model_copy(update={"scale": 1.0})}),
+                                world_size)
+        if ck.miniature == "sample" and layout.item_size is not None:
+            return sampled(full, ck.scale, layout.item_size, processes)
+        return layout.make_plan(workload, world_size).miniature_of(full)

@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from dlio_ckpt.config import Workload
     from dlio_ckpt.plan.formats import Calls, Format
     from dlio_ckpt.plan.restore import RestorePlan
-    from dlio_ckpt.plan.types import CoordinatorFile, Plan, PlannedFile
+    from dlio_ckpt.plan.types import CoordinatorFile, Item, Plan, PlannedFile
 
 
 def _no_rules(workload: Workload) -> None:
@@ -101,3 +101,6 @@ class Layout:
     load_caveat: Callable[[Workload], str | None] | None = None
     # how its framework writes (checkpoint.io_pattern=framework); None: it writes the tuned stream either way
     framework_io: FrameworkIO | None = None
+    # where its files are its items' archives one after another (a file of items, each read whole): an item's
+    # stored bytes, by which a scaled run may keep a sample of the items whole (checkpoint.miniature=sample)
+    item_size: Callable[[Item], int] | None = None

@@ -467,5 +467,6 @@ def restore(workload: Workload, plan: Plan, world_size: int, model_only: bool) -
 
 LAYOUT = Layout(make_plan=make_plan, file_format=file_format, check=check, check_world=check_world,
                 restore=restore,
-                reads_keys=frozenset({"checkpoint.files_per_rank", "model.master_weights", "model.moments_datatype"}),
-                framework_io=FRAMEWORK_IO)
+                reads_keys=frozenset({"checkpoint.files_per_rank", "model.master_weights", "model.moments_datatype",
+                                      "checkpoint.miniature"}),
+                framework_io=FRAMEWORK_IO, item_size=item_size)

@@ -307,5 +307,5 @@ LAYOUT = Layout(make_plan=make_plan, file_format=file_format, check=check, check
                 restore=restore, framework_io=FRAMEWORK_IO,
                 reads_keys=frozenset({"checkpoint.files_per_rank", "model.moments_datatype",
                                       "model.parallelism.first_stage_layers", "model.parallelism.last_stage_layers",
-                                      "restore.tensor", "restore.expert"}),
-                whole_file_load=None)
+                                      "restore.tensor", "restore.expert", "checkpoint.miniature"}),
+                whole_file_load=None, item_size=item_size)

@@ -58,7 +58,7 @@ FSYNC = "every file fsynced before the process's end time"
 def preflight(ctx: RunContext) -> None:
     """The plan (built and validated once), what the read phase reads of it, and what the storages
     must be able to do for both."""
-    ctx.plan = make_plan(ctx.workload, ctx.world_size)
+    ctx.plan = make_plan(ctx.workload, ctx.world_size, ctx.comm.size)
     ctx.plan.validate()
     ctx.restore = restore_plan(ctx.workload, ctx.plan)
     check_capabilities(ctx.backend, io_options(ctx))
@@ -439,9 +439,11 @@ class EmulatedJob:
         ctx, ck, played, engine = self.ctx, self.ctx.ck, self.played, self.engine
         plan = plan_of(ctx)
         scaled = scaled_figures(plan, self.fmt) if plan.full_size else None
-        if scaled is not None and restore is not None and plan.full_size is not None:  # what a sweep's projection needs
-            scaled["full_size_load_bytes_read"] = described(ctx.workload, restore_plan(ctx.workload, plan.full_size),
-                                                            plan.full_size, self.fmt, self._item_reader)["bytes_read"]
+        if scaled is not None and restore is not None and plan.full_size is not None:  # the load's own bytes ratio
+            full = described(ctx.workload, restore_plan(ctx.workload, plan.full_size), plan.full_size, self.fmt,
+                             self._item_reader)["bytes_read"]
+            scaled.update(full_size_load_bytes_read=full,
+                          load_bytes_ratio=restore["bytes_read"] / full if full else None)
         return IO(layout=ck.layout, format=self.fmt.name, odirect=ck.odirect,
                   verified=ctx.backend.capabilities.stores_data and ck.verify,
                   recovery_rank_shift=ck.recovery_rank_shift, scale=ck.scale, chunk_size=ck.chunk_size,
