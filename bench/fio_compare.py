@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """dlio_ckpt against fio's best configuration on the same folder: writes and verified reads.
 
-1. Search: fio's grid on the folder (dlio_ckpt/tools/fio.py: psync, libaio and io_uring at depths up
+1. Search: fio's grid on the folder (dlio_ckpt/tools/drivers/fio.py: psync, libaio and io_uring at depths up
    to 32, going deeper only while it pays, request sizes 1-32 MiB), per mode and direction, a short run
    each (``--search-gib`` per process). The fastest point is fio's best configuration.
 2. Rounds: dlio_ckpt (one run: a save, then a load with every byte compared) against fio's best
@@ -70,7 +70,7 @@ def dlio_round(folder: Path, procs: int, scale: float, mode: str, chunk: int, de
 
 def fio_round(folder: Path, procs: int, size: int, mode: str, best: dict, chunk: int) -> dict[str, float]:
     """fio's best write and read, then psync at dlio_ckpt's chunk size, on files of ``size`` bytes."""
-    from dlio_ckpt.tools import fio
+    from dlio_ckpt.tools.drivers import fio
 
     flags = {"direct": mode == "direct", "fsync": mode == "fsync"}
     out = {}
@@ -113,7 +113,7 @@ def main() -> None:
     from dlio_ckpt.config import compose
     from dlio_ckpt.io.backends.options import LocalFSOptions
     from dlio_ckpt.plan.layouts import make_plan
-    from dlio_ckpt.tools import fio
+    from dlio_ckpt.tools.drivers import fio
 
     depth = a.depth or LocalFSOptions().queue_depth
     per_rank_full = make_plan(compose(["workload=llama_7b_zero3"])[0], a.procs).ranks[0].payload_bytes

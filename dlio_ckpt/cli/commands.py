@@ -26,7 +26,7 @@ def run(args: argparse.Namespace, comm: Comm) -> int:
     """Write the checkpoints, then read them back, on every process of the job."""
     from dlio_ckpt.run.failure import RunState, Watchdog, fail_every_rank, on_signals
     from dlio_ckpt.run.launch import check_run_dir, execute, start
-    from dlio_ckpt.tools.repeats import check_repeat, repeat_folder, replaced, write_repeats
+    from dlio_ckpt.tools.drivers.repeats import check_repeat, repeat_folder, replaced, write_repeats
 
     state = RunState()
     on_signals(comm, state)  # from here on, SIGINT/SIGTERM end every rank (no rank left in a barrier)
@@ -68,9 +68,9 @@ def run(args: argparse.Namespace, comm: Comm) -> int:
 
 def plan(args: argparse.Namespace, comm: Comm) -> int:
     """The files each rank writes, the restore's reads and the what-if, printed; nothing written."""
-    from dlio_ckpt.plan.layouts import file_format, make_plan
-    from dlio_ckpt.plan.restore import described, restore_plan
+    from dlio_ckpt.plan.layouts import file_format, make_plan, restore_plan
     from dlio_ckpt.plan.view import plan_json, plan_table, restore_table
+    from dlio_ckpt.results.restore import described
     from dlio_ckpt.results.whatif import Assumptions, what_if
     from dlio_ckpt.run.preparation import check_tier_options
 
@@ -118,16 +118,16 @@ def _what_if_section(figures: dict[str, Any]) -> str:
 
 
 def sweep(args: argparse.Namespace, comm: Comm) -> int:
-    """Every point of a grid inside this one job (:mod:`dlio_ckpt.tools.sweep`)."""
-    from dlio_ckpt.tools.sweep import run_sweep
+    """Every point of a grid inside this one job (:mod:`dlio_ckpt.tools.drivers.sweep`)."""
+    from dlio_ckpt.tools.drivers.sweep import run_sweep
 
     return run_sweep(args.overrides, args.world_size, args.config_dir, comm, args.stop_on_failure,
                      args.keep_checkpoints)
 
 
 def tune(args: argparse.Namespace, comm: Comm) -> int:
-    """The storage's fastest settings for the workload (:mod:`dlio_ckpt.tools.tune`)."""
-    from dlio_ckpt.tools.tune import run_tune
+    """The storage's fastest settings for the workload (:mod:`dlio_ckpt.tools.drivers.tune`)."""
+    from dlio_ckpt.tools.drivers.tune import run_tune
 
     return run_tune(args.overrides, args.config_dir, comm, args.world_size, args.max_gib, args.max_seconds,
                     not args.no_fio)
@@ -159,7 +159,7 @@ def keys(args: argparse.Namespace, comm: Comm) -> int:
 
 def trace_diff(args: argparse.Namespace, comm: Comm) -> int:
     """A run held against a job's trace, phase by phase. Exit 1 where a phase is far by DLIO's thresholds."""
-    from dlio_ckpt.tools.trace_compare import compare, render_json, render_table
+    from dlio_ckpt.tools.readers.trace_compare import compare, render_json, render_table
 
     found = compare([Path(t) for t in args.trace], Path(args.run), args.under, args.phase, args.checkpoint)
     print(render_json(found) if args.format == "json" else render_table(found))
@@ -170,9 +170,15 @@ def diff(args: argparse.Namespace, comm: Comm) -> int:
     """Compare two runs or two sweeps. Exit 1 on a regression (a CI gate)."""
     import re
 
-    from dlio_ckpt.tools.compare import compare_metrics, config_differences, regressions, render_json, render_table
-    from dlio_ckpt.tools.runfiles import load_run
-    from dlio_ckpt.tools.sweep_results import is_sweep
+    from dlio_ckpt.tools.readers.compare import (
+        compare_metrics,
+        config_differences,
+        regressions,
+        render_json,
+        render_table,
+    )
+    from dlio_ckpt.tools.readers.runfiles import load_run
+    from dlio_ckpt.tools.readers.sweeps import is_sweep
 
     if args.threshold < 0:
         raise ConfigError("--threshold", args.threshold, "must be >= 0 (percent)")
@@ -182,12 +188,12 @@ def diff(args: argparse.Namespace, comm: Comm) -> int:
         except re.error as exc:
             raise ConfigError("--metrics", args.metrics, f"is not a regular expression ({exc})") from None
     if is_sweep(args.a) and is_sweep(args.b):
-        from dlio_ckpt.tools.compare import diff_sweeps
+        from dlio_ckpt.tools.readers.compare import diff_sweeps
 
         text, regressed = diff_sweeps(args.a, args.b, args.threshold, args.metrics, args.format)
         print(text)
         return 1 if regressed else 0
-    from dlio_ckpt.tools.repeats import is_repeats, load_repeats
+    from dlio_ckpt.tools.readers.repeated import is_repeats, load_repeats
 
     a, b = (load_repeats(p) if is_repeats(p) else load_run(p) for p in (args.a, args.b))
     changes = compare_metrics(a, b, args.threshold, args.metrics)
@@ -202,7 +208,7 @@ def diff(args: argparse.Namespace, comm: Comm) -> int:
 def repeats(args: argparse.Namespace, comm: Comm) -> int:
     """``repeats.json`` from repeats run as jobs of their own (new processes each, unlike ``run --repeat``);
     prints its path."""
-    from dlio_ckpt.tools.repeats import repeat_folder, write_repeats
+    from dlio_ckpt.tools.drivers.repeats import repeat_folder, write_repeats
 
     count = 0
     while os.path.isdir(repeat_folder(args.dir, count + 1)):
@@ -216,8 +222,8 @@ def repeats(args: argparse.Namespace, comm: Comm) -> int:
 
 def report(args: argparse.Namespace, comm: Comm) -> int:
     """Figures and report.html in a run folder (a sweep's: its figures); prints the files written."""
-    from dlio_ckpt.tools.report import write_report
-    from dlio_ckpt.tools.sweep_results import draw, is_sweep, load_sweep
+    from dlio_ckpt.tools.readers.report import write_report
+    from dlio_ckpt.tools.readers.sweeps import draw, is_sweep, load_sweep
 
     paths: list[str] | list[Path]
     if is_sweep(args.run):
@@ -232,8 +238,8 @@ def report(args: argparse.Namespace, comm: Comm) -> int:
 
 def check(args: argparse.Namespace, comm: Comm) -> int:
     """MLPerf Storage's checkpointing rules, one by one. Exit 1 when one fails."""
-    from dlio_ckpt.tools.mlperf import check_runs, render
-    from dlio_ckpt.tools.runfiles import load_run
+    from dlio_ckpt.tools.readers.mlperf import check_runs, render
+    from dlio_ckpt.tools.readers.runfiles import load_run
 
     if len(args.runs) > 2:
         raise ConfigError("RUN", args.runs, "give one run, or a write-only run and then a read-only run")

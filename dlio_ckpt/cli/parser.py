@@ -271,7 +271,7 @@ def _trace_diff_options(p: argparse.ArgumentParser) -> None:
 
 
 def _check_options(p: argparse.ArgumentParser) -> None:
-    from dlio_ckpt.tools.mlperf import DIVISIONS, EDITIONS
+    from dlio_ckpt.tools.readers.mlperf import DIVISIONS, EDITIONS
 
     p.add_argument("runs", nargs="+", metavar="RUN", help="a run folder; or a write-only run then a read-only run")
     p.add_argument("--edition", choices=EDITIONS, default=EDITIONS[-1], help="the rules' edition (default: "

@@ -11,6 +11,7 @@ from typing import Any, Literal, cast
 
 from pydantic import BaseModel, ValidationError
 
+from dlio_ckpt.config import rules
 from dlio_ckpt.config.keys import _keys_of, workload_keys
 from dlio_ckpt.config.references import expand as with_reference
 from dlio_ckpt.config.schema import Workload
@@ -114,14 +115,18 @@ def _hydra_message(exc: Exception, config_dir: str | None) -> str:
 
 
 def validate(raw: Any) -> Workload:
-    """Validate a composed workload dict, turning pydantic's errors into ones that teach."""
+    """Validate a composed workload dict, turning pydantic's errors into ones that teach: each section by its
+    model, then the rules that read several sections (:func:`dlio_ckpt.config.rules.check`), a step of its own
+    rather than a validator of the model, which the rules read."""
     if not isinstance(raw, dict):
         raise ConfigError("workload", raw, "must be a mapping of sections (model, checkpoint, ...)")
     try:
-        return Workload.model_validate(with_reference(raw))
+        workload = Workload.model_validate(with_reference(raw))
     except ValidationError as exc:
         lines = [_explain(err) for err in exc.errors()]
         raise ConfigError("", None, "invalid workload configuration:\n  " + "\n  ".join(lines)) from None
+    rules.check(workload)
+    return workload
 
 
 def _explain(err: Any) -> str:

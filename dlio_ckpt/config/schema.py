@@ -474,21 +474,6 @@ class Workload(Section):
         rules find it without importing this package (whose runtime imports reach the cluster)."""
         return "workload.storage" if k == 0 else f"workload.tiers[{k - 1}]"
 
-    @model_validator(mode="after")
-    def _across_sections(self) -> Workload:
-        """The rules that read several sections (:mod:`dlio_ckpt.config.rules`; imported here, on first
-        validation, because they read these classes)."""
-        from dlio_ckpt.config import rules
-
-        rules.check(self)
-        return self
-
-    def lost_hosts_tier(self, hosts: int = 0) -> int:
-        """The tier lost hosts restore from (:func:`dlio_ckpt.config.rules.lost_hosts_tier`)."""
-        from dlio_ckpt.config import rules
-
-        return rules.lost_hosts_tier(self, hosts)
-
 
 tier_key = Workload.tier_key
 

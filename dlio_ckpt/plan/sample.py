@@ -16,7 +16,7 @@ kept, at a random place within each run of ``every`` (jittered, so that no perio
 as Adam's three states a parameter, aliases it), the same on every run, and at least one a writing rank (so a
 scale whose share of the bytes is fewer items than there are processes holds more than that share: the ratio said
 is the one held). A file keeps its kept items in order and its name; a file left without items is not written.
-The load reads what the full-size load reads of the kept items (:func:`dlio_ckpt.plan.restore.sample_reads`).
+The load reads what the full-size load reads of the kept items (:func:`dlio_ckpt.plan.reads.sample_reads`).
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ from typing import Any
 from dlio_ckpt.io.trace import TRACE_FILE
 
 RESULT_FILES = ("summary.json", "provenance.json", "dlio_ckpt.log", ".hydra/config.yaml", ".hydra/overrides.yaml",
-                # a repeated run's parent folder (dlio_ckpt.tools.repeats); the calls' histograms (results.summary)
+                # a repeated run's parent folder (tools.drivers.repeats); the calls' histograms (results.summary)
                 "repeats.json", "latency_histograms.json")
 FIGURES = ("throughput.png", "durations.png", "stragglers.png", "timeline.png", "requests.png",
            "latency.png")  # report's

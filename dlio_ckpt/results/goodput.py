@@ -46,7 +46,7 @@ def load_seconds(checkpoint_bytes: int, bandwidth: float, heaviest_rank_bytes: i
                  ranks: int | None = None) -> float:
     """A load's time at an aggregate read ``bandwidth`` (bytes/s). Each rank reading its own files whole at the
     save's world size (DLIO's read phase) reads the checkpoint: ``checkpoint_bytes / bandwidth``. A restore
-    planned otherwise (another world size, the model alone, another tensor parallelism: ``dlio_ckpt.plan.restore``)
+    planned otherwise (another world size, the model alone, another tensor parallelism: ``dlio_ckpt.plan.reads``)
     is not the checkpoint over the bandwidth: its ranks read other amounts, whole stored chunks of which they
     need a part, and it ends when its heaviest rank does. With the bandwidth shared evenly among its ``ranks``
     that is ``heaviest_rank_bytes * ranks / bandwidth`` (what the heaviest rank reads, metadata included)."""

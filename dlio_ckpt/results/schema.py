@@ -1,6 +1,6 @@
 """``summary.json`` as pydantic models: what every run writes (:func:`dlio_ckpt.results.summary.finish_run`,
 :func:`dlio_ckpt.run.failure.write_failed_summary`) and what every tool that reads runs reads
-(:func:`dlio_ckpt.tools.runfiles.load_run`).
+(:func:`dlio_ckpt.tools.readers.runfiles.load_run`).
 
 Why one model for both sides: the writer and the readers (``diff``, ``report``, ``check``, sweeps) once agreed on
 the file only by convention, one building nested dicts and the others reading them back with ``.get()`` chains,

@@ -64,7 +64,7 @@ def what_if(assumed: Assumptions, workload: Workload, plan: Plan, restore: dict[
             ) -> dict[str, Any] | None:
     """Times from the checkpoint's size and the bandwidths assumed; None when nothing is. A write bandwidth alone
     gives the save's time (the checkpoint over it, as DLIO's save throughput counts it); a read bandwidth alone the
-    load's, from the restore's reads (``restore``: what :func:`dlio_ckpt.plan.restore.described` says of the load
+    load's, from the restore's reads (``restore``: what :func:`dlio_ckpt.results.restore.described` says of the load
     a run of this workload reads, its heaviest rank's bytes; None: each rank reads its own files whole). With both and
     an MTBF, the goodput over the interval ``INTERVAL_KEY`` (:func:`dlio_ckpt.results.goodput.what_if` says what
     follows from them, stalls and drains included). Inputs that cannot give an answer are refused (exit 2) naming

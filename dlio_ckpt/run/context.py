@@ -26,7 +26,7 @@ from dlio_ckpt.io.backends import Backend
 from dlio_ckpt.io.backends.timed import TimedBackend
 from dlio_ckpt.io.latency import Histograms, merged
 from dlio_ckpt.io.requests import Request, summarize
-from dlio_ckpt.plan.restore import RestorePlan
+from dlio_ckpt.plan.reads import RestorePlan
 from dlio_ckpt.plan.types import Plan
 from dlio_ckpt.registry import BACKENDS
 from dlio_ckpt.results.schema import IO, RequestsSeen, Summary

@@ -21,8 +21,7 @@ import pytest
 
 from dlio_ckpt.config import compose
 from dlio_ckpt.errors import ConfigError
-from dlio_ckpt.plan.layouts import make_plan
-from dlio_ckpt.plan.restore import restore_plan
+from dlio_ckpt.plan.layouts import make_plan, restore_plan
 from tests.support.megatron_files import placed_items
 from tests.support.restore_cases import MEGATRON_MOE_CASES, MEGATRON_MOE_READS
 

@@ -15,8 +15,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 from dlio_ckpt.config import compose
-from dlio_ckpt.plan.layouts import make_plan
-from dlio_ckpt.plan.restore import restore_plan
+from dlio_ckpt.plan.layouts import make_plan, restore_plan
 from tests.support.bounds import DCP_METADATA
 from tests.support.dcp_files import emulated_items
 from tests.support.dcp_moe_model import moe_overrides

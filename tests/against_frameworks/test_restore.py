@@ -13,8 +13,7 @@ import json
 from pathlib import Path
 
 from dlio_ckpt.config import compose
-from dlio_ckpt.plan.layouts import make_plan
-from dlio_ckpt.plan.restore import restore_plan
+from dlio_ckpt.plan.layouts import make_plan, restore_plan
 from tests.support.bounds import DCP_METADATA
 from tests.support.megatron_files import assert_same_files, assert_same_items
 from tests.support.restore_cases import (

@@ -10,8 +10,7 @@ from __future__ import annotations
 import pytest
 
 from dlio_ckpt.config import compose
-from dlio_ckpt.plan.layouts import make_plan
-from dlio_ckpt.plan.restore import restore_plan
+from dlio_ckpt.plan.layouts import make_plan, restore_plan
 from tests.support.cli import dlio, load
 
 RATE = 0.2  # GB/s: slow enough that the copies are most of a tiny save

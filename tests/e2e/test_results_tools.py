@@ -105,7 +105,7 @@ def test_progress_lines_when_output_is_not_a_terminal(tmp_path):
 
 def test_report_shows_the_layout_the_restore_and_the_checkpoint_folder(tmp_path):
     """report.html says whose files, where they were and what the load read, not only the metrics."""
-    from dlio_ckpt.tools.report import write_report
+    from dlio_ckpt.tools.readers.report import write_report
 
     folder = tmp_path / "elsewhere" / "ck"
     r = dlio(["workload=tiny", "++workload.checkpoint.layout=dcp", "++workload.model.parallelism.tensor=1",

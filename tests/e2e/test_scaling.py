@@ -4,8 +4,7 @@ and a projection to full size labelled as one (tests/unit/test_scaling.py holds 
 from __future__ import annotations
 
 from dlio_ckpt.config import compose
-from dlio_ckpt.plan.layouts import make_plan
-from dlio_ckpt.plan.restore import restore_plan
+from dlio_ckpt.plan.layouts import make_plan, restore_plan
 from tests.support.cli import dlio, load, run_here
 
 

@@ -13,7 +13,7 @@ import sys
 
 import pytest
 
-from dlio_ckpt.tools.tune import SAMPLES
+from dlio_ckpt.tools.drivers.tune import SAMPLES
 from tests.support import REPO
 from tests.support.cli import MPIEXEC, dlio, load
 from tests.support.storage import tmpfs

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from dlio_ckpt.tools.mlperf import check_runs
-from dlio_ckpt.tools.runfiles import load_run
+from dlio_ckpt.tools.readers.mlperf import check_runs
+from dlio_ckpt.tools.readers.runfiles import load_run
 
 
 def verdicts(runs: list[Path], edition: str = "4.0", division: str = "closed") -> dict[str, str]:

@@ -1,7 +1,7 @@
 """``diff`` says what it knows (issue 46): a repeated run's intervals with their real coverage (not "95 %" below six
 repeats), and a latency percentile of requests of other sizes as not comparable (not a regression), in this process:
 on run folders made through the real result writers (tests/support/made_runs.py, repeats.json by
-``dlio_ckpt.tools.repeats``) and on real runs of this machine at two chunk sizes. The rest of ``diff``'s rules:
+``dlio_ckpt.tools.readers.repeated``) and on real runs of this machine at two chunk sizes. The rest of ``diff``'s rules:
 tests/unit/test_results_tools.py and tests/unit/test_latency.py (intervals)."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from pathlib import Path
 from dlio_ckpt.io.latency import LatencyRecorder
 from dlio_ckpt.results.latency import operation_latency
 from dlio_ckpt.results.summary import dumps
-from dlio_ckpt.tools.repeats import repeat_folder, write_repeats
+from dlio_ckpt.tools.drivers.repeats import repeat_folder, write_repeats
 from tests.support.made_runs import make_run
 
 MIB = 1 << 20

@@ -12,8 +12,7 @@ import pytest
 
 from dlio_ckpt.config import check_world_size, compose
 from dlio_ckpt.errors import ConfigError
-from dlio_ckpt.plan.layouts import make_plan
-from dlio_ckpt.plan.restore import load_caveat, restore_plan
+from dlio_ckpt.plan.layouts import load_caveat, make_plan, restore_plan
 from tests.support import DATA
 from tests.support.recorded import assert_made_with_installed
 

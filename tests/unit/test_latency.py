@@ -22,9 +22,9 @@ from dlio_ckpt.io.backends.timed import TimedBackend
 from dlio_ckpt.io.latency import Histogram, LatencyRecorder, merged
 from dlio_ckpt.results.latency import outliers, stonewall
 from dlio_ckpt.results.summary import GIB, OpRecord
-from dlio_ckpt.tools.compare import compare_metrics, regressions
-from dlio_ckpt.tools.repeats import order_interval
-from dlio_ckpt.tools.runfiles import Run
+from dlio_ckpt.tools.readers.compare import compare_metrics, regressions
+from dlio_ckpt.tools.readers.repeated import order_interval
+from dlio_ckpt.tools.readers.runfiles import Run
 
 MS = 1_000_000
 

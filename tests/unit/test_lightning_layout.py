@@ -17,9 +17,8 @@ from lightning.pytorch.demos import Transformer
 from dlio_ckpt.config import compose
 from dlio_ckpt.model.lightning_demo import predict
 from dlio_ckpt.plan.formats import file_size, planned_size
-from dlio_ckpt.plan.layouts import file_format, make_plan
+from dlio_ckpt.plan.layouts import file_format, load_caveat, make_plan, restore_plan
 from dlio_ckpt.plan.layouts.lightning import ADAM_GROUP, SGD_GROUP, VERSION, _pickle
-from dlio_ckpt.plan.restore import load_caveat, restore_plan
 
 LIGHTNING = ["workload=lightning_demo", "++workload.mode=emulated", "++workload.checkpoint.layout=lightning"]
 SMALL = ["++workload.lightning.vocab_size=16", "++workload.lightning.ninp=4", "++workload.lightning.nhead=2",

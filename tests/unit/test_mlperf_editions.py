@@ -14,7 +14,7 @@ import pytest
 
 from dlio_ckpt.config import compose
 from dlio_ckpt.results.provenance import core_config
-from dlio_ckpt.tools.mlperf import MODELS
+from dlio_ckpt.tools.readers.mlperf import MODELS
 from tests.support import DLIO_RUN
 from tests.support.cli import load
 from tests.support.made_runs import GIB, LLAMA3_8B, keep_phase, make_run

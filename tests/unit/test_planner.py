@@ -137,8 +137,8 @@ def test_plan_prints_the_restore_it_would_read(tmp_path, dlio_here):
     import json
 
     from dlio_ckpt.plan.formats import planned_size
-    from dlio_ckpt.plan.layouts import file_format
-    from dlio_ckpt.plan.restore import figures, restore_plan
+    from dlio_ckpt.plan.layouts import file_format, restore_plan
+    from dlio_ckpt.results.restore import figures
     r = dlio_here([*DCP_70B, "++workload.restore.world_size=48", "--read-bandwidth", "40GB/s"])
     assert r.returncode == 0, r.stderr
     out = r.stdout

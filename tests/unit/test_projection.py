@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from dlio_ckpt.results.projection import GIB, ScalePoint, across_scales, said
-from dlio_ckpt.tools.sweep_results import projections
+from dlio_ckpt.tools.drivers.sweep_files import projections
 
 FULL = 800 * GIB
 FIXED, PER_GIB = 6.0, 2.0  # a storage and a process: 6 s per save whatever its bytes, 2 s per GiB

@@ -29,8 +29,8 @@ def overflow(fig) -> list[str]:
     pytest.param(1024, 3, marks=pytest.mark.slow),  # 2-5 s making 1024 processes' files
 ])
 def test_the_stragglers_figure_shows_all_its_text(tmp_path, processes, checkpoints):
-    from dlio_ckpt.tools.report import _pyplot, stragglers_figure
-    from dlio_ckpt.tools.runfiles import load_run
+    from dlio_ckpt.tools.readers.report import _pyplot, stragglers_figure
+    from dlio_ckpt.tools.readers.runfiles import load_run
 
     run = make_run(tmp_path / "run", processes, checkpoints, stragglers={0: 1.8})
     fig = stragglers_figure(load_run(str(run)))

@@ -8,8 +8,7 @@ from __future__ import annotations
 import pytest
 
 from dlio_ckpt.config import compose
-from dlio_ckpt.plan.layouts import make_plan
-from dlio_ckpt.plan.restore import restore_plan
+from dlio_ckpt.plan.layouts import make_plan, restore_plan
 from tests.support.workloads import DCP
 
 # tiny_moe in DCP's layout (torchtitan's: 8 routed experts over EP 2), saved at 4 ranks below
@@ -70,7 +69,7 @@ def test_a_scaled_megatron_save_loads_at_another_tensor_parallelism_with_the_sha
     (DCP, None), (["workload=tiny", "++workload.checkpoint.layout=megatron"], None), (["workload=tiny"], None),
 ])
 def test_which_loads_are_not_held_to_their_frameworks_own(extra, caveat):
-    from dlio_ckpt.plan.restore import load_caveat
+    from dlio_ckpt.plan.layouts import load_caveat
 
     w, _, _ = compose(extra, None)
     said = load_caveat(w, restore_plan(w, make_plan(w, 4)))

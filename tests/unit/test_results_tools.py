@@ -103,8 +103,8 @@ def test_diff_unreadable_input_exits_2(tmp_path, cli, case):
 
 @pytest.mark.slow  # 2-5 s drawing 1024 processes
 def test_report_at_1024_processes_names_the_stragglers(tmp_path, cli):
-    from dlio_ckpt.tools.report import _durations
-    from dlio_ckpt.tools.runfiles import load_run
+    from dlio_ckpt.tools.readers.report import _durations
+    from dlio_ckpt.tools.readers.runfiles import load_run
 
     run = make_run(tmp_path / "big", 1024, 3, stragglers={77: 1.6, 900: 1.3})  # 3 saves, 3 loads: 1024 processes each
     r = cli("report", run)  # how long it takes is bench/'s to say, not a pass mark
@@ -182,8 +182,8 @@ def test_diff_judges_a_phase_by_its_duration_and_never_calls_one_change_better_a
     """A Megatron load that read 8 times the checkpoint in 3.56 times the time once showed "+278% better" (bytes
     read over time) beside "+256% regression" (its duration) in one table; and a mean of per-checkpoint rates can
     move against the mean duration even for the same bytes. A phase's rates take its mean duration's verdict."""
-    from dlio_ckpt.tools.compare import compare_metrics, regressions
-    from dlio_ckpt.tools.runfiles import Run
+    from dlio_ckpt.tools.readers.compare import compare_metrics, regressions
+    from dlio_ckpt.tools.readers.runfiles import Run
 
     a = Run("a", None, {"metric": {"load_checkpoint_io_mean_GB_per_second": 1.0,
                                    "load_checkpoint_io_mean_GiB_per_second": 1.0,
@@ -207,8 +207,9 @@ def test_diff_judges_a_phase_by_its_duration_and_never_calls_one_change_better_a
 
 
 def test_a_sweep_names_the_quickest_load_best_not_the_one_that_read_most(tmp_path):
-    from dlio_ckpt.tools.sweep import Point, _row
-    from dlio_ckpt.tools.sweep_results import best, draw, short_line
+    from dlio_ckpt.tools.drivers.sweep import Point, _row
+    from dlio_ckpt.tools.drivers.sweep_files import short_line
+    from dlio_ckpt.tools.readers.sweeps import best, draw
 
     def summary(load_gib: float, load_s: float, amplification: float) -> dict:
         return {"metric": {"checkpoint_size_GiB": 1.0, "load_checkpoint_io_mean_GiB_per_second": load_gib,

@@ -13,8 +13,7 @@ import pytest
 
 from dlio_ckpt.config import check_world_size, compose
 from dlio_ckpt.errors import ConfigError
-from dlio_ckpt.plan.layouts import get_layout, make_plan
-from dlio_ckpt.plan.restore import restore_plan
+from dlio_ckpt.plan.layouts import get_layout, make_plan, restore_plan
 from dlio_ckpt.plan.types import ItemFile
 
 DCP = ["++workload.checkpoint.layout=dcp", "++workload.model.parallelism.tensor=1"]

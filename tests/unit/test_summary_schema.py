@@ -65,10 +65,10 @@ def test_dlios_nan_is_no_figure_and_is_never_written(tmp_path):
 def test_a_run_written_before_the_later_sections_still_loads_and_is_judged(tmp_path):
     """A summary of the first versions (no run_id, file systems, memory, coordination or CPU figures, no
     io.restore): the missing sections are None and diff, check and report read it as before."""
-    from dlio_ckpt.tools.compare import compare_metrics
-    from dlio_ckpt.tools.mlperf import check_runs
-    from dlio_ckpt.tools.report import write_report
-    from dlio_ckpt.tools.runfiles import load_run
+    from dlio_ckpt.tools.readers.compare import compare_metrics
+    from dlio_ckpt.tools.readers.mlperf import check_runs
+    from dlio_ckpt.tools.readers.report import write_report
+    from dlio_ckpt.tools.readers.runfiles import load_run
 
     run = make_run(tmp_path / "old", 8, 2)
     body = json.loads((run / "summary.json").read_text())

@@ -10,7 +10,7 @@ import json
 
 import pytest
 
-from dlio_ckpt.tools.trace_compare import Call, gaps, job_calls, ks_distance, strace_calls
+from dlio_ckpt.tools.readers.trace_compare import Call, gaps, job_calls, ks_distance, strace_calls
 
 
 @pytest.mark.parametrize(("a", "b", "d"), [

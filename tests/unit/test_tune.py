@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from dlio_ckpt.tools.sweep import Point
-from dlio_ckpt.tools.tune import _rerun_points, finalists
+from dlio_ckpt.tools.drivers.sweep import Point
+from dlio_ckpt.tools.drivers.tune import _rerun_points, finalists
 from tests.support.workloads import TINY_CK
 
 
@@ -44,7 +44,7 @@ def test_fios_search_climbs_each_ladder_of_depths_only_while_deeper_pays(tmp_pat
     """fio's best (tune's yardstick) without fio: which configurations it runs, given made-up speeds. An engine and
     request size go deeper only while the deeper queue is DEPTH_GAIN faster; no deeper than a file has requests;
     then the fastest run again and the median decides."""
-    from dlio_ckpt.tools import fio
+    from dlio_ckpt.tools.drivers import fio
 
     mib = fio.MIB
     assert [[(j.engine, j.iodepth, j.bs // mib) for j in rungs] for rungs in fio.ladders(9 * mib)] == [

@@ -80,7 +80,7 @@ class Engine(StreamIO, FrameworkIO):
 
     def read_ranges(self, reads: list[tuple[FileTask, tuple[tuple[int, int], ...]]]) -> int:
         """Read byte ranges of files, every byte compared with what was written there: a restore that
-        needs slices of other ranks' files (:mod:`dlio_ckpt.plan.restore`). Each file is opened once and its
+        needs slices of other ranks' files (:mod:`dlio_ckpt.plan.reads`). Each file is opened once and its
         ranges read in the order given, adjacent ones as one, each in requests of at most ``chunk_size``
         (on object stores a ranged GET each), one in flight per file: DCP's ``FileSystemReader`` reads a
         rank's items one after another from one stream. Under O_DIRECT a range is widened to whole

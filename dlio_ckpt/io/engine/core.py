@@ -19,7 +19,7 @@ from dlio_ckpt.io.engine.buffers import _depths, _Worker, io_buffer_bytes
 from dlio_ckpt.io.engine.content import _formatted, _span_of, _spans, _wrong
 from dlio_ckpt.io.engine.tasks import _J, _W, FileTask, IOOptions
 from dlio_ckpt.io.synthetic import BLOCK, SyntheticData, first_difference
-from dlio_ckpt.plan.restore import spans
+from dlio_ckpt.plan.reads import spans
 
 log = logging.getLogger("dlio_ckpt")
 
@@ -138,7 +138,7 @@ class EngineCore:
         return 0
 
     def _spans_of(self, task: FileTask, ranges: tuple[tuple[int, int], ...]) -> tuple[tuple[int, int], ...]:
-        """What is asked of storage for ``ranges`` (:func:`~dlio_ckpt.plan.restore.spans`, blocks under O_DIRECT),
+        """What is asked of storage for ``ranges`` (:func:`~dlio_ckpt.plan.reads.spans`, blocks under O_DIRECT),
         each within the file's planned size."""
         return spans(self._within(task, ranges), self._align)
 

@@ -8,11 +8,12 @@ docstring gives the call order). Their names are listed once, in :data:`dlio_ckp
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from dlio_ckpt.errors import ConfigError
 from dlio_ckpt.plan.collector import collector_paused
 from dlio_ckpt.plan.layouts.base import FrameworkIO, Layout
+from dlio_ckpt.plan.reads import RestorePlan, sample_reads, whole_files
 from dlio_ckpt.plan.sample import sampled
 from dlio_ckpt.registry import LAYOUTS
 
@@ -61,3 +62,41 @@ def make_plan(workload: Workload, world_size: int, processes: int = 1) -> Plan:
         if ck.miniature == "sample" and layout.item_size is not None:
             return sampled(full, ck.scale, layout.item_size, processes)
         return layout.make_plan(workload, world_size).miniature_of(full)
+
+
+def at_saved_world(workload: Any, plan: Plan, world: int, why: str) -> None:
+    """A load at another world size than the save's, refused where the layout's framework cannot reshard (``why``)."""
+    if world != plan.world_size:
+        raise ConfigError("workload.restore.world_size", world, f"must be the save's ({plan.world_size}) with "
+                          f"checkpoint.layout={workload.checkpoint.layout}: {why}")
+
+
+def restore_plan(workload: Any, plan: Plan) -> RestorePlan:
+    """What each rank of the read phase reads: the layout's own ``restore`` where its framework reshards or
+    loads the model alone (DCP); elsewhere each rank's own files whole, at the save's world size, and a load
+    asked otherwise is refused with the layout's reason (its ``no_restore``), exit 2. A sample's load reads what
+    the full size's reads of the kept items (:func:`~dlio_ckpt.plan.reads.sample_reads`)."""
+    layout, asked = get_layout(workload.checkpoint.layout), workload.restore
+    if plan.sample and plan.full_size is not None and layout.item_size is not None:
+        return sample_reads(restore_plan(workload, plan.full_size), plan, layout.item_size)
+    world = asked.world_size or plan.world_size
+    if layout.restore is not None:
+        return layout.restore(workload, plan, world, asked.model_only)
+    at_saved_world(workload, plan, world, layout.no_restore)
+    if asked.model_only:
+        raise ConfigError("workload.restore.model_only", True, f"is not modelled with checkpoint.layout="
+                          f"{workload.checkpoint.layout}: {layout.no_restore}")
+    return whole_files(plan, layout.reads)
+
+
+def load_caveat(workload: Any, restore: RestorePlan) -> str | None:
+    """In plain words, where the read phase is not held to the framework's own load (None where it is).
+    Why said: such a load is verified byte for byte all the same, and "verified" alone reads as if its
+    pattern were the framework's. A load where every rank reads its own files whole, in a layout whose
+    framework loads otherwise, stands in for a load not modelled; a layout says which of its modelled loads
+    are not held to its framework's (:class:`~dlio_ckpt.plan.layouts.base.Layout`)."""
+    layout = get_layout(workload.checkpoint.layout)
+    own_whole = all(f.rank == r.rank and not f.ranges for r in restore.ranks for f in r.files)
+    if own_whole and layout.whole_file_load is not None:
+        return f"not the framework's own load ({layout.whole_file_load}): each rank reads its own files whole"
+    return layout.load_caveat(workload) if layout.load_caveat is not None else None

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Literal
 if TYPE_CHECKING:
     from dlio_ckpt.config import Workload
     from dlio_ckpt.plan.formats import Calls, Format
-    from dlio_ckpt.plan.restore import RestorePlan
+    from dlio_ckpt.plan.reads import RestorePlan
     from dlio_ckpt.plan.types import CoordinatorFile, Item, Plan, PlannedFile
 
 

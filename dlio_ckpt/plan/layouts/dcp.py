@@ -54,7 +54,7 @@ from dlio_ckpt.plan.layouts import dcp_moe, dcp_restore
 from dlio_ckpt.plan.layouts.base import FrameworkIO, Layout
 from dlio_ckpt.plan.layouts.dcp_metadata import Tensor, fsdp_chunk, metadata_size, pickle_calls, pickle_reads
 from dlio_ckpt.plan.layouts.rules import every_rank_writes, torch_save_only
-from dlio_ckpt.plan.restore import RestorePlan
+from dlio_ckpt.plan.reads import RestorePlan
 from dlio_ckpt.plan.types import CoordinatorFile, Item, ItemFile, Plan, PlannedFile, RankPlan, shrink_shape
 
 if TYPE_CHECKING:

@@ -28,7 +28,7 @@ from math import prod
 from dlio_ckpt.model.dtypes import DATATYPE_BYTES
 from dlio_ckpt.plan.layouts.dcp_metadata import Tensor, fsdp_chunk
 from dlio_ckpt.plan.layouts.dcp_moe import expert_box
-from dlio_ckpt.plan.restore import RestorePlan, by_file
+from dlio_ckpt.plan.reads import RestorePlan, by_file
 from dlio_ckpt.plan.types import Item, ItemFile, Plan
 
 FOLLOWS = ("torch.distributed.checkpoint's FileSystemReader (torch 2.13.0): .metadata, then each stored item a "

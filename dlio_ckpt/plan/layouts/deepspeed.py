@@ -57,7 +57,7 @@ from typing import TYPE_CHECKING, ClassVar
 from dlio_ckpt.errors import ConfigError
 from dlio_ckpt.plan.formats import Calls, Format
 from dlio_ckpt.plan.formats.pt import PtFormat, save_calls
-from dlio_ckpt.plan.layouts import deepspeed_moe, dlio
+from dlio_ckpt.plan.layouts import at_saved_world, deepspeed_moe, dlio
 from dlio_ckpt.plan.layouts.base import FrameworkIO, Layout
 from dlio_ckpt.plan.layouts.deepspeed_files import (
     flat_partition,
@@ -70,7 +70,7 @@ from dlio_ckpt.plan.layouts.deepspeed_files import (
     placeholder_states,
 )
 from dlio_ckpt.plan.layouts.rules import every_rank_writes, shared_read_tier, torch_save_only
-from dlio_ckpt.plan.restore import FileReads, RankReads, RestorePlan, at_saved_world, whole_files
+from dlio_ckpt.plan.reads import FileReads, RankReads, RestorePlan, whole_files
 from dlio_ckpt.plan.types import FilePlan, Plan, PlannedFile, RankPlan
 
 if TYPE_CHECKING:

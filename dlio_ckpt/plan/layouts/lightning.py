@@ -45,7 +45,7 @@ from dlio_ckpt.plan.formats.pt import Pickler, archive
 from dlio_ckpt.plan.layouts.base import FrameworkIO, Layout
 from dlio_ckpt.plan.layouts.dcp import ADAM_GROUP
 from dlio_ckpt.plan.layouts.rules import shared_read_tier, torch_save_only
-from dlio_ckpt.plan.restore import FileReads, RankReads, RestorePlan
+from dlio_ckpt.plan.reads import FileReads, RankReads, RestorePlan
 from dlio_ckpt.plan.types import Item, ItemFile, Plan, PlannedFile, RankPlan, shrink_shape
 
 if TYPE_CHECKING:

@@ -58,7 +58,7 @@ from dlio_ckpt.plan.layouts.megatron_files import (
     tp_cuts,
 )
 from dlio_ckpt.plan.layouts.rules import every_rank_writes, torch_save_only
-from dlio_ckpt.plan.restore import RestorePlan
+from dlio_ckpt.plan.reads import RestorePlan
 from dlio_ckpt.plan.types import CoordinatorFile, Item, ItemFile, Plan
 
 if TYPE_CHECKING:

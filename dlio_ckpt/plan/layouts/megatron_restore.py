@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from dlio_ckpt.errors import ConfigError
 from dlio_ckpt.model.dtypes import DATATYPE_BYTES
 from dlio_ckpt.plan.layouts.megatron_files import not_split_by
-from dlio_ckpt.plan.restore import RankReads, RestorePlan, by_file
+from dlio_ckpt.plan.reads import RankReads, RestorePlan, by_file
 from dlio_ckpt.plan.types import Item, ItemFile, Plan
 
 if TYPE_CHECKING:

@@ -21,7 +21,7 @@ from dlio_ckpt.io.engine import Engine, FileTask, IOOptions, WriterSettings
 from dlio_ckpt.io.synthetic import Reduction, file_key
 from dlio_ckpt.plan.formats import Format
 from dlio_ckpt.plan.layouts import FrameworkIO, file_format, framework_io
-from dlio_ckpt.plan.restore import RankReads, RestorePlan
+from dlio_ckpt.plan.reads import RankReads, RestorePlan
 from dlio_ckpt.plan.types import FilePlan, Plan, PlannedFile, RankPlan
 from dlio_ckpt.run.context import RunContext
 from dlio_ckpt.run.steps import manifest_path, step_name

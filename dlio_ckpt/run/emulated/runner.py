@@ -18,15 +18,16 @@ from typing import Any
 
 from dlio_ckpt.cluster.host import available_memory, hostname
 from dlio_ckpt.cluster.placement import surviving_keeper
-from dlio_ckpt.config import references, tier_key
+from dlio_ckpt.config import references, rules, tier_key
 from dlio_ckpt.errors import ConfigError
 from dlio_ckpt.io.backends import Backend
 from dlio_ckpt.io.backends.base import ItemReader
 from dlio_ckpt.io.engine import Engine, FileTask, IOOptions, check_capabilities, io_buffer_bytes
 from dlio_ckpt.plan.formats import Format
-from dlio_ckpt.plan.layouts import file_format, framework_io, make_plan
-from dlio_ckpt.plan.restore import RankReads, described, load_caveat, restore_plan, restored_payload
+from dlio_ckpt.plan.layouts import file_format, framework_io, load_caveat, make_plan, restore_plan
+from dlio_ckpt.plan.reads import RankReads
 from dlio_ckpt.plan.view import scaled_figures
+from dlio_ckpt.results.restore import described, restored_payload
 from dlio_ckpt.results.schema import IO, AsyncSave, ProcessRetries, RestoreSource, Retries, Summary
 from dlio_ckpt.results.summary import GoodputAsked, OpRecord
 from dlio_ckpt.run.context import GIB, RunContext, record, say_done, timed, write_results
@@ -117,8 +118,8 @@ def lost(ctx: RunContext) -> bool:
 
 
 def lost_hosts_tier(ctx: RunContext) -> int:
-    """The tier lost hosts read (config.Workload.lost_hosts_tier, now that the hosts are known)."""
-    return ctx.workload.lost_hosts_tier(len(ctx.placement.hosts))
+    """The tier lost hosts read (:func:`dlio_ckpt.config.rules.lost_hosts_tier`, now that the hosts are known)."""
+    return rules.lost_hosts_tier(ctx.workload, len(ctx.placement.hosts))
 
 
 def read_tier(ctx: RunContext) -> int:

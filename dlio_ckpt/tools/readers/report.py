@@ -25,7 +25,7 @@ from typing import Any
 from dlio_ckpt.results.folder import FIGURES, REPORT_FILES
 from dlio_ckpt.results.schema import EVICT_TIMES, FSYNC_TIMES, RestoreFigures, Spread
 from dlio_ckpt.results.summary import LATENCY_FILE
-from dlio_ckpt.tools.runfiles import Run, load_run, operations
+from dlio_ckpt.tools.readers.runfiles import Run, load_run, operations
 
 GIB, MIB = 1 << 30, 1 << 20
 PHASE_COLOURS = {"save": "#1f77b4", "load": "#ff7f0e"}

@@ -40,7 +40,7 @@ class Run:
     summary: Summary
     config: dict[str, Any] | None = None  # the workload section, flattened to dotted keys
     per_process: dict[int, dict[str, Any]] = field(default_factory=dict)  # {process: per_epoch_stats}
-    # a repeated run (dlio_ckpt.tools.repeats): each metric is its median, with this interval for it
+    # a repeated run (dlio_ckpt.tools.readers.repeated): each metric is its median, with this interval for it
     intervals: dict[str, tuple[float, float]] = field(default_factory=dict)
     repeats: int | None = None
 

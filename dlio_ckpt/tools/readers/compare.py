@@ -22,7 +22,7 @@ the byte; a change of request pattern (``chunk_size``, a layout, a framework's w
 rule (:data:`SIZE_RULE`) leaves room for the files' last, shorter requests when the checkpoint's size moves a little.
 
 Why a repeated run's intervals are said with their coverage: below six repeats no interval reaches 95 % (three
-give 75 %); the coverage is :mod:`dlio_ckpt.tools.repeats`' own, from the count of repeats.
+give 75 %); the coverage is :mod:`dlio_ckpt.tools.readers.repeated`' own, from the count of repeats.
 """
 
 from __future__ import annotations
@@ -32,8 +32,8 @@ import re
 from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
-from dlio_ckpt.tools.repeats import order_rank
-from dlio_ckpt.tools.runfiles import Run, number
+from dlio_ckpt.tools.readers.repeated import order_rank
+from dlio_ckpt.tools.readers.runfiles import Run, number
 
 Direction = Literal["higher", "lower", "none"]
 _RUN_SPECIFIC = ("checkpoint.checkpoint_folder", "storage.storage_root")  # differ between any two runs; shown
@@ -72,7 +72,7 @@ class MetricChange:
     direction: Direction
     verdict: str  # better, worse, same, regression, missing in B, new in B, no figure, not judged, not comparable
     judged_by: str | None = None  # where a rate moved against its phase's duration: the duration, whose verdict it took
-    a_interval: tuple[float, float] | None = None  # repeated runs: the median's interval (dlio_ckpt.tools.repeats)
+    a_interval: tuple[float, float] | None = None  # repeated runs: the median's interval (readers.repeated)
     b_interval: tuple[float, float] | None = None
     why: str | None = None  # not comparable: why (SIZE_RULE)
 
@@ -193,7 +193,8 @@ def _interval(bounds: tuple[float, float] | None) -> str:
 
 
 def interval_coverage(run: Run) -> float | None:
-    """The coverage of a repeated run's intervals (:func:`dlio_ckpt.tools.repeats.order_rank`); None: run once."""
+    """The coverage of a repeated run's intervals (:func:`~dlio_ckpt.tools.readers.repeated.order_rank`); None: run
+    once."""
     return order_rank(run.repeats)[1] if run.repeats and run.intervals else None
 
 
@@ -254,8 +255,8 @@ def diff_sweeps(a_dir: str, b_dir: str, threshold: float, select: str | None, fm
     """Two sweep folders point by point (points matched by their swept values), each pair through
     the same gate as two runs. A point that ran in A and failed or is absent in B is a regression.
     Returns the text to print and whether anything regressed."""
-    from dlio_ckpt.tools.runfiles import load_run
-    from dlio_ckpt.tools.sweep_results import load_sweep, point_key
+    from dlio_ckpt.tools.readers.runfiles import load_run
+    from dlio_ckpt.tools.readers.sweeps import load_sweep, point_key
 
     a, b = load_sweep(a_dir), load_sweep(b_dir)
     keys = a["keys"]

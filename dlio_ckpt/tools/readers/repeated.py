@@ -1,5 +1,6 @@
-"""A job run several times (``run --repeat N``): each repeat an ordinary run in ``<run folder>/repeat<k>/``,
-and ``<run folder>/repeats.json`` with each headline figure's median and a distribution-free interval for it.
+"""A job run several times (``run --repeat N``, :mod:`dlio_ckpt.tools.drivers.repeats`) read back: each repeat an
+ordinary run in ``<run folder>/repeat<k>/``, and ``<run folder>/repeats.json`` with each headline figure's median and
+a distribution-free interval for it.
 
 Why the median and an order-statistic interval, not a mean and a t-interval: storage times are skewed (a slow
 run is slower by far more than a fast run is faster), repeats are few, and nothing here is normal. The interval
@@ -21,19 +22,13 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from dlio_ckpt.errors import ConfigError
-from dlio_ckpt.results.summary import dumps, write_result
-from dlio_ckpt.tools.runfiles import Run, UnreadableRunError, load_run, number
+from dlio_ckpt.tools.readers.runfiles import Run, UnreadableRunError, load_run, number
 
 REPEATS = "repeats.json"
 CONFIDENCE = 0.95
 INTERVAL = ("order-statistic interval for the median (distribution-free): the j-th smallest and j-th largest of the "
             "n repeats, j the largest with 1 - 2*P(Binomial(n, 1/2) < j) >= 0.95; with fewer than 6 repeats no pair "
             "reaches 95 %: the minimum and maximum, with their coverage")
-
-
-def repeat_folder(run_dir: str, k: int) -> str:
-    return str(Path(run_dir) / f"repeat{k}")
 
 
 def order_rank(n: int, confidence: float = CONFIDENCE) -> tuple[int, float]:
@@ -76,14 +71,6 @@ def summarize(runs: list[Run]) -> dict[str, Any]:
     return {"repeats": len(runs), "runs": [r.path for r in runs], "interval": INTERVAL, "metrics": metrics}
 
 
-def write_repeats(run_dir: str, count: int) -> Path:
-    """Read the ``count`` repeats in ``run_dir`` and write ``repeats.json`` beside them; its path."""
-    runs = [load_run(repeat_folder(run_dir, k)) for k in range(1, count + 1)]
-    path = Path(run_dir) / REPEATS
-    write_result(str(path), dumps(summarize(runs)))
-    return path
-
-
 def is_repeats(path: str) -> bool:
     return (Path(path) / REPEATS).is_file()
 
@@ -102,16 +89,3 @@ def load_repeats(path: str) -> Run:
     summary = first.summary.model_copy(update={"metric": metric})
     return Run(path, Path(path), summary, first.config, first.per_process,
                intervals={n: (m["low"], m["high"]) for n, m in metrics.items()}, repeats=body["repeats"])
-
-
-def check_repeat(count: int) -> None:
-    if count < 1:
-        raise ConfigError("--repeat", count, "must be at least 1 (the number of times the job runs)")
-
-
-def replaced(workload: Any, raw: dict) -> tuple[Any, dict]:
-    """A repeat after the first: the same job, its checkpoint folder's earlier repeat replaced (overwrite, which
-    removes only what the run record of that repeat names), as a sweep's point replaces an interrupted attempt."""
-    ck = workload.checkpoint.model_copy(update={"overwrite": True})
-    return workload.model_copy(update={"checkpoint": ck}), \
-        {**raw, "checkpoint": {**raw.get("checkpoint", {}), "overwrite": True}}

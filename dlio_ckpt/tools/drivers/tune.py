@@ -13,7 +13,7 @@ same size, started no later than ``--max-seconds`` either), and the winner is th
 plus load time; every sample is printed and kept in ``tune.json``. The winner
 is printed as overrides to paste and as the command that reproduces it, with this environment's own
 Python and mpiexec. On a file system with fio installed, fio's best
-configuration (:mod:`dlio_ckpt.tools.fio`) is found on the same folder with the winner's bytes per process
+configuration (:mod:`dlio_ckpt.tools.drivers.fio`) is found on the same folder with the winner's bytes per process
 and the winner's durability (O_DIRECT, or buffered with the workload's fsync), and the ratios printed.
 A key the user sets (fixed, or a list of their own) replaces that axis.
 """
@@ -37,8 +37,8 @@ from dlio_ckpt.io.backends import get_backend
 from dlio_ckpt.plan.layouts import make_plan
 from dlio_ckpt.registry import BACKENDS
 from dlio_ckpt.run.launch import redact
-from dlio_ckpt.tools import fio
-from dlio_ckpt.tools.sweep import FIRST_POINT, Point, grid, short_key, sweep
+from dlio_ckpt.tools.drivers import fio
+from dlio_ckpt.tools.drivers.sweep import FIRST_POINT, Point, grid, short_key, sweep
 
 GIB = 1 << 30
 FIXED = {"checkpoint.num_checkpoints_write": 1, "checkpoint.num_checkpoints_read": 1,

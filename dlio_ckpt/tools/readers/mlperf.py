@@ -43,7 +43,7 @@ from dlio_ckpt.config.references import REFERENCES
 from dlio_ckpt.registry import BACKENDS
 from dlio_ckpt.results.provenance import core_config, core_values
 from dlio_ckpt.results.schema import IO, FileSystem, FileSystems
-from dlio_ckpt.tools.runfiles import Run, number, operations
+from dlio_ckpt.tools.readers.runfiles import Run, number, operations
 
 GIB = 1 << 30
 DIVISIONS = ("closed", "open")

@@ -33,7 +33,7 @@ from dlio_ckpt.run.context import RunContext
 from dlio_ckpt.run.failure import RunState, Watchdog, on_signals, say_error, write_failed_summary
 from dlio_ckpt.run.launch import execute, probe_folder, redact, start
 from dlio_ckpt.run.steps import remove_ours, survey
-from dlio_ckpt.tools.sweep_results import projections, write_sweep_files
+from dlio_ckpt.tools.drivers.sweep_files import projections, write_sweep_files
 
 WORLD_SIZE = "world_size"  # the logical world size, swept with --world-size 2,4,8
 FIRST_POINT = 1  # points are counted from 1 (sweep.json says so: earlier versions counted from 0)
