@@ -44,6 +44,9 @@ def layout_rules(workload: Workload) -> None:
         raise ConfigError(f"{key}.parallelism.data", par.data,
                           "is only allowed with checkpoint.mode=subset; in default mode the "
                           "data-parallel size is world size // (tensor*pipeline)")
+    if ck.miniature == "sample" and ck.scale == 1.0:
+        raise ConfigError("workload.checkpoint.miniature", "sample", "means nothing at checkpoint.scale=1 (the full "
+                          "size): set checkpoint.scale below 1, or leave checkpoint.miniature out")
     layout_keys(workload)
     LAYOUTS.load(ck.layout).check(workload)
 

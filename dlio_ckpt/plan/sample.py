@@ -8,19 +8,32 @@ larger measured (``bench/results/2026-12-06-miniature.md``). A sample keeps what
 item's bytes beside its calls, as MLPerf's subset mode keeps full-size files on a subset of the ranks. Its bytes
 over the full size's are then the ratio of the time spent per byte and per item alike.
 
-How: the ranks that write are spread evenly over the job (rank 0 among them), as many as keep at least
-:data:`MIN_ITEMS_PER_RANK` items each where the scale allows, and at least one a process (the run's; ``plan``
-assumes one): a process plays a contiguous block of ranks, so the spread keeps each process writing, with the
-writer threads it has at full size. Of each chosen rank's items (its files in order), one in every ``every`` is
-kept, at a random place within each run of ``every`` (jittered, so that no period of the state dict's order, such
-as Adam's three states a parameter, aliases it), the same on every run, and at least one a writing rank (so a
-scale whose share of the bytes is fewer items than there are processes holds more than that share: the ratio said
-is the one held). A file keeps its kept items in order and its name; a file left without items is not written.
+How, the same on every run (it depends on the plan and the scale alone, so ``plan`` shows what a run writes and a
+load-only run at another process count reads it back):
+
+- **Ranks.** The ranks that write are spread over the job, one at random from each of as many equal blocks of
+  the ranks (at random, not evenly spaced: ranks evenly spaced by a multiple of the tensor parallelism would all
+  be its rank 0, whose items are not the others'). As many as keep :data:`MIN_ITEMS_PER_RANK` items each where
+  the scale allows, and at least :data:`MIN_WRITING_RANKS`, or as many as the scale's share has items where that
+  is fewer. A process plays a contiguous block of ranks, so every process writes on 1, 2, 4 or 8 processes where
+  8 ranks are chosen, and on P processes wherever 2P or more are (a process's block then holds a whole one of
+  theirs); with fewer chosen (a scale whose share is fewer than 8 items) a process may write nothing.
+- **Items.** The chosen ranks' items are ordered by their stored size, and one is kept from each run of ``every``
+  of them, at a random place within the run (stratified by size: the sample holds small and large items as the
+  full size does, so its count of items and its bytes are near the same share of the full size's, and no period
+  of the state dict's order, such as Adam's three states a parameter, aliases it). ``every`` is what the scale's
+  share of the bytes asks.
+- **At least one item a chosen rank**: where the scale's share is fewer items than the chosen ranks, the sample
+  holds more than that share (the ratio said is the one held).
+- **Files.** A file keeps its name and its kept items in their order; a file left without items is not written, so
+  a rank with several files may write fewer, with fewer writer threads, than at full size.
+
 The load reads what the full-size load reads of the kept items (:func:`dlio_ckpt.plan.reads.sample_reads`).
 """
 
 from __future__ import annotations
 
+import math
 import random
 from collections.abc import Callable
 from dataclasses import replace
@@ -28,42 +41,46 @@ from dataclasses import replace
 from dlio_ckpt.plan.types import Item, ItemFile, Plan, RankPlan
 
 MIN_ITEMS_PER_RANK = 16
+MIN_WRITING_RANKS = 8
+SEED = 0
 
 
-def sampled(full: Plan, scale: float, item_size: Callable[[Item], int], processes: int = 1) -> Plan:
+def sampled(full: Plan, scale: float, item_size: Callable[[Item], int]) -> Plan:
     """A miniature of ``full`` (a plan of files of items) holding about ``scale`` of its stored bytes in whole
-    items, on at least ``processes`` ranks where it has them; ``item_size``: an item's stored archive (the
-    layout's)."""
-    writers = [r for r in full.ranks if r.files]
+    items; ``item_size``: an item's stored archive (the layout's)."""
+    writers = [r for r in full.ranks if any(isinstance(f, ItemFile) and f.items for f in r.files)]
     items = sum(len(f.items) for r in writers for f in r.files if isinstance(f, ItemFile))
-    count = min(len(writers), max(processes, int(scale * items / MIN_ITEMS_PER_RANK)))
-    chosen = {writers[j * len(writers) // count].rank for j in range(count)}
-    held = sum(f.size for r in writers if r.rank in chosen for f in r.files if isinstance(f, ItemFile))
-    every = max(1.0, held / (scale * full.stored_bytes))
-    ranks = tuple(_kept(r, every, item_size) if r.rank in chosen else replace(r, files=()) for r in full.ranks)
+    share = scale * items  # the items the scale's share of the bytes holds, about
+    count = min(len(writers), max(1, min(MIN_WRITING_RANKS, math.ceil(share)), int(share / MIN_ITEMS_PER_RANK)))
+    rng = random.Random(SEED)
+    chosen = [writers[rng.randrange(j * len(writers) // count, (j + 1) * len(writers) // count)] for j in range(count)]
+    placed = [(r.rank, k, item) for r in chosen for k, f in enumerate(r.files) if isinstance(f, ItemFile)
+              for item in f.items]
+    held = sum(item_size(item) for _, _, item in placed)
+    by_size = sorted(range(len(placed)), key=lambda p: item_size(placed[p][2]))
+    kept = {placed[by_size[p]] for p in picks(len(placed), max(1.0, held / (scale * full.stored_bytes)), rng)}
+    for r in chosen:  # an item at least on each chosen rank
+        if not any(rank == r.rank for rank, _, _ in kept):
+            kept.add(rng.choice([p for p in placed if p[0] == r.rank]))
+    ranks = tuple(_kept(r, kept, item_size) for r in full.ranks)
     return Plan(full.layout, ranks, full.coordinator, sample=True).miniature_of(full)
 
 
-def _kept(rank: RankPlan, every: float, item_size: Callable[[Item], int]) -> RankPlan:
-    """``rank`` with one item in every ``every`` of its files' items kept whole (:func:`picks`)."""
-    placed = [(k, item) for k, f in enumerate(rank.files) if isinstance(f, ItemFile) for item in f.items]
-    kept = {placed[p] for p in picks(len(placed), every, random.Random(rank.rank))}
+def _kept(rank: RankPlan, kept: set[tuple[int, int, Item]], item_size: Callable[[Item], int]) -> RankPlan:
+    """``rank`` with its files holding only the ``kept`` items (rank, file, item), in their order."""
     files = []
     for k, f in enumerate(rank.files):
-        assert isinstance(f, ItemFile), "a sample is of files of items (the layout's item_size)"
-        mine = tuple(item for item in f.items if (k, item) in kept)
+        mine = tuple(item for item in f.items if (rank.rank, k, item) in kept) if isinstance(f, ItemFile) else ()
         if mine:
             files.append(ItemFile(f.stem, mine, sum(i.nbytes for i in mine), sum(item_size(i) for i in mine)))
     return replace(rank, files=tuple(files))
 
 
 def picks(n: int, every: float, rng: random.Random) -> list[int]:
-    """Positions among ``n``: one at random within each run of ``every`` (the last run's only if it falls
-    within ``n``), at least one."""
+    """Positions among ``n``: one at random within each run of about ``every`` (runs of whole positions, from
+    ``ceil(j * every)`` to ``ceil((j + 1) * every)``, the last cut at ``n``), none twice."""
     out, j = [], 0
-    while j * every < n:
-        if (at := int(j * every + rng.random() * every)) < n:
-            out.append(at)
+    while (lo := math.ceil(j * every)) < n:
+        out.append(rng.randrange(lo, min(n, math.ceil((j + 1) * every))))
         j += 1
-    return out or [rng.randrange(n)]
-
+    return out

@@ -415,9 +415,9 @@ class SizeFigures(Section):
     bytes_per_checkpoint: int = Field(description="what is stored, headers and coordinator files included")
     coordinator_bytes: int = Field(description="the files one rank writes for all")
     headers_share: float = Field(description="the share of the stored bytes that is the format's headers")
-    writing_ranks: int = Field(description="the ranks that write files")
-    files: int = Field(description="the ranks' files")
-    items: int = Field(description="what the ranks' files hold: tensors, and objects pickled whole")
+    writing_ranks: int | None = Field(None, description="the ranks that write files")
+    files: int | None = Field(None, description="the ranks' files")
+    items: int | None = Field(None, description="what the ranks' files hold: tensors, and objects pickled whole")
 
 
 class Projection(Section):
@@ -434,8 +434,8 @@ class Projection(Section):
 class Scaled(Section):
     """A run at ``checkpoint.scale`` below 1: what it wrote beside what the full size would."""
 
-    miniature: Literal["shrink", "sample"] = Field(description="checkpoint.miniature: every tensor shrunk, or a "
-                                                   "sample of the items whole")
+    miniature: Literal["shrink", "sample"] = Field("shrink", description="checkpoint.miniature: every tensor "
+                                                   "shrunk, or a sample of the items whole")
     bytes_ratio: float = Field(description="this run's stored bytes per checkpoint over the full size's")
     this_run: SizeFigures = Field(description="this run's checkpoint")
     full_size: SizeFigures = Field(description="the full size's")

@@ -392,8 +392,9 @@ def projected(scaled: Scaled, metric: Metric, cpu_bound: list[str]) -> Projectio
     """A scaled run's times projected to the full size (``io.scaled.projected_full_size``), labelled as such, and
     the phases whose times the processes' CPU set (``cpu_bound``): their projection scales the emulator's work."""
     save, load = metric.save_checkpoint_duration_mean_seconds, metric.load_checkpoint_duration_mean_seconds
+    ratio = scaled.bytes_ratio if scaled.load_bytes_ratio is None else scaled.load_bytes_ratio
     return Projection(save_seconds=None if save is None else save / scaled.bytes_ratio,
-                      load_seconds=None if load is None else load / (scaled.load_bytes_ratio or scaled.bytes_ratio),
+                      load_seconds=None if load is None or not ratio else load / ratio,
                       basis=PROJECTION_BASIS[scaled.miniature], cpu_bound=cpu_bound)
 
 

@@ -51,7 +51,7 @@ def test_a_sampled_run_writes_whole_items_of_the_plan_and_reads_back_what_its_lo
     assert {k: v for k, v in on_storage.items() if k.endswith(".distcp")} == planned
     assert scaled["miniature"] == "sample" and scaled["this_run"]["items"] < scaled["full_size"]["items"]
     assert scaled["this_run"]["bytes_per_checkpoint"] == sum(on_storage.values())
-    assert summary["io"]["verified"] is True
+    assert summary["io"]["verified"] is True  # every byte read compared: a mismatch fails the run (exit 1)
     assert summary["io"]["restore"]["bytes_read"] == sum(n for rank in restore_plan(compose(
         ["workload=llama3_8b", *args[1:3], *args[5:]])[0], plan).ranks for f in rank.files for _, n in f.ranges) + \
         8 * summary["io"]["restore"]["metadata_bytes_per_rank"]

@@ -9,11 +9,15 @@ times off. Plans only: no process (a sampled run: tests/e2e/test_scaling.py)."""
 
 from __future__ import annotations
 
+import math
+import random
+
 import pytest
 
 from dlio_ckpt.config import check_world_size, compose
 from dlio_ckpt.errors import ConfigError
 from dlio_ckpt.plan.layouts import get_layout, make_plan, restore_plan
+from dlio_ckpt.plan.sample import picks
 from dlio_ckpt.plan.types import ItemFile
 
 DCP = ["++workload.checkpoint.layout=dcp", "++workload.model.parallelism.tensor=1"]
@@ -23,6 +27,7 @@ JOBS = {  # the issue's job under each layout whose files are many items, a mixt
     "dcp_moe": ("qwen3_30b_a3b", 16, DCP),
     "dcp_resharded": ("llama3_8b", 8, [*DCP, "++workload.restore.world_size=6"]),
     "megatron_tp": ("llama3_8b", 8, ["++workload.checkpoint.layout=megatron", "++workload.restore.tensor=2"]),
+    "dcp_model_only": ("llama3_8b", 8, [*DCP, "++workload.restore.model_only=true"]),
 }
 
 
@@ -34,9 +39,9 @@ def _workload(job: str, scale: float, miniature: str = "sample"):
     return w, world
 
 
-def _plan(job: str, scale: float, miniature: str = "sample", processes: int = 2):
+def _plan(job: str, scale: float, miniature: str = "sample"):
     w, world = _workload(job, scale, miniature)
-    return w, make_plan(w, world, processes)
+    return w, make_plan(w, world)
 
 
 def _items_read(plan, restore, item_size) -> list[list[tuple[int, str, int]]]:
@@ -83,15 +88,34 @@ def test_a_sample_keeps_whole_items_of_the_full_plan_and_its_load_reads_what_the
 
 
 @pytest.mark.parametrize("job", ["dcp", "megatron"])
-def test_the_sample_holds_about_the_scales_share_on_ranks_spread_over_every_process(job):
-    for scale, processes in ((0.0002, 2), (0.005, 2), (0.0002, 8)):
-        _, plan = _plan(job, scale, processes=processes)
-        writers = [r.rank for r in plan.ranks if r.files]
-        per = len(plan.ranks) // processes  # a process plays a contiguous block of ranks
-        assert {rank // per for rank in writers} == set(range(processes))
-        ratio = plan.stored_bytes / plan.full_size.stored_bytes / scale
-        # an item at least a writing rank: a scale with fewer items than processes holds more than its share
-        assert 0.5 < ratio < 2 if processes == 2 else ratio > 0.5
+@pytest.mark.parametrize("scale", [0.0002, 0.005])
+def test_the_sample_holds_the_scales_share_of_bytes_and_items_on_ranks_spread_over_every_process(job, scale):
+    _, plan = _plan(job, scale)
+    writers = [r.rank for r in plan.ranks if r.files]
+    for processes in (1, 2, 4, 8, 16, 32):  # each plays a contiguous block of the 64 ranks
+        if (len(writers) == 8 and processes <= 8) or len(writers) >= 2 * processes:
+            assert {rank // (64 // processes) for rank in writers} == set(range(processes))
+    full = plan.full_size
+    items, full_items = (sum(len(f.items) for r in p.ranks for f in r.files) for p in (plan, full))
+    bytes_share, items_share = plan.stored_bytes / full.stored_bytes, items / full_items
+    # an item at least on each of 8 writing ranks: Megatron's 0.0002 is 2.6 items' worth, so it holds more
+    assert 0.8 < bytes_share / scale < 1.25 if items >= 20 else bytes_share / scale > 1
+    assert 0.8 < items_share / bytes_share < 1.25 if items >= 20 else True  # stratified by size: alike shares
+
+
+def test_picks_take_one_position_from_each_run_none_twice():
+    rng = random.Random(1)
+    for n, every in ((1000, 1.5), (1000, 7.3), (5, 10.0), (0, 3.0), (10, 1.0)):
+        got = picks(n, every, rng)
+        assert len(set(got)) == len(got) and all(0 <= p < n for p in got)
+        assert len(got) == math.ceil(n / every) if n else got == []
+    assert picks(10, 1.0, rng) == list(range(10))
+
+
+def test_a_sample_at_the_full_size_is_refused():
+    with pytest.raises(ConfigError) as refused:
+        compose(["workload=llama3_8b", *DCP, "++workload.checkpoint.miniature=sample"])
+    assert "workload.checkpoint.miniature" in str(refused.value) and "checkpoint.scale=1" in str(refused.value)
 
 
 def _one_run_projection(plan, per_item: float, per_byte: float) -> float:

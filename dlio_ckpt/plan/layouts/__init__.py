@@ -45,14 +45,15 @@ def framework_io(workload: Workload) -> FrameworkIO | None:
     return get_layout(workload.checkpoint.layout).framework_io
 
 
-def make_plan(workload: Workload, world_size: int, processes: int = 1) -> Plan:
+def make_plan(workload: Workload, world_size: int) -> Plan:
     """The whole job's files in the workload's ``checkpoint.layout``. Validation of the world size is the
     caller's (config.check_world_size). Built with the collector paused.
 
     A scaled plan (``checkpoint.scale`` < 1) is made a miniature of the full-size one, planned beside it
     (a few tenths of a second at thousands of ranks): its coordinator's files shrink by the same ratio as
     the ranks' bytes, so they keep their share of the checkpoint, and it carries the full size's figures
-    for the summary's projection."""
+    for the summary's projection. With ``checkpoint.miniature=sample`` it keeps a sample of the full size's items
+    whole instead (:mod:`dlio_ckpt.plan.sample`)."""
     layout, ck = get_layout(workload.checkpoint.layout), workload.checkpoint
     with collector_paused():
         if ck.scale == 1.0:
@@ -60,7 +61,7 @@ def make_plan(workload: Workload, world_size: int, processes: int = 1) -> Plan:
         full = layout.make_plan(workload.model_copy(update={"checkpoint": ck.model_copy(update={"scale": 1.0})}),
                                 world_size)
         if ck.miniature == "sample" and layout.item_size is not None:
-            return sampled(full, ck.scale, layout.item_size, processes)
+            return sampled(full, ck.scale, layout.item_size)
         return layout.make_plan(workload, world_size).miniature_of(full)
 
 

@@ -59,7 +59,7 @@ FSYNC = "every file fsynced before the process's end time"
 def preflight(ctx: RunContext) -> None:
     """The plan (built and validated once), what the read phase reads of it, and what the storages
     must be able to do for both."""
-    ctx.plan = make_plan(ctx.workload, ctx.world_size, ctx.comm.size)
+    ctx.plan = make_plan(ctx.workload, ctx.world_size)
     ctx.plan.validate()
     ctx.restore = restore_plan(ctx.workload, ctx.plan)
     check_capabilities(ctx.backend, io_options(ctx))
