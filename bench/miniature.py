@@ -5,9 +5,10 @@
 - a sweep over ``checkpoint.scale`` (``--scales``, e.g. 0.0002, 0.001, 0.005) in each of ``--rounds`` rounds,
   the layouts' order rotated between rounds (disks and page caches drift); each point's mean save and load
   duration, bytes moved and busiest process's CPU share (``checkpoints[].cpu``), medians over the rounds;
-- from those medians: each scale's one-run projection (``io.scaled.projected_full_size``: the time over the bytes
-  ratio), and the sweep's projection across scales (:func:`dlio_ckpt.results.projection.across_scales`) from the
-  two smallest scales, from the two largest, and from all of them;
+- from those medians: each scale's one-run projection (``io.scaled.projected_full_size``: the time moving the
+  ranks' files over the bytes ratio, the rest as measured), and the sweep's projection across scales
+  (:func:`dlio_ckpt.results.projection.across_scales`) from the two smallest scales, from the two largest, and
+  from all of them;
 - the largest run this disk holds (``--large``, once per layout, after the rounds): its measured save and load
   beside what each projection foretells for its bytes (a projection's fit taken to that run's bytes moved, the
   one-run rule to its bytes ratio), the test a projection can be put to here.
@@ -120,7 +121,7 @@ def report(a: argparse.Namespace, results: dict[str, Any]) -> str:
                 runs = [r[s] for r in rounds]
                 busy = statistics.median(r[phase]["busy"] for r in runs)
                 seconds = statistics.median(r[phase]["seconds"] for r in runs)
-                one = seconds / runs[0]["bytes_ratio" if phase == "save" else "load_bytes_ratio"]
+                one = statistics.median(r["projected"][f"{phase}_seconds"] for r in runs)
                 lines.append(f"| {phase} | {s} | {statistics.median(r[phase]['bytes'] for r in runs) / 2**20:,.0f} "
                              f"MiB | {seconds:.2f} | {busy:.0%} | {one:,.0f} |")
         lines += ["", "| phase | projected from scales | fixed s | s per GiB | full size, s | foretold at "
@@ -140,11 +141,11 @@ def report(a: argparse.Namespace, results: dict[str, Any]) -> str:
                              + (f"{fit.projected_seconds:,.0f}" if fit.projected_seconds else "not projected")
                              + (f" | {foretold:,.1f} | {measured:,.1f} | {foretold / measured:.2f} |" if big
                                 else " | | | |"))
-            if big:
+            if big:  # the one-run projection from the smallest scale, taken back to the large run's bytes
                 ratio = "bytes_ratio" if phase == "save" else "load_bytes_ratio"
-                one = points[0].seconds * big[ratio] / rounds[0][a.scales[0]][ratio]
-                lines.append(f"| {phase} | one run at {a.scales[0]} (time x bytes ratio) | | | | {one:,.1f} | "
-                             f"{big[phase]['seconds']:,.1f} | {one / big[phase]['seconds']:.2f} |")
+                one = statistics.median(r[a.scales[0]]["projected"][f"{phase}_seconds"] for r in rounds) * big[ratio]
+                lines.append(f"| {phase} | one run at {a.scales[0]} (its projection x the large run's ratio) | | | "
+                             f"| {one:,.1f} | {big[phase]['seconds']:,.1f} | {one / big[phase]['seconds']:.2f} |")
         if big:
             lines += ["", f"The run at {a.large}: save {big['save']['seconds']:.1f} s "
                       f"({big['save']['bytes'] / GIB:.1f} GiB moved, busiest CPU {big['save']['busy']:.0%}), load "
@@ -157,12 +158,11 @@ def report(a: argparse.Namespace, results: dict[str, Any]) -> str:
               "projected, s |", "|---|---|---|---|---|---|---|"]
     for layout, res in results.items():
         for phase in PHASES:
-            ratio = "bytes_ratio" if phase == "save" else "load_bytes_ratio"
-            one = {s: statistics.median(r[s][phase]["seconds"] / r[s][ratio] for r in res["rounds"]) for s in (lo, hi)}
+            one = {s: statistics.median(r[s]["projected"][f"{phase}_seconds"] for r in res["rounds"]) for s in (lo, hi)}
             big = res.get("large")
             lines.append(f"| {layout} | {phase} | {one[lo]:,.0f} | {one[hi]:,.0f} | {one[lo] / one[hi]:.2f} | "
                          f"{'yes' if abs(one[lo] / one[hi] - 1) <= 0.2 else 'no'} | "
-                         + (f"{big[phase]['seconds'] / big[ratio]:,.0f} |" if big else "|"))
+                         + (f"{big['projected'][f'{phase}_seconds']:,.0f} |" if big else "|"))
     return "\n".join(lines)
 
 

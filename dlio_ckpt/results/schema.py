@@ -423,8 +423,10 @@ class SizeFigures(Section):
 class Projection(Section):
     """A scaled run's mean times projected to the full size: a projection, not a measurement."""
 
-    save_seconds: float | None = Field(None, description="the save's mean duration over bytes_ratio")
-    load_seconds: float | None = Field(None, description="the load's mean duration over load_bytes_ratio")
+    save_seconds: float | None = Field(None, description="the save's mean duration, its slowest process's time "
+                                       "moving the ranks' files (data_seconds in its per_epoch_stats) over bytes_ratio")
+    load_seconds: float | None = Field(None, description="the load's mean duration, its slowest process's time "
+                                       "moving the ranks' files over load_bytes_ratio")
     basis: str = Field(description="what the projection assumes")
     cpu_bound: list[str] = Field(default_factory=list, description="the phases whose times the processes' CPU set "
                                  "(checkpoints[].cpu.bound): their projection scales the emulator's work, not the "

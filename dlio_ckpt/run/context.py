@@ -176,7 +176,7 @@ def record(ctx: RunContext, phase: str, index: int, clock: Clock, nbytes: int, f
            file_times: tuple[tuple[str, float, float, int], ...] = (), held: float | None = None,
            stalled: float = 0.0, backend: Backend | None = None, ended: ProcessCost | None = None,
            metadata_seconds: float | None = None, device_copy_seconds: float | None = None,
-           framework_cpu: float = 0.0) -> OpRecord:
+           framework_cpu: float = 0.0, coordinator: frozenset[str] = frozenset()) -> OpRecord:
     """This process's part of one operation. ``seconds`` replaces the clock's where the operation
     ends after its block (an async save, finished in the background); ``held``: how long it held
     training (async), ``stalled`` of which waiting for the previous background write (or a drain);
@@ -184,7 +184,8 @@ def record(ctx: RunContext, phase: str, index: int, clock: Clock, nbytes: int, f
     cost when the operation ended, where the record is made later (else now); ``metadata_seconds``: a load's
     time reading the metadata every rank reads first (DCP's ``.metadata``); ``device_copy_seconds``: a save's
     modelled copy of its tensors from the accelerators (a load's: to them), within its time; ``framework_cpu``: of
-    its CPU time, the framework's own work it played."""
+    its CPU time, the framework's own work it played; ``coordinator``: the names of the files one rank writes for all
+    (DCP's ``.metadata``), which are not the ranks' files in ``data_seconds``."""
     seconds = clock.seconds if seconds is None else seconds
     requests = tuple(ctx.take_requests(backend or ctx.backend))
     calls = ctx.take_latency(backend or ctx.backend)
@@ -194,7 +195,16 @@ def record(ctx: RunContext, phase: str, index: int, clock: Clock, nbytes: int, f
                     start=clock.start, end=clock.start + seconds, duration=seconds, bytes=nbytes, files=files,
                     file_times=file_times, waited=clock.waited, requests=requests, held=held, stalled=stalled,
                     cost=cost, metadata_seconds=metadata_seconds, latency=calls,
-                    device_copy_seconds=device_copy_seconds, framework_cpu=framework_cpu, cpu_share=cpu_share(ctx))
+                    device_copy_seconds=device_copy_seconds, framework_cpu=framework_cpu, cpu_share=cpu_share(ctx),
+                    data_seconds=data_span(file_times, coordinator, seconds))
+
+
+def data_span(file_times: tuple[tuple[str, float, float, int], ...], coordinator: frozenset[str],
+              seconds: float) -> float | None:
+    """Seconds from the first byte of the ranks' files to the last, their syncs and evictions within (the files
+    named in ``coordinator`` left out), at most the operation's ``seconds``; None where it moved none of them."""
+    spans = [(start, end) for name, start, end, _ in file_times if os.path.basename(name) not in coordinator]
+    return min(seconds, max(e for _, e in spans) - min(s for s, _ in spans)) if spans else None
 
 
 def cpu_share(ctx: RunContext) -> float:
@@ -333,7 +343,8 @@ def finished_line(result: Summary, run_dir: str) -> str:
                  + (f"{here.items:,} of its {full.items:,} items whole, on {here.writing_ranks} of "
                     f"{full.writing_ranks} writing ranks; " if sample else "")
                  + f"{here.headers_share:.0%} of it the format's headers, {full.headers_share:.1%} at full size)"
-                 + (f"; projected at full size, not measured (times x bytes): {times}" if times else "")
+                 + (f"; projected at full size, not measured (the time moving the ranks' files x bytes): {times}"
+                    if times else "")
                  + (f" (CPU-bound {', '.join(ahead.cpu_bound)}: its projection scales the emulator's work)"
                     if ahead is not None and ahead.cpu_bound else "")
                  + ("; it assumes the storage's rate at these bytes holds at the full size's" if times and sample
