@@ -121,11 +121,13 @@ def restore_table(restore: dict[str, Any], plan: Plan) -> str:
     return "\n".join(lines)
 
 
-def scaled_figures(plan: Plan, fmt: Format) -> dict[str, Any] | None:
+def scaled_figures(plan: Plan, fmt: Format, processes: int | None = None) -> dict[str, Any] | None:
     """What a scaled plan stands for (None at full size): this run's bytes per checkpoint beside the full
     size's, with the share of each that is the format's headers (a ``torch.save`` archive's records do not
     shrink with the tensors: at small scales they are a visible part of what is written), and the ratio of
-    the two by which :func:`dlio_ckpt.results.summary.summary` projects the measured times."""
+    the two by which :func:`dlio_ckpt.results.summary.summary` projects the measured times. With the run's
+    ``processes``: the largest share of the ranks' bytes one of them holds (each plays a contiguous block of
+    ranks), since the slowest process sets a checkpoint's time."""
     if plan.full_size is None:
         return None
 
@@ -133,11 +135,15 @@ def scaled_figures(plan: Plan, fmt: Format) -> dict[str, Any] | None:
         coordinator = sum(c.size for c in p.coordinator)
         stored = sum(planned_size(fmt, f) for r in p.ranks for f in r.files) + coordinator
         headers = stored - p.total_payload_bytes - coordinator
+        ranks = [sum(planned_size(fmt, f) for f in r.files) for r in p.ranks]
+        per = len(ranks) // processes if processes else 0
         return {"checkpoint_size_GiB": p.checkpoint_size_GB, "bytes_per_checkpoint": stored,
                 "coordinator_bytes": coordinator, "headers_share": headers / stored,
                 "writing_ranks": sum(1 for r in p.ranks if r.files), "files": sum(len(r.files) for r in p.ranks),
                 "items": sum(len(f.items) if isinstance(f, ItemFile) else f.num_tensors for r in p.ranks
-                             for f in r.files)}
+                             for f in r.files),
+                **({"busiest_process_share": max(sum(ranks[k:k + per]) for k in range(0, len(ranks), per))
+                    / sum(ranks)} if per and sum(ranks) else {})}
 
     here, full = figures(plan), figures(plan.full_size)
     return {"miniature": "sample" if plan.sample else "shrink",

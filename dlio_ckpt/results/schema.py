@@ -418,6 +418,8 @@ class SizeFigures(Section):
     writing_ranks: int | None = Field(None, description="the ranks that write files")
     files: int | None = Field(None, description="the ranks' files")
     items: int | None = Field(None, description="what the ranks' files hold: tensors, and objects pickled whole")
+    busiest_process_share: float | None = Field(None, description="the largest share of the ranks' bytes that one "
+                                                "of the run's processes holds (the slowest sets the time)")
 
 
 class Projection(Section):

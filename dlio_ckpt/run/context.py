@@ -349,8 +349,18 @@ def finished_line(result: Summary, run_dir: str) -> str:
                     if ahead is not None and ahead.cpu_bound else "")
                  + ("; it assumes the storage's rate at these bytes holds at the full size's" if times and sample
                     else "; it scales the time per file, item and call too: checkpoint.miniature=sample keeps items "
-                    "whole, a sweep over checkpoint.scale=a,b projects that part apart" if times else ""))
+                    "whole, a sweep over checkpoint.scale=a,b projects that part apart" if times else "")
+                 + uneven(here.busiest_process_share, full.busiest_process_share, result.num_processes))
     return line
+
+
+def uneven(here: float | None, full: float | None, processes: int | None) -> str:
+    """Where one process holds a larger share of a scaled run's bytes than at full size (a sample of a few large
+    items), by more than a fifth: said beside the projection, since the slowest process sets the time."""
+    if here is None or full is None or here <= 1.2 * full:
+        return ""
+    return (f"; one of the {processes} processes holds {here:.0%} of these bytes ({full:.0%} at full size), and "
+            "the slowest sets the time: a larger scale spreads them")
 
 
 REQUESTS_NOTE = ("per kind: count, bytes, latency percentiles of requests seen (ms), requests per second over "

@@ -141,3 +141,22 @@ def test_a_sample_is_refused_where_the_layouts_files_are_not_many_items():
         compose(["workload=llama3_70b", "++workload.checkpoint.layout=deepspeed", "++workload.checkpoint.scale=0.01",
                  "++workload.checkpoint.miniature=sample"])
     assert "workload.checkpoint.miniature" in str(refused.value) and "dcp or megatron" in str(refused.value)
+
+
+def test_a_sample_whose_bytes_lie_on_one_process_says_so_beside_the_projection():
+    """Megatron's llama3_70b at 0.0002: its share is 2.6 large items, and the sample's 9 lie mostly on one of 2
+    processes, where at full size each holds half; DCP's 28 small and large items spread."""
+    from dlio_ckpt.plan.layouts import file_format
+    from dlio_ckpt.plan.view import scaled_figures
+    from dlio_ckpt.run.context import uneven
+
+    shares = {}
+    for job in ("megatron", "dcp"):
+        w, plan = _plan(job, 0.0002)
+        figures = scaled_figures(plan, file_format(w), 2)
+        shares[job] = (figures["this_run"]["busiest_process_share"], figures["full_size"]["busiest_process_share"])
+        assert shares[job][1] == pytest.approx(0.5, abs=0.01)
+    assert shares["megatron"][0] > 0.7 and shares["dcp"][0] < 0.6
+    said = uneven(*shares["megatron"], 2)
+    assert said.startswith("; one of the 2 processes holds 74% of these bytes (50% at full size)"), said
+    assert uneven(*shares["dcp"], 2) == ""

@@ -444,7 +444,7 @@ class EmulatedJob:
         """summary.json's ``io``: how this run moved its bytes."""
         ctx, ck, played, engine = self.ctx, self.ctx.ck, self.played, self.engine
         plan = plan_of(ctx)
-        scaled = scaled_figures(plan, self.fmt) if plan.full_size else None
+        scaled = scaled_figures(plan, self.fmt, ctx.comm.size) if plan.full_size else None
         if scaled is not None and restore is not None and plan.full_size is not None:  # the load's own bytes ratio
             full = described(ctx.workload, restore_plan(ctx.workload, plan.full_size), plan.full_size, self.fmt,
                              self._item_reader)["bytes_read"]
