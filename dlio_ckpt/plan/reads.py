@@ -97,7 +97,7 @@ def sample_reads(full: RestorePlan, plan: Plan, item_size: Callable[[Item], int]
     for reader in full.ranks:
         reads, asked, got = [], 0, 0
         for f in reader.files:
-            ranges = f.ranges or ((0, planned_bytes(whole[f.rank].files[f.index])),)
+            ranges = f.ranges or ((0, _item_file_size(whole[f.rank].files[f.index])),)
             asked += sum(n for _, n in ranges)
             if (f.rank, f.index) in kept:
                 index, pieces = kept[(f.rank, f.index)]
@@ -108,8 +108,8 @@ def sample_reads(full: RestorePlan, plan: Plan, item_size: Callable[[Item], int]
     return replace(full, ranks=tuple(ranks))
 
 
-def planned_bytes(file: PlannedFile) -> int:
-    """A file of items' stored bytes (a sample's files are)."""
+def _item_file_size(file: PlannedFile) -> int:
+    """A file of items' stored bytes: a sample is made only of a plan of such files."""
     assert isinstance(file, ItemFile)
     return file.size
 
