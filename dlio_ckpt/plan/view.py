@@ -133,9 +133,9 @@ def scaled_figures(plan: Plan, fmt: Format, processes: int | None = None) -> dic
 
     def figures(p: Plan) -> dict[str, Any]:
         coordinator = sum(c.size for c in p.coordinator)
-        stored = sum(planned_size(fmt, f) for r in p.ranks for f in r.files) + coordinator
-        headers = stored - p.total_payload_bytes - coordinator
         ranks = [sum(planned_size(fmt, f) for f in r.files) for r in p.ranks]
+        stored = sum(ranks) + coordinator
+        headers = stored - p.total_payload_bytes - coordinator
         per = len(ranks) // processes if processes else 0
         return {"checkpoint_size_GiB": p.checkpoint_size_GB, "bytes_per_checkpoint": stored,
                 "coordinator_bytes": coordinator, "headers_share": headers / stored,

@@ -402,8 +402,8 @@ def projected(scaled: Scaled, records: list[OpRecord], cpu_bound: list[str]) -> 
     the phases whose times the processes' CPU set (``cpu_bound``): their projection scales the emulator's work.
     Each checkpoint's is its slowest process's time with the part moving the ranks' files (``data_seconds``) over
     the bytes ratio (a load's: what it reads) and the rest as measured: a barrier, the metadata every rank reads
-    and the coordinator's files cost the full size what they cost here, and taken to it by the ratio they were
-    most of a small scale's load (0.04 s of 0.12 s: 200 s too many at 1/5000). The mean over checkpoints."""
+    and the coordinator's files cost the full size what they cost here, and taken to it by the ratio they were a
+    third of a small sample's load (0.04 s of 0.12 s: 200 s too many at 1/5000). The mean over checkpoints."""
     load_ratio = scaled.bytes_ratio if scaled.load_bytes_ratio is None else scaled.load_bytes_ratio
 
     def mean(phase: str, ratio: float) -> float | None:

@@ -98,7 +98,7 @@ def test_the_sample_holds_the_scales_share_of_bytes_and_items_on_ranks_spread_ov
     full = plan.full_size
     items, full_items = (sum(len(f.items) for r in p.ranks for f in r.files) for p in (plan, full))
     bytes_share, items_share = plan.stored_bytes / full.stored_bytes, items / full_items
-    # an item at least on each of 8 writing ranks: Megatron's 0.0002 is 2.6 items' worth, so it holds more (5.7x)
+    # an item at least on each of 8 writing ranks: Megatron's 0.0002 is 2.8 items' worth, so it holds more (5.7x)
     assert 0.8 < bytes_share / scale < 1.25 if items >= 20 else bytes_share / scale > 1
     assert 0.8 < items_share / bytes_share < 1.25 if items >= 20 else True  # stratified by size: alike shares
 
@@ -144,8 +144,8 @@ def test_a_sample_is_refused_where_the_layouts_files_are_not_many_items():
 
 
 def test_a_sample_whose_bytes_lie_on_one_process_says_so_beside_the_projection():
-    """Megatron's llama3_70b at 0.0002: its share is 2.6 large items, and the sample's 9 lie mostly on one of 2
-    processes, where at full size each holds half; DCP's 28 small and large items spread."""
+    """Megatron's llama3_70b at 0.0002: its share is 2.8 items' worth, most bytes in large ones, and the sample's 9
+    lie mostly on one of 2 processes, where at full size each holds half; DCP's 28 small and large items spread."""
     from dlio_ckpt.plan.layouts import file_format
     from dlio_ckpt.plan.view import scaled_figures
     from dlio_ckpt.run.context import uneven

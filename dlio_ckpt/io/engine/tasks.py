@@ -78,13 +78,13 @@ class _RangedRead(NamedTuple):
 
     @property
     def path(self) -> str:
-        """The file, as :meth:`Engine._attempt` names what it retries or failed on."""
+        """The file, as :meth:`~dlio_ckpt.io.engine.core.EngineCore._attempt` names what it retries or failed on."""
         return self.task.path
 
 
 class _Job(Protocol):
-    """What :meth:`Engine._each` runs: one file's work, named by its file (a :class:`FileTask`, or a
-    :class:`_RangedRead`)."""
+    """What :meth:`~dlio_ckpt.io.engine.core.EngineCore._each` runs: one file's work, named by its file (a
+    :class:`FileTask`, or a :class:`_RangedRead`)."""
 
     @property
     def path(self) -> str: ...
@@ -94,7 +94,8 @@ _J = TypeVar("_J", bound=_Job)
 
 
 class _Scoped(Protocol):
-    """What :meth:`Engine._attempt` runs a file's work on: a worker whose memory may live on a device."""
+    """What :meth:`~dlio_ckpt.io.engine.core.EngineCore._attempt` runs a file's work on: a worker whose memory may
+    live on a device."""
 
     def scope(self) -> Any: ...
 
