@@ -37,3 +37,16 @@ def test_gds_without_a_gpu_stops_at_start_up(tmp_path, dlio_here, gpu_standin, m
 def test_s3_root_needs_a_bucket(tmp_path, dlio_here):
     err = refused(dlio_here, tmp_path, on("s3", "s3://"))
     assert "workload.storage.storage_root='s3://': storage_type=s3 needs a bucket name" in err
+
+
+def test_the_crts_lost_endpoint_is_said_as_one_it_cannot_connect_to():
+    """The CRT's words when the endpoint (127.0.0.1 behind the fault proxy) went away mid-load, seen once in the
+    fault matrix: a resolver failure, said as what it means for the user, and a retry may help."""
+    from dlio_ckpt.io.backends.s3 import failure
+
+    crt = RuntimeError("Client error: Unknown CRT error: CRT error 1058: aws-c-io: AWS_IO_DNS_QUERY_FAILED, A query "
+                       "to dns failed to resolve.")
+    said = failure("cannot open", "s3://b/k", crt)
+    assert str(said).startswith("cannot open s3://b/k: cannot connect: the client has no address for "
+                                "storage_options.endpoint_url"), said
+    assert "AWS_IO_DNS_QUERY_FAILED" in str(said) and said.transient

@@ -86,6 +86,11 @@ def explain(exc: Exception) -> str:
         return f"no such object ({text})"
     if "CONNECTION_REFUSED" in text:
         return f"connection refused ({text})"
+    if "DNS_QUERY_FAILED" in text or "DNS_NO_ADDRESS" in text:
+        # the CRT's resolver says so of an address it can no longer reach, an IP literal too (seen when the
+        # endpoint, 127.0.0.1 behind the tests' proxy, went away mid-load): the client has no address to connect to
+        return f"cannot connect: the client has no address for storage_options.endpoint_url, whose name did not " \
+               f"resolve or which stopped answering ({text})"
     if "throttled" in text.lower() or "SlowDown" in text:
         return f"throttled: the server answered 503 SlowDown to every attempt (storage_options.max_attempts) ({text})"
     if "REQUEST_HAS_COMPLETED" in text or "previous write operation did not complete" in text:
