@@ -16,14 +16,21 @@ load-only run at another process count reads it back):
   be its rank 0, whose items are not the others'). As many as keep :data:`MIN_ITEMS_PER_RANK` items each where
   the scale allows, and at least :data:`MIN_WRITING_RANKS`. A process plays a contiguous block of ranks, so every
   process writes on 1, 2, 4 or 8 processes where 8 ranks are chosen, and on P processes wherever 2P or more are
-  (a process's block then holds a whole one of theirs). Where the scale's share is a few large items (Megatron's
-  llama3_70b at 0.0002: 2.8 of its 13,828 items' worth, where items over 100 MB hold 72 to 73 % of each rank's
-  bytes), the processes cannot all hold a like share of the bytes, as they do at full size.
-- **Items.** The chosen ranks' items are ordered by their stored size, and one is kept from each run of ``every``
-  of them, at a random place within the run (stratified by size: the sample holds small and large items as the
-  full size does, so its count of items and its bytes are near the same share of the full size's, and no period
-  of the state dict's order, such as Adam's three states a parameter, aliases it). ``every`` is what the scale's
-  share of the bytes asks.
+  (a process's block then holds a whole one of theirs).
+- **Items.** The chosen ranks' items are ordered by their stored size, and one size is drawn from each run of
+  ``every`` of them, at a random place within the run (stratified by size: the sample holds small and large items
+  as the full size does, so its count of items and its bytes are near the same share of the full size's, and no
+  period of the state dict's order, such as Adam's three states a parameter, aliases it). ``every`` is what the
+  scale's share of the bytes asks, and no more than the chosen ranks' items over their count, so every chosen rank
+  can hold one.
+- **Spread as at full size.** Which rank keeps an item of the size drawn is the lightest of those holding one
+  (:func:`lightest`: the lighter half of the chosen ranks, then the lighter half of that), largest sizes first; a
+  chosen rank left without an item takes one of the size its half lacks. Every process then holds a like share
+  of the bytes, as at full size, where the share is a few large items: Megatron's llama3_70b at 0.0002 is 2.8 of
+  its 13,828 items' worth, where items over 100 MB hold 72 to 73 % of each rank's bytes; left to chance, 74 % of
+  its sample lay on one of 2 processes, and one run's projection from it was 1.7 times the one from 0.005
+  (``bench/results/2026-12-07-miniature.md``). On as many processes as chosen ranks, a rank's one item cannot
+  match, and the console says so.
 - **At least one item a chosen rank**: where the scale's share is fewer items than the chosen ranks, the sample
   holds more than that share (the ratio said is the one held).
 - **Files.** A file keeps its name and its kept items in their order; a file left without items is not written, so
@@ -54,17 +61,58 @@ def sampled(full: Plan, scale: float, item_size: Callable[[Item], int]) -> Plan:
     count = min(len(writers), max(MIN_WRITING_RANKS, int(scale * items / MIN_ITEMS_PER_RANK)))
     rng = random.Random(SEED)
     chosen = [writers[rng.randrange(j * len(writers) // count, (j + 1) * len(writers) // count)] for j in range(count)]
-    placed = [(r.rank, k, item) for r in chosen for k, f in enumerate(r.files) if isinstance(f, ItemFile)
+    placed = [(j, k, item) for j, r in enumerate(chosen) for k, f in enumerate(r.files) if isinstance(f, ItemFile)
               for item in f.items]
     held = sum(item_size(item) for _, _, item in placed)
-    by_size = sorted(range(len(placed)), key=lambda p: item_size(placed[p][2]))
-    kept = {placed[by_size[p]] for p in picks(len(placed), max(1.0, held / (scale * full.stored_bytes)), rng)}
-    holding = {rank for rank, _, _ in kept}
-    for r in chosen:  # an item at least on each chosen rank
-        if r.rank not in holding:
-            kept.add(rng.choice([p for p in placed if p[0] == r.rank]))
-    ranks = tuple(_kept(r, kept, item_size) for r in full.ranks)
+    sizes = sorted((item_size(item) for _, _, item in placed), reverse=True)
+    of_size: dict[int, list[tuple[int, int, Item]]] = {}
+    for p in placed:
+        of_size.setdefault(item_size(p[2]), []).append(p)
+    kept, weight = set(), [0] * count
+    every = max(1.0, min(held / (scale * full.stored_bytes), len(placed) / count))  # a run at least a chosen rank
+    for lo, hi in runs(len(placed), every):
+        alike = of_size[size := sizes[rng.randrange(lo, hi)]]
+        j = lightest(weight, {j for j, _, _ in alike}, rng)
+        alike.remove(pick := rng.choice([p for p in alike if p[0] == j]))
+        kept.add(pick)
+        weight[j] += size
+    for j in range(count):  # an item at least on each chosen rank: of the size its half lacks
+        if not weight[j]:
+            own = [p for size in of_size.values() for p in size if p[0] == j]
+            size = min({item_size(p[2]) for p in own}, key=lambda size: abs(size - lacking(weight, j)))
+            kept.add(rng.choice([p for p in own if item_size(p[2]) == size]))
+            weight[j] += size
+    named = {(chosen[j].rank, k, item) for j, k, item in kept}
+    ranks = tuple(_kept(r, named, item_size) for r in full.ranks)
     return Plan(full.layout, ranks, full.coordinator, sample=True).miniature_of(full)
+
+
+def lightest(weight: list[int], among: set[int], rng: random.Random) -> int:
+    """Which of the chosen ranks ``among`` takes the next item: the lighter half of the chosen ranks (bytes kept a
+    rank, where one half holds more ranks), then the lighter half of that, down to one rank; ties at random.
+    Processes play contiguous blocks of ranks, and the chosen ranks are one a block, so every split of them into 2,
+    4, 8 ... contiguous groups keeps a like share of the bytes, as at full size, whatever the process count."""
+    lo, hi = 0, len(weight)
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        halves = [(lo, mid), (mid, hi)]
+        open_ = [(a, b) for a, b in halves if any(a <= j < b for j in among)]
+        if len(open_) == 1:
+            lo, hi = open_[0]
+            continue
+        load = [sum(weight[a:b]) / (b - a) for a, b in halves]
+        lo, hi = halves[0] if load[0] < load[1] or load[0] == load[1] and rng.random() < 0.5 else halves[1]
+    return lo
+
+
+def lacking(weight: list[int], j: int) -> float:
+    """The bytes the half of the chosen ranks that holds ``j`` lacks against the other (per rank, where the halves
+    differ by one); nothing where there is no other half."""
+    mid = len(weight) // 2
+    if not mid:
+        return 0.0
+    own, other = (weight[:mid], weight[mid:]) if j < mid else (weight[mid:], weight[:mid])
+    return sum(other) / len(other) * len(own) - sum(own)
 
 
 def _kept(rank: RankPlan, kept: set[tuple[int, int, Item]], item_size: Callable[[Item], int]) -> RankPlan:
@@ -77,11 +125,11 @@ def _kept(rank: RankPlan, kept: set[tuple[int, int, Item]], item_size: Callable[
     return replace(rank, files=tuple(files))
 
 
-def picks(n: int, every: float, rng: random.Random) -> list[int]:
-    """Positions among ``n``: one at random within each run of about ``every`` (runs of whole positions, from
-    ``ceil(j * every)`` to ``ceil((j + 1) * every)``, the last cut at ``n``), none twice."""
+def runs(n: int, every: float) -> list[tuple[int, int]]:
+    """Runs of about ``every`` among ``n`` positions, of whole positions: from ``ceil(j * every)`` to
+    ``ceil((j + 1) * every)``, the last cut at ``n``."""
     out, j = [], 0
     while (lo := math.ceil(j * every)) < n:
-        out.append(rng.randrange(lo, min(n, math.ceil((j + 1) * every))))
+        out.append((lo, min(n, math.ceil((j + 1) * every))))
         j += 1
     return out
