@@ -18,6 +18,7 @@ from dlio_ckpt.cli import commands
 from dlio_ckpt.cli.parser import TOP_LEVEL_OPTIONS, build_parsers
 from dlio_ckpt.cluster.comm import Comm, SelfComm, get_comm, process_exit
 from dlio_ckpt.errors import DlioCkptError
+from dlio_ckpt.run.failure import say_error
 
 HANDLERS: dict[str, Callable[[argparse.Namespace, Comm], int]] = {
     "run": commands.run, "plan": commands.plan, "sweep": commands.sweep, "tune": commands.tune,
@@ -51,5 +52,5 @@ def reported(prefix: str, comm: Comm, command: Callable[[], int]) -> int:
         return command()
     except DlioCkptError as exc:
         if comm.rank == 0:
-            print(f"{prefix}: error: {exc}", file=sys.stderr)
+            say_error(str(exc), prefix)
         return exc.exit_code

@@ -98,11 +98,11 @@ def write_failed_summary(state: RunState, rank: int, reason: str) -> None:
         pass  # the run folder itself may be what failed; the message on stderr still says why
 
 
-def say_error(message: str) -> None:
-    """``dlio_ckpt: error: message`` on stderr in one write. Ranks failing at once share mpiexec's stderr, and a
-    line written in two parts (``print``'s text, then its newline) ran into another rank's: two ENOSPC messages
-    were seen on one line."""
-    sys.stderr.write(f"dlio_ckpt: error: {message}\n")
+def say_error(message: str, prefix: str = "dlio_ckpt") -> None:
+    """``dlio_ckpt: error: message`` on stderr in one write (``prefix``: the command, as ``dlio_ckpt sweep``). Ranks
+    failing at once share mpiexec's stderr, and a line written in two parts (``print``'s text, then its newline)
+    ran into another rank's: two ENOSPC messages were seen on one line."""
+    sys.stderr.write(f"{prefix}: error: {message}\n")
     sys.stderr.flush()
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from dlio_ckpt.io.engine import FileTask
 from dlio_ckpt.plan.layouts.dcp import file_calls, item_segments, item_size
+from dlio_ckpt.plan.pattern import FilePattern
 from dlio_ckpt.plan.types import Item, ItemFile
 
 ITEMS = (Item("optim.param_groups.0.lr", "", (), pickled=b"\x80\x02G?PbM\xd2\xf1\xa9\xfc."),
@@ -18,7 +19,7 @@ FILE = ItemFile("__0_0", ITEMS, sum(i.nbytes for i in ITEMS), sum(item_size(i) f
 def task(path: str, framework: bool) -> FileTask:
     """The file's write task at ``path``: played by DCP's calls (``framework``), or the tuned stream."""
     segments = tuple(s for i in ITEMS for s in item_segments(i))
-    return FileTask(path, segments, 11, file_calls(FILE) if framework else None)
+    return FileTask(path, segments, 11, FilePattern(file_calls(FILE)) if framework else None)
 
 
 def ranges() -> tuple[tuple[int, int], ...]:

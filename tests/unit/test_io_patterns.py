@@ -18,6 +18,7 @@ from dlio_ckpt.io.backends import get_backend
 from dlio_ckpt.io.engine import Engine, FileTask, IOOptions, WriterSettings
 from dlio_ckpt.plan.formats.pt import PtFormat, save_calls
 from dlio_ckpt.plan.layouts.dcp import item_size
+from dlio_ckpt.plan.pattern import FileObject, FilePattern, FirstWritten
 from dlio_ckpt.plan.types import FilePlan, TensorGroup
 from tests.support.item_file import FILE, ITEMS, ranges, task
 
@@ -86,8 +87,8 @@ def state_dict_file() -> FilePlan:
                     (TensorGroup(None, (300_000, 300_000, 300_000, 1, 100)),))
 
 
-@pytest.mark.parametrize("stream", ["c++", "python"])
-def test_a_state_dict_file_written_as_torch_save_writes_it_is_the_streams_and_torch_loads_it(tmp_path, stream):
+@pytest.mark.parametrize("file_object", list(FileObject))
+def test_a_state_dict_file_written_as_torch_save_writes_it_is_the_streams_and_torch_loads_it(tmp_path, file_object):
     """DeepSpeed's ``torch.save(state_dict, path)`` (C++'s stream) and a file object's: the same bytes as the
     tuned stream, a file torch.load opens with every storage, read back whole as torch.load reads it."""
     torch = pytest.importorskip("torch")
@@ -96,8 +97,8 @@ def test_a_state_dict_file_written_as_torch_save_writes_it_is_the_streams_and_to
     engine = Engine(backend, 5, IOOptions(chunk_size=1 << 20))
     try:
         segments = tuple(fmt.segments(f))
-        played = FileTask(backend.join("played.pt"), segments, 3, save_calls(f), synced=False, stream=stream,
-                          archive=True)
+        played = FileTask(backend.join("played.pt"), segments, 3,
+                          FilePattern(save_calls(f), synced=False, file_object=file_object, archive=True))
         streamed = FileTask(backend.join("streamed.pt"), segments, 3)
         assert engine.write_files([played]) == engine.write_files([streamed]) == played.size
         assert (tmp_path / "played.pt").read_bytes() == (tmp_path / "streamed.pt").read_bytes()
@@ -131,7 +132,8 @@ def test_a_file_written_in_tmpdir_first_is_moved_into_place_and_leaves_nothing_t
     try:
         segments = tuple(PtFormat().segments(f))
         size = FileTask("", segments, 3).size
-        played = FileTask(backend.join("ckpt.ckpt"), segments, 3, (size,), synced=False, via_tmpdir=True)
+        played = FileTask(backend.join("ckpt.ckpt"), segments, 3,
+                          FilePattern((size,), synced=False, first_written=FirstWritten.TMPDIR))
         assert engine.write_files([played]) == size
         assert (tmp_path / "root" / "ckpt.ckpt").stat().st_size == size
         assert sorted(p.name for p in tmpdir.iterdir()) == ["theirs"]

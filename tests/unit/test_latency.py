@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from dlio_ckpt.io.backends import SyncingWriter
+from dlio_ckpt.io.backends import SyncingWriter, VectorWriter, ViewsReader
 from dlio_ckpt.io.backends import timed as timed_module
 from dlio_ckpt.io.backends.local_fs import LocalFSBackend, LocalReader, LocalWriter
 from dlio_ckpt.io.backends.options import LocalFSOptions
@@ -77,6 +77,51 @@ def test_the_wrapper_keeps_the_writers_and_readers_shape(tmp_path):
     assert backend.root == str(tmp_path)  # the wrapped backend's own attributes, asked through
     assert {k: h.count for k, h in backend.recorder.take().items()} == \
         {"create": 1, "write": 1, "close": 2, "open": 1, "stat": 1}
+
+
+class _Gathering:
+    """A plugin's writer that gathers pieces into one call but has no descriptor of its own to sync."""
+
+    def __init__(self) -> None:
+        self.calls: list[int] = []
+
+    def write(self, data: memoryview) -> None:
+        self.calls.append(len(data))
+
+    def writev(self, parts: list[memoryview]) -> None:
+        self.calls.append(sum(len(p) for p in parts))
+
+    def finish(self) -> None: ...
+    def abort(self) -> None: ...
+
+
+class _Views:
+    def views(self):
+        yield memoryview(b"ab")
+
+    def readinto(self, buf: memoryview) -> int:
+        return 0
+
+    def close(self) -> None: ...
+
+
+def test_the_wrapper_keeps_every_further_call_its_writer_or_reader_offers_in_any_combination(tmp_path, monkeypatch):
+    """A writer that gathers but does not sync keeps its ``writev``, timed as one write of all its bytes (a wrapper
+    chosen by whether the writer syncs first would have dropped it); a reader lending its buffers keeps ``views``."""
+    inner = LocalFSBackend(str(tmp_path), LocalFSOptions())
+    gathering = _Gathering()
+    monkeypatch.setattr(inner, "open_write", lambda path, odirect: gathering)
+    monkeypatch.setattr(inner, "open_read", lambda path, odirect: _Views())
+    backend = TimedBackend(inner, LatencyRecorder())
+    writer = backend.open_write(str(tmp_path / "f"), False)
+    assert isinstance(writer, VectorWriter) and not isinstance(writer, SyncingWriter)
+    writer.writev([memoryview(b"ab"), memoryview(b"cde")])
+    writer.finish()
+    reader = backend.open_read(str(tmp_path / "f"), False)
+    assert isinstance(reader, ViewsReader) and [bytes(v) for v in reader.views()] == [b"ab"]
+    assert gathering.calls == [5]
+    took = backend.recorder.take()
+    assert (took["write"].count, took["write"].bytes, took["read"].bytes) == (1, 5, 2)
 
 
 class _Clock:

@@ -11,6 +11,7 @@ import pytest
 
 from dlio_ckpt.errors import VerifyError
 from dlio_ckpt.io.backends import check_options
+from dlio_ckpt.io.backends.base import ItemReader
 from dlio_ckpt.io.backends.local_fs import LocalFSBackend
 from dlio_ckpt.io.backends.s3 import ITEM_GAP, item_spans
 from dlio_ckpt.io.engine import Engine, IOOptions
@@ -43,8 +44,8 @@ class SpanFS(LocalFSBackend):
     capabilities = replace(LocalFSBackend.capabilities, positional=False)
     opened: list[tuple[int, int]]
 
-    def item_spans(self, ranges):
-        return item_spans(ranges, gap=4096)
+    def item_reader(self):
+        return ItemReader("spans of nearby items", lambda ranges: item_spans(ranges, gap=4096), lambda _: 1)
 
     def open_span(self, path, start, end):
         self.opened.append((start, end))

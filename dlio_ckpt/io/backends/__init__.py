@@ -24,6 +24,7 @@ from dlio_ckpt.io.backends.base import (
     Source,
     SyncingWriter,
     VectorWriter,
+    ViewsReader,
     Writer,
     parse_options,
 )
@@ -62,5 +63,5 @@ def get_backend(storage_type: str, root: str, options: dict, local_rank: int = 0
 
 
 __all__ = ["Backend", "Capabilities", "DeviceMemory", "Options", "PositionalReader", "PositionalWriter", "RangedReader",
-           "Reader", "Source", "SyncingWriter", "VectorWriter", "Writer", "check_options", "get_backend",
+           "Reader", "Source", "SyncingWriter", "VectorWriter", "ViewsReader", "Writer", "check_options", "get_backend",
            "options_model"]

@@ -6,7 +6,7 @@ import io
 import os
 import socket
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any, Protocol, cast, runtime_checkable
@@ -37,8 +37,9 @@ class Capabilities:
 @dataclass(frozen=True)
 class ItemReader:
     """How a framework's client on a storage reads a load's items of one file (:meth:`Backend.item_reader`): whose
-    reader it is, in plain words; the spans (start, end) it asks for the items (offset, length), the engine's own
-    :meth:`Backend.item_spans`; the requests one span of that many bytes takes."""
+    reader it is, in plain words; the spans (start, end) it asks for the items (offset, length), each read by
+    :meth:`Backend.open_span` (the engine's reads and summary.json's ``io.restore`` alike); the requests one span
+    of that many bytes takes. One value, so the client's strategy is said once, where the backend that plays it is."""
 
     follows: str
     spans: Callable[[Iterable[tuple[int, int]]], list[tuple[int, int]] | None]
@@ -117,10 +118,14 @@ class Writer(Protocol):
 
 
 class Reader(Protocol):
-    """Sequential reads. A reader whose client hands over its own buffers (object stores) may also
-    offer ``views()``: the file's bytes, in order, in those buffers, so the engine verifies them
-    where they landed instead of copying each into its own buffer first. A positional backend's
-    reader also offers ``read_at(buf, offset)`` (from several threads at once) and ``size()``."""
+    """Sequential reads. A reader whose client hands over its own buffers may also offer ``views()``
+    (:class:`ViewsReader`). A positional backend's reader also offers ``read_at(buf, offset)`` (from several
+    threads at once) and ``size()``.
+
+    What a backend can do is asked one way at each level: the backend's by its :class:`Capabilities` flags, a
+    writer's or reader's own further calls by the runtime-checked protocol that names them (:class:`SyncingWriter`,
+    :class:`VectorWriter`, :class:`ViewsReader`), never by ``getattr``; so a wrapper (the timed backend) keeps
+    every call its inner writer or reader offers, whichever of them it offers."""
 
     def readinto(self, buf: memoryview) -> int: ...
     def close(self) -> None: ...
@@ -141,6 +146,14 @@ class VectorWriter(Writer, Protocol):
     ``torch.save(obj, path)``; elsewhere the engine writes the pieces in order."""
 
     def writev(self, parts: list[memoryview]) -> None: ...
+
+
+@runtime_checkable
+class ViewsReader(Reader, Protocol):
+    """A reader whose client hands over its own buffers (object stores): the file's bytes, in order, in those
+    buffers, so the engine verifies them where they landed instead of copying each into its own buffer first."""
+
+    def views(self) -> Iterator[memoryview]: ...
 
 
 class PositionalWriter(Writer, Protocol):
@@ -238,19 +251,15 @@ class Backend(ABC):
         self.remove(path)
         return []
 
-    def item_spans(self, ranges: Iterable[tuple[int, int]]) -> list[tuple[int, int]] | None:
-        """How a framework's client on this storage reads a load's items of one file, (offset, length) each: the
-        spans (start, end) it asks for, each read by :meth:`open_span`; None where the engine reads them item by
-        item itself (file systems: ``torch.load``'s reads; GCS: as the stream)."""
-        return None
-
     def item_reader(self) -> ItemReader | None:
-        """Whose reader :meth:`item_spans` plays and the requests a span takes, for summary.json's ``io.restore``
-        (the load's figures are counted as the engine reads); None where :meth:`item_spans` is."""
+        """How a framework's client on this storage reads a load's items (its spans, each read by
+        :meth:`open_span`, and the requests a span takes: summary.json's ``io.restore`` counts them as the engine
+        reads); None where the engine reads them item by item itself (file systems: ``torch.load``'s reads; GCS:
+        as the stream)."""
         return None
 
     def open_span(self, path: str, start: int, end: int) -> Reader:
-        """The bytes [start, end) of a file as one request stream (where :meth:`item_spans` gives spans)."""
+        """The bytes [start, end) of a file as one request stream (where :meth:`item_reader` gives spans)."""
         raise NotImplementedError(f"storage_type={self.name} reads no spans")
 
     def rename(self, source: str, target: str, nbytes: int = 0) -> None:

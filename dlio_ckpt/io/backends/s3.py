@@ -369,19 +369,14 @@ class S3Backend(ObjectStore):
     def open_ranged(self, path: str, odirect: bool) -> S3Ranged:
         return S3Ranged(self, path)
 
-    def item_spans(self, ranges: Iterable[tuple[int, int]]) -> list[tuple[int, int]]:
-        """What a framework's load asks of this storage for its items of one object: :func:`item_spans`, each
-        span read by :meth:`open_span`."""
-        return item_spans(ranges)
-
     def item_reader(self) -> ItemReader:
         """:data:`READER`'s spans, each ``part_size`` GETs as the CRT splits a range (botocore's parts alike)."""
-        return ItemReader(READER, self.item_spans, lambda nbytes: parts(nbytes, self.options.part_size))
+        return ItemReader(READER, item_spans, lambda nbytes: parts(nbytes, self.options.part_size))
 
     def open_span(self, path: str, start: int, end: int) -> S3Reader:
         """The object's bytes [start, end) in one GET of that range (the CRT splits it into ``part_size``
         GETs), read in order: s3torchconnector's ``_get_object_stream(bucket, key, start, end)``, the stream
-        its DCP reader opens per range of items (:meth:`item_spans`)."""
+        its DCP reader opens per range of items (:func:`item_spans`)."""
         return S3Reader(self, path, (start, end))
 
     def size(self, path: str) -> int | None:

@@ -11,7 +11,8 @@ client's own part requests (those are in ``requests``, by kind).
 
 The wrapper keeps the wrapped writer's and reader's shape, since the engine asks it: a writer offers
 ``sync`` only where the backend's does (:class:`~dlio_ckpt.io.backends.base.SyncingWriter` is a runtime
-check), a reader ``views`` only where the backend's lends its buffers.
+check), ``writev`` only where it gathers, a reader ``views`` only where the backend's lends its buffers: each
+such call has a timed class of its own, and the wrapper is made of those its inner writer or reader offers.
 
 With a :class:`~dlio_ckpt.io.trace.Tracer` (``checkpoint.trace``), every call it times is also a line of the trace:
 its file, offset and size (a writer's and a reader's running offset where the call has none of its own).
@@ -20,7 +21,8 @@ its file, offset and size (a writer's and a reader's running offset where the ca
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
+from functools import cache
 from time import perf_counter_ns
 from typing import Any
 
@@ -32,6 +34,7 @@ from dlio_ckpt.io.backends.base import (
     Reader,
     SyncingWriter,
     VectorWriter,
+    ViewsReader,
     Writer,
 )
 from dlio_ckpt.io.latency import LatencyRecorder
@@ -99,7 +102,9 @@ class _TimedWriter(_Traced):
         self._w.abort()
 
 
-class _TimedSyncingWriter(_TimedWriter):
+class _TimedSync(_TimedWriter):
+    """A writer that syncs on its own descriptor (:class:`~dlio_ckpt.io.backends.base.SyncingWriter`)."""
+
     def sync(self) -> None:
         t0 = perf_counter_ns()
         self._w.sync()  # type: ignore[attr-defined]
@@ -108,8 +113,9 @@ class _TimedSyncingWriter(_TimedWriter):
         self._traced(self._fsync, t0, ns)
 
 
-class _TimedFileWriter(_TimedSyncingWriter):
-    """A file's writer (it syncs and gathers): a ``writev`` is one data request of all its bytes."""
+class _TimedWritev(_TimedWriter):
+    """A writer that gathers (:class:`~dlio_ckpt.io.backends.base.VectorWriter`): a ``writev`` is one data request
+    of all its bytes."""
 
     def writev(self, parts: list[memoryview]) -> None:
         t0 = perf_counter_ns()
@@ -163,7 +169,9 @@ class _TimedReader(_Traced):
         self._traced(self._close, t0, ns)
 
 
-class _TimedViewsReader(_TimedReader):
+class _TimedViews(_TimedReader):
+    """A reader that lends its client's buffers (:class:`~dlio_ckpt.io.backends.base.ViewsReader`)."""
+
     def views(self) -> Iterator[memoryview]:
         """The client's own buffers, each timed from asking for it to having it (not while it is verified)."""
         parts = self._r.views()
@@ -183,6 +191,22 @@ class _TimedViewsReader(_TimedReader):
             close = getattr(parts, "close", None)
             if close is not None:
                 close()
+
+
+# each further call a writer or reader may offer: the protocol that names it, and the timed class that times it
+_WRITER_CALLS: tuple[tuple[type, type[_TimedWriter]], ...] = ((SyncingWriter, _TimedSync), (VectorWriter, _TimedWritev))
+_READER_CALLS: tuple[tuple[type, type[_TimedReader]], ...] = ((ViewsReader, _TimedViews),)
+
+
+def _timed_class(inner: object, base: type, calls: tuple[tuple[type, type], ...]) -> type:
+    """The timed class of ``inner``'s shape: ``base`` with a timed twin of every further call ``inner`` offers,
+    whichever of them (one that gathers but does not sync keeps its ``writev``)."""
+    return _combined(base, tuple(timed for protocol, timed in calls if isinstance(inner, protocol)))
+
+
+@cache
+def _combined(base: type, parts: tuple[type, ...]) -> type:
+    return type("_Timed" + "".join(p.__name__.removeprefix("_Timed") for p in parts), parts, {}) if parts else base
 
 
 class TimedBackend(Backend):
@@ -221,14 +245,13 @@ class TimedBackend(Backend):
     def open_write(self, path: str, odirect: bool) -> Writer:
         prefix = self._prefix(path)
         writer = self._timed(prefix + "create", self.inner.open_write, path, odirect)
-        syncs = isinstance(writer, SyncingWriter)
-        cls = (_TimedFileWriter if isinstance(writer, VectorWriter) else _TimedSyncingWriter) if syncs else _TimedWriter
+        cls = _timed_class(writer, _TimedWriter, _WRITER_CALLS)
         return cls(writer, self.recorder, prefix, path, self.tracer)
 
     def open_read(self, path: str, odirect: bool) -> Reader:
         prefix = self._prefix(path)
         reader = self._timed(prefix + "open", self.inner.open_read, path, odirect)
-        cls = _TimedViewsReader if hasattr(reader, "views") else _TimedReader
+        cls = _timed_class(reader, _TimedReader, _READER_CALLS)
         return cls(reader, self.recorder, prefix, path, self.tracer)
 
     def open_ranged(self, path: str, odirect: bool) -> RangedReader:
@@ -236,16 +259,13 @@ class TimedBackend(Backend):
         reader = self._timed(prefix + "open", self.inner.open_ranged, path, odirect)
         return _TimedReader(reader, self.recorder, prefix, path, self.tracer)
 
-    def item_spans(self, ranges: Iterable[tuple[int, int]]) -> list[tuple[int, int]] | None:
-        return self.inner.item_spans(ranges)
-
     def item_reader(self) -> ItemReader | None:
         return self.inner.item_reader()
 
     def open_span(self, path: str, start: int, end: int) -> Reader:
         prefix = self._prefix(path)
         reader = self._timed(prefix + "open", self.inner.open_span, path, start, end)
-        cls = _TimedViewsReader if hasattr(reader, "views") else _TimedReader
+        cls = _timed_class(reader, _TimedReader, _READER_CALLS)
         return cls(reader, self.recorder, prefix, path, self.tracer)
 
     def sync(self, path: str) -> None:

@@ -10,7 +10,7 @@ them in order.
 It knows neither model shapes nor storage protocols: it gets segments from a format and moves them
 through a backend.
 
-A file may also come with its framework's calls (``FileTask.calls``, ``checkpoint.io_pattern=framework``):
+A file may also come with its framework's calls (``FileTask.pattern``, ``checkpoint.io_pattern=framework``):
 then it is written as the framework writes it, each call through a buffered file object of the storage's
 block size (the buffering a framework's ``open(path, "wb")`` gets), by a few writer threads taking whole
 files, each file synced on its own descriptor before it is closed (DCP's ``FileSystemWriter``).
@@ -24,8 +24,8 @@ from __future__ import annotations
 
 from dlio_ckpt.io.engine.buffers import check_capabilities, io_buffer_bytes
 from dlio_ckpt.io.engine.content import _abort, _close, _finish
-from dlio_ckpt.io.engine.framework import LARGEST_CALL, FrameworkIO
-from dlio_ckpt.io.engine.stream import StreamIO
+from dlio_ckpt.io.engine.framework import LARGEST_CALL, FrameworkPattern
+from dlio_ckpt.io.engine.stream import StreamPattern
 from dlio_ckpt.io.engine.tasks import FileTask, IOOptions, WriterSettings, _RangedRead
 
 __all__ = ["LARGEST_CALL", "Engine", "FileTask", "IOOptions", "WriterSettings", "check_capabilities", "io_buffer_bytes"]
@@ -38,7 +38,7 @@ def _one_way(ways: set[object]) -> None:
         raise AssertionError(f"a batch of files to be played in different ways: {sorted(map(str, ways))}")
 
 
-class Engine(StreamIO, FrameworkIO):
+class Engine(StreamPattern, FrameworkPattern):
     """Moves a process's files through a backend, ``backend.options.threads`` files at a time: each batch by the
     pattern its files come with."""
 
@@ -48,8 +48,8 @@ class Engine(StreamIO, FrameworkIO):
         the stream stalling after every file. Stores that commit on close need no second pass.
         Files that come with their framework's calls are written as it writes them (:meth:`_as_framework`), by
         ``writers`` threads (the engine's :class:`WriterSettings` by default)."""
-        _one_way({t.calls is None for t in tasks})
-        if tasks and tasks[0].calls is not None:
+        _one_way({t.pattern is None for t in tasks})
+        if tasks and tasks[0].pattern is not None:
             return self._as_framework(tasks, writers or self.writers.threads, writers == 1 or
                                       self.writers.caller_writes)
         if self._positional:
@@ -63,16 +63,17 @@ class Engine(StreamIO, FrameworkIO):
     def read_files(self, tasks: list[FileTask]) -> int:
         """Read every file whole, each byte compared with what was written; a file that comes with its
         framework's reads (a coordinator's ``.metadata``, on a file system) is read by them (:meth:`_read_calls`),
-        and a file that is one ``torch.save`` archive (``FileTask.archive``) as ``torch.load`` reads it."""
-        _one_way({(t.reads is None, t.archive) for t in tasks})
+        and a file that is one ``torch.save`` archive (``FilePattern.archive``) as ``torch.load`` reads it."""
+        _one_way({(p is None or p.reads is None, p is not None and p.archive) for p in (t.pattern for t in tasks)})
+        played = tasks[0].pattern if tasks else None
         caps = self.backend.capabilities
         if self.options.evict_before_read and not self.options.odirect and caps.evict_cache:
             self._each(lambda _, t: self._evict(t.path), tasks)
         if not self._verify:
             return self._each(self._read_unverified, tasks)
-        if tasks and tasks[0].reads is not None and self._positional:
+        if played is not None and played.reads is not None and self._positional:
             return self._each(self._read_calls, tasks)
-        if tasks and tasks[0].archive and self._positional:
+        if played is not None and played.archive and self._positional:
             return self._each(lambda worker, task: self._read_items(worker, task, ((0, task.size),)), tasks)
         if self._positional:
             return self._positioned(tasks, self._open_read, self._read_chunk, _close, _close, self._read_depth)
@@ -86,18 +87,19 @@ class Engine(StreamIO, FrameworkIO):
         rank's items one after another from one stream. Under O_DIRECT a range is widened to whole
         blocks, and the bytes read count them. Files that come with their framework's calls are read as
         its reader reads them: on a file system item by item (:meth:`_read_items`), on a storage that says how
-        its framework client reads items (``item_spans``: S3, s3torchconnector's ``S3StorageReader``) in
+        its framework client reads items (``item_reader``: S3, s3torchconnector's ``S3StorageReader``) in
         those spans (:meth:`_read_spans`). Returns the bytes read."""
-        _one_way({t.calls is None for t, _ in reads})
+        _one_way({t.pattern is None for t, _ in reads})
         caps = self.backend.capabilities
         if self.options.evict_before_read and not self.options.odirect and caps.evict_cache:
             files = list({t.path: t for t, _ in reads}.values())  # a file many ranks read, evicted once
             self._each(lambda _, t: self._evict(t.path), files)
-        if reads and reads[0][0].calls is not None and self._positional and self._verify:
+        if reads and reads[0][0].pattern is not None and self._positional and self._verify:
             return self._each(lambda worker, job: self._read_items(worker, job.task, job.spans),
                               [_RangedRead(task, ranges) for task, ranges in reads])
-        if reads and reads[0][0].calls is not None and self._verify:
-            spanned = [(task, self.backend.item_spans(self._within(task, ranges))) for task, ranges in reads]
+        if reads and reads[0][0].pattern is not None and self._verify and \
+                (client := self.backend.item_reader()) is not None:
+            spanned = [(task, client.spans(self._within(task, ranges))) for task, ranges in reads]
             if all(s is not None for _, s in spanned):
                 return self._each(lambda worker, job: self._read_spans(worker, job.task, job.spans),
                                   [_RangedRead(task, tuple(s or ())) for task, s in spanned])

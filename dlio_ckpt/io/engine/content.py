@@ -9,7 +9,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from dlio_ckpt.errors import VerifyError
-from dlio_ckpt.io.backends import Reader, Writer
+from dlio_ckpt.io.backends import Reader, ViewsReader, Writer
 from dlio_ckpt.io.engine.tasks import FileTask
 from dlio_ckpt.io.synthetic import BLOCK, STAMP_BYTES, SyntheticData
 
@@ -77,9 +77,8 @@ def _wrong(task: FileTask, offset: int, data: SyntheticData | None = None, got: 
 def _chunks(reader: Reader, buf: Any) -> Generator[Any, None, None]:
     """A file's bytes as the reader delivers them: in its own buffers where it lends them
     (``views``: verified where they landed, no copy), else read into ``buf`` one fill at a time."""
-    views = getattr(reader, "views", None)
-    if views is not None:
-        yield from views()
+    if isinstance(reader, ViewsReader):
+        yield from reader.views()
         return
     while filled := reader.readinto(buf):
         yield buf[:filled]

@@ -10,7 +10,6 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor, wait
-from functools import cached_property
 from typing import Any
 
 from dlio_ckpt.errors import StorageError, VerifyError
@@ -48,12 +47,6 @@ class EngineCore:
         for w in self._workers:
             self._idle.put(w)
         self._pool = ThreadPoolExecutor(self._threads, "dlio_ckpt_io") if self._threads > 1 else None
-        self._run_key = run_key
-
-    @cached_property
-    def _buffer_size(self) -> int:
-        """The buffer of a framework's file object on this storage (asked once)."""
-        return self.backend.buffer_size
 
     @property
     def buffer_bytes(self) -> int:

@@ -1,5 +1,5 @@
 """A framework's I/O pattern (``checkpoint.io_pattern=framework``): a file that comes with its framework's calls
-(``FileTask.calls``) is written as the framework writes it, each call through a buffered file object of the
+(``FileTask.pattern``) is written as the framework writes it, each call through a buffered file object of the
 storage's block size (the buffering a framework's ``open(path, "wb")`` gets) or torch.save's C++ stream, by a few
 writer threads taking whole files, each file synced on its own descriptor before it is closed (DCP's
 ``FileSystemWriter``); and read as its loader reads it (``torch.load``'s and ``pickle.load``'s reads through a
@@ -17,6 +17,7 @@ import time
 import zlib
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from functools import cached_property
 from typing import cast
 
 from dlio_ckpt.errors import VerifyError
@@ -28,6 +29,7 @@ from dlio_ckpt.io.engine.files import _FileBuf, _RawReader, _RawWriter
 from dlio_ckpt.io.engine.tasks import FileTask, IOOptions, WriterSettings, _item_reads
 from dlio_ckpt.io.synthetic import BLOCK, SLACK, first_difference
 from dlio_ckpt.plan.formats import FLUSH
+from dlio_ckpt.plan.pattern import FileObject, FilePattern, FirstWritten
 
 # A framework's write of a whole tensor is one call; beyond this it is made in pieces of it, so that a writer
 # thread holds at most this much synthetic data (the framework holds the whole state in memory)
@@ -41,7 +43,7 @@ ONE_WRITER = WriterSettings()  # the caller's thread alone, no copies from an ac
 SLEEP_AT_LEAST = 0.002  # a writer thread's modelled copies are slept once they add up to this (s)
 
 
-class FrameworkIO(EngineCore):
+class FrameworkPattern(EngineCore):
     """The framework pattern's writer threads, files and reads."""
 
     def __init__(self, backend: Backend, run_key: int, options: IOOptions,
@@ -49,11 +51,17 @@ class FrameworkIO(EngineCore):
                  writers: WriterSettings = ONE_WRITER) -> None:
         super().__init__(backend, run_key, options, progress)
         self.writers = writers
+        self._run_key = run_key  # the synthetic bytes' key, which the writer threads' sources are made of
         self._copy_seconds: dict[int, float] = {}  # modelled copy time by writer thread, since the last take
         self._framework_cpu = 0.0  # CPU seconds of the framework's own work played, since the last take
         self._sleep_owed = threading.local()  # a writer thread's modelled copy time not yet slept (s; < 0: credit)
         self._call_writers: list[_CallWriter] = []  # made when such files first come, as large as their calls
         self._in_memory = 0  # the largest piece a writer copies into memory before writing it (Lightning's)
+
+    @cached_property
+    def _buffer_size(self) -> int:
+        """The buffer of a framework's file object on this storage (asked once)."""
+        return self.backend.buffer_size
 
     @property
     def buffer_bytes(self) -> int:
@@ -106,16 +114,17 @@ class FrameworkIO(EngineCore):
     def _framework_pool(self, tasks: list[FileTask], threads: int) -> list[_CallWriter]:
         """One source per writer thread, as large as the largest call of ``tasks`` (at most
         :data:`LARGEST_CALL`): made once, remade only for more threads or larger calls."""
-        largest = min(max((n for t in tasks for n in t.calls or ()), default=1), LARGEST_CALL)
+        played = [_pattern(t) for t in tasks]
+        largest = min(max((n for p in played for n in p.calls), default=1), LARGEST_CALL)
         # a python file object's buffer is written from the same source, whole
-        largest = max(largest, self._buffer_size if any(t.stream == "python" for t in tasks) else 0)
+        largest = max(largest, self._buffer_size if any(p.file_object is FileObject.PYTHON for p in played) else 0)
         size = max([-(-largest // BLOCK) * BLOCK, *(w.calls for w in self._call_writers)])
         count = max(1, min(threads, len(tasks)))
         if len(self._call_writers) < count or self._call_writers[0].calls < size:
             for w in self._call_writers:
                 w.close()
             self._call_writers = [_CallWriter(self._run_key, size, self.options.reduction) for _ in range(count)]
-        if any(t.in_memory for t in tasks):  # each writer also holds a copy of the piece it writes (buffer_bytes)
+        if any(p.in_memory for p in played):  # each writer also holds a copy of the piece it writes (buffer_bytes)
             self._in_memory = max(self._in_memory, largest)
         return self._call_writers[:count]
 
@@ -130,22 +139,24 @@ class FrameworkIO(EngineCore):
         ``BytesIO``) is copied into fresh memory piece by piece and written from the copy: the copy and its page
         faults are most of that save's CPU (``bench/lightning_phases.py``), played in bounded memory.
         A file the framework writes through torch.save's C++ stream goes through :class:`_FileBuf` instead; one it
-        writes in ``$TMPDIR`` first (``via_tmpdir``, on a file system) is written there and moved into place
+        writes in ``$TMPDIR`` first (``FirstWritten.TMPDIR``, on a file system) is written there and moved into place
         (:meth:`Backend.rename <dlio_ckpt.io.backends.base.Backend.rename>`: a rename, or a copy to another
         device), as fsspec's transaction does under Lightning."""
-        staged = self._staged_path() if task.via_tmpdir and self.backend.capabilities.rename else None
+        played = _pattern(task)
+        staged = self._staged_path() if played.first_written is FirstWritten.TMPDIR and \
+            self.backend.capabilities.rename else None
         writer = self.backend.open_write(staged or task.path, False)
         try:
-            sync = task.synced and self.options.fsync and not self.backend.capabilities.durable_on_close
+            sync = played.synced and self.options.fsync and not self.backend.capabilities.durable_on_close
             own = sync and isinstance(writer, SyncingWriter)
-            if task.stream == "python" and not task.in_memory:
+            if played.file_object is FileObject.PYTHON and not played.in_memory:
                 self._write_through_buffer(w, writer, task, cast(SyncingWriter, writer).sync if own else None)
                 writer.finish()
                 return self._placed(task, staged, sync and not own)
-            buffered: io.BufferedWriter | _FileBuf = _FileBuf(writer) if task.stream == "c++" else \
+            buffered: io.BufferedWriter | _FileBuf = _FileBuf(writer) if played.file_object is FileObject.CPP else \
                 io.BufferedWriter(_RawWriter(writer), self._buffer_size)
             offset = 0
-            for n in task.calls or ():
+            for n in played.calls:
                 if n == FLUSH:
                     buffered.flush()
                     continue
@@ -154,7 +165,7 @@ class FrameworkIO(EngineCore):
                     self._progress(task.path, n)
                     offset += n
                     continue
-                if self.writers.device_copy_rate and task.tensors:
+                if self.writers.device_copy_rate and played.tensors:
                     self._copy_from_device(n)
                 for at in range(offset, offset + n, w.calls):  # a call beyond LARGEST_CALL: in pieces of it
                     end = min(at + w.calls, offset + n)
@@ -164,7 +175,7 @@ class FrameworkIO(EngineCore):
                         zlib.crc32(window)  # torch.save's per-byte work (its CRC-32 of each record); not written
                         # torch.save into memory (Lightning's BytesIO): each byte copied into memory never touched
                         # before (its pages faulted in), the write made from that copy; a piece at a time, freed
-                        source = bytearray(window) if task.in_memory else window
+                        source = bytearray(window) if played.in_memory else window
                         self._played(time.thread_time() - t0)
                         buffered.write(source)
                     self._progress(task.path, end - at)
@@ -225,8 +236,8 @@ class FrameworkIO(EngineCore):
             self._progress(task.path, hi - lo)
 
         meta, i = task.format_pieces, 0  # the format's pieces, in order; i: the first that does not end before offset
-        offset = 0
-        for n in task.calls or ():
+        offset, played = 0, _pattern(task)
+        for n in played.calls:
             if n == FLUSH:
                 if kept:
                     emit(kept_at, kept_at + kept)
@@ -236,7 +247,7 @@ class FrameworkIO(EngineCore):
                 i += 1
             # a call of the format's bytes alone lies within one of its pieces (what format_slice finds, in order)
             payload = not (i < len(meta) and meta[i][0] <= offset and offset + n <= meta[i][0] + len(meta[i][1]))
-            if payload and self.writers.device_copy_rate and task.tensors:
+            if payload and self.writers.device_copy_rate and played.tensors:
                 self._copy_from_device(n)
             for at in range(offset, offset + n, piece) if payload else (offset,):  # beyond LARGEST_CALL: pieces
                 m = min(piece, offset + n - at) if payload else n
@@ -306,11 +317,11 @@ class FrameworkIO(EngineCore):
         return path
 
     def _read_calls(self, worker: _Worker, task: FileTask) -> int:
-        """A file read by its framework's reads (:attr:`FileTask.reads`), one after another through a buffered
+        """A file read by its framework's reads (:attr:`FilePattern.reads`), one after another through a buffered
         file; the bytes storage served."""
         with self._buffered(task) as (raw, buffered):
             at = told = 0
-            for n in task.reads or ():
+            for n in _pattern(task).reads or ():
                 told += self._framework_read(worker, task, buffered, at, n, into=False)  # pickle.load's read()s
                 at += n
             self._progress(task.path, at - told)
@@ -370,9 +381,9 @@ class FrameworkIO(EngineCore):
 
     def _read_spans(self, worker: _Worker, task: FileTask, spans: tuple[tuple[int, int], ...]) -> int:
         """A loading rank's items of one object as its framework's client reads them on this storage: each span
-        (start, end) of :meth:`item_spans` one request stream (``open_span``: on S3 one GET of the range, which
-        the CRT splits into ``part_size`` GETs), read in order in the client's own buffers, every byte compared
-        with what was written there (a gap between items too: the file's bytes). The bytes read."""
+        (start, end) of the storage's ``item_reader`` one request stream (``open_span``: on S3 one GET of the
+        range, which the CRT splits into ``part_size`` GETs), read in order in the client's own buffers, every
+        byte compared with what was written there (a gap between items too: the file's bytes). The bytes read."""
         total = 0
         for start, end in spans:
             reader = self.backend.open_span(task.path, start, end)
@@ -393,3 +404,9 @@ class FrameworkIO(EngineCore):
                 raise VerifyError(f"{task.path}: has {pos} bytes, planned {task.size}")
             total += end - start
         return total
+
+
+def _pattern(task: FileTask) -> FilePattern:
+    """How its framework writes ``task``: a file the engine plays this pattern for comes with one."""
+    assert task.pattern is not None, task.path
+    return task.pattern

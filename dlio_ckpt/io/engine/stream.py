@@ -20,7 +20,7 @@ from dlio_ckpt.io.engine.tasks import FileTask
 from dlio_ckpt.io.synthetic import first_difference
 
 
-class StreamIO(EngineCore):
+class StreamPattern(EngineCore):
     """The stream's writes, reads, ranged reads and drains."""
 
     def _pipeline(self, worker: _Worker, tasks: list[FileTask], open_file: Callable[[FileTask], Any],

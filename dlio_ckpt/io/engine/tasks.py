@@ -11,8 +11,9 @@ from functools import cached_property, lru_cache
 from typing import Any, NamedTuple, Protocol, TypeVar
 
 from dlio_ckpt.io.synthetic import IRREDUCIBLE, Reduction
-from dlio_ckpt.plan.formats import Calls, Segment, file_size
+from dlio_ckpt.plan.formats import Segment, file_size
 from dlio_ckpt.plan.formats.pt import archive_records, load_reads
+from dlio_ckpt.plan.pattern import FilePattern
 
 
 @dataclass(frozen=True)
@@ -20,16 +21,7 @@ class FileTask:
     path: str
     segments: tuple[Segment, ...]
     key: int  # synthetic-data identity of the file (who wrote it, which step)
-    calls: Calls | None = None  # its framework's write calls (io_pattern=framework); None: the tuned stream
-    synced: bool = True  # with its calls: whether its framework syncs it (checkpoint.fsync says whether any is)
-    reads: Calls | None = None  # a coordinator's file: how its framework reads it, in order (its load's first reads)
-    stream: str = "python"  # with its calls: the file object they go through ("python": open(path, "wb"); "c++":
-    #                         torch.save(obj, path)'s std::ofstream)
-    via_tmpdir: bool = False  # with its calls: written in $TMPDIR, then moved into place (fsspec's transaction)
-    archive: bool = False  # with its calls: one torch.save archive, which a load reads as torch.load does
-    in_memory: bool = False  # with its calls: serialized into fresh memory first, the calls made from that copy
-    tensors: bool = True  # with its calls: its payload is tensors, copied from the accelerator where a save copies
-    #                       them (WriterSettings.device_copy_rate); a coordinator's metadata is not
+    pattern: FilePattern | None = None  # how its framework writes it (io_pattern=framework); None: the tuned stream
     dtype: str = ""  # its tensors' datatype, which the synthetic values imitate (checkpoint.data_values); "": none
 
     @cached_property

@@ -22,7 +22,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING
+
+from dlio_ckpt.plan.pattern import Copies, FileObject, FilePattern, FirstWritten, Threads
 
 if TYPE_CHECKING:
     from dlio_ckpt.config import Workload
@@ -47,10 +49,11 @@ class FrameworkIO:
     (``tests/against_frameworks/test_io_patterns.py``).
 
     A rank's files are written by as many threads as it has files (DCP's ``thread_count``: a file each, the
-    caller's thread among them unless ``caller_writes`` is False), or by the caller alone, one after another
-    (``thread_per_file`` False); each file made of its calls through a buffered file (Python's, or torch.save's
-    C++ stream: ``stream``) and synced on its own descriptor before it is closed (``checkpoint.fsync``, where
-    the framework syncs at all: ``syncs_files``); the coordinator's files follow everyone's data. A load (on
+    caller's thread among them or waiting for them), or by the caller alone, one after another (``threads``);
+    each file made of its calls through a buffered file (Python's, or torch.save's C++ stream: ``file_object``)
+    and synced on its own descriptor before it is closed (``checkpoint.fsync``, where the framework syncs at all:
+    ``syncs_files``); the coordinator's files follow everyone's data. The engine is handed each file's part as
+    one :class:`~dlio_ckpt.plan.pattern.FilePattern` (:meth:`file_pattern`, :meth:`coordinator_pattern`). A load (on
     a file system) reads each coordinator's file by its ``coordinator_reads``, then each item it needs, file by
     file on the caller's thread: a tensor as ``torch.load`` reads its archive, an object whole (DCP's
     ``FileSystemReader``); a file that is one archive (``archives``) as ``torch.load`` reads it whole."""
@@ -60,24 +63,29 @@ class FrameworkIO:
     coordinator_calls: Callable[[CoordinatorFile], Calls] = _one_call  # a coordinator's file (its size may be scaled)
     coordinator_reads: Callable[[CoordinatorFile], Calls] = _one_call  # how every rank of a load reads it, in order
     unsynced: frozenset[str] = frozenset()  # coordinator files the framework never syncs
-    caller_writes: bool = True  # the caller's thread writes one of the files (DCP's); else it waits for the writers
-    thread_per_file: bool = True  # a thread per file of the rank (DCP's, megatron-core's); else the caller writes
-    #                               its files one after another (DeepSpeed's and Lightning's torch.save)
-    stream: Literal["python", "c++"] = "python"  # the file object under the calls: Python's open(path, "wb"), or
-    #                                              the C++ std::ofstream of torch.save(obj, path) (8 KiB, writev)
+    threads: Threads = Threads.FILE_EACH  # which threads write a rank's files
+    file_object: FileObject = FileObject.PYTHON  # the file object under the calls
     syncs_files: bool = True  # whether it fsyncs its files (checkpoint.fsync); DeepSpeed and Lightning never do
-    via_tmpdir: bool = False  # each file written to a temporary file in $TMPDIR, then moved into place (shutil.move:
-    #                           a rename, or a copy where the checkpoint is on another device): fsspec's transaction
+    # where each file is first written: in place, or in $TMPDIR and then moved into place (shutil.move: a rename,
+    # or a copy where the checkpoint is on another device): fsspec's transaction
+    first_written: FirstWritten = FirstWritten.IN_PLACE
     archives: bool = False  # each file is one torch.save archive that its load reads whole, as torch.load does
     in_memory: bool = False  # torch.save into memory first (Lightning's BytesIO): each byte copied into fresh memory
     # on an object store whose client renames by a copy (capabilities.rename_by_copy): the coordinator's staged files
     # written, then copied into place, each rank first asking whether they exist (DCP's FileSystemWriter over
     # s3torchconnector's S3FileSystem); else written in place there (megatron-core writes .metadata so on MSC)
     object_store_rename: bool = False
-    # a synchronous save's copy of its tensors from the accelerator (checkpoint.gpu_copy_gb_per_second): "each"
-    # tensor just before its framework writes it (DCP's, torch.save's), or all the rank's "first", before any
-    # writer starts (megatron-core's preload)
-    copies: Literal["each", "first"] = "each"
+    copies: Copies = Copies.EACH  # when a synchronous save copies its tensors from the accelerator
+
+    def file_pattern(self, file: PlannedFile) -> FilePattern:
+        """How its framework writes one of a rank's files: what the engine is handed with it."""
+        return FilePattern(self.file_calls(file), self.syncs_files, self.file_object, self.first_written,
+                           self.in_memory, self.archives)
+
+    def coordinator_pattern(self, file: CoordinatorFile) -> FilePattern:
+        """How its framework writes a coordinator's file (metadata, not tensors), and how a load reads it."""
+        return FilePattern(self.coordinator_calls(file), file.name not in self.unsynced, tensors=False,
+                           reads=self.coordinator_reads(file))
 
 
 @dataclass(frozen=True, kw_only=True)

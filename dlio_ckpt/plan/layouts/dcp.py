@@ -337,7 +337,7 @@ def coordinator_reads(file: CoordinatorFile) -> Calls:
 
 # On S3 DCP saves through s3torchconnector's S3StorageWriter, a FileSystemWriter on its S3FileSystem: the same threads
 # and calls, each file an upload of its client (the engine's S3 writer is that client); its S3StorageReader's reads of
-# a load's items are the S3 backend's (item_spans)
+# a load's items are the S3 backend's (item_reader)
 FRAMEWORK_IO = FrameworkIO(writer="torch.distributed.checkpoint FileSystemWriter (torch 2.13.0; on S3 "
                                   "s3torchconnector 1.5.0's S3StorageWriter)",
                            file_calls=file_calls, coordinator_calls=coordinator_calls,

@@ -70,6 +70,7 @@ from dlio_ckpt.plan.layouts.deepspeed_files import (
     placeholder_states,
 )
 from dlio_ckpt.plan.layouts.rules import every_rank_writes, shared_read_tier, torch_save_only
+from dlio_ckpt.plan.pattern import FileObject, Threads
 from dlio_ckpt.plan.reads import FileReads, RankReads, RestorePlan, whole_files
 from dlio_ckpt.plan.types import FilePlan, Plan, PlannedFile, RankPlan
 
@@ -265,8 +266,8 @@ def file_calls(file: PlannedFile) -> Calls:
 # torch.save(state_dict, path), each of a rank's files in turn on its own thread; load() is torch.load(path).
 # torch.save of a path writes through C++'s std::ofstream, and nothing syncs the file.
 FRAMEWORK_IO = FrameworkIO(writer="DeepSpeed TorchCheckpointEngine: torch.save(state_dict, path) (torch 2.13.0)",
-                           file_calls=file_calls, thread_per_file=False, stream="c++", syncs_files=False,
-                           archives=True)
+                           file_calls=file_calls, threads=Threads.CALLER, file_object=FileObject.CPP,
+                           syncs_files=False, archives=True)
 
 
 LAYOUT = Layout(make_plan=make_plan, file_format=file_format, check=check, check_world=check_world,

@@ -45,6 +45,7 @@ from dlio_ckpt.plan.formats.pt import Pickler, archive
 from dlio_ckpt.plan.layouts.base import FrameworkIO, Layout
 from dlio_ckpt.plan.layouts.dcp import ADAM_GROUP
 from dlio_ckpt.plan.layouts.rules import shared_read_tier, torch_save_only
+from dlio_ckpt.plan.pattern import Copies, FirstWritten, Threads
 from dlio_ckpt.plan.reads import FileReads, RankReads, RestorePlan
 from dlio_ckpt.plan.types import Item, ItemFile, Plan, PlannedFile, RankPlan, shrink_shape
 
@@ -309,8 +310,9 @@ def file_calls(file: PlannedFile) -> Calls:
 # device's tensors are all copied to the host (torch.save into the BytesIO) before the one write starts
 FRAMEWORK_IO = FrameworkIO(writer="Lightning 2.6.6 TorchCheckpointIO (torch.save into memory, one write to a "
                            "temporary file in $TMPDIR, moved into place)",
-                           file_calls=file_calls, caller_writes=True, thread_per_file=False, stream="python",
-                           syncs_files=False, via_tmpdir=True, archives=True, copies="first", in_memory=True)
+                           file_calls=file_calls, threads=Threads.CALLER, syncs_files=False,
+                           first_written=FirstWritten.TMPDIR, archives=True, copies=Copies.FIRST,
+                           in_memory=True)
 
 
 def restore(workload: Workload, plan: Plan, world_size: int, model_only: bool) -> RestorePlan:

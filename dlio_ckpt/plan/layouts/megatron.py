@@ -58,6 +58,7 @@ from dlio_ckpt.plan.layouts.megatron_files import (
     tp_cuts,
 )
 from dlio_ckpt.plan.layouts.rules import every_rank_writes, torch_save_only
+from dlio_ckpt.plan.pattern import Copies, Threads
 from dlio_ckpt.plan.reads import RestorePlan
 from dlio_ckpt.plan.types import CoordinatorFile, Item, ItemFile, Plan
 
@@ -300,7 +301,7 @@ def coordinator_reads(file: CoordinatorFile) -> tuple[int, ...]:
 FRAMEWORK_IO = FrameworkIO(writer="megatron-core 0.16.1 FileSystemWriterAsync (a writer per file, as threads)",
                            file_calls=file_calls, coordinator_calls=coordinator_calls,
                            coordinator_reads=coordinator_reads, unsynced=frozenset({"common.pt", "metadata.json"}),
-                           caller_writes=False, copies="first")
+                           threads=Threads.FILE_EACH_CALLER_WAITS, copies=Copies.FIRST)
 
 
 LAYOUT = Layout(make_plan=make_plan, file_format=file_format, check=check, check_world=check_world,

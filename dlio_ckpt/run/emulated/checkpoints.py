@@ -21,6 +21,7 @@ from dlio_ckpt.io.engine import Engine, FileTask, IOOptions, WriterSettings
 from dlio_ckpt.io.synthetic import Reduction, file_key
 from dlio_ckpt.plan.formats import Format
 from dlio_ckpt.plan.layouts import FrameworkIO, file_format, framework_io
+from dlio_ckpt.plan.pattern import Copies, Threads
 from dlio_ckpt.plan.reads import RankReads, RestorePlan
 from dlio_ckpt.plan.types import FilePlan, Plan, PlannedFile, RankPlan
 from dlio_ckpt.run.context import RunContext
@@ -87,10 +88,7 @@ def tasks(ctx: RunContext, fmt: Format, step: int, plans: list[RankPlan], backen
         return [FileTask(f"{base}/{f.stem}{fmt.extension}", tuple(fmt.segments(f)), file_key(step, p.rank, i),
                          dtype=values_dtype(f)) for p in plans for i, f in enumerate(p.files)]
     return [FileTask(f"{base}/{f.stem}{fmt.extension}", tuple(fmt.segments(f)), file_key(step, p.rank, i),
-                     played.file_calls(f), synced=played.syncs_files, stream=played.stream,
-                     via_tmpdir=played.via_tmpdir, archive=played.archives, in_memory=played.in_memory,
-                     dtype=values_dtype(f))
-            for p in plans for i, f in enumerate(p.files)]
+                     played.file_pattern(f), dtype=values_dtype(f)) for p in plans for i, f in enumerate(p.files)]
 
 
 def stages(store: Backend, played: FrameworkIO | None) -> bool:
@@ -107,9 +105,7 @@ def coordinator_tasks(ctx: RunContext, step: int, backend: Backend | None = None
     first written as when ``staged`` and the storage moves them into place (:func:`stages`)."""
     base, store, played = ctx.path(step, backend=backend), backend or ctx.backend, framework_io(ctx.workload)
     return [FileTask(f"{base}/{c.staged if staged and c.staged and stages(store, played) else c.name}",
-                     (c.size,), file_key(step, ctx.world_size, k), played.coordinator_calls(c) if played else None,
-                     synced=played is None or c.name not in played.unsynced,
-                     reads=played.coordinator_reads(c) if played else None, tensors=False)
+                     (c.size,), file_key(step, ctx.world_size, k), played.coordinator_pattern(c) if played else None)
             for k, c in enumerate(plan_of(ctx).coordinator)]
 
 
@@ -120,7 +116,7 @@ def writer_threads(ctx: RunContext, backend: Backend) -> int:
     that many at a time, and up to its storage's ``threads``."""
     played = framework_io(ctx.workload)
     most = max((len(p.files) for p in ranks_of_process(ctx)), default=1) if played is None or \
-        played.thread_per_file else 1
+        played.threads is not Threads.CALLER else 1
     return most if ctx.world_size == ctx.comm.size else max(most, backend.options.threads)
 
 
@@ -153,8 +149,8 @@ def writer_settings(ctx: RunContext, played: FrameworkIO | None) -> WriterSettin
     if played is None:
         return WriterSettings()
     threads, rate = writer_threads(ctx, ctx.backend), _copy_rate(ctx, played)
-    per_thread = min(rate, rate * len(ranks_of_process(ctx)) / threads) if played.copies != "first" else 0.0
-    return WriterSettings(threads, played.caller_writes, per_thread)
+    per_thread = min(rate, rate * len(ranks_of_process(ctx)) / threads) if played.copies is Copies.EACH else 0.0
+    return WriterSettings(threads, played.threads is not Threads.FILE_EACH_CALLER_WAITS, per_thread)
 
 
 def device_copy(ctx: RunContext, played: FrameworkIO | None) -> DeviceCopy:
@@ -162,7 +158,7 @@ def device_copy(ctx: RunContext, played: FrameworkIO | None) -> DeviceCopy:
     them all first: the largest of its ranks' shards, each rank copying from its own (tensor by tensor, the
     engine's writer threads copy instead: :func:`writer_settings`)."""
     rate = _copy_rate(ctx, played)
-    if played is None or played.copies != "first" or not rate:
+    if played is None or played.copies is not Copies.FIRST or not rate:
         return DeviceCopy()
     return DeviceCopy(max(shard_bytes(ctx), default=0) / rate)
 

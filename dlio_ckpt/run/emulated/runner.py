@@ -33,6 +33,7 @@ from dlio_ckpt.results.summary import GoodputAsked, OpRecord
 from dlio_ckpt.run.context import GIB, RunContext, record, say_done, timed, write_results
 from dlio_ckpt.run.emulated.background import BackgroundSaves, Staging, train
 from dlio_ckpt.run.emulated.checkpoints import (
+    DeviceCopy,
     EmulatedRun,
     check_manifest,
     device_copy,
@@ -212,17 +213,28 @@ def _lost_shares(ctx: RunContext, run: EmulatedRun) -> LostShares | None:
     return LostShares(ctx, tier, lambda step, backend, p: run.restore_reads(step, backend, _read_plans(ctx, p))[0])
 
 
-def _sources(read_from: list[dict[str, Any]]) -> list[RestoreSource]:
+@dataclass(frozen=True)
+class ReadFrom:
+    """Where one process's loads read in a restore with lost hosts: the tier, its host, its bytes and seconds over
+    all loads."""
+
+    tier: int
+    host: str
+    bytes: int
+    seconds: float
+
+
+def _sources(read_from: list[ReadFrom]) -> list[RestoreSource]:
     """Where a restore with lost hosts read, per tier: the hosts and processes that read there, their
     bytes over all loads and the slowest process's load seconds."""
-    out: dict[int, dict[str, Any]] = {}
+    out: dict[int, RestoreSource] = {}
     for process, r in enumerate(read_from):
-        s = out.setdefault(r["tier"], {"tier": r["tier"], "hosts": [], "processes": [], "bytes": 0, "seconds": 0.0})
-        s["hosts"] += [] if r["host"] in s["hosts"] else [r["host"]]
-        s["processes"].append(process)
-        s["bytes"] += r["bytes"]
-        s["seconds"] = max(s["seconds"], r["seconds"])
-    return [RestoreSource(**out[k]) for k in sorted(out)]
+        s = out.setdefault(r.tier, RestoreSource(tier=r.tier, hosts=[], processes=[], bytes=0, seconds=0.0))
+        s.hosts += [] if r.host in s.hosts else [r.host]
+        s.processes.append(process)
+        s.bytes += r.bytes
+        s.seconds = max(s.seconds, r.seconds)
+    return [out[k] for k in sorted(out)]
 
 
 @dataclass
@@ -232,7 +244,7 @@ class RetryCount:
 
     save: int = 0
     load: int = 0
-    read_from: dict[str, Any] | None = None
+    read_from: ReadFrom | None = None
 
 
 def run(ctx: RunContext) -> Summary | None:
@@ -348,27 +360,27 @@ class EmulatedJob:
         caveat = load_caveat(ctx.workload, restore_of(ctx))
         if caveat and comm.rank == 0:  # once, before the loads say "verified"
             log.info("load: %s", caveat)
+        copy_back = load_copy(ctx, self.played, read_plans)  # the same every load
         for i in range(1, ck.num_checkpoints_read + 1):
-            self._load(i, reader, read_plans, handoff, from_peer)
+            self._load(i, reader, read_plans, copy_back, handoff, from_peer)
         if ctx.workload.restore.lost_hosts:  # each process's source, for io.restore
             loads = [r for r in self.records if r.phase == "load"]
-            self.retries.read_from = {"tier": read_tier(ctx), "host": ctx.placement.host,
-                                      "bytes": sum(r.bytes for r in loads), "seconds": sum(r.duration for r in loads)}
+            self.retries.read_from = ReadFrom(read_tier(ctx), ctx.placement.host, sum(r.bytes for r in loads),
+                                              sum(r.duration for r in loads))
 
-    def _load(self, i: int, reader: Backend, read_plans: list[RankReads], handoff: LostShares | None,
-              from_peer: PeerSource | None) -> None:
+    def _load(self, i: int, reader: Backend, read_plans: list[RankReads], copy_back: DeviceCopy,
+              handoff: LostShares | None, from_peer: PeerSource | None) -> None:
         ctx, engine, run = self.ctx, self.read_engine, self.run
         ctx.state.phase, ctx.state.step = "load", i
         _check_step(ctx, run.files, run.host_files, i, run.run_key)
         whole, ranged = run.restore_reads(i, reader, read_plans)
-        copy_back = load_copy(ctx, self.played, read_plans)
         metadata = run.metadata_reads(i, reader, len(read_plans))
         before = engine.retries
         self.shown.start(f"load_ckpt{i}", [(t.path, t.size) for t in metadata + whole] +
                          [(t.path, sum(n for _, n in r)) for t, r in ranged])
         try:
             with timed(ctx, "load", i) as clock:
-                sent = handoff.send(i, io_options(ctx).evict_before_read) if handoff is not None else None
+                sent = handoff.send(i, engine.options.evict_before_read) if handoff is not None else None
                 if from_peer is not None:
                     from_peer.expect()
                 nbytes = engine.read_files(metadata)
