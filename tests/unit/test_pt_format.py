@@ -1,6 +1,7 @@
 """The ``pt`` format's ``data.pkl`` against ``torch.save``'s own, byte for byte, for the dict shapes a layout
 plans: flat and nested, one tensor, a few, and around the pickler's batches of 1000 (where Python's C pickler
-writes an empty batch after a full one and a lone last item as a batch of one)."""
+writes an empty batch after a full one and a lone last item as a batch of one), and the one pickle writer's plain
+values against Python's own pickler."""
 
 from __future__ import annotations
 
@@ -87,3 +88,23 @@ def test_the_reads_torch_load_makes_are_those_load_reads_plays():
         logged.read = lambda n=-1, f=logged: (f.reads.append((f.f.tell(), n)), f.f.read(n))[1]  # the magic's read
         torch.load(logged, weights_only=True)
         assert logged.reads == load_reads(len(data), lambda lo, hi, d=data: d[lo:hi])
+
+
+def test_the_one_pickle_writer_writes_plain_values_as_pythons_pickler_does():
+    """The values around a checkpoint's tensors (Lightning's: counters, floats, strings seen again, lists and dicts
+    around the batches of 1000, tuples short and long, an int beyond 32 bits) against ``pickle.dumps`` at
+    torch.save's protocol 2, and each int's opcode as DCP's ``.metadata`` prices it."""
+    import pickle
+
+    from dlio_ckpt.plan.formats.pt import Pickler, pickled_int
+
+    for n in (0, 255, 256, 65535, 65536, -1, -(1 << 31), (1 << 31) - 1, 1 << 31, -(1 << 31) - 1, 1 << 70):
+        assert pickled_int(n) == pickle.dumps(n, protocol=2)[2:-1], n
+    lr = "lr"
+    value = {"epoch": 0, "step": 70_000, "big": 1 << 40, "none": None, "flags": [True, False], "lr": 1e-3,
+             "names": [lr, lr, "x"], "short": (1, 2), "long": (1, 2, 3, 4), "empty": (), "nested": {"d": {}},
+             "thousand": list(range(1000)), "more": {str(i): i for i in range(1001)},
+             "exact": {str(i): i for i in range(2000, 3000)}, "one": [7], "single": {"k": 1}}
+    p = Pickler()
+    p.value(value)
+    assert p.done() == pickle.dumps(value, protocol=2)

@@ -24,7 +24,7 @@ from typing import Any
 
 from dlio_ckpt.model.dtypes import DTYPES
 from dlio_ckpt.plan.formats import Calls, Segment
-from dlio_ckpt.plan.types import FilePlan, PlannedFile
+from dlio_ckpt.plan.types import FilePlan, Item, PlannedFile
 
 ALIGN = 64  # torch.save's own storage alignment: overhead stays ~100-200 bytes per tensor
 _U32 = 0xFFFFFFFF
@@ -32,16 +32,22 @@ _U32 = 0xFFFFFFFF
 
 # -- pickle (protocol 2, as torch.save's pickler writes it) ------------------------------------------
 
-def _str(s: str) -> bytes:
-    b = s.encode()
-    return b"X" + struct.pack("<I", len(b)) + b
-
-
-def _int(n: int) -> bytes:
-    if 0 <= n < 1 << 31:
+def pickled_int(n: int) -> bytes:
+    """An int as Python's pickler writes it (``_pickle.c``'s ``save_long``, any protocol from 2): the shortest of
+    BININT1, BININT2 and BININT (signed 32 bits), else LONG1. DCP's ``.metadata`` prices its ints by it too."""
+    if 0 <= n < 256:
+        return b"K" + bytes([n])
+    if 0 <= n < 65536:
+        return b"M" + struct.pack("<H", n)
+    if -(1 << 31) <= n < 1 << 31:
         return b"J" + struct.pack("<i", n)
     raw = n.to_bytes((n.bit_length() + 8) // 8, "little", signed=True)
     return b"\x8a" + bytes([len(raw)]) + raw
+
+
+def _str(s: str) -> bytes:
+    b = s.encode()
+    return b"X" + struct.pack("<I", len(b)) + b
 
 
 def _global(module: str, name: str) -> bytes:
@@ -64,15 +70,22 @@ def pickle_state(file: FilePlan) -> bytes:
     return p.done()
 
 
+class OrderedItems(list[tuple[str, Any]]):
+    """An ``OrderedDict``'s items (a module's state_dict), which :meth:`Pickler.value` pickles as one."""
+
+
 class Pickler:
-    """Python's C pickler at protocol 2, as ``torch.save`` runs it, for the few objects a checkpoint holds:
+    """Python's C pickler at protocol 2, as ``torch.save`` runs it, for the objects a checkpoint holds, the one
+    pickle writer of the package (DLIO's and DeepSpeed's state dicts, a tensor's archive, Lightning's checkpoint):
     every dict, string, tuple and reduced object memoized as it first appears; what is the same object each
     time (``torch._utils._rebuild_tensor_v2``, the storage class, ``OrderedDict``, the strings "storage" and
-    "cpu") fetched from the memo after; dict items batched as ``batch_dict_exact`` batches them."""
+    "cpu", a value's strings in :meth:`value`) fetched from the memo after; a list's and a dict's items batched as
+    ``batch_list`` and ``batch_dict_exact`` batch them."""
 
     def __init__(self) -> None:
         self.m, self.out = _Memo(), [b"\x80\x02"]
         self.seen: dict[tuple[str, ...], int] = {}  # a shared object's memo index
+        self.storages = 0  # the tensors :meth:`value` pickled, whose storages it keys in order of appearance
 
     def once(self, key: tuple[str, ...], first: bytes) -> None:
         """A shared object: pickled and memoized the first time, fetched from the memo after."""
@@ -93,31 +106,89 @@ class Pickler:
         self.once(("torch", storage), _global("torch", storage))
         self.out.append(m.str(storage_key))
         self.once(("cpu",), _str("cpu"))
-        self.out.append(_small_int(numel) + b"t" + m.put() + b"Q" + _small_int(0) + m.tuple(shape)
-                        + m.tuple(strides) + b"\x89")
+        self.out.append(pickled_int(numel) + b"t" + m.put() + b"Q" + pickled_int(0))
+        self._tuple(shape)
+        self._tuple(strides)
+        self.out.append(b"\x89")
         self.once(("collections", "OrderedDict"), _global("collections", "OrderedDict"))
         self.out.append(b")R" + m.put() + b"t" + m.put() + b"R" + m.put())
 
     def dict(self, entries: list[tuple[str, Any]], value: Callable[[Any], None]) -> None:
-        """A dict of string keys: a single item by ``SETITEM``; else batches of 1000 by ``MARK ... SETITEMS``,
-        a full batch followed by another, empty or not."""
+        """A dict of string keys, each a string of its own (memoized, never fetched), each value by ``value``."""
         self.out.append(b"}" + self.m.put())
-        if len(entries) == 1:
-            self.out.append(self.m.str(entries[0][0]))
-            value(entries[0][1])
-            self.out.append(b"s")
+
+        def item(entry: tuple[str, Any]) -> None:
+            self.out.append(self.m.str(entry[0]))
+            value(entry[1])
+
+        self._batches(entries, item, b"s", b"u", lone=len(entries) == 1, after_full=True)
+
+    def value(self, v: Any) -> None:
+        """A plain value: a tensor (an :class:`~dlio_ckpt.plan.types.Item`, its storage keyed by the tensors
+        before it), None, a bool, int, float or string (a string fetched from the memo when seen before), a tuple,
+        list or dict of values, or an ``OrderedDict``'s items (:class:`OrderedItems`)."""
+        out = self.out
+        if isinstance(v, Item):
+            self.tensor(v.dtype, str(self.storages), v.shape)
+            self.storages += 1
+        elif v is None:
+            out.append(b"N")
+        elif isinstance(v, bool):
+            out.append(b"\x88" if v else b"\x89")
+        elif isinstance(v, int):
+            out.append(pickled_int(v))
+        elif isinstance(v, float):
+            out.append(b"G" + struct.pack(">d", v))
+        elif isinstance(v, str):
+            self.once(("str", v), _str(v))
+        elif isinstance(v, tuple):
+            self._tuple(v)
+        elif isinstance(v, OrderedItems):  # reduced: OrderedDict(), then its items as an iterator's (batch_dict)
+            self.once(("collections", "OrderedDict"), _global("collections", "OrderedDict"))
+            out.append(b")R" + self.m.put())
+            self._batches(v, self._pair, b"s", b"u", lone=True, after_full=False)
+        elif isinstance(v, list):
+            out.append(b"]" + self.m.put())
+            self._batches(v, self.value, b"a", b"e", lone=len(v) == 1, after_full=False)
+        elif isinstance(v, dict):
+            out.append(b"}" + self.m.put())
+            self._batches(list(v.items()), self._pair, b"s", b"u", lone=len(v) == 1, after_full=bool(v))
+        else:
+            raise TypeError(f"no pickle for {type(v).__name__}")
+
+    def _pair(self, kv: tuple[Any, Any]) -> None:
+        self.value(kv[0])
+        self.value(kv[1])
+
+    def _tuple(self, v: tuple[Any, ...]) -> None:
+        """EMPTY_TUPLE; TUPLE1, 2 or 3 after its items; else MARK, its items, TUPLE (each memoized)."""
+        if not v:
+            self.out.append(b")")
             return
-        start = 0
-        while True:
-            batch = entries[start:start + 1000]
+        if len(v) > 3:
             self.out.append(b"(")
-            for k, v in batch:
-                self.out.append(self.m.str(k))
-                value(v)
-            self.out.append(b"u")
-            start += len(batch)
-            if len(batch) < 1000:
-                return
+        for x in v:
+            self.value(x)
+        self.out.append((b"\x85\x86\x87"[len(v) - 1:len(v)] if len(v) <= 3 else b"t") + self.m.put())
+
+    def _batches(self, entries: list[Any], write: Callable[[Any], None], one: bytes, many: bytes, lone: bool,
+                 after_full: bool) -> None:
+        """A list's items or a dict's (key, value) pairs as CPython's pickler adds them (``_pickle.c``): in
+        batches of 1000 entries, MARK ... APPENDS or SETITEMS (``many``), each entry by ``write``. ``lone``: a
+        batch of one entry goes by APPEND or SETITEM alone (``one``: a list or dict of one; any reduced object's
+        items); ``after_full``: a full last batch is followed by an empty one (an exact dict's
+        ``batch_dict_exact``)."""
+        starts = list(range(0, len(entries), 1000))
+        if after_full and entries and len(entries) % 1000 == 0:
+            starts.append(len(entries))
+        for start in starts:
+            batch = entries[start:start + 1000]
+            single = lone and len(batch) == 1
+            if not single:
+                self.out.append(b"(")
+            for entry in batch:
+                write(entry)
+            self.out.append(one if single else many)
 
     def done(self) -> bytes:
         return b"".join([*self.out, b"."])
@@ -129,8 +200,7 @@ def _get(index: int) -> bytes:
 
 
 class _Memo:
-    """The pickler's memo: each object memoized gets the next index (BINPUT); strings and non-empty tuples
-    are written and memoized here, ints encoded by size."""
+    """The pickler's memo: each object memoized gets the next index (BINPUT); a string written here is memoized."""
 
     def __init__(self) -> None:
         self.n = 0
@@ -142,21 +212,6 @@ class _Memo:
 
     def str(self, s: str) -> bytes:
         return _str(s) + self.put()
-
-    def tuple(self, ints: tuple[int, ...]) -> bytes:
-        if not ints:
-            return b")"
-        body = b"".join(_small_int(i) for i in ints)
-        return (body + b"\x85\x86\x87"[len(ints) - 1:len(ints)] if len(ints) <= 3 else b"(" + body + b"t") + self.put()
-
-
-def _small_int(n: int) -> bytes:
-    """Python's pickler picks the shortest of BININT1, BININT2, BININT, LONG1."""
-    if 0 <= n < 256:
-        return b"K" + bytes([n])
-    if 0 <= n < 65536:
-        return b"M" + struct.pack("<H", n)
-    return _int(n)
 
 
 def tensor_pickle(dtype: str, shape: tuple[int, ...]) -> bytes:

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from functools import cache
 
 from dlio_ckpt.plan.formats import Calls
+from dlio_ckpt.plan.formats.pt import pickled_int
 from dlio_ckpt.plan.types import Item
 
 FIXED = 1000  # the header, the class and field names pickled once, storage_meta (path, save id), version
@@ -63,16 +64,15 @@ def chunks_listed(t: Tensor, world: int) -> int:
 
 
 def _int(n: int) -> int:
-    if 0 <= n < 256:
-        return 2
-    if 0 <= n < 65536:
-        return 3
-    if -(1 << 31) <= n < 1 << 31:
-        return 5
-    return 2 + (n.bit_length() + 8) // 8
+    """An int's pickled bytes: the pickler's own choice of opcode (:func:`~dlio_ckpt.plan.formats.pt.pickled_int`),
+    the same at DCP's protocol as at torch.save's."""
+    return len(pickled_int(n))
 
 
 def _str(s: str) -> int:
+    """A string's pickled bytes at DCP's protocol (pickle's default, 4: SHORT_BINUNICODE or BINUNICODE, then
+    MEMOIZE), where torch.save's protocol 2 writes BINUNICODE and BINPUT
+    (:class:`~dlio_ckpt.plan.formats.pt.Pickler`): the one pickle this package prices rather than writes."""
     n = len(s.encode())
     return (2 if n < 256 else 5) + n + 1
 

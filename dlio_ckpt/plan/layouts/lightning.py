@@ -32,7 +32,6 @@ byte, and what torch.load gives back to Lightning's demo module and torch's Adam
 
 from __future__ import annotations
 
-import struct
 from dataclasses import dataclass
 from functools import lru_cache
 from hashlib import blake2b
@@ -41,7 +40,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from dlio_ckpt.errors import ConfigError
 from dlio_ckpt.model.lightning_demo import DemoTransformer, predict
 from dlio_ckpt.plan.formats import Calls, Format, Segment, file_size
-from dlio_ckpt.plan.formats.pt import Pickler, archive
+from dlio_ckpt.plan.formats.pt import OrderedItems, Pickler, archive
 from dlio_ckpt.plan.layouts.base import FrameworkIO, Layout
 from dlio_ckpt.plan.layouts.dcp import ADAM_GROUP
 from dlio_ckpt.plan.layouts.rules import shared_read_tier, torch_save_only
@@ -153,90 +152,6 @@ def make_plan(workload: Workload, world_size: int) -> Plan:
     return Plan(lay, ranks)
 
 
-class _Ordered(list[tuple[str, Any]]):
-    """An ``OrderedDict``'s items (a module's state_dict), pickled as one."""
-
-
-class _CheckpointPickler(Pickler):
-    """torch.save's pickler (protocol 2, every string memoized on first sight) for a checkpoint's dict: tensors as
-    :class:`~dlio_ckpt.plan.formats.pt.Pickler` writes them, storages keyed in order of appearance, and the
-    plain values around them."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.storages = 0
-
-    def value(self, v: Any) -> None:
-        out = self.out
-        if isinstance(v, Item):
-            self.tensor(v.dtype, str(self.storages), v.shape)
-            self.storages += 1
-        elif v is None:
-            out.append(b"N")
-        elif isinstance(v, bool):
-            out.append(b"\x88" if v else b"\x89")
-        elif isinstance(v, int):
-            out.append(_int(v))
-        elif isinstance(v, float):
-            out.append(b"G" + struct.pack(">d", v))
-        elif isinstance(v, str):
-            raw = v.encode()
-            self.once(("str", v), b"X" + struct.pack("<I", len(raw)) + raw)
-        elif isinstance(v, tuple):
-            self._tuple(v)
-        elif isinstance(v, _Ordered):  # reduced: OrderedDict(), then its items as an iterator's (batch_dict)
-            self.once(("collections", "OrderedDict"), b"ccollections\nOrderedDict\n")
-            out.append(b")R" + self.m.put())
-            self._batches([x for pair in v for x in pair], 2, lone=True, after_full=False)
-        elif isinstance(v, list):
-            out.append(b"]" + self.m.put())
-            self._batches(v, 1, lone=len(v) == 1, after_full=False)
-        elif isinstance(v, dict):
-            out.append(b"}" + self.m.put())
-            self._batches([x for pair in v.items() for x in pair], 2, lone=len(v) == 1, after_full=bool(v))
-        else:
-            raise TypeError(f"no pickle for {type(v).__name__}")
-
-    def _tuple(self, v: tuple[Any, ...]) -> None:
-        """EMPTY_TUPLE; TUPLE1, 2 or 3 after its items; else MARK, its items, TUPLE (each memoized)."""
-        if not v:
-            self.out.append(b")")
-            return
-        if len(v) > 3:
-            self.out.append(b"(")
-        for x in v:
-            self.value(x)
-        self.out.append((b"\x85\x86\x87"[len(v) - 1:len(v)] if len(v) <= 3 else b"t") + self.m.put())
-
-    def _batches(self, values: list[Any], width: int, lone: bool, after_full: bool) -> None:
-        """A list's items (``width`` 1) or a dict's keys and values (2, flat) as CPython's pickler adds them
-        (``_pickle.c``): in batches of 1000 entries, MARK ... APPENDS or SETITEMS. ``lone``: a batch of one entry
-        goes by APPEND or SETITEM alone (a list or dict of one; any reduced object's items); ``after_full``: a
-        full last batch is followed by an empty one (an exact dict's ``batch_dict_exact``)."""
-        one, many = (b"a", b"e") if width == 1 else (b"s", b"u")
-        step = 1000 * width
-        starts = list(range(0, len(values), step))
-        if after_full and values and len(values) % step == 0:
-            starts.append(len(values))
-        for start in starts:
-            batch = values[start:start + step]
-            single = lone and len(batch) == width
-            if not single:
-                self.out.append(b"(")
-            for x in batch:
-                self.value(x)
-            self.out.append(one if single else many)
-
-
-def _int(n: int) -> bytes:
-    """BININT1, BININT2 or BININT, as Python's pickler picks them (a checkpoint's counters and indices)."""
-    if 0 <= n < 256:
-        return b"K" + bytes([n])
-    if 0 <= n < 65536:
-        return b"M" + struct.pack("<H", n)
-    return b"J" + struct.pack("<i", n)
-
-
 @lru_cache(maxsize=4)
 def _pickle(items: tuple[Item, ...]) -> bytes:
     """``data.pkl`` of the checkpoint's dict, its tensors ``items`` (:meth:`LightningLayout.items`)."""
@@ -247,9 +162,9 @@ def _pickle(items: tuple[Item, ...]) -> bytes:
         state.setdefault(int(index), {})[key] = i
     group = dict((*(ADAM_GROUP if state else SGD_GROUP), ("params", list(range(len(params))))))
     checkpoint = {"epoch": 0, "global_step": 0, "pytorch-lightning_version": VERSION,
-                  "state_dict": _Ordered((i.fqn, i) for i in params), "callbacks": {},
+                  "state_dict": OrderedItems((i.fqn, i) for i in params), "callbacks": {},
                   "optimizer_states": [{"state": state, "param_groups": [group]}], "lr_schedulers": []}
-    p = _CheckpointPickler()
+    p = Pickler()
     p.value(checkpoint)
     return p.done()
 
