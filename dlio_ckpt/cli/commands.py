@@ -18,12 +18,13 @@ from pathlib import Path
 from typing import Any
 
 from dlio_ckpt.cluster.comm import Comm, on_root, reported_by_another_rank
-from dlio_ckpt.config import check_world_size, compose
+from dlio_ckpt.config import compose
 from dlio_ckpt.errors import ConfigError, DlioCkptError
 
 
 def run(args: argparse.Namespace, comm: Comm) -> int:
     """Write the checkpoints, then read them back, on every process of the job."""
+    from dlio_ckpt.plan.layouts import check_job
     from dlio_ckpt.run.failure import RunState, Watchdog, fail_every_rank, on_signals
     from dlio_ckpt.run.launch import check_run_dir, execute, start
     from dlio_ckpt.tools.drivers.repeats import check_repeat, repeat_folder, replaced, write_repeats
@@ -35,7 +36,7 @@ def run(args: argparse.Namespace, comm: Comm) -> int:
     # Every rank validates (same input, same answer, no collective needed); rank 0 alone resolves
     # the run folder (it holds the time) and shares it. Config-only rules all come before storage.
     workload, raw, run_dir = compose(args.overrides, args.config_dir)
-    check_world_size(workload, world_size, comm.size)
+    check_job(workload, world_size, comm.size)
     run_dir = comm.bcast(run_dir if comm.rank == 0 else None)
     on_root(comm, lambda: check_run_dir(run_dir, args.replace_results))
     run_dir = os.path.abspath(run_dir)
@@ -68,13 +69,14 @@ def run(args: argparse.Namespace, comm: Comm) -> int:
 
 def plan(args: argparse.Namespace, comm: Comm) -> int:
     """The files each rank writes, the restore's reads and the what-if, printed; nothing written."""
-    from dlio_ckpt.plan.layouts import file_format, make_plan, restore_plan
+    from dlio_ckpt.plan.layouts import check_job, file_format, make_plan, restore_plan
     from dlio_ckpt.plan.view import plan_json, plan_table, restore_table
     from dlio_ckpt.results.restore import described
     from dlio_ckpt.results.whatif import Assumptions, what_if
     from dlio_ckpt.run.preparation import check_tier_options
 
     workload, _, _ = compose(args.overrides, args.config_dir)
+    check_job(workload)
     if workload.mode != "emulated":
         from dlio_ckpt.run.modes import prediction
 
@@ -83,7 +85,7 @@ def plan(args: argparse.Namespace, comm: Comm) -> int:
         return 0
     if args.world_size is None:
         raise ConfigError("--world-size", None, "plan needs the number of ranks to lay out")
-    check_world_size(workload, args.world_size)
+    check_job(workload, args.world_size)
     check_tier_options(workload)
     fmt = file_format(workload)
     job_plan = make_plan(workload, args.world_size)

@@ -82,3 +82,42 @@ def _rule(meta: Any) -> str:
     return ""
 
 
+# The keys only some layouts read (each layout declares those it reads: Layout.reads_keys), and what
+# each means, for the message that refuses it under a layout that would ignore it
+LAYOUT_KEYS = {
+    "checkpoint.files_per_rank": "the writer's thread_count, files per rank",
+    "model.master_weights": "FSDP2's mixed precision without master weights",
+    "model.moments_datatype": "Adam's moments in a dtype of their own",
+    "model.parallelism.first_stage_layers": "Megatron's uneven pipeline split",
+    "model.parallelism.last_stage_layers": "Megatron's uneven pipeline split",
+    "checkpoint.miniature": "a scaled run's sample of whole items, for layouts whose files are many items",
+    "restore.tensor": "a load at another tensor parallelism",
+    "restore.expert": "a mixture of experts' load at another expert parallelism",
+}
+
+
+def layout_keys_set(workload: Workload) -> list[tuple[str, Any, str]]:
+    """The keys only some layouts read (:data:`LAYOUT_KEYS`) that ``workload`` sets away from their defaults:
+    (key, value, what it means); a layout that does not read one refuses it
+    (:func:`dlio_ckpt.plan.layouts.check_job`)."""
+    out = []
+    for key, meaning in LAYOUT_KEYS.items():
+        section, _, name = key.rpartition(".")
+        value = getattr(_value_at(workload, section), name)
+        if value != _default_of(section, name):
+            out.append((key, value, meaning))
+    return out
+
+
+def _value_at(workload: Workload, dotted: str) -> Any:
+    node: Any = workload
+    for part in dotted.split("."):
+        node = getattr(node, part)
+    return node
+
+
+def _default_of(dotted: str, name: str) -> Any:
+    model: Any = Workload
+    for part in dotted.split("."):
+        model = model.model_fields[part].annotation
+    return model.model_fields[name].get_default(call_default_factory=True)

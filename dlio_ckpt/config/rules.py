@@ -1,18 +1,18 @@
 """The rules that read more than one section of the workload: what a layout, the tiers or a real mode
 cannot do with the rest of the configuration, refused before anything is written, each naming key, value
-and rule (exit 2). The layout's own rules are its ``check`` (:class:`dlio_ckpt.plan.layouts.base.Layout`),
-asked through the registry.
+and rule (exit 2). The layout's own rules (its ``check``, the keys it reads) run in the plan layer's step
+after these (:func:`dlio_ckpt.plan.layouts.check_job`): validating a workload runs no layout code.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from dlio_ckpt.cluster.placement import surviving_keeper
 from dlio_ckpt.config.schema import EMULATOR_ONLY, Checkpoint, Restore, Storage, tier_key
 from dlio_ckpt.errors import ConfigError
 from dlio_ckpt.model.dtypes import TRAINABLE
-from dlio_ckpt.registry import BACKENDS, LAYOUTS, MODES
+from dlio_ckpt.registry import BACKENDS, MODES
 
 if TYPE_CHECKING:
     from dlio_ckpt.config.schema import Workload
@@ -47,53 +47,6 @@ def layout_rules(workload: Workload) -> None:
     if ck.miniature == "sample" and ck.scale == 1.0:
         raise ConfigError("workload.checkpoint.miniature", "sample", "means nothing at checkpoint.scale=1 (the full "
                           "size): set checkpoint.scale below 1, or leave checkpoint.miniature out")
-    layout_keys(workload)
-    LAYOUTS.load(ck.layout).check(workload)
-
-# The keys only some layouts read (each layout declares those it reads: Layout.reads_keys), and what
-# each means, for the message that refuses it under a layout that would ignore it
-LAYOUT_KEYS = {
-    "checkpoint.files_per_rank": "the writer's thread_count, files per rank",
-    "model.master_weights": "FSDP2's mixed precision without master weights",
-    "model.moments_datatype": "Adam's moments in a dtype of their own",
-    "model.parallelism.first_stage_layers": "Megatron's uneven pipeline split",
-    "model.parallelism.last_stage_layers": "Megatron's uneven pipeline split",
-    "checkpoint.miniature": "a scaled run's sample of whole items, for layouts whose files are many items",
-    "restore.tensor": "a load at another tensor parallelism",
-    "restore.expert": "a mixture of experts' load at another expert parallelism",
-}
-
-
-def layout_keys(workload: Workload) -> None:
-    """A key set away from its default that the workload's layout does not read is refused, naming the
-    layouts that read it: the run would have ignored it."""
-    layout = workload.checkpoint.layout
-    reads = LAYOUTS.load(layout).reads_keys
-    for key, meaning in LAYOUT_KEYS.items():
-        section, _, name = key.rpartition(".")
-        value, default = getattr(_section(workload, section), name), _default(section, name)
-        if value == default or key in reads:
-            continue
-        readers = [n for n in LAYOUTS.names if key in LAYOUTS.load(n).reads_keys]
-        raise ConfigError(f"workload.{key}", value, f"means nothing with checkpoint.layout={layout}: it is "
-                          f"{meaning}; set checkpoint.layout={' or '.join(readers)}, or leave it out")
-
-
-def _section(workload: Workload, dotted: str) -> Any:
-    node: Any = workload
-    for part in dotted.split("."):
-        node = getattr(node, part)
-    return node
-
-
-def _default(dotted: str, name: str) -> Any:
-    from dlio_ckpt.config.schema import Workload
-
-    model: Any = Workload
-    for part in dotted.split("."):
-        model = model.model_fields[part].annotation
-    return model.model_fields[name].get_default(call_default_factory=True)
-
 
 def tier_rules(workload: Workload) -> None:
     """Tiers that cannot work are refused before anything is written: one place listed twice, a

@@ -5,14 +5,14 @@ from __future__ import annotations
 
 from dlio_ckpt.config.schema import Workload
 from dlio_ckpt.errors import ConfigError
-from dlio_ckpt.registry import LAYOUTS
 
 MAX_WORLD_SIZE = 1 << 18  # plan's time and memory grow with it (bench/plan_scale.py)
 
 
 def check_world_size(workload: Workload, world_size: int, processes: int | None = None) -> None:
-    """Every rule that needs the world size (DLIO's) or the process count (``processes``; None for
-    ``plan``, which starts none), checked before anything is written."""
+    """Every rule of the configuration that needs the world size (DLIO's) or the process count (``processes``;
+    None for ``plan``, which starts none), checked before anything is written; the layout's own come after, in
+    the plan layer's step (:func:`dlio_ckpt.plan.layouts.check_job`)."""
     par = workload.model.parallelism
     mp = par.tensor * par.pipeline
     if world_size < 1:
@@ -47,9 +47,6 @@ def check_world_size(workload: Workload, world_size: int, processes: int | None 
         raise ConfigError("workload.model.parallelism.expert", par.expert, f"must divide the ranks of a pipeline "
                           f"stage, {world_size // par.pipeline} (world {world_size} / pipeline {par.pipeline}): expert "
                           "parallelism splits each stage's experts, the rest is expert data parallelism")
-    world_rule = LAYOUTS.load(workload.checkpoint.layout).check_world
-    if world_rule is not None:  # the layout's own (DeepSpeed: EP within data parallelism)
-        world_rule(workload, world_size)
     if workload.checkpoint.mode == "subset" and par.data is not None and par.data * mp < world_size:
         raise ConfigError(
             "workload.model.parallelism.data", par.data,

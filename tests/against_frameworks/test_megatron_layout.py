@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from dlio_ckpt.config import compose
-from dlio_ckpt.plan.layouts import make_plan
+from dlio_ckpt.plan.layouts import check_job, make_plan
 from tests.support import ORACLES
 from tests.support.dcp_moe_model import MLA
 from tests.support.megatron_files import assert_same_files, assert_same_items
@@ -131,5 +131,5 @@ def test_bad_megatron_input_is_refused_naming_the_rule(extra, message):
     from dlio_ckpt.errors import ConfigError
 
     with pytest.raises(ConfigError, match=message.split(": ")[1] if ": " in message else message) as info:
-        compose(["workload=tiny", "++workload.checkpoint.layout=megatron", *extra], None)
+        check_job(compose(["workload=tiny", "++workload.checkpoint.layout=megatron", *extra], None)[0])
     assert message in str(info.value)

@@ -21,7 +21,7 @@ import pytest
 
 from dlio_ckpt.config import compose
 from dlio_ckpt.errors import ConfigError
-from dlio_ckpt.plan.layouts import make_plan, restore_plan
+from dlio_ckpt.plan.layouts import check_job, make_plan, restore_plan
 from tests.support.megatron_files import placed_items
 from tests.support.restore_cases import MEGATRON_MOE_CASES, MEGATRON_MOE_READS
 
@@ -155,7 +155,7 @@ def test_a_moe_load_megatron_cannot_do_is_refused_naming_the_key_and_rule(extra,
 ])
 def test_expert_parallelism_at_the_load_is_refused_where_nothing_reads_it(extra, message):
     with pytest.raises(ConfigError) as info:
-        compose([*extra, "++workload.restore.expert=2"], None)
+        check_job(compose([*extra, "++workload.restore.expert=2"], None)[0])
     assert message in str(info.value)
 
 

@@ -10,9 +10,9 @@ import json
 
 import pytest
 
-from dlio_ckpt.config import check_world_size, compose
+from dlio_ckpt.config import compose
 from dlio_ckpt.errors import ConfigError
-from dlio_ckpt.plan.layouts import load_caveat, make_plan, restore_plan
+from dlio_ckpt.plan.layouts import check_job, load_caveat, make_plan, restore_plan
 from tests.support import DATA
 from tests.support.recorded import assert_made_with_installed
 
@@ -178,7 +178,7 @@ def test_what_deepspeeds_load_cannot_do_is_refused(extra, message):
     w, _, _ = compose([*extra, "++workload.checkpoint.layout=deepspeed",
                        "++workload.checkpoint.num_checkpoints_read=1"], None)
     with pytest.raises(ConfigError) as e:
-        check_world_size(w, 4)
+        check_job(w, 4)
         restore_plan(w, make_plan(w, 4))
     assert message in str(e.value)
 

@@ -11,10 +11,10 @@ import json
 
 import pytest
 
-from dlio_ckpt.config import check_world_size, compose
+from dlio_ckpt.config import compose
 from dlio_ckpt.errors import ConfigError
 from dlio_ckpt.model.moe import MoeShape
-from dlio_ckpt.plan.layouts import make_plan
+from dlio_ckpt.plan.layouts import check_job, make_plan
 from tests.support import DATA
 
 RECIPES = {"deepseek_v3": 2048, "mixtral_8x7b": 64, "qwen3_235b_a22b": 128, "qwen3_30b_a3b": 16,
@@ -22,7 +22,10 @@ RECIPES = {"deepseek_v3": 2048, "mixtral_8x7b": 64, "qwen3_235b_a22b": 128, "qwe
 
 
 def tiny(*extra: str):
-    return compose(["workload=tiny_moe", *extra], None)[0]
+    """tiny_moe with ``extra``, checked as a job's (its layout's own rules too)."""
+    workload = compose(["workload=tiny_moe", *extra], None)[0]
+    check_job(workload)
+    return workload
 
 
 def test_deepspeed_writes_one_file_per_expert_and_moe_layer_from_expert_data_parallel_rank_0():
@@ -138,14 +141,14 @@ def test_a_dense_workload_refuses_the_moe_keys(extra, message):
 def test_expert_parallelism_that_does_not_fold_into_the_job_is_refused(extra, world, key, rule):
     w = tiny("++workload.model.parallelism.expert=4", *extra)
     with pytest.raises(ConfigError, match=key.replace(".", r"\.")) as info:
-        check_world_size(w, world)
+        check_job(w, world)
     assert rule in str(info.value)
 
 
 @pytest.mark.parametrize("workload", sorted(RECIPES))
 def test_every_shipped_moe_workload_plans_at_its_recipes_scale(workload):
     w = compose([f"workload={workload}"], None)[0]
-    check_world_size(w, RECIPES[workload])
+    check_job(w, RECIPES[workload])
     plan = make_plan(w, RECIPES[workload])
     plan.validate()
     assert plan.num_parameters == MoeShape.from_model(w.model).num_parameters

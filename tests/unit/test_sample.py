@@ -14,9 +14,9 @@ import random
 
 import pytest
 
-from dlio_ckpt.config import check_world_size, compose
+from dlio_ckpt.config import compose
 from dlio_ckpt.errors import ConfigError
-from dlio_ckpt.plan.layouts import get_layout, make_plan, restore_plan
+from dlio_ckpt.plan.layouts import check_job, get_layout, make_plan, restore_plan
 from dlio_ckpt.plan.sample import lightest, runs
 from dlio_ckpt.plan.types import ItemFile
 
@@ -35,7 +35,7 @@ def _workload(job: str, scale: float, miniature: str = "sample"):
     name, world, extra = JOBS[job]
     w = compose([f"workload={name}", *extra, f"++workload.checkpoint.scale={scale}",
                  f"++workload.checkpoint.miniature={miniature}"])[0]
-    check_world_size(w, world)
+    check_job(w, world)
     return w, world
 
 
@@ -145,8 +145,8 @@ def test_one_runs_projection_of_a_time_per_item_and_per_byte_holds_across_scales
 
 def test_a_sample_is_refused_where_the_layouts_files_are_not_many_items():
     with pytest.raises(ConfigError) as refused:
-        compose(["workload=llama3_70b", "++workload.checkpoint.layout=deepspeed", "++workload.checkpoint.scale=0.01",
-                 "++workload.checkpoint.miniature=sample"])
+        check_job(compose(["workload=llama3_70b", "++workload.checkpoint.layout=deepspeed",
+                           "++workload.checkpoint.scale=0.01", "++workload.checkpoint.miniature=sample"])[0])
     assert "workload.checkpoint.miniature" in str(refused.value) and "dcp or megatron" in str(refused.value)
 
 

@@ -10,8 +10,8 @@ from math import prod
 
 import pytest
 
-from dlio_ckpt.config import check_world_size, compose
-from dlio_ckpt.plan.layouts import make_plan
+from dlio_ckpt.config import compose
+from dlio_ckpt.plan.layouts import check_job, make_plan
 from dlio_ckpt.plan.types import ItemFile, shrink, shrink_shape
 
 JOBS = [  # (workload, world size, overrides): every layout, dense and mixtures of experts
@@ -27,7 +27,7 @@ JOBS = [  # (workload, world size, overrides): every layout, dense and mixtures 
 
 def _plan(workload: str, world: int, extra: list[str], scale: float):
     w = compose([f"workload={workload}", *extra, f"++workload.checkpoint.scale={scale}"])[0]
-    check_world_size(w, world)
+    check_job(w, world)
     return make_plan(w, world)
 
 

@@ -75,3 +75,22 @@ def test_fios_search_climbs_each_ladder_of_depths_only_while_deeper_pays(tmp_pat
     assert best["write"] == best["read"] == (2.1 * 32, fio.FioJob("libaio", 16, 32 * mib))
     assert [op for op, _ in ran] == ["write"] * len(first) + ["read"] * len(first)
     assert not list((tmp_path / "fio").iterdir())
+
+
+def test_a_point_is_sized_as_planned_a_sample_holding_more_than_its_scales_share():
+    """tune's free-space check and message size a point by its plan: Megatron's llama3_70b, its sample at 64
+    ranks holding whole items of up to 112 MiB on each of 8 ranks, writes about 2.6 times a 0.0002 share (the
+    scale's share alone, what was counted before, under-counted it); a point shrunk writes its share."""
+    from dlio_ckpt.config import compose
+    from dlio_ckpt.plan.layouts import check_job, make_plan
+    from dlio_ckpt.tools.drivers.tune import point_size
+
+    for miniature, low, high in (("sample", 2.0, 3.5), ("shrink", 0.95, 1.05)):
+        workload = compose(["workload=llama3_70b", "++workload.checkpoint.layout=megatron",
+                            f"++workload.checkpoint.miniature={miniature}", "++workload.checkpoint.scale=0.5"])[0]
+        check_job(workload, 64)
+        full = make_plan(workload, 64).full_size
+        assert full is not None
+        scale, point_bytes = point_size(workload, 64, full.total_payload_bytes * 0.0002 / (1 << 30))
+        assert scale == pytest.approx(0.0002)
+        assert low < point_bytes / (scale * full.total_payload_bytes) < high, miniature

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from dlio_ckpt.config.keys import layout_keys_set
+from dlio_ckpt.config.world import check_world_size
 from dlio_ckpt.errors import ConfigError
 from dlio_ckpt.plan.collector import collector_paused
 from dlio_ckpt.plan.layouts.base import FrameworkIO, Layout
@@ -32,6 +34,28 @@ def get_layout(name: str) -> Layout:
     return layout
 
 
+def check_job(workload: Workload, world_size: int | None = None, processes: int | None = None) -> None:
+    """Every rule a job keeps before anything is written, past the configuration's own (``config.compose``): the
+    layout's (a key it does not read, set, is refused by name; then its ``check``), and with ``world_size`` the
+    configuration's rules that need it (:func:`~dlio_ckpt.config.check_world_size`, ``processes`` the process
+    count) and the layout's own of them (``check_world``: DeepSpeed's experts within data parallelism). The plan
+    layer's step, so that validating a workload runs no layout code: a layout is imported through the registry
+    from here, above the configuration, never from below it."""
+    layout = get_layout(workload.checkpoint.layout)
+    for key, value, meaning in layout_keys_set(workload):
+        if key not in layout.reads_keys:
+            readers = [n for n in LAYOUTS.names if key in get_layout(n).reads_keys]
+            raise ConfigError(f"workload.{key}", value, f"means nothing with checkpoint.layout="
+                              f"{workload.checkpoint.layout}: it is {meaning}; set checkpoint.layout="
+                              f"{' or '.join(readers)}, or leave it out")
+    layout.check(workload)
+    if world_size is None:
+        return
+    check_world_size(workload, world_size, processes)
+    if workload.mode == "emulated" and layout.check_world is not None:
+        layout.check_world(workload, world_size)
+
+
 def file_format(workload: Workload) -> Format:
     """The bytes of the files the workload's layout writes."""
     return get_layout(workload.checkpoint.layout).file_format(workload)
@@ -46,8 +70,8 @@ def framework_io(workload: Workload) -> FrameworkIO | None:
 
 
 def make_plan(workload: Workload, world_size: int) -> Plan:
-    """The whole job's files in the workload's ``checkpoint.layout``. Validation of the world size is the
-    caller's (config.check_world_size). Built with the collector paused.
+    """The whole job's files in the workload's ``checkpoint.layout``. Validation of the job is the caller's
+    (:func:`check_job`). Built with the collector paused.
 
     A scaled plan (``checkpoint.scale`` < 1) is made a miniature of the full-size one, planned beside it
     (a few tenths of a second at thousands of ranks): its coordinator's files shrink by the same ratio as

@@ -7,9 +7,11 @@ is held to the same shape as ours.
 
 The order the tool calls them in:
 
-1. ``check(workload)`` while the configuration is validated: the layout's own rules, each a
-   :class:`~dlio_ckpt.errors.ConfigError` naming key, value and rule (exit 2, nothing written);
-2. ``check_world(workload, world_size)``, where declared, once the world size is known (``plan``, a run);
+1. ``check(workload)`` once the configuration is validated, in the plan layer's step
+   (:func:`dlio_ckpt.plan.layouts.check_job`, after the keys it does not read are refused): the layout's own
+   rules, each a :class:`~dlio_ckpt.errors.ConfigError` naming key, value and rule (exit 2, nothing written);
+2. ``check_world(workload, world_size)``, where declared, once the world size is known (``plan``, a run), in the
+   same step;
 3. ``make_plan(workload, world_size)``: every rank's files with their items, and the coordinator's;
 4. ``file_format(workload)``: the bytes of those files (a :class:`~dlio_ckpt.plan.formats.Format`);
 5. for the read phase, ``restore(workload, plan, world_size, model_only)`` where declared: what each rank
@@ -99,7 +101,7 @@ class Layout:
     restore: Callable[[Workload, Plan, int, bool], RestorePlan] | None = None
     reads: str = "each rank its own files, whole"  # whose read phase the whole-file read follows
     no_restore: str = "its load is not modelled at another world size or for the model alone"
-    # the workload's keys only some layouts read (config.rules.LAYOUT_KEYS): set under a layout that does
+    # the workload's keys only some layouts read (config.keys.LAYOUT_KEYS): set under a layout that does
     # not read them, they are refused by name rather than ignored
     reads_keys: frozenset[str] = frozenset()
     # a load where every rank reads its own files whole: None where that is the framework's own load (DLIO's

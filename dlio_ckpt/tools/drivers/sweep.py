@@ -26,9 +26,10 @@ from typing import Any
 
 from dlio_ckpt.cluster.comm import Comm, MPIComm, PointAborted, PointComm, on_root, reported_by_another_rank
 from dlio_ckpt.cluster.host import hostname, reset_peak_rss
-from dlio_ckpt.config import Workload, available_workloads, check_world_size, compose, parse_overrides
+from dlio_ckpt.config import Workload, available_workloads, compose, parse_overrides
 from dlio_ckpt.errors import ConfigError, DlioCkptError
 from dlio_ckpt.io.backends import Backend
+from dlio_ckpt.plan.layouts import check_job
 from dlio_ckpt.run.context import RunContext
 from dlio_ckpt.run.failure import RunState, Watchdog, on_signals, say_error, write_failed_summary
 from dlio_ckpt.run.launch import execute, probe_folder, redact, start
@@ -103,7 +104,7 @@ def validate(points: list[Point], config_dir: str | None, processes: int) -> lis
     for p in points:
         try:
             workload, raw, _ = compose(p.overrides, config_dir)
-            check_world_size(workload, p.world_size or processes, processes)
+            check_job(workload, p.world_size or processes, processes)
         except ConfigError as exc:
             raise ConfigError(exc.key, exc.value, f"{exc.rule} (sweep point {p.index}: {p.label})") from None
         out.append((workload, raw))

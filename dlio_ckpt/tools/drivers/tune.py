@@ -31,10 +31,10 @@ import time
 from typing import Any
 
 from dlio_ckpt.cluster.comm import Comm
-from dlio_ckpt.config import check_world_size, compose, parse_overrides
+from dlio_ckpt.config import Workload, compose, parse_overrides
 from dlio_ckpt.errors import ConfigError
 from dlio_ckpt.io.backends import get_backend
-from dlio_ckpt.plan.layouts import make_plan
+from dlio_ckpt.plan.layouts import check_job, make_plan
 from dlio_ckpt.registry import BACKENDS
 from dlio_ckpt.run.launch import redact
 from dlio_ckpt.tools.drivers import fio
@@ -51,6 +51,18 @@ FIO_SECONDS = 2  # at most, per fio point (72 of them at most)
 SAMPLES = 3  # each finalist's, the first pass's included: the median of 3 outvotes one lucky or unlucky run
 FINALISTS = (2, 3)  # the best quarter of the points that ran, at least 2 and at most 3 (but never more than ran)
 MPIEXEC_PLACEHOLDER = "<mpiexec-of-the-MPI-mpi4py-uses>"
+
+
+def point_size(workload: Workload, world: int, max_gib: float) -> tuple[float, int]:
+    """The scale of tune's points (the workload's, or less, so that a point writes about ``max_gib``) and the bytes
+    a point writes, as planned: a sample of whole items (``checkpoint.miniature=sample``) may hold more than the
+    scale's share (at least an item on each rank it keeps)."""
+    ck = workload.checkpoint
+    planned = make_plan(workload, world)
+    scale = min(ck.scale, max_gib * GIB / (planned.full_size or planned).total_payload_bytes)
+    point = planned if scale == ck.scale else \
+        make_plan(workload.model_copy(update={"checkpoint": ck.model_copy(update={"scale": scale})}), world)
+    return scale, point.total_payload_bytes
 
 
 def _key(override: str) -> str:
@@ -73,7 +85,7 @@ def run_tune(overrides: list[str], config_dir: str | None, comm: Comm, world_siz
     if max_seconds <= 0:
         raise ConfigError("--max-seconds", max_seconds, "must be more than 0")
     world = world_size or comm.size
-    check_world_size(workload, world, comm.size)
+    check_job(workload, world, comm.size)
     backend = get_backend(storage.storage_type, storage.storage_root, storage.storage_options)
     given = {_key(o) for o in overrides}
     user_fixed = {_key(o) for o in single}  # a user's list (k=a,b) replaces that axis's values
@@ -81,10 +93,7 @@ def run_tune(overrides: list[str], config_dir: str | None, comm: Comm, world_siz
     if not axes:
         raise ConfigError("tune", " ".join(overrides), "every setting tune tries is fixed by the overrides: leave "
                           f"one of {', '.join(k for k, _ in entry.tuning)} out, or give it a list (k=a,b)")
-    planned = make_plan(workload, world)
-    full = (planned.full_size or planned).total_payload_bytes
-    scale = min(ck.scale, max_gib * GIB / full)
-    point_bytes = int(full * scale)
+    scale, point_bytes = point_size(workload, world, max_gib)
     free = backend.free_bytes(backend.join(ck.checkpoint_folder))
     if free is not None and free < point_bytes * 1.05:
         raise ConfigError("--max-gib", max_gib, f"a point writes {point_bytes / GIB:.2f} GiB and the storage under "
