@@ -84,6 +84,18 @@ def _chunks(reader: Reader, buf: Any) -> Generator[Any, None, None]:
         yield buf[:filled]
 
 
+@contextmanager
+def finished(writer: Writer) -> Iterator[Writer]:
+    """A file written in the block: its writer finished at the end (the file whole, an object committed), or
+    aborted where the block or the finish raises (nothing left half-written where the storage can help it)."""
+    try:
+        yield writer
+        writer.finish()
+    except BaseException:
+        writer.abort()
+        raise
+
+
 def _finish(writer: Writer) -> None:
     writer.finish()
 

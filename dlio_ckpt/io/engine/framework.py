@@ -23,7 +23,7 @@ from typing import cast
 from dlio_ckpt.errors import VerifyError
 from dlio_ckpt.io.backends import Backend, SyncingWriter, Writer
 from dlio_ckpt.io.engine.buffers import _CallWriter, _Worker
-from dlio_ckpt.io.engine.content import _chunks, _formatted, _span_of, _wrong
+from dlio_ckpt.io.engine.content import _chunks, _formatted, _span_of, _wrong, finished
 from dlio_ckpt.io.engine.core import EngineCore
 from dlio_ckpt.io.engine.files import _FileBuf, _RawReader, _RawWriter
 from dlio_ckpt.io.engine.tasks import FileTask, IOOptions, WriterSettings, _item_reads
@@ -145,53 +145,57 @@ class FrameworkPattern(EngineCore):
         played = _pattern(task)
         staged = self._staged_path() if played.first_written is FirstWritten.TMPDIR and \
             self.backend.capabilities.rename else None
-        writer = self.backend.open_write(staged or task.path, False)
+        sync = played.synced and self.options.fsync and not self.backend.capabilities.durable_on_close
         try:
-            sync = played.synced and self.options.fsync and not self.backend.capabilities.durable_on_close
-            own = sync and isinstance(writer, SyncingWriter)
-            if played.file_object is FileObject.PYTHON and not played.in_memory:
-                self._write_through_buffer(w, writer, task, cast(SyncingWriter, writer).sync if own else None)
-                writer.finish()
-                return self._placed(task, staged, sync and not own)
-            buffered: io.BufferedWriter | _FileBuf = _FileBuf(writer) if played.file_object is FileObject.CPP else \
-                io.BufferedWriter(_RawWriter(writer), self._buffer_size)
-            offset = 0
-            for n in played.calls:
-                if n == FLUSH:
-                    buffered.flush()
-                    continue
-                if (raw := task.format_slice(offset, offset + n)) is not None:  # a header: the format's alone
-                    buffered.write(raw)
-                    self._progress(task.path, n)
-                    offset += n
-                    continue
-                if self.writers.device_copy_rate and played.tensors:
-                    self._copy_from_device(n)
-                for at in range(offset, offset + n, w.calls):  # a call beyond LARGEST_CALL: in pieces of it
-                    end = min(at + w.calls, offset + n)
-                    window, patches = _span_of(w.data, task, at, end)
-                    with _formatted(window, patches):
-                        t0 = time.thread_time()
-                        zlib.crc32(window)  # torch.save's per-byte work (its CRC-32 of each record); not written
-                        # torch.save into memory (Lightning's BytesIO): each byte copied into memory never touched
-                        # before (its pages faulted in), the write made from that copy; a piece at a time, freed
-                        source = bytearray(window) if played.in_memory else window
-                        self._played(time.thread_time() - t0)
-                        buffered.write(source)
-                    self._progress(task.path, end - at)
-                offset += n
-            if offset != task.size:
-                raise AssertionError(f"{task.path}: calls of {offset} bytes for a file of {task.size}")
-            if own:
-                cast(SyncingWriter, writer).sync()
-            buffered.flush()
-            writer.finish()
+            with finished(self.backend.open_write(staged or task.path, False)) as writer:
+                own = sync and isinstance(writer, SyncingWriter)
+                if played.file_object is FileObject.PYTHON and not played.in_memory:
+                    self._write_through_buffer(w, writer, task, cast(SyncingWriter, writer).sync if own else None)
+                else:
+                    self._write_through_file_object(w, writer, task, played, own)
         except BaseException:
-            writer.abort()
             if staged is not None:
                 self.backend.remove(staged)  # the temporary file this save made
             raise
         return self._placed(task, staged, sync and not own)
+
+    def _write_through_file_object(self, w: _CallWriter, writer: Writer, task: FileTask, played: FilePattern,
+                                   own: bool) -> None:
+        """A file's calls through a file object itself: torch.save's C++ stream (:class:`_FileBuf`), or Python's
+        buffered file where the framework serializes into memory first; ``own``: synced on the writer's own
+        descriptor before the last bytes go out, as :meth:`_write_calls` says."""
+        buffered: io.BufferedWriter | _FileBuf = _FileBuf(writer) if played.file_object is FileObject.CPP else \
+            io.BufferedWriter(_RawWriter(writer), self._buffer_size)
+        offset = 0
+        for n in played.calls:
+            if n == FLUSH:
+                buffered.flush()
+                continue
+            if (raw := task.format_slice(offset, offset + n)) is not None:  # a header: the format's alone
+                buffered.write(raw)
+                self._progress(task.path, n)
+                offset += n
+                continue
+            if self.writers.device_copy_rate and played.tensors:
+                self._copy_from_device(n)
+            for at in range(offset, offset + n, w.calls):  # a call beyond LARGEST_CALL: in pieces of it
+                end = min(at + w.calls, offset + n)
+                window, patches = _span_of(w.data, task, at, end)
+                with _formatted(window, patches):
+                    t0 = time.thread_time()
+                    zlib.crc32(window)  # torch.save's per-byte work (its CRC-32 of each record); not written
+                    # torch.save into memory (Lightning's BytesIO): each byte copied into memory never touched
+                    # before (its pages faulted in), the write made from that copy; a piece at a time, freed
+                    source = bytearray(window) if played.in_memory else window
+                    self._played(time.thread_time() - t0)
+                    buffered.write(source)
+                self._progress(task.path, end - at)
+            offset += n
+        if offset != task.size:
+            raise AssertionError(f"{task.path}: calls of {offset} bytes for a file of {task.size}")
+        if own:
+            cast(SyncingWriter, writer).sync()
+        buffered.flush()
 
     def _placed(self, task: FileTask, staged: str | None, sync_by_name: bool) -> int:
         """A written file's last steps: synced by name where its writer has no descriptor of its own to sync, and

@@ -14,7 +14,7 @@ from typing import Any, cast
 from dlio_ckpt.errors import VerifyError
 from dlio_ckpt.io.backends import PositionalReader, PositionalWriter, Source, Writer
 from dlio_ckpt.io.engine.buffers import _Slot, _Worker
-from dlio_ckpt.io.engine.content import _chunks, _formatted, _spans, _wrong
+from dlio_ckpt.io.engine.content import _chunks, _formatted, _spans, _wrong, finished
 from dlio_ckpt.io.engine.core import EngineCore
 from dlio_ckpt.io.engine.tasks import FileTask
 from dlio_ckpt.io.synthetic import first_difference
@@ -100,14 +100,9 @@ class StreamPattern(EngineCore):
 
     def _write_file(self, worker: _Worker, task: FileTask) -> int:
         """A stream's file: its pieces in order."""
-        writer = self._open_write(task)
-        try:
+        with finished(self._open_write(task)) as writer:
             for piece in self._pieces(worker.data, task):
                 writer.write(piece)
-            writer.finish()
-        except BaseException:
-            writer.abort()
-            raise
         return task.size
 
     def _write_chunk(self, writer: PositionalWriter, slot: _Slot, task: FileTask, k: int) -> None:
@@ -208,13 +203,8 @@ class StreamPattern(EngineCore):
         written on as it is read (one buffer per thread, whatever the file's size); then synced like
         a save (``checkpoint.fsync``)."""
         def one(worker: _Worker, task: FileTask) -> int:
-            writer = self.backend.open_write(to(task.path), False)
-            try:
+            with finished(self.backend.open_write(to(task.path), False)) as writer:
                 self._read_file(worker, task, source, writer.write)
-                writer.finish()
-            except BaseException:
-                writer.abort()
-                raise
             return task.size
 
         nbytes = self._each(one, tasks)
