@@ -61,7 +61,7 @@ def by_file(rank: int, reads: list[tuple[int, int, int, int]], needed: int) -> R
     return RankReads(rank, tuple(FileReads(w, k, tuple(r)) for (w, k), r in files.items()), needed)
 
 
-def spans(ranges: tuple[tuple[int, int], ...], align: int = 1) -> tuple[tuple[int, int], ...]:
+def joined_reads(ranges: tuple[tuple[int, int], ...], align: int = 1) -> tuple[tuple[int, int], ...]:
     """What a sequential reader asks of storage for ``ranges`` (offset, length), read one after another:
     each widened to whole ``align`` blocks (O_DIRECT), then those that overlap or touch joined into one
     read, as (start, end)."""

@@ -157,8 +157,10 @@ class RankPlan:
         return sum(f.payload_bytes for f in self.files)
 
 
-class LayoutFacts(Protocol):
-    """What every layout's parameters say of themselves (:mod:`dlio_ckpt.plan.layouts`)."""
+class LayoutParams(Protocol):
+    """The core every layout's parameter record shares (``DcpParams``, ``MegatronParams``, ...: what its files
+    depend on, taken from a workload, hashable, with the arithmetic of its files), as a plan holds it
+    (:attr:`Plan.layout`); a :class:`~dlio_ckpt.plan.layouts.base.Layout` is the declaration that makes them."""
 
     # read-only: layouts give their name as a class variable, their shape and world size as fields of a
     # frozen dataclass or as properties
@@ -178,7 +180,7 @@ class LayoutFacts(Protocol):
 
 @dataclass(frozen=True)
 class Plan:
-    layout: LayoutFacts
+    layout: LayoutParams
     ranks: tuple[RankPlan, ...]
     coordinator: tuple[CoordinatorFile, ...] = ()
     full_size: Plan | None = None  # a scaled plan's full-size plan, for the figures it stands for (None: full size)

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from dlio_ckpt.plan.layouts import load_caveat
-from dlio_ckpt.plan.reads import RestorePlan, spans
+from dlio_ckpt.plan.reads import RestorePlan, joined_reads
 from dlio_ckpt.plan.types import Plan
 
 
@@ -37,13 +37,14 @@ class Reader(Protocol):
 @dataclass(frozen=True)
 class Sequential:
     """The reader a plan's restore follows (its layout's ``follows``): adjacent ranges read as one run
-    (:func:`spans`), each run in requests of at most ``chunk`` bytes (on object stores a ranged GET each)."""
+    (:func:`~dlio_ckpt.plan.reads.joined_reads`), each run in requests of at most ``chunk`` bytes (on object
+    stores a ranged GET each)."""
 
     follows: str
     chunk: int
 
     def spans(self, ranges: Iterable[tuple[int, int]]) -> list[tuple[int, int]]:
-        return list(spans(tuple(ranges)))
+        return list(joined_reads(tuple(ranges)))
 
     def requests(self, nbytes: int) -> int:
         return -(-nbytes // self.chunk)
@@ -99,7 +100,7 @@ def _restored(restore: RestorePlan, file_size: Callable[[int, int], int],
     for r in restore.ranks:
         for f in r.files:
             ranges.setdefault((f.rank, f.index), []).extend(f.ranges or [(0, file_size(f.rank, f.index))])
-    return {key: spans(tuple(sorted(each))) for key, each in ranges.items()}
+    return {key: joined_reads(tuple(sorted(each))) for key, each in ranges.items()}
 
 
 def restored_bytes(restore: RestorePlan, file_size: Callable[[int, int], int], metadata_bytes: int) -> int:

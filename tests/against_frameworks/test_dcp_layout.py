@@ -101,7 +101,7 @@ def test_the_layouts_tensors_are_transformers_llama_and_mode_fsdps(model):
     import torch
     from transformers import LlamaForCausalLM
 
-    from dlio_ckpt.plan.layouts.dcp import DcpLayout
+    from dlio_ckpt.plan.layouts.dcp import DcpParams
     from dlio_ckpt.run.real.llama import Llama, llama_config
 
     workload, _, _ = compose([*model, "++workload.checkpoint.layout=dcp", "++workload.model.parallelism.tensor=1",
@@ -114,7 +114,7 @@ def test_the_layouts_tensors_are_transformers_llama_and_mode_fsdps(model):
     assert theirs == [(n, tuple(p.shape)) for n, p in hf.named_parameters()]  # no buffer saved, nothing tied
     assert theirs == list(shape.named_shapes())
     assert theirs == [(n, tuple(t.shape)) for n, t in ours.state_dict().items()]
-    layout = DcpLayout.from_workload(workload, 64)
+    layout = DcpParams.from_workload(workload, 64)
     assert [(n, s) for n, s, _ in layout.params()] == theirs
     assert len(theirs) == 9 * shape.num_layers + 3
     assert sum(p.numel() for p in hf.parameters()) == shape.num_parameters

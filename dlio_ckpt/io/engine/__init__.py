@@ -65,15 +65,15 @@ class Engine(StreamPattern, FrameworkPattern):
         framework's reads (a coordinator's ``.metadata``, on a file system) is read by them (:meth:`_read_calls`),
         and a file that is one ``torch.save`` archive (``FilePattern.archive``) as ``torch.load`` reads it."""
         _one_way({(p is None or p.reads is None, p is not None and p.archive) for p in (t.pattern for t in tasks)})
-        played = tasks[0].pattern if tasks else None
+        pattern = tasks[0].pattern if tasks else None
         caps = self.backend.capabilities
         if self.options.evict_before_read and not self.options.odirect and caps.evict_cache:
             self._each(lambda _, t: self._evict(t.path), tasks)
         if not self._verify:
             return self._each(self._read_unverified, tasks)
-        if played is not None and played.reads is not None and self._positional:
+        if pattern is not None and pattern.reads is not None and self._positional:
             return self._each(self._read_calls, tasks)
-        if played is not None and played.archive and self._positional:
+        if pattern is not None and pattern.archive and self._positional:
             return self._each(lambda worker, task: self._read_items(worker, task, ((0, task.size),)), tasks)
         if self._positional:
             return self._positioned(tasks, self._open_read, self._read_chunk, _close, _close, self._read_depth)
@@ -104,5 +104,5 @@ class Engine(StreamPattern, FrameworkPattern):
                 return self._each(lambda worker, job: self._read_spans(worker, job.task, job.spans),
                                   [_RangedRead(task, tuple(s or ())) for task, s in spanned])
         # one entry per (rank, file) read: several loading ranks of this process may read one file
-        jobs = [_RangedRead(task, self._spans_of(task, ranges)) for task, ranges in reads]
+        jobs = [_RangedRead(task, self._asked(task, ranges)) for task, ranges in reads]
         return self._each(lambda worker, job: self._read_ranges(worker, job.task, job.spans), jobs)

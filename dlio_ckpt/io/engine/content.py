@@ -14,7 +14,7 @@ from dlio_ckpt.io.engine.tasks import FileTask
 from dlio_ckpt.io.synthetic import BLOCK, STAMP_BYTES, SyntheticData
 
 
-def _spans(window: Any, patches: list[tuple[int, bytes]]) -> Iterator[tuple[int, Any]]:
+def _patched(window: Any, patches: list[tuple[int, bytes]]) -> Iterator[tuple[int, Any]]:
     """A chunk's bytes in order as (offset in the chunk, bytes): payload from ``window``, the
     format's bytes from ``patches``."""
     at = 0
@@ -41,7 +41,7 @@ def _formatted(window: Any, patches: list[tuple[int, bytes]]) -> Iterator[None]:
             window[offset:offset + len(raw)] = raw
 
 
-def _span_of(data: SyntheticData, task: FileTask, start: int, end: int, skip: int = 0,
+def _window_of(data: SyntheticData, task: FileTask, start: int, end: int, skip: int = 0,
              ) -> tuple[Any, list[tuple[int, bytes]]]:
     """The file's bytes [start, end) as a window of its payload stream and the format's bytes that take the
     place of parts of it, as (offset in the window, bytes); ``skip``: bytes at the window's start the

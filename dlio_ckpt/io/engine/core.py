@@ -15,10 +15,10 @@ from typing import Any
 from dlio_ckpt.errors import StorageError, VerifyError
 from dlio_ckpt.io.backends import Backend
 from dlio_ckpt.io.engine.buffers import _depths, _Worker, io_buffer_bytes
-from dlio_ckpt.io.engine.content import _formatted, _span_of, _spans, _wrong
+from dlio_ckpt.io.engine.content import _formatted, _patched, _window_of, _wrong
 from dlio_ckpt.io.engine.tasks import _J, _W, FileTask, IOOptions
 from dlio_ckpt.io.synthetic import BLOCK, SyntheticData, first_difference
-from dlio_ckpt.plan.reads import spans
+from dlio_ckpt.plan.reads import joined_reads
 
 log = logging.getLogger("dlio_ckpt")
 
@@ -107,7 +107,7 @@ class EngineCore:
         looks only at the chunk's bytes [lo, hi) (a restore's range) gets those stamped and no more."""
         start = k * self._chunk
         end = min(start + self._chunk, task.size, start + hi if hi is not None else task.size)
-        return _span_of(data, task, start, end, lo - lo % BLOCK)
+        return _window_of(data, task, start, end, lo - lo % BLOCK)
 
     def _chunks_of(self, task: FileTask) -> range:
         return range(-(-task.size // self._chunk))
@@ -116,7 +116,7 @@ class EngineCore:
         """The file's bytes in order, as a stream's writer and reader take them."""
         for k in self._chunks_of(task):
             window, patches = self._chunk_of(data, task, k)
-            for _, piece in _spans(window, patches):
+            for _, piece in _patched(window, patches):
                 yield piece
             self._progress(task.path, len(window))
 
@@ -130,10 +130,10 @@ class EngineCore:
         self.backend.evict(path)
         return 0
 
-    def _spans_of(self, task: FileTask, ranges: tuple[tuple[int, int], ...]) -> tuple[tuple[int, int], ...]:
-        """What is asked of storage for ``ranges`` (:func:`~dlio_ckpt.plan.reads.spans`, blocks under O_DIRECT),
+    def _asked(self, task: FileTask, ranges: tuple[tuple[int, int], ...]) -> tuple[tuple[int, int], ...]:
+        """What is asked of storage for ``ranges`` (:func:`~dlio_ckpt.plan.reads.joined_reads`, blocks under O_DIRECT),
         each within the file's planned size."""
-        return spans(self._within(task, ranges), self._align)
+        return joined_reads(self._within(task, ranges), self._align)
 
     @staticmethod
     def _within(task: FileTask, ranges: tuple[tuple[int, int], ...]) -> tuple[tuple[int, int], ...]:
@@ -144,7 +144,7 @@ class EngineCore:
                                   f"{task.size} bytes")
         return ranges
 
-    def _check_span(self, worker: _Worker, task: FileTask, got: Any, base: int, lo: int, hi: int) -> None:
+    def _check_read(self, worker: _Worker, task: FileTask, got: Any, base: int, lo: int, hi: int) -> None:
         """Compare ``got`` (the file's bytes from ``base``) over file offsets [lo, hi) with what was
         written there, one chunk of the file's grid at a time (a window starts on its grid). On the
         host, the format's bytes are written over the window for one compare and put back (a restore
@@ -159,7 +159,7 @@ class EngineCore:
                 if bad is not None:
                     raise _wrong(task, a + bad, worker.data, got, base)
                 continue
-            for offset, want in _spans(window, patches):
+            for offset, want in _patched(window, patches):
                 a, b = max(lo, start + offset), min(hi, start + offset + len(want))
                 if a >= b:
                     continue

@@ -23,7 +23,7 @@ from typing import cast
 from dlio_ckpt.errors import VerifyError
 from dlio_ckpt.io.backends import Backend, SyncingWriter, Writer
 from dlio_ckpt.io.engine.buffers import _CallWriter, _Worker
-from dlio_ckpt.io.engine.content import _chunks, _formatted, _span_of, _wrong, finished
+from dlio_ckpt.io.engine.content import _chunks, _formatted, _window_of, _wrong, finished
 from dlio_ckpt.io.engine.core import EngineCore
 from dlio_ckpt.io.engine.files import _FileBuf, _RawReader, _RawWriter
 from dlio_ckpt.io.engine.tasks import FileTask, IOOptions, WriterSettings, _item_reads
@@ -114,17 +114,17 @@ class FrameworkPattern(EngineCore):
     def _framework_pool(self, tasks: list[FileTask], threads: int) -> list[_CallWriter]:
         """One source per writer thread, as large as the largest call of ``tasks`` (at most
         :data:`LARGEST_CALL`): made once, remade only for more threads or larger calls."""
-        played = [_pattern(t) for t in tasks]
-        largest = min(max((n for p in played for n in p.calls), default=1), LARGEST_CALL)
+        pattern = [_pattern(t) for t in tasks]
+        largest = min(max((n for p in pattern for n in p.calls), default=1), LARGEST_CALL)
         # a python file object's buffer is written from the same source, whole
-        largest = max(largest, self._buffer_size if any(p.file_object is FileObject.PYTHON for p in played) else 0)
+        largest = max(largest, self._buffer_size if any(p.file_object is FileObject.PYTHON for p in pattern) else 0)
         size = max([-(-largest // BLOCK) * BLOCK, *(w.calls for w in self._call_writers)])
         count = max(1, min(threads, len(tasks)))
         if len(self._call_writers) < count or self._call_writers[0].calls < size:
             for w in self._call_writers:
                 w.close()
             self._call_writers = [_CallWriter(self._run_key, size, self.options.reduction) for _ in range(count)]
-        if any(p.in_memory for p in played):  # each writer also holds a copy of the piece it writes (buffer_bytes)
+        if any(p.in_memory for p in pattern):  # each writer also holds a copy of the piece it writes (buffer_bytes)
             self._in_memory = max(self._in_memory, largest)
         return self._call_writers[:count]
 
@@ -142,32 +142,32 @@ class FrameworkPattern(EngineCore):
         writes in ``$TMPDIR`` first (``FirstWritten.TMPDIR``, on a file system) is written there and moved into place
         (:meth:`Backend.rename <dlio_ckpt.io.backends.base.Backend.rename>`: a rename, or a copy to another
         device), as fsspec's transaction does under Lightning."""
-        played = _pattern(task)
-        staged = self._staged_path() if played.first_written is FirstWritten.TMPDIR and \
+        pattern = _pattern(task)
+        staged = self._staged_path() if pattern.first_written is FirstWritten.TMPDIR and \
             self.backend.capabilities.rename else None
-        sync = played.synced and self.options.fsync and not self.backend.capabilities.durable_on_close
+        sync = pattern.synced and self.options.fsync and not self.backend.capabilities.durable_on_close
         try:
             with finished(self.backend.open_write(staged or task.path, False)) as writer:
                 own = sync and isinstance(writer, SyncingWriter)
-                if played.file_object is FileObject.PYTHON and not played.in_memory:
+                if pattern.file_object is FileObject.PYTHON and not pattern.in_memory:
                     self._write_through_buffer(w, writer, task, cast(SyncingWriter, writer).sync if own else None)
                 else:
-                    self._write_through_file_object(w, writer, task, played, own)
+                    self._write_through_file_object(w, writer, task, pattern, own)
         except BaseException:
             if staged is not None:
                 self.backend.remove(staged)  # the temporary file this save made
             raise
         return self._placed(task, staged, sync and not own)
 
-    def _write_through_file_object(self, w: _CallWriter, writer: Writer, task: FileTask, played: FilePattern,
+    def _write_through_file_object(self, w: _CallWriter, writer: Writer, task: FileTask, pattern: FilePattern,
                                    own: bool) -> None:
         """A file's calls through a file object itself: torch.save's C++ stream (:class:`_FileBuf`), or Python's
         buffered file where the framework serializes into memory first; ``own``: synced on the writer's own
         descriptor before the last bytes go out, as :meth:`_write_calls` says."""
-        buffered: io.BufferedWriter | _FileBuf = _FileBuf(writer) if played.file_object is FileObject.CPP else \
+        buffered: io.BufferedWriter | _FileBuf = _FileBuf(writer) if pattern.file_object is FileObject.CPP else \
             io.BufferedWriter(_RawWriter(writer), self._buffer_size)
         offset = 0
-        for n in played.calls:
+        for n in pattern.calls:
             if n == FLUSH:
                 buffered.flush()
                 continue
@@ -176,17 +176,17 @@ class FrameworkPattern(EngineCore):
                 self._progress(task.path, n)
                 offset += n
                 continue
-            if self.writers.device_copy_rate and played.tensors:
+            if self.writers.device_copy_rate and pattern.tensors:
                 self._copy_from_device(n)
             for at in range(offset, offset + n, w.calls):  # a call beyond LARGEST_CALL: in pieces of it
                 end = min(at + w.calls, offset + n)
-                window, patches = _span_of(w.data, task, at, end)
+                window, patches = _window_of(w.data, task, at, end)
                 with _formatted(window, patches):
                     t0 = time.thread_time()
                     zlib.crc32(window)  # torch.save's per-byte work (its CRC-32 of each record); not written
                     # torch.save into memory (Lightning's BytesIO): each byte copied into memory never touched
                     # before (its pages faulted in), the write made from that copy; a piece at a time, freed
-                    source = bytearray(window) if played.in_memory else window
+                    source = bytearray(window) if pattern.in_memory else window
                     self._played(time.thread_time() - t0)
                     buffered.write(source)
                 self._progress(task.path, end - at)
@@ -228,7 +228,7 @@ class FrameworkPattern(EngineCore):
         payloads: list[tuple[int, int]] = []  # the payload calls among the kept bytes, (start, end) in the file
 
         def emit(lo: int, hi: int) -> None:
-            window, patches = _span_of(w.data, task, lo, hi)
+            window, patches = _window_of(w.data, task, lo, hi)
             with _formatted(window, patches):
                 if payloads:
                     t0 = time.thread_time()
@@ -240,8 +240,8 @@ class FrameworkPattern(EngineCore):
             self._progress(task.path, hi - lo)
 
         meta, i = task.format_pieces, 0  # the format's pieces, in order; i: the first that does not end before offset
-        offset, played = 0, _pattern(task)
-        for n in played.calls:
+        offset, pattern = 0, _pattern(task)
+        for n in pattern.calls:
             if n == FLUSH:
                 if kept:
                     emit(kept_at, kept_at + kept)
@@ -251,7 +251,7 @@ class FrameworkPattern(EngineCore):
                 i += 1
             # a call of the format's bytes alone lies within one of its pieces (what format_slice finds, in order)
             payload = not (i < len(meta) and meta[i][0] <= offset and offset + n <= meta[i][0] + len(meta[i][1]))
-            if payload and self.writers.device_copy_rate and played.tensors:
+            if payload and self.writers.device_copy_rate and pattern.tensors:
                 self._copy_from_device(n)
             for at in range(offset, offset + n, piece) if payload else (offset,):  # beyond LARGEST_CALL: pieces
                 m = min(piece, offset + n - at) if payload else n
@@ -375,7 +375,7 @@ class FrameworkPattern(EngineCore):
             if self.options.verify:
                 raw = task.format_slice(lo, lo + want)
                 if raw is None:
-                    self._check_span(worker, task, got, lo, lo, lo + want)
+                    self._check_read(worker, task, got, lo, lo, lo + want)
                 elif (bad := first_difference(got, raw)) is not None:  # a header: compared with the format's
                     raise _wrong(task, lo + bad)
             if want >= TOLD_AT_LEAST:
@@ -398,7 +398,7 @@ class FrameworkPattern(EngineCore):
                     if pos + len(got) > end:
                         raise VerifyError(f"{task.path}: a read of [{start}, {end}) returned more bytes")
                     if self.options.verify:
-                        self._check_span(worker, task, got, pos, pos, pos + len(got))
+                        self._check_read(worker, task, got, pos, pos, pos + len(got))
                     pos += len(got)
                     self._progress(task.path, len(got))
             finally:

@@ -14,7 +14,7 @@ from typing import Any, cast
 from dlio_ckpt.errors import VerifyError
 from dlio_ckpt.io.backends import PositionalReader, PositionalWriter, Source, Writer
 from dlio_ckpt.io.engine.buffers import _Slot, _Worker
-from dlio_ckpt.io.engine.content import _chunks, _formatted, _spans, _wrong, finished
+from dlio_ckpt.io.engine.content import _chunks, _formatted, _patched, _wrong, finished
 from dlio_ckpt.io.engine.core import EngineCore
 from dlio_ckpt.io.engine.tasks import FileTask
 from dlio_ckpt.io.synthetic import first_difference
@@ -131,7 +131,7 @@ class StreamPattern(EngineCore):
             raise VerifyError(f"{task.path}: has {start + filled} bytes, planned {task.size}")
         if self.options.verify:
             window, patches = self._chunk_of(slot.data, task, k)
-            for offset, want in _spans(window, patches):
+            for offset, want in _patched(window, patches):
                 bad = first_difference(got[offset:offset + len(want)], want)
                 if bad is not None:
                     raise _wrong(task, start + offset + bad, slot.data, got, start)
@@ -189,7 +189,7 @@ class StreamPattern(EngineCore):
                         raise VerifyError(f"{task.path}: ends before offset {pos + min(n, task.size - pos)}, planned "
                                           f"{task.size} bytes")
                     if self._verify and self.options.verify:
-                        self._check_span(worker, task, got, pos, pos, min(end, pos + filled))
+                        self._check_read(worker, task, got, pos, pos, min(end, pos + filled))
                     total += filled
                     pos += n
                     self._progress(task.path, filled)

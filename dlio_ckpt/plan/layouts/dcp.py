@@ -87,7 +87,7 @@ def check_world(workload: Workload, world_size: int) -> None:
 
 
 @dataclass(frozen=True)
-class DcpLayout:
+class DcpParams:
     name: ClassVar[str] = "dcp"
     shape: TransformerShape | MoeShape
     world_size: int
@@ -99,7 +99,7 @@ class DcpLayout:
     moments_dtype: str = ""  # Adam's exp_avg and exp_avg_sq (default: optimizer_dtype)
 
     @classmethod
-    def from_workload(cls, workload: Workload, world_size: int) -> DcpLayout:
+    def from_workload(cls, workload: Workload, world_size: int) -> DcpParams:
         m, ck = workload.model, workload.checkpoint
         params = m.optimizer_datatype if m.master_weights else m.model_datatype  # FSDP2 mixed precision
         shape = MoeShape.from_model(m) if m.family == "moe" else TransformerShape.from_model(m)
@@ -209,7 +209,7 @@ def _shard_item(t: Tensor, world: int, rank: int) -> Item:
     return Item(t.fqn, t.dtype, shape, rows=shape[0] if t.split else fsdp_chunk(t.shape[0], world), whole=t.shape)
 
 
-def _replicated_owners(lay: DcpLayout, tensors: list[Tensor],
+def _replicated_owners(lay: DcpParams, tensors: list[Tensor],
                        groups: tuple[Item, ...]) -> tuple[dict[str, int], dict[int, int]]:
     """Who writes each replicated item: DCP's dedup_save_plans, walked in rank 0's plan order (the only
     plan holding every replicated item), each to the plan with the fewest bytes so far (objects count 1).
@@ -237,7 +237,7 @@ def _replicated_owners(lay: DcpLayout, tensors: list[Tensor],
     return owners, {rank: planned for planned, rank in others if planned}
 
 
-def _empty_owners(lay: DcpLayout, tensors: list[Tensor], planned: dict[int, int]) -> dict[str, int]:
+def _empty_owners(lay: DcpParams, tensors: list[Tensor], planned: dict[int, int]) -> dict[str, int]:
     """Who writes each tensor's empty shard. The ranks past a tensor's last rows all hold the same empty
     chunk (one index), and dedup_save_plans keeps one copy: continuing its walk over the plans in rank
     order, it first meets the chunk in the plan of the first empty rank, which has planned its own items
@@ -410,7 +410,7 @@ def _with_extras(common: list[tuple[Item, ...]], extras: list[Item], position: d
 
 
 def make_plan(workload: Workload, world_size: int) -> Plan:
-    lay = DcpLayout.from_workload(workload, world_size)
+    lay = DcpParams.from_workload(workload, world_size)
     tensors, groups = lay.tensors(), lay.group_items()
     by_fqn = {g.fqn: g for g in groups} | {t.fqn: Item(t.fqn, t.dtype, t.shape) for t in tensors if not t.sharded}
     extras: dict[int, list[Item]] = {}
@@ -458,7 +458,7 @@ def restore(workload: Workload, plan: Plan, world_size: int, model_only: bool) -
     """What ``dcp.load`` reads on each rank at ``world_size`` (the save's or another): :mod:`.dcp_restore`. A mixture
     of experts with expert parallelism loads on torchtitan's expert mesh at that size, with the save's EP: a size
     that mesh cannot place the saved experts on evenly is refused (:func:`.dcp_moe.check_load`)."""
-    lay: DcpLayout = plan.layout  # type: ignore[assignment]
+    lay: DcpParams = plan.layout  # type: ignore[assignment]
     tensors = lay.tensors()
     if lay.expert > 1 and world_size != plan.world_size:
         dcp_moe.check_load([t.shape for t in tensors if t.ep > 1], lay.expert, world_size, lay.scale != 1.0)

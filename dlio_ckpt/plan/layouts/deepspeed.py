@@ -108,7 +108,7 @@ def check(workload: Workload) -> None:
 
 
 @dataclass(frozen=True)
-class DeepSpeedLayout(dlio.DlioLayout):
+class DeepSpeedParams(dlio.DlioParams):
     name: ClassVar[str] = "deepspeed"
 
     def layer_stem(self, layer: int, mp: int, tp: int) -> str:
@@ -181,7 +181,7 @@ class DeepSpeedLayout(dlio.DlioLayout):
 def make_plan(workload: Workload, world_size: int) -> Plan:
     if workload.model.family == "moe":
         return deepspeed_moe.make_plan(workload, world_size)
-    return dlio.make_plan(workload, world_size, DeepSpeedLayout)
+    return dlio.make_plan(workload, world_size, DeepSpeedParams)
 
 
 def modelled(workload: Workload) -> str | None:
@@ -228,7 +228,7 @@ def restore(workload: Workload, plan: Plan, world_size: int, model_only: bool) -
                               f"{why}")
         return whole_files(plan, f"{NOT_MODELLED} ({why})")
     lay = plan.layout
-    assert isinstance(lay, DeepSpeedLayout | deepspeed_moe.DeepSpeedMoeLayout)
+    assert isinstance(lay, DeepSpeedParams | deepspeed_moe.DeepSpeedMoeParams)
     if model_only and workload.model.parallelism.zero_stage == 3:
         raise ConfigError("workload.restore.model_only", True, f"is not modelled with checkpoint.layout={name} and "
                           "model.parallelism.zero_stage=3: DeepSpeed's load_module_only then reads only each rank's "
@@ -241,7 +241,7 @@ def restore(workload: Workload, plan: Plan, world_size: int, model_only: bool) -
         kept = stems[1:]  # its MP rank's weights, its experts and its own partition
         needed = sum(plan.ranks[where[s][0]].files[where[s][1]].payload_bytes for s in kept)
         ranks.append(RankReads(r.rank, tuple(FileReads(*where[s]) for s in stems), needed))
-    moe = isinstance(lay, deepspeed_moe.DeepSpeedMoeLayout)
+    moe = isinstance(lay, deepspeed_moe.DeepSpeedMoeParams)
     return RestorePlan(world_size, plan.world_size, model_only, tuple(ranks), follows(moe, model_only))
 
 

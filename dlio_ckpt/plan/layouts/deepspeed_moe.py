@@ -15,7 +15,7 @@ saves on this machine (``tests/oracles/deepspeed_moe_save.py``, recorded in ``te
 - Every rank writes ``[bf16_]zero_pp_rank_{dp}_mp_rank_{mp:02d}_optim_states.pt``: fp32 master weights and
   Adam's two moments of its partition of the dense parameters (over DP) and of its EP rank's experts (over DP/EP).
   Since 0.19.5 no ``expp_rank_*_optim_states.pt`` is written under ZeRO.
-- The load (``engine.load_checkpoint(dir, tag)``, :meth:`DeepSpeedMoeLayout.load_stems`, held to real loads of these
+- The load (``engine.load_checkpoint(dir, tag)``, :meth:`DeepSpeedMoeParams.load_stems`, held to real loads of these
   saves by ``tests/oracles/deepspeed_load_reads.py``): each rank ``torch.load``s, whole, model-parallel rank 0's
   model file and its own MP rank's, as for a dense model; then (``load_moe_state_dict``) for each MoE layer in module
   order, each expert of its EP rank, ``layer_{L}_expert_{E}_mp_rank_{mp:02d}_model_states.pt``, written by its EP
@@ -81,7 +81,7 @@ def check_world(workload: Workload, world_size: int) -> None:
 
 
 @dataclass(frozen=True)
-class DeepSpeedMoeLayout:
+class DeepSpeedMoeParams:
     name: ClassVar[str] = "deepspeed"
     shape: MoeShape
     world_size: int
@@ -92,7 +92,7 @@ class DeepSpeedMoeLayout:
     scale: float = 1.0
 
     @classmethod
-    def from_workload(cls, workload: Workload, world_size: int) -> DeepSpeedMoeLayout:
+    def from_workload(cls, workload: Workload, world_size: int) -> DeepSpeedMoeParams:
         m, par = workload.model, workload.model.parallelism
         return cls(MoeShape.from_model(m), world_size, par.tensor, par.expert, m.model_datatype,
                    m.optimizer_datatype, workload.checkpoint.scale)
@@ -190,5 +190,5 @@ class DeepSpeedMoeLayout:
 
 
 def make_plan(workload: Workload, world_size: int) -> Plan:
-    layout = DeepSpeedMoeLayout.from_workload(workload, world_size)
+    layout = DeepSpeedMoeParams.from_workload(workload, world_size)
     return Plan(layout, tuple(layout.rank_plan(r) for r in range(world_size)))

@@ -26,7 +26,7 @@ NO_RESTORE = ("DLIO's read phase reads each rank's own files whole at the save's
 
 
 @dataclass(frozen=True)
-class DlioLayout:
+class DlioParams:
     """Everything DLIO's file layout depends on, extracted from a workload: hashable, so the per-stage
     work can be cached."""
 
@@ -43,7 +43,7 @@ class DlioLayout:
     scale: float = 1.0
 
     @classmethod
-    def from_workload(cls, workload: Workload, world_size: int) -> DlioLayout:
+    def from_workload(cls, workload: Workload, world_size: int) -> DlioParams:
         m, par, ck = workload.model, workload.model.parallelism, workload.checkpoint
         mp = par.tensor * par.pipeline
         data = par.data if ck.mode == "subset" else world_size // mp
@@ -145,7 +145,7 @@ class DlioLayout:
         return RankPlan(rank, tp, pp, dp, mp, tuple(files))
 
 
-def make_plan(workload: Workload, world_size: int, kind: type[DlioLayout] = DlioLayout) -> Plan:
+def make_plan(workload: Workload, world_size: int, kind: type[DlioParams] = DlioParams) -> Plan:
     layout = kind.from_workload(workload, world_size)
     return Plan(layout, tuple(layout.rank_plan(r) for r in range(world_size)))
 

@@ -106,7 +106,7 @@ def check_world(workload: Workload, world_size: int) -> None:
 
 
 @dataclass(frozen=True)
-class LightningLayout:
+class LightningParams:
     name: ClassVar[str] = "lightning"
     shape: DemoTransformer
     world_size: int
@@ -141,7 +141,7 @@ class LightningLayout:
 
 
 def make_plan(workload: Workload, world_size: int) -> Plan:
-    lay = LightningLayout(DemoTransformer.of(workload), world_size, workload.lightning.optimizer,
+    lay = LightningParams(DemoTransformer.of(workload), world_size, workload.lightning.optimizer,
                           workload.checkpoint.scale)
     items = lay.items()
     payload, p = sum(i.nbytes for i in items), predict(workload)
@@ -154,7 +154,7 @@ def make_plan(workload: Workload, world_size: int) -> Plan:
 
 @lru_cache(maxsize=4)
 def _pickle(items: tuple[Item, ...]) -> bytes:
-    """``data.pkl`` of the checkpoint's dict, its tensors ``items`` (:meth:`LightningLayout.items`)."""
+    """``data.pkl`` of the checkpoint's dict, its tensors ``items`` (:meth:`LightningParams.items`)."""
     params = [i for i in items if not i.fqn.startswith(STATE)]
     state: dict[int, dict[str, Item]] = {}
     for i in items[len(params):]:

@@ -15,7 +15,7 @@ its own saves on CPU (gloo) in ``tests/against_frameworks/test_megatron_layout.p
 - The fully parallel save (``FullyParallelSaveStrategyWrapper``, Megatron-LM's default) spreads the chunks
   each data-parallel group holds over its ranks: largest first, each to the least loaded rank
   (``exchange_utils.distribute_shards_to_ranks``), so every rank writes about total/world.
-- Each rank's items come in the order of its sharded state dict (``MegatronLayout.traversal``: the model, then
+- Each rank's items come in the order of its sharded state dict (``MegatronParams.traversal``: the model, then
   the optimizer's state in reverse parameter order, a tensor's chunks merged where its first one comes), as
   megatron-core's save plan lists them; held item for item to real saves' ``.metadata`` (a load reads by
   these offsets: :mod:`.megatron_restore`).
@@ -93,7 +93,7 @@ def check(workload: Workload) -> None:
 
 
 @dataclass(frozen=True)
-class MegatronLayout:
+class MegatronParams:
     name: ClassVar[str] = "megatron"
     shape: TransformerShape
     world_size: int
@@ -109,7 +109,7 @@ class MegatronLayout:
     common_pt_bytes: ClassVar[int] = COMMON_PT_BYTES
 
     @classmethod
-    def from_workload(cls, workload: Workload, world_size: int) -> MegatronLayout:
+    def from_workload(cls, workload: Workload, world_size: int) -> MegatronParams:
         m, par, ck = workload.model, workload.model.parallelism, workload.checkpoint
         return cls(TransformerShape.from_model(m), world_size, par.tensor, par.pipeline,
                    world_size // (par.tensor * par.pipeline), m.model_datatype, ck.files_per_rank or FILES_PER_RANK,
@@ -269,8 +269,8 @@ def restore(workload: Workload, plan: Plan, world_size: int, model_only: bool) -
 
 def make_plan(workload: Workload, world_size: int) -> Plan:
     if workload.model.family == "moe":
-        return plan_of(megatron_moe.MegatronMoeLayout.from_workload(workload, world_size))
-    return plan_of(MegatronLayout.from_workload(workload, world_size))
+        return plan_of(megatron_moe.MegatronMoeParams.from_workload(workload, world_size))
+    return plan_of(MegatronParams.from_workload(workload, world_size))
 
 
 def check_world(workload: Workload, world_size: int) -> None:

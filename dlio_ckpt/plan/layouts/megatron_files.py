@@ -13,7 +13,7 @@ from typing import NamedTuple, Protocol, cast
 from dlio_ckpt.errors import ConfigError
 from dlio_ckpt.plan.layouts.dcp import _split, item_size
 from dlio_ckpt.plan.layouts.dcp_metadata import Chunked, listed_metadata_size
-from dlio_ckpt.plan.types import CoordinatorFile, Item, ItemFile, LayoutFacts, Plan, RankPlan, shrink_shape
+from dlio_ckpt.plan.types import CoordinatorFile, Item, ItemFile, LayoutParams, Plan, RankPlan, shrink_shape
 
 FILES_PER_RANK = 2  # megatron-core's TorchDistSaveShardedStrategy thread_count
 # rank 0's small files, as megatron-core 0.16.1 writes them for a GPT model with the distributed optimizer
@@ -188,4 +188,4 @@ def plan_of(lay: MegatronPlanning) -> Plan:
     common = CoordinatorFile("common.pt", lay.common_pt_bytes)
     coordinator = (CoordinatorFile(".metadata", size, ".metadata.tmp"), common,
                    CoordinatorFile("metadata.json", METADATA_JSON_BYTES))
-    return Plan(cast(LayoutFacts, lay), tuple(ranks), coordinator)
+    return Plan(cast(LayoutParams, lay), tuple(ranks), coordinator)

@@ -25,7 +25,7 @@ specs, SequentialMLP experts, the distributed optimizer, the fully parallel save
   (split on rows), ``transformer_layer.*`` (one MoE block, keys never stacked) and ``final_layernorm``.
 - Without expert parallelism (``expert`` 1) the experts are ordinary parameters of the one optimizer:
   ``optimizer.state.{param,exp_avg,exp_avg_sq}.<key>``, no chain, and ``common.pt`` the dense model's.
-- Each rank's items lie in its files in the order of its sharded state dict (``MegatronMoeLayout.traversal``:
+- Each rank's items lie in its files in the order of its sharded state dict (``MegatronMoeParams.traversal``:
   held item for item, offsets included, to real saves' ``.metadata``), which the load follows too: a load
   (:func:`load_layout`, :mod:`.megatron_restore`) at another world size, ``restore.tensor`` or
   ``restore.expert`` reads, on each rank, the stored chunks of what it holds at the load's parallelism
@@ -120,7 +120,7 @@ def check_world(workload: Workload, world_size: int) -> None:
                           "into expert tensor x expert x expert data parallelism)")
 
 
-def load_layout(workload: Workload, saved: MegatronMoeLayout, world: int) -> MegatronMoeLayout:
+def load_layout(workload: Workload, saved: MegatronMoeParams, world: int) -> MegatronMoeParams:
     """The layout at the load's parallelism: ``restore.tensor`` and ``restore.expert`` (default the save's) over
     ``world`` ranks, the save's stages, expert tensor parallelism ``model.parallelism.expert_tensor`` (default:
     the load's tensor parallelism, as Megatron's); its rules checked as the save's are (exit 2 naming the
@@ -165,7 +165,7 @@ def load_layout(workload: Workload, saved: MegatronMoeLayout, world: int) -> Meg
 
 
 @dataclass(frozen=True)
-class MegatronMoeLayout:
+class MegatronMoeParams:
     name: ClassVar[str] = "megatron"
     shape: MoeShape
     world_size: int
@@ -181,7 +181,7 @@ class MegatronMoeLayout:
     widths: tuple[int, int] | None = None  # a load's: the save's (TP, expert TP), which scaled widths were rounded to
 
     @classmethod
-    def from_workload(cls, workload: Workload, world_size: int) -> MegatronMoeLayout:
+    def from_workload(cls, workload: Workload, world_size: int) -> MegatronMoeParams:
         m, par, ck = workload.model, workload.model.parallelism, workload.checkpoint
         return cls(MoeShape.from_model(m), world_size, par.tensor, par.pipeline, par.expert,
                    par.expert_tensor or par.tensor, m.model_datatype, ck.files_per_rank or FILES_PER_RANK,

@@ -49,8 +49,8 @@ Chunk = tuple[tuple[int, ...], tuple[int, ...]]
 
 
 class Sharded(Protocol):
-    """What a restore asks of a Megatron layout (:class:`.megatron.MegatronLayout`, a dense GPT, and
-    :class:`.megatron_moe.MegatronMoeLayout`, a mixture of experts), saved or loading."""
+    """What a restore asks of a Megatron layout (:class:`.megatron.MegatronParams`, a dense GPT, and
+    :class:`.megatron_moe.MegatronMoeParams`, a mixture of experts), saved or loading."""
 
     @property
     def world_size(self) -> int: ...

@@ -83,19 +83,19 @@ def tasks(ctx: RunContext, fmt: Format, step: int, plans: list[RankPlan], backen
           ) -> list[FileTask]:
     """The files of ``plans`` at ``step`` on ``backend`` (a tier; the first by default), with their
     framework's calls where the saves play them (:func:`~dlio_ckpt.plan.layouts.framework_io`)."""
-    base, played = ctx.path(step, backend=backend), framework_io(ctx.workload)
-    if played is None:
+    base, framework = ctx.path(step, backend=backend), framework_io(ctx.workload)
+    if framework is None:
         return [FileTask(f"{base}/{f.stem}{fmt.extension}", tuple(fmt.segments(f)), file_key(step, p.rank, i),
                          dtype=values_dtype(f)) for p in plans for i, f in enumerate(p.files)]
     return [FileTask(f"{base}/{f.stem}{fmt.extension}", tuple(fmt.segments(f)), file_key(step, p.rank, i),
-                     played.file_pattern(f), dtype=values_dtype(f)) for p in plans for i, f in enumerate(p.files)]
+                     framework.file_pattern(f), dtype=values_dtype(f)) for p in plans for i, f in enumerate(p.files)]
 
 
-def stages(store: Backend, played: FrameworkIO | None) -> bool:
+def stages(store: Backend, framework: FrameworkIO | None) -> bool:
     """Whether a coordinator's file is written under its staged name and moved into place on ``store``: a file
     system renames it; on an object store that can copy it into place, where the saves play a framework whose
     client does so (``FrameworkIO.object_store_rename``: DCP's on S3); elsewhere the final name is written."""
-    return store.capabilities.rename or (played is not None and played.object_store_rename
+    return store.capabilities.rename or (framework is not None and framework.object_store_rename
                                          and store.capabilities.rename_by_copy)
 
 
@@ -103,9 +103,10 @@ def coordinator_tasks(ctx: RunContext, step: int, backend: Backend | None = None
                       ) -> list[FileTask]:
     """The files rank 0 writes after everyone's data (DCP's ``.metadata``), under the name they are
     first written as when ``staged`` and the storage moves them into place (:func:`stages`)."""
-    base, store, played = ctx.path(step, backend=backend), backend or ctx.backend, framework_io(ctx.workload)
-    return [FileTask(f"{base}/{c.staged if staged and c.staged and stages(store, played) else c.name}",
-                     (c.size,), file_key(step, ctx.world_size, k), played.coordinator_pattern(c) if played else None)
+    base, store, framework = ctx.path(step, backend=backend), backend or ctx.backend, framework_io(ctx.workload)
+    return [FileTask(f"{base}/{c.staged if staged and c.staged and stages(store, framework) else c.name}",
+                     (c.size,), file_key(step, ctx.world_size, k),
+                     framework.coordinator_pattern(c) if framework else None)
             for k, c in enumerate(plan_of(ctx).coordinator)]
 
 
@@ -114,9 +115,9 @@ def writer_threads(ctx: RunContext, backend: Backend) -> int:
     thread per file it writes (DCP's ``thread_count``), or only its caller's, one file after another
     (``torch.save``'s: DeepSpeed, Lightning); a process emulating several ranks writes their files at least
     that many at a time, and up to its storage's ``threads``."""
-    played = framework_io(ctx.workload)
-    most = max((len(p.files) for p in ranks_of_process(ctx)), default=1) if played is None or \
-        played.threads is not Threads.CALLER else 1
+    framework = framework_io(ctx.workload)
+    most = max((len(p.files) for p in ranks_of_process(ctx)), default=1) if framework is None or \
+        framework.threads is not Threads.CALLER else 1
     return most if ctx.world_size == ctx.comm.size else max(most, backend.options.threads)
 
 
@@ -133,37 +134,37 @@ class DeviceCopy:
             time.sleep(self.seconds)
 
 
-def _copy_rate(ctx: RunContext, played: FrameworkIO | None) -> float:
+def _copy_rate(ctx: RunContext, framework: FrameworkIO | None) -> float:
     """The rate a synchronous save copies its tensors from the accelerators at (``checkpoint.gpu_copy_gb_per_second``,
     bytes/s), 0 where it copies none: only where the saves play their framework's calls (the stream measures the
     storage alone, and an async save's copy is its staging)."""
     rate = ctx.workload.checkpoint.gpu_copy_gb_per_second * 1e9
-    return 0.0 if played is None or ctx.workload.checkpoint.async_save else rate
+    return 0.0 if framework is None or ctx.workload.checkpoint.async_save else rate
 
 
-def writer_settings(ctx: RunContext, played: FrameworkIO | None) -> WriterSettings:
+def writer_settings(ctx: RunContext, framework: FrameworkIO | None) -> WriterSettings:
     """How this process's engine writes a save played as its framework writes it: its writer threads
     (:func:`writer_threads`), whether the caller's thread is one of them, and the copy each makes of a tensor from
     its accelerator before writing it, where the framework copies tensor by tensor: the threads copy side by side,
     sharing the process's accelerators (one per rank it plays), a thread at most one accelerator's rate."""
-    if played is None:
+    if framework is None:
         return WriterSettings()
-    threads, rate = writer_threads(ctx, ctx.backend), _copy_rate(ctx, played)
-    per_thread = min(rate, rate * len(ranks_of_process(ctx)) / threads) if played.copies is Copies.EACH else 0.0
-    return WriterSettings(threads, played.threads is not Threads.FILE_EACH_CALLER_WAITS, per_thread)
+    threads, rate = writer_threads(ctx, ctx.backend), _copy_rate(ctx, framework)
+    per_thread = min(rate, rate * len(ranks_of_process(ctx)) / threads) if framework.copies is Copies.EACH else 0.0
+    return WriterSettings(threads, framework.threads is not Threads.FILE_EACH_CALLER_WAITS, per_thread)
 
 
-def device_copy(ctx: RunContext, played: FrameworkIO | None) -> DeviceCopy:
+def device_copy(ctx: RunContext, framework: FrameworkIO | None) -> DeviceCopy:
     """The copy a synchronous save makes of all its tensors before its writers start, where its framework copies
     them all first: the largest of its ranks' shards, each rank copying from its own (tensor by tensor, the
     engine's writer threads copy instead: :func:`writer_settings`)."""
-    rate = _copy_rate(ctx, played)
-    if played is None or played.copies is not Copies.FIRST or not rate:
+    rate = _copy_rate(ctx, framework)
+    if framework is None or framework.copies is not Copies.FIRST or not rate:
         return DeviceCopy()
     return DeviceCopy(max(shard_bytes(ctx), default=0) / rate)
 
 
-def load_copy(ctx: RunContext, played: FrameworkIO | None, reads: list[RankReads]) -> DeviceCopy:
+def load_copy(ctx: RunContext, framework: FrameworkIO | None, reads: list[RankReads]) -> DeviceCopy:
     """How this process's loads copy what they read back to the accelerators (``checkpoint.gpu_copy_gb_per_second``,
     taken for both directions; only where the loads play their framework's reads): each loading rank the state
     it needs (:attr:`RankReads.needed`) into its own accelerator, all of it after its reads. A framework's reader
@@ -171,7 +172,7 @@ def load_copy(ctx: RunContext, played: FrameworkIO | None, reads: list[RankReads
     ``torch.load`` of the whole file (DeepSpeed, Lightning), on the thread that reads: either way the reads and
     the copies follow one another, so the load takes their sum. Loads are synchronous, async saves or not."""
     rate = ctx.workload.checkpoint.gpu_copy_gb_per_second * 1e9
-    if played is None or not rate:
+    if framework is None or not rate:
         return DeviceCopy()
     return DeviceCopy(max((r.needed for r in reads), default=0) / rate)
 
@@ -247,8 +248,8 @@ class EmulatedRun:
         place (:func:`stages`): on S3, one HEAD of one key per rank. Synchronous saves: an async save writes its
         coordinator's files in place."""
         ctx = self.ctx
-        played = framework_io(ctx.workload)
-        if played is None or not stages(ctx.backend, played):
+        framework = framework_io(ctx.workload)
+        if framework is None or not stages(ctx.backend, framework):
             return
         for c in plan_of(ctx).coordinator:
             if c.staged:

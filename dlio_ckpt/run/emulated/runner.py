@@ -65,10 +65,10 @@ def preflight(ctx: RunContext) -> None:
     ctx.restore = restore_plan(ctx.workload, ctx.plan)
     check_capabilities(ctx.backend, io_options(ctx))
     ck = ctx.ck
-    if ck.odirect and (played := framework_io(ctx.workload)):
+    if ck.odirect and (framework := framework_io(ctx.workload)):
         raise ConfigError("workload.checkpoint.odirect", True, f"checkpoint.io_pattern=framework writes as "
-                          f"{played.writer} does, through the page cache; set ++workload.checkpoint.io_pattern=stream "
-                          "to measure O_DIRECT")
+                          f"{framework.writer} does, through the page cache; set "
+                          "++workload.checkpoint.io_pattern=stream to measure O_DIRECT")
     for backend in ctx.tiers[1:]:  # drains write without O_DIRECT; the read phase reads as asked
         check_capabilities(backend, IOOptions(fsync=ck.fsync))
     check_capabilities(ctx.tiers[ck.read_tier], io_options(ctx))
@@ -275,15 +275,15 @@ class EmulatedJob:
         # (each file's planned bytes counted once: a load's framework reads go back over bytes, PlannedBytes)
         self.shown = PlannedBytes(progress_display(comm.rank == 0 and ck.progress and not ck.async_save,
                                                    ck.progress_interval))
-        self.played = played = framework_io(ctx.workload)
+        self.framework = framework = framework_io(ctx.workload)
         self.engine = self.read_engine = Engine(ctx.backend, run_key, io_options(ctx), self._progress,
-                                                writer_settings(ctx, played))
-        self.copy_first = device_copy(ctx, played)
+                                                writer_settings(ctx, framework))
+        self.copy_first = device_copy(ctx, framework)
         if comm.rank == 0 and "transport" in (storage := ctx.backend.describe()):  # GDS or POSIX, said up front
             log.info("storage_type=%s moves bytes by %s: %s", ctx.backend.name, storage["transport"], storage["why"])
         if comm.rank == 0 and ck.num_checkpoints_write:
-            log.info("saves write %s", f"as {played.writer} does, {self.engine.writers.threads} writer thread(s) "
-                     "per process (checkpoint.io_pattern=framework)" if played else
+            log.info("saves write %s", f"as {framework.writer} does, {self.engine.writers.threads} writer thread(s) "
+                     "per process (checkpoint.io_pattern=framework)" if framework else
                      f"the tuned stream: {ck.chunk_size} B requests (checkpoint.io_pattern=stream)")
         self.records: list[OpRecord] = []
         self.retries = RetryCount()
@@ -360,7 +360,7 @@ class EmulatedJob:
         caveat = load_caveat(ctx.workload, restore_of(ctx))
         if caveat and comm.rank == 0:  # once, before the loads say "verified"
             log.info("load: %s", caveat)
-        copy_back = load_copy(ctx, self.played, read_plans)  # the same every load
+        copy_back = load_copy(ctx, self.framework, read_plans)  # the same every load
         for i in range(1, ck.num_checkpoints_read + 1):
             self._load(i, reader, read_plans, copy_back, handoff, from_peer)
         if ctx.workload.restore.lost_hosts:  # each process's source, for io.restore
@@ -443,7 +443,7 @@ class EmulatedJob:
     def _item_reader(self) -> ItemReader | None:
         """How the read tier's client reads a framework's items its own way, where it does (the loads play a
         framework's reads): their ranged reads are counted as the engine plays them."""
-        return self.ctx.tiers[read_tier(self.ctx)].item_reader() if self.played else None
+        return self.ctx.tiers[read_tier(self.ctx)].item_reader() if self.framework else None
 
     def _restore_described(self) -> dict[str, Any] | None:
         """``io.restore``: what the loads read (None without loads)."""
@@ -454,7 +454,7 @@ class EmulatedJob:
 
     def _io(self, restore: dict[str, Any] | None) -> IO:
         """summary.json's ``io``: how this run moved its bytes."""
-        ctx, ck, played, engine = self.ctx, self.ctx.ck, self.played, self.engine
+        ctx, ck, framework, engine = self.ctx, self.ctx.ck, self.framework, self.engine
         plan = plan_of(ctx)
         scaled = scaled_figures(plan, self.fmt, ctx.comm.size) if plan.full_size else None
         if scaled is not None and restore is not None and plan.full_size is not None:  # the load's own bytes ratio
@@ -465,8 +465,9 @@ class EmulatedJob:
         return IO(layout=ck.layout, format=self.fmt.name, odirect=ck.odirect,
                   verified=ctx.backend.capabilities.stores_data and ck.verify,
                   recovery_rank_shift=ck.recovery_rank_shift, scale=ck.scale, chunk_size=ck.chunk_size,
-                  io_pattern="framework" if played else "stream", framework_writer=played.writer if played else None,
-                  writer_threads_per_process=engine.writers.threads if played else None,
+                  io_pattern="framework" if framework else "stream",
+                  framework_writer=framework.writer if framework else None,
+                  writer_threads_per_process=engine.writers.threads if framework else None,
                   io_buffer_bytes_per_process=engine.buffer_bytes + (self.read_engine.buffer_bytes
                                                                      if self.read_engine is not engine else 0),
                   data_reduction={"compression_ratio": ck.compression_ratio, "dedup_ratio": ck.dedup_ratio,
