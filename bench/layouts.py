@@ -25,14 +25,11 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from dlio_ckpt.config import check_world_size, compose  # noqa: E402
+from dlio_ckpt.config import compose  # noqa: E402
 from dlio_ckpt.errors import ConfigError  # noqa: E402
 from dlio_ckpt.plan.formats import planned_size  # noqa: E402
-from dlio_ckpt.plan.layouts import (  # noqa: E402
-    NAMES,
-    file_format,
-    make_plan,  # noqa: E402
-)
+from dlio_ckpt.plan.layouts import check_job, file_format, make_plan  # noqa: E402
+from dlio_ckpt.registry import LAYOUTS  # noqa: E402
 
 MPIEXEC = Path(sys.executable).parent / "mpiexec"
 GIB = 1 << 30
@@ -62,10 +59,10 @@ def table(workload: str, ranks: int) -> None:
     print(f"{workload} at {ranks} ranks (plan, no I/O)")
     print("layout     parallelism                                   files/rank  writing  largest GiB  "
           "smallest GiB  total GiB  first read on load")
-    for layout in NAMES:
+    for layout in LAYOUTS.names:
         try:
             w, _, _ = compose(overrides(workload, layout), None)
-            check_world_size(w, ranks)
+            check_job(w, ranks)
         except ConfigError as exc:
             print(f"{layout:<10} refused: {exc}")
             continue
@@ -109,10 +106,10 @@ def main() -> None:
     if args.rounds == 0:
         return
     root = Path(tempfile.mkdtemp(dir=args.root))
-    seen: dict[str, list[tuple[float, float, float]]] = {n: [] for n in NAMES}
+    seen: dict[str, list[tuple[float, float, float]]] = {n: [] for n in LAYOUTS.names}
     try:
         for r in range(args.rounds):
-            for layout in NAMES if r % 2 == 0 else reversed(NAMES):
+            for layout in LAYOUTS.names if r % 2 == 0 else reversed(LAYOUTS.names):
                 seen[layout].append(run(args.workload, layout, args.ranks, args.procs, args.scale, root))
     finally:
         shutil.rmtree(root, ignore_errors=True)
@@ -120,7 +117,7 @@ def main() -> None:
           f"caches evicted before the load; medians of {args.rounds} alternating rounds [min, max]")
     base = {k: statistics.median(x[k] for x in seen["dlio"]) for k in (0, 1)}
     print("layout     GiB written  save GiB/s            load GiB/s            save/dlio  load/dlio")
-    for layout in NAMES:
+    for layout in LAYOUTS.names:
         save, load = ([x[k] for x in seen[layout]] for k in (0, 1))
         ms, ml = statistics.median(save), statistics.median(load)
         print(f"{layout:<10} {seen[layout][0][2]:>11.2f}  {ms:>5.2f} [{min(save):.2f}, {max(save):.2f}]  "

@@ -24,12 +24,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from layouts import GIB, overrides, run  # noqa: E402
 
 from dlio_ckpt.config import compose  # noqa: E402
-from dlio_ckpt.plan.layouts import make_plan  # noqa: E402
+from dlio_ckpt.plan.layouts import check_job, make_plan  # noqa: E402
 
 
 def planned(workload: str, layout: str, ranks: int, scale: float) -> tuple[int, int]:
     """Payload bytes and files of one checkpoint."""
     w, _, _ = compose([*overrides(workload, layout), f"++workload.checkpoint.scale={scale}"], None)
+    check_job(w, ranks)
     plan = make_plan(w, ranks)
     return plan.total_payload_bytes, sum(len(r.files) for r in plan.ranks) + len(plan.coordinator)
 

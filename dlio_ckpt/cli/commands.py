@@ -76,8 +76,8 @@ def plan(args: argparse.Namespace, comm: Comm) -> int:
     from dlio_ckpt.run.preparation import check_tier_options
 
     workload, _, _ = compose(args.overrides, args.config_dir)
-    check_job(workload)
     if workload.mode != "emulated":
+        check_job(workload)
         from dlio_ckpt.run.modes import prediction
 
         view = prediction(workload, args.world_size or 1)

@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import math
 import random
+from bisect import bisect_left
 from collections.abc import Callable
 from dataclasses import replace
 
@@ -57,62 +58,106 @@ def sampled(full: Plan, scale: float, item_size: Callable[[Item], int]) -> Plan:
     """A miniature of ``full`` (a plan of files of items) holding about ``scale`` of its stored bytes in whole
     items; ``item_size``: an item's stored archive (the layout's)."""
     writers = [r for r in full.ranks if any(isinstance(f, ItemFile) and f.items for f in r.files)]
+    if not writers:  # no file of items to keep any from
+        return Plan(full.layout, tuple(_kept(r, set(), item_size) for r in full.ranks), full.coordinator,
+                    sample=True).miniature_of(full)
     items = sum(len(f.items) for r in writers for f in r.files if isinstance(f, ItemFile))
     count = min(len(writers), max(MIN_WRITING_RANKS, int(scale * items / MIN_ITEMS_PER_RANK)))
     rng = random.Random(SEED)
     chosen = [writers[rng.randrange(j * len(writers) // count, (j + 1) * len(writers) // count)] for j in range(count)]
     placed = [(j, k, item) for j, r in enumerate(chosen) for k, f in enumerate(r.files) if isinstance(f, ItemFile)
               for item in f.items]
-    held = sum(item_size(item) for _, _, item in placed)
-    sizes = sorted((item_size(item) for _, _, item in placed), reverse=True)
-    of_size: dict[int, list[tuple[int, int, Item]]] = {}
-    for p in placed:
-        of_size.setdefault(item_size(p[2]), []).append(p)
-    kept, weight = set(), [0] * count
+    size_of = [item_size(item) for _, _, item in placed]
+    held, sizes, left = sum(size_of), sorted(size_of, reverse=True), _Left(placed, size_of)
+    kept, spread = set(), Spread(count)
     every = max(1.0, min(held / (scale * full.stored_bytes), len(placed) / count))  # a run at least a chosen rank
     for lo, hi in runs(len(placed), every):
-        alike = of_size[size := sizes[rng.randrange(lo, hi)]]
-        j = lightest(weight, {j for j, _, _ in alike}, rng)
-        alike.remove(pick := rng.choice([p for p in alike if p[0] == j]))
-        kept.add(pick)
-        weight[j] += size
+        size = sizes[rng.randrange(lo, hi)]
+        j = spread.lightest(left.holders[size], rng)
+        kept.add(left.take(size, j, rng))
+        spread.add(j, size)
     for j in range(count):  # an item at least on each chosen rank: of the size its half lacks
-        if not weight[j]:
-            own = [p for size in of_size.values() for p in size if p[0] == j]
-            size = min({item_size(p[2]) for p in own}, key=lambda size: abs(size - lacking(weight, j)))
-            kept.add(rng.choice([p for p in own if item_size(p[2]) == size]))
-            weight[j] += size
+        if not spread.weight[j]:
+            size = min(sorted(left.sizes_on(j)), key=lambda size: abs(size - spread.lacking(j)))
+            kept.add(left.take(size, j, rng))
+            spread.add(j, size)
     named = {(chosen[j].rank, k, item) for j, k, item in kept}
     ranks = tuple(_kept(r, named, item_size) for r in full.ranks)
     return Plan(full.layout, ranks, full.coordinator, sample=True).miniature_of(full)
 
 
-def lightest(weight: list[int], among: set[int], rng: random.Random) -> int:
-    """Which of the chosen ranks ``among`` takes the next item: the lighter half of the chosen ranks (bytes kept a
-    rank, where one half holds more ranks), then the lighter half of that, down to one rank; ties at random.
-    Processes play contiguous blocks of ranks, and the chosen ranks are one a block, so every split of them into 2,
-    4, 8 ... contiguous groups keeps a like share of the bytes, as at full size, whatever the process count."""
-    lo, hi = 0, len(weight)
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        halves = [(lo, mid), (mid, hi)]
-        open_ = [(a, b) for a, b in halves if any(a <= j < b for j in among)]
-        if len(open_) == 1:
-            lo, hi = open_[0]
-            continue
-        load = [sum(weight[a:b]) / (b - a) for a, b in halves]
-        lo, hi = halves[0] if load[0] < load[1] or load[0] == load[1] and rng.random() < 0.5 else halves[1]
-    return lo
+class _Left:
+    """The chosen ranks' items not kept yet, by stored size and rank, each rank's in their order in the plan; and
+    by size, the ranks that still hold one, in order (so a draw costs a few steps, not a pass over the items)."""
+
+    def __init__(self, placed: list[tuple[int, int, Item]], size_of: list[int]) -> None:
+        self.items: dict[int, dict[int, list[tuple[int, int, Item]]]] = {}
+        for p, size in zip(placed, size_of, strict=True):
+            self.items.setdefault(size, {}).setdefault(p[0], []).append(p)
+        self.holders = {size: sorted(by_rank) for size, by_rank in self.items.items()}
+
+    def take(self, size: int, j: int, rng: random.Random) -> tuple[int, int, Item]:
+        """One of rank ``j``'s items of ``size``, at random, no longer left."""
+        mine = self.items[size][j]
+        pick = mine.pop(rng.randrange(len(mine)))
+        if not mine:
+            holders = self.holders[size]
+            holders.pop(bisect_left(holders, j))
+        return pick
+
+    def sizes_on(self, j: int) -> set[int]:
+        return {size for size, by_rank in self.items.items() if by_rank.get(j)}
 
 
-def lacking(weight: list[int], j: int) -> float:
-    """The bytes the half of the chosen ranks that holds ``j`` lacks against the other (per rank, where the halves
-    differ by one); nothing where there is no other half."""
-    mid = len(weight) // 2
-    if not mid:
-        return 0.0
-    own, other = (weight[:mid], weight[mid:]) if j < mid else (weight[mid:], weight[:mid])
-    return sum(other) / len(other) * len(own) - sum(own)
+class Spread:
+    """The bytes each of ``count`` chosen ranks keeps, summed over every half of them, half of a half, and so on
+    (the nodes of the halving :meth:`lightest` walks), so each step of a draw reads a sum instead of adding one."""
+
+    def __init__(self, count: int) -> None:
+        self.count, self.weight = count, [0] * count
+        self.sums: dict[tuple[int, int], int] = {}
+
+    def add(self, j: int, nbytes: int) -> None:
+        self.weight[j] += nbytes
+        lo, hi = 0, self.count
+        while True:
+            self.sums[(lo, hi)] = self.sums.get((lo, hi), 0) + nbytes
+            if hi - lo == 1:
+                return
+            mid = (lo + hi) // 2
+            lo, hi = (lo, mid) if j < mid else (mid, hi)
+
+    def lightest(self, among: list[int], rng: random.Random) -> int:
+        """Which of the chosen ranks ``among`` (in order) takes the next item: the lighter half of the chosen
+        ranks (bytes kept a rank, where one half holds more ranks), then the lighter half of that, down to one
+        rank; ties at random. Processes play contiguous blocks of ranks, and the chosen ranks are one a block, so
+        every split of them into 2, 4, 8 ... contiguous groups keeps a like share of the bytes, as at full size,
+        whatever the process count."""
+        lo, hi, sums, n = 0, self.count, self.sums, len(among)
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            i = bisect_left(among, lo)
+            j = bisect_left(among, mid, i)
+            if not (i < n and among[i] < mid):  # only the upper half holds one ([lo, hi) holds one at least)
+                lo = mid
+            elif not (j < n and among[j] < hi):
+                hi = mid
+            else:
+                left, right = sums.get((lo, mid), 0) / (mid - lo), sums.get((mid, hi), 0) / (hi - mid)
+                lo, hi = (lo, mid) if left < right or left == right and rng.random() < 0.5 else (mid, hi)
+        return lo
+
+    def lacking(self, j: int) -> float:
+        """The bytes the half of the chosen ranks that holds ``j`` lacks against the other (per rank, where the
+        halves differ by one); nothing where there is no other half."""
+        mid = self.count // 2
+        if not mid:
+            return 0.0
+        (own, n_own), (other, n_other) = ((self.sums.get((0, mid), 0), mid), (self.sums.get((mid, self.count), 0),
+                                                                              self.count - mid))
+        if j >= mid:
+            (own, n_own), (other, n_other) = (other, n_other), (own, n_own)
+        return other / n_other * n_own - own
 
 
 def _kept(rank: RankPlan, kept: set[tuple[int, int, Item]], item_size: Callable[[Item], int]) -> RankPlan:

@@ -108,3 +108,6 @@ def test_the_one_pickle_writer_writes_plain_values_as_pythons_pickler_does():
     p = Pickler()
     p.value(value)
     assert p.done() == pickle.dumps(value, protocol=2)
+    p = Pickler()  # a state dict's group of no tensors: an empty dict is its EMPTY_DICT alone, no batch
+    p.dict([], lambda _: None)
+    assert p.done() == pickle.dumps({}, protocol=2)

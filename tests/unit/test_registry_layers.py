@@ -40,9 +40,15 @@ def _loads() -> list[tuple[str, str]]:
         module = ".".join(path.relative_to(PACKAGE.parent).with_suffix("").parts).removesuffix(".__init__")
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "load" \
-                    and isinstance(node.func.value, ast.Name) and node.func.value.id in REGISTRIES:
-                out.append((module, node.func.value.id))
+                    and (name := _registry_named(node.func.value)) is not None:
+                out.append((module, name))
     return out
+
+
+def _registry_named(node: ast.expr) -> str | None:
+    """The registry an expression names: ``LAYOUTS`` or ``registry.LAYOUTS`` (an alias would escape this)."""
+    name = node.id if isinstance(node, ast.Name) else node.attr if isinstance(node, ast.Attribute) else None
+    return name if name in REGISTRIES else None
 
 
 def _targets(name: str) -> set[str]:

@@ -17,7 +17,7 @@ import pytest
 from dlio_ckpt.config import compose
 from dlio_ckpt.errors import ConfigError
 from dlio_ckpt.plan.layouts import check_job, get_layout, make_plan, restore_plan
-from dlio_ckpt.plan.sample import lightest, runs
+from dlio_ckpt.plan.sample import Spread, runs
 from dlio_ckpt.plan.types import ItemFile
 
 DCP = ["++workload.checkpoint.layout=dcp", "++workload.model.parallelism.tensor=1"]
@@ -111,12 +111,21 @@ def test_runs_cover_every_position_once_in_runs_of_about_every():
         assert all(math.floor(every) <= hi - lo <= math.ceil(every) for lo, hi in got[:-1])
 
 
+def _spread(weight: list[int]) -> Spread:
+    spread = Spread(len(weight))
+    for j, nbytes in enumerate(weight):
+        spread.add(j, nbytes)
+    return spread
+
+
 def test_the_lightest_half_takes_the_next_item_down_to_one_rank():
     rng = random.Random(1)
-    assert lightest([5, 0, 0, 0], {0, 1, 2, 3}, rng) in (2, 3)  # the right half is lighter; then a tie
-    assert lightest([0, 9, 1, 0], {0, 1, 2, 3}, rng) == 3  # halves 9 and 1, then 1 and 0
-    assert lightest([0, 0, 0, 0], {1}, rng) == 1  # only one rank has an item of this size
-    assert lightest([4, 4, 0], {0, 1, 2}, rng) == 2  # halves of 1 and 2 ranks, by bytes a rank
+    assert _spread([5, 0, 0, 0]).lightest([0, 1, 2, 3], rng) in (2, 3)  # the right half is lighter; then a tie
+    assert _spread([0, 9, 1, 0]).lightest([0, 1, 2, 3], rng) == 3  # halves 9 and 1, then 1 and 0
+    assert _spread([0, 0, 0, 0]).lightest([1], rng) == 1  # only one rank has an item of this size
+    assert _spread([4, 4, 0]).lightest([0, 1, 2], rng) == 2  # halves of 1 and 2 ranks, by bytes a rank
+    assert _spread([3, 1, 0, 8]).lacking(1) == 4.0 and _spread([3, 1, 0, 8]).lacking(2) == -4.0
+    assert _spread([7]).lacking(0) == 0.0  # no other half
 
 
 def test_a_sample_at_the_full_size_is_refused():

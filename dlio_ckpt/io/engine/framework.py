@@ -200,14 +200,15 @@ class FrameworkPattern(EngineCore):
     def _placed(self, task: FileTask, staged: str | None, sync_by_name: bool) -> int:
         """A written file's last steps: synced by name where its writer has no descriptor of its own to sync, and
         moved into place from ``$TMPDIR`` (``staged``)."""
-        if sync_by_name:
-            self.backend.sync(staged or task.path)
-        if staged is not None:
-            try:
+        try:
+            if sync_by_name:
+                self.backend.sync(staged or task.path)
+            if staged is not None:
                 self.backend.rename(staged, task.path)
-            except BaseException:
-                self.backend.remove(staged)
-                raise
+        except BaseException:
+            if staged is not None:
+                self.backend.remove(staged)  # the temporary file this save made
+            raise
         return task.size
 
     def _write_through_buffer(self, w: _CallWriter, writer: Writer, task: FileTask,

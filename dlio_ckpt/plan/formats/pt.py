@@ -75,8 +75,9 @@ class OrderedItems(list[tuple[str, Any]]):
 
 
 class Pickler:
-    """Python's C pickler at protocol 2, as ``torch.save`` runs it, for the objects a checkpoint holds, the one
-    pickle writer of the package (DLIO's and DeepSpeed's state dicts, a tensor's archive, Lightning's checkpoint):
+    """Python's C pickler at protocol 2, as ``torch.save`` runs it, for the objects a checkpoint holds: the one
+    writer of the package's ``torch.save`` pickles (DLIO's and DeepSpeed's state dicts, a tensor's archive,
+    Lightning's checkpoint; DCP's and megatron-core's small objects are ``pickle.dumps``' own, protocol 4):
     every dict, string, tuple and reduced object memoized as it first appears; what is the same object each
     time (``torch._utils._rebuild_tensor_v2``, the storage class, ``OrderedDict``, the strings "storage" and
     "cpu", a value's strings in :meth:`value`) fetched from the memo after; a list's and a dict's items batched as
@@ -85,7 +86,9 @@ class Pickler:
     def __init__(self) -> None:
         self.m, self.out = _Memo(), [b"\x80\x02"]
         self.seen: dict[tuple[str, ...], int] = {}  # a shared object's memo index
-        self.storages = 0  # the tensors :meth:`value` pickled, whose storages it keys in order of appearance
+        # the tensors :meth:`value` pickled, whose storages it keys "0", "1", ... in order of appearance: a pickle is
+        # made by :meth:`value` or by :meth:`tensor` with keys of the caller's, not both (the keys would repeat)
+        self.storages = 0
 
     def once(self, key: tuple[str, ...], first: bytes) -> None:
         """A shared object: pickled and memoized the first time, fetched from the memo after."""

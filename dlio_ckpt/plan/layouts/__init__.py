@@ -38,7 +38,8 @@ def check_job(workload: Workload, world_size: int | None = None, processes: int 
     """Every rule a job keeps before anything is written, past the configuration's own (``config.compose``): the
     layout's (a key it does not read, set, is refused by name; then its ``check``), and with ``world_size`` the
     configuration's rules that need it (:func:`~dlio_ckpt.config.check_world_size`, ``processes`` the process
-    count) and the layout's own of them (``check_world``: DeepSpeed's experts within data parallelism). The plan
+    count) and, in the emulated mode, the layout's own of them (``check_world``: DeepSpeed's experts within data
+    parallelism; a real mode's framework lays out its own ranks, as ``check_world_size`` says). The plan
     layer's step, so that validating a workload runs no layout code: a layout is imported through the registry
     from here, above the configuration, never from below it."""
     layout = get_layout(workload.checkpoint.layout)

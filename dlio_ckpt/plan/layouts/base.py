@@ -10,8 +10,8 @@ The order the tool calls them in:
 1. ``check(workload)`` once the configuration is validated, in the plan layer's step
    (:func:`dlio_ckpt.plan.layouts.check_job`, after the keys it does not read are refused): the layout's own
    rules, each a :class:`~dlio_ckpt.errors.ConfigError` naming key, value and rule (exit 2, nothing written);
-2. ``check_world(workload, world_size)``, where declared, once the world size is known (``plan``, a run), in the
-   same step;
+2. ``check_world(workload, world_size)``, where declared, once the world size is known (``plan``, an emulated
+   run), in the same step;
 3. ``make_plan(workload, world_size)``: every rank's files with their items, and the coordinator's;
 4. ``file_format(workload)``: the bytes of those files (a :class:`~dlio_ckpt.plan.formats.Format`);
 5. for the read phase, ``restore(workload, plan, world_size, model_only)`` where declared: what each rank
@@ -81,12 +81,12 @@ class FrameworkIO:
 
     def file_pattern(self, file: PlannedFile) -> FilePattern:
         """How its framework writes one of a rank's files: what the engine is handed with it."""
-        return FilePattern(self.file_calls(file), self.syncs_files, self.file_object, self.first_written,
-                           self.in_memory, self.archives)
+        return FilePattern(self.file_calls(file), synced=self.syncs_files, file_object=self.file_object,
+                           first_written=self.first_written, in_memory=self.in_memory, archive=self.archives)
 
     def coordinator_pattern(self, file: CoordinatorFile) -> FilePattern:
         """How its framework writes a coordinator's file (metadata, not tensors), and how a load reads it."""
-        return FilePattern(self.coordinator_calls(file), file.name not in self.unsynced, tensors=False,
+        return FilePattern(self.coordinator_calls(file), synced=file.name not in self.unsynced, tensors=False,
                            reads=self.coordinator_reads(file))
 
 
