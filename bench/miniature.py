@@ -144,7 +144,8 @@ def report(a: argparse.Namespace, results: dict[str, Any]) -> str:
             if big:  # the one-run projection from the smallest scale, taken back to the large run's bytes
                 ratio = "bytes_ratio" if phase == "save" else "load_bytes_ratio"
                 one = statistics.median(r[a.scales[0]]["projected"][f"{phase}_seconds"] for r in rounds) * big[ratio]
-                lines.append(f"| {phase} | one run at {a.scales[0]} (its projection x the large run's ratio) | | | "
+                lines.append(f"| {phase} | one run at {a.scales[0]} (its projection, all of it x the large run's ratio)"
+                             " | | | "
                              f"| {one:,.1f} | {big[phase]['seconds']:,.1f} | {one / big[phase]['seconds']:.2f} |")
         if big:
             lines += ["", f"The run at {a.large}: save {big['save']['seconds']:.1f} s "

@@ -48,6 +48,7 @@ def layout_rules(workload: Workload) -> None:
         raise ConfigError("workload.checkpoint.miniature", "sample", "means nothing at checkpoint.scale=1 (the full "
                           "size): set checkpoint.scale below 1, or leave checkpoint.miniature out")
 
+
 def tier_rules(workload: Workload) -> None:
     """Tiers that cannot work are refused before anything is written: one place listed twice, a
     storage a drain cannot copy through, steps the read phase needs that keep_last removes."""

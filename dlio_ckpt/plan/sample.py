@@ -77,7 +77,7 @@ def sampled(full: Plan, scale: float, item_size: Callable[[Item], int]) -> Plan:
         kept.add(left.take(size, j, rng))
         spread.add(j, size)
     for j in range(count):  # an item at least on each chosen rank: of the size its half lacks
-        if not spread.weight[j]:
+        if not spread.held(j):
             size = min(sorted(left.sizes_on(j)), key=lambda size: abs(size - spread.lacking(j)))
             kept.add(left.take(size, j, rng))
             spread.add(j, size)
@@ -114,11 +114,14 @@ class Spread:
     (the nodes of the halving :meth:`lightest` walks), so each step of a draw reads a sum instead of adding one."""
 
     def __init__(self, count: int) -> None:
-        self.count, self.weight = count, [0] * count
+        self.count = count
         self.sums: dict[tuple[int, int], int] = {}
 
+    def held(self, j: int) -> int:
+        """The bytes chosen rank ``j`` keeps."""
+        return self.sums.get((j, j + 1), 0)
+
     def add(self, j: int, nbytes: int) -> None:
-        self.weight[j] += nbytes
         lo, hi = 0, self.count
         while True:
             self.sums[(lo, hi)] = self.sums.get((lo, hi), 0) + nbytes

@@ -224,6 +224,12 @@ class Plan:
     def total_payload_bytes(self) -> int:
         return sum(r.payload_bytes for r in self.ranks)
 
+    @cached_property
+    def coordinator_names(self) -> tuple[str, ...]:
+        """The names of the files one rank writes for all, as they are written and moved into place (staged
+        names too): what a run records as its own, and what its calls' times are kept apart by."""
+        return tuple(name for c in self.coordinator for name in (c.name, c.staged) if name)
+
     @property
     def checkpoint_size_GB(self) -> float:  # noqa: N802 - DLIO's key name (it is GiB)
         return self.total_payload_bytes / GIB

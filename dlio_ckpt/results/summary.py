@@ -402,17 +402,19 @@ def projected(scaled: Scaled, records: list[OpRecord], cpu_bound: list[str]) -> 
     the phases whose times the processes' CPU set (``cpu_bound``): their projection scales the emulator's work.
     Each checkpoint's is its slowest process's time with the part moving the ranks' files (``data_seconds``) over
     the bytes ratio (a load's: what it reads) and the rest as measured: a barrier, the metadata every rank reads
-    and the coordinator's files cost the full size what they cost here, and taken to it by the ratio they were a
-    third of a small sample's load (0.04 s of 0.12 s: 200 s too many at 1/5000). The mean over checkpoints."""
+    and the coordinator's files, taken to the full size by the ratio, would weigh on a small sample's load as if
+    they grew with its bytes. The mean over checkpoints; none where a ratio is 0."""
     load_ratio = scaled.bytes_ratio if scaled.load_bytes_ratio is None else scaled.load_bytes_ratio
 
     def mean(phase: str, ratio: float) -> float | None:
+        if not ratio:
+            return None
         slowest: dict[int, float] = {}
         for r in records:
             if r.phase == phase:
                 moving = r.duration if r.data_seconds is None else r.data_seconds
                 slowest[r.index] = max(slowest.get(r.index, 0.0), r.duration - moving + moving / ratio)
-        return statistics.fmean(slowest.values()) if slowest and ratio else None
+        return statistics.fmean(slowest.values()) if slowest else None
 
     return Projection(save_seconds=mean("save", scaled.bytes_ratio), load_seconds=mean("load", load_ratio),
                       basis=PROJECTION_BASIS[scaled.miniature], cpu_bound=cpu_bound)

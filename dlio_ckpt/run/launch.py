@@ -60,7 +60,7 @@ def start(workload: Workload, comm: Comm, world_size: int, state: RunState,
     ctx = RunContext(workload, comm, tiers[0], world_size, state, watchdog, tiers=tiers, placement=placement)
     mode.preflight(ctx)
     if ctx.plan is not None:
-        names = frozenset(name for c in ctx.plan.coordinator for name in (c.name, c.staged) if name)
+        names = frozenset(ctx.plan.coordinator_names)
         for backend in ctx.tiers:
             if isinstance(backend, TimedBackend):
                 backend.coordinator = names

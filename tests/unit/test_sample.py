@@ -136,7 +136,8 @@ def test_a_sample_at_the_full_size_is_refused():
 
 def _one_run_projection(plan, per_item: float, per_byte: float) -> float:
     """A time of ``per_item`` s an item and ``per_byte`` s a byte, measured on ``plan`` and taken to its full size by
-    the one-run rule (io.scaled.projected_full_size: the time over the bytes ratio)."""
+    the one-run rule where all of it moves the ranks' files (io.scaled.projected_full_size: data_seconds over the
+    bytes ratio, nothing else measured)."""
     items = sum(len(f.items) for r in plan.ranks for f in r.files)
     return (per_item * items + per_byte * plan.stored_bytes) * plan.full_size.stored_bytes / plan.stored_bytes
 

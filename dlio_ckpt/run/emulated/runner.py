@@ -87,9 +87,8 @@ def preflight(ctx: RunContext) -> None:
 
 def writes(ctx: RunContext) -> Writes:
     fmt, plan = file_format(ctx.workload), plan_of(ctx)
-    coordinator = tuple(name for c in plan.coordinator for name in (c.name, c.staged) if name)
     return Writes.of_run(ctx.ck, files=(*(f"{f.stem}{fmt.extension}" for p in plan.ranks for f in p.files),
-                                        *coordinator))
+                                        *plan.coordinator_names))
 
 
 def needed_bytes(ctx: RunContext) -> int:
@@ -437,7 +436,7 @@ class EmulatedJob:
     @cached_property
     def _coordinator(self) -> frozenset[str]:
         """The names of the files one rank writes for all, as a file's time names them (staged ones too)."""
-        return frozenset(name for c in plan_of(self.ctx).coordinator for name in (c.name, c.staged) if name)
+        return frozenset(plan_of(self.ctx).coordinator_names)
 
     @cached_property
     def _item_reader(self) -> ItemReader | None:
