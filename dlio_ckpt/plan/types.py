@@ -230,6 +230,13 @@ class Plan:
         names too): what a run records as its own, and what its calls' times are kept apart by."""
         return tuple(name for c in self.coordinator for name in (c.name, c.staged) if name)
 
+    def ranks_of_process(self, process: int, processes: int) -> tuple[RankPlan, ...]:
+        """The ranks ``process`` of ``processes`` plays: a contiguous block, as many each (the world size is a
+        multiple of the process count). A run's processes and a scaled plan's busiest process
+        (:func:`dlio_ckpt.plan.view.scaled_figures`) split the ranks this one way."""
+        per = self.world_size // processes
+        return self.ranks[process * per:(process + 1) * per]
+
     @property
     def checkpoint_size_GB(self) -> float:  # noqa: N802 - DLIO's key name (it is GiB)
         return self.total_payload_bytes / GIB

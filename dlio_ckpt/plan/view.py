@@ -6,7 +6,7 @@ from collections import OrderedDict
 from typing import Any
 
 from dlio_ckpt.plan.formats import Format, planned_size
-from dlio_ckpt.plan.types import GIB, ItemFile, Plan
+from dlio_ckpt.plan.types import GIB, ItemFile, Plan, RankPlan
 
 
 def plan_json(plan: Plan, fmt: Format) -> dict[str, Any]:
@@ -133,17 +133,20 @@ def scaled_figures(plan: Plan, fmt: Format, processes: int | None = None) -> dic
 
     def figures(p: Plan) -> dict[str, Any]:
         coordinator = sum(c.size for c in p.coordinator)
-        ranks = [sum(planned_size(fmt, f) for f in r.files) for r in p.ranks]
-        stored = sum(ranks) + coordinator
+        def stored_by(ranks: tuple[RankPlan, ...]) -> int:
+            return sum(planned_size(fmt, f) for r in ranks for f in r.files)
+
+        ranks = stored_by(p.ranks)
+        stored = ranks + coordinator
         headers = stored - p.total_payload_bytes - coordinator
-        per = len(ranks) // processes if processes else 0
         return {"checkpoint_size_GiB": p.checkpoint_size_GB, "bytes_per_checkpoint": stored,
                 "coordinator_bytes": coordinator, "headers_share": headers / stored,
                 "writing_ranks": sum(1 for r in p.ranks if r.files), "files": sum(len(r.files) for r in p.ranks),
                 "items": sum(len(f.items) if isinstance(f, ItemFile) else f.num_tensors for r in p.ranks
                              for f in r.files),
-                **({"busiest_process_share": max(sum(ranks[k:k + per]) for k in range(0, len(ranks), per))
-                    / sum(ranks)} if per and sum(ranks) else {})}
+                **({"busiest_process_share": max(stored_by(p.ranks_of_process(k, processes))
+                                                 for k in range(processes)) / ranks}
+                   if processes and ranks else {})}
 
     here, full = figures(plan), figures(plan.full_size)
     return {"miniature": "sample" if plan.sample else "shrink",

@@ -422,6 +422,9 @@ class SizeFigures(Section):
                                                 "of the run's processes holds (the slowest sets the time)")
 
 
+SHORT_DATA_SECONDS = 1.0  # a phase moving the ranks' files in less is too short to measure the storage
+
+
 class Projection(Section):
     """A scaled run's mean times projected to the full size: a projection, not a measurement."""
 
@@ -433,6 +436,14 @@ class Projection(Section):
     cpu_bound: list[str] = Field(default_factory=list, description="the phases whose times the processes' CPU set "
                                  "(checkpoints[].cpu.bound): their projection scales the emulator's work, not the "
                                  "storage's")
+    data_seconds: dict[str, float] = Field(default_factory=dict, description="by phase: the mean over checkpoints "
+                                           "of the slowest process's time moving the ranks' files, the part the "
+                                           "projection divides by the ratio")
+    too_short: list[str] = Field(default_factory=list, description=f"the phases whose data_seconds is under "
+                                 f"{SHORT_DATA_SECONDS:g} s: "
+                                 "too short to measure the storage (its caches and a run's first requests set such "
+                                 "a time, and the ratio multiplies their noise); a larger checkpoint.scale measures "
+                                 "it")
 
 
 class Scaled(Section):

@@ -33,6 +33,7 @@ from dlio_ckpt.results import goodput, latency
 from dlio_ckpt.results.schema import (
     FSYNC_TIMES,
     SECOND_PASS,
+    SHORT_DATA_SECONDS,
     AsyncFigures,
     CheckpointFigures,
     Checkpoints,
@@ -403,21 +404,34 @@ def projected(scaled: Scaled, records: list[OpRecord], cpu_bound: list[str]) -> 
     Each checkpoint's is its slowest process's time with the part moving the ranks' files (``data_seconds``) over
     the bytes ratio (a load's: what it reads) and the rest as measured: a barrier, the metadata every rank reads
     and the coordinator's files, taken to the full size by the ratio, would weigh on a small sample's load as if
-    they grew with its bytes. The mean over checkpoints; none where a ratio is 0."""
+    they grew with its bytes. The mean over checkpoints; none where a ratio is 0.
+
+    A phase whose slowest process moved the ranks' files in under :data:`SHORT_DATA_SECONDS` is ``too_short``:
+    a storage's caches, a thread's start and the first request's latency set so short a time, and the ratio
+    multiplies their noise thousands of times. On the development machine's disk, a DCP sample's save of 0.19 s
+    (scale 0.0002) projected 830 to 1,718 s over five rounds; from 1.6 s (0.001) the medians held within 10 % of
+    those from 7.2 s (0.005) (``bench/results/2026-12-07-miniature.md``)."""
     load_ratio = scaled.bytes_ratio if scaled.load_bytes_ratio is None else scaled.load_bytes_ratio
+    moved: dict[str, float] = {}
 
     def mean(phase: str, ratio: float) -> float | None:
         if not ratio:
             return None
-        slowest: dict[int, float] = {}
+        slowest: dict[int, tuple[float, float]] = {}  # checkpoint: (projected, its time moving the ranks' files)
         for r in records:
             if r.phase == phase:
                 moving = r.duration if r.data_seconds is None else r.data_seconds
-                slowest[r.index] = max(slowest.get(r.index, 0.0), r.duration - moving + moving / ratio)
-        return statistics.fmean(slowest.values()) if slowest else None
+                here = (r.duration - moving + moving / ratio, moving)
+                slowest[r.index] = max(slowest.get(r.index, here), here)
+        if not slowest:
+            return None
+        moved[phase] = statistics.fmean(m for _, m in slowest.values())
+        return statistics.fmean(p for p, _ in slowest.values())
 
-    return Projection(save_seconds=mean("save", scaled.bytes_ratio), load_seconds=mean("load", load_ratio),
-                      basis=PROJECTION_BASIS[scaled.miniature], cpu_bound=cpu_bound)
+    save, load = mean("save", scaled.bytes_ratio), mean("load", load_ratio)
+    return Projection(save_seconds=save, load_seconds=load, basis=PROJECTION_BASIS[scaled.miniature],
+                      cpu_bound=cpu_bound, data_seconds=moved,
+                      too_short=[phase for phase, seconds in moved.items() if seconds < SHORT_DATA_SECONDS])
 
 
 def hosts_summary(per_process: list[tuple[str, int]]) -> dict[str, Any]:

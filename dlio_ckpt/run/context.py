@@ -13,9 +13,10 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
+from math import ceil
 from typing import Any, Protocol, TypeVar, cast
 
 from dlio_ckpt.cluster.comm import Comm, on_root
@@ -29,7 +30,7 @@ from dlio_ckpt.io.requests import Request, summarize
 from dlio_ckpt.plan.reads import RestorePlan
 from dlio_ckpt.plan.types import Plan
 from dlio_ckpt.registry import BACKENDS
-from dlio_ckpt.results.schema import IO, RequestsSeen, Summary
+from dlio_ckpt.results.schema import IO, SHORT_DATA_SECONDS, Projection, RequestsSeen, Summary
 from dlio_ckpt.results.summary import GoodputAsked, OpRecord, ProcessCost, finish_run
 from dlio_ckpt.run.failure import RunState, Watchdog, watching
 from dlio_ckpt.run.steps import Found, Writes, step_name
@@ -176,7 +177,7 @@ def record(ctx: RunContext, phase: str, index: int, clock: Clock, nbytes: int, f
            file_times: tuple[tuple[str, float, float, int], ...] = (), held: float | None = None,
            stalled: float = 0.0, backend: Backend | None = None, ended: ProcessCost | None = None,
            metadata_seconds: float | None = None, device_copy_seconds: float | None = None,
-           framework_cpu: float = 0.0, coordinator: frozenset[str] = frozenset()) -> OpRecord:
+           framework_cpu: float = 0.0, coordinator: Collection[str] = ()) -> OpRecord:
     """This process's part of one operation. ``seconds`` replaces the clock's where the operation
     ends after its block (an async save, finished in the background); ``held``: how long it held
     training (async), ``stalled`` of which waiting for the previous background write (or a drain);
@@ -199,7 +200,7 @@ def record(ctx: RunContext, phase: str, index: int, clock: Clock, nbytes: int, f
                     data_seconds=data_span(file_times, coordinator, seconds))
 
 
-def data_span(file_times: tuple[tuple[str, float, float, int], ...], coordinator: frozenset[str],
+def data_span(file_times: tuple[tuple[str, float, float, int], ...], coordinator: Collection[str],
               seconds: float) -> float | None:
     """Seconds from the first byte of the ranks' files to the last, their syncs and evictions within (the files
     named in ``coordinator`` left out), at most the operation's ``seconds``; None where it moved none of them."""
@@ -347,11 +348,24 @@ def finished_line(result: Summary, run_dir: str) -> str:
                     if times else "")
                  + (f" (CPU-bound {', '.join(ahead.cpu_bound)}: its projection scales the emulator's work)"
                     if ahead is not None and ahead.cpu_bound else "")
+                 + (too_short(ahead) if ahead is not None else "")
                  + ("; it assumes the storage's rate at these bytes holds at the full size's" if times and sample
                     else "; it scales the time per file, item and call too: checkpoint.miniature=sample keeps items "
                     "whole, a sweep over checkpoint.scale=a,b projects that part apart" if times else "")
                  + uneven(here.busiest_process_share, full.busiest_process_share, result.num_processes))
     return line
+
+
+def too_short(ahead: Projection) -> str:
+    """Where a phase moved the ranks' files in under a second (``too_short``): said beside the projection, with how
+    much larger a run would move them for one."""
+    if not ahead.too_short:
+        return ""
+    moved = ", ".join(f"{phase} {ahead.data_seconds[phase]:.2f} s" for phase in ahead.too_short)
+    larger = ceil(SHORT_DATA_SECONDS / min(ahead.data_seconds[phase] for phase in ahead.too_short))
+    return (f"; too short to measure the storage (the ranks' files moved in: {moved}): caches and the first "
+            f"requests set such times; a checkpoint.scale about {larger} times this one's moves them for "
+            f"{SHORT_DATA_SECONDS:g} s")
 
 
 def uneven(here: float | None, full: float | None, processes: int | None) -> str:

@@ -7,6 +7,9 @@ from __future__ import annotations
 import pytest
 
 from dlio_ckpt.results.projection import GIB, ScalePoint, across_scales, said
+from dlio_ckpt.results.schema import Scaled
+from dlio_ckpt.results.summary import OpRecord, projected
+from dlio_ckpt.run.context import data_span, too_short
 from dlio_ckpt.tools.drivers.sweep_files import projections
 
 FULL = 800 * GIB
@@ -61,3 +64,35 @@ def test_a_sweep_fits_each_combination_of_its_other_keys_apart():
     assert made[0]["load"]["cpu_bound"] and not made[0]["save"]["cpu_bound"]
     assert made[0]["lines"][0].startswith("checkpoint.layout=dcp: save 1,606.0 s at full size")
     assert projections(["checkpoint.layout"], rows) == []  # no scale swept: no projection
+
+
+def test_one_runs_projection_scales_the_span_of_the_ranks_files_the_coordinators_left_out():
+    """``data_seconds``, what io.scaled.projected_full_size divides by the bytes ratio: from the first byte of the
+    ranks' files to the last (times by hand), the coordinator's files (``.metadata``, written last) left out, never
+    past the operation's own time; none where the process moved none of the ranks' files."""
+    times = (("/s/step1/__0_0.distcp", 1.0, 3.0, 10), ("/s/step1/__1_0.distcp", 2.0, 4.5, 10),
+             ("/s/step1/.metadata.tmp", 4.6, 6.0, 1))
+    assert data_span(times, (".metadata", ".metadata.tmp"), 10.0) == pytest.approx(3.5)
+    assert data_span(times, (), 10.0) == pytest.approx(5.0)
+    assert data_span(times, (), 2.0) == 2.0
+    assert data_span(times[2:], (".metadata", ".metadata.tmp"), 10.0) is None
+
+
+def _record(phase: str, index: int, process: int, duration: float, moving: float) -> OpRecord:
+    return OpRecord(phase=phase, index=index, step=index, process=process, start=0.0, end=duration,
+                    duration=duration, bytes=1, files=1, data_seconds=moving)
+
+
+def test_a_projection_from_a_phase_moving_its_files_in_under_a_second_says_it_is_too_short():
+    """Each checkpoint's slowest process (figures by hand): a save whose files moved in 0.2 s and 0.3 s is too
+    short to measure the storage, a load whose moved in 2 s is not; the console says how much larger a run
+    would move them for a second."""
+    scaled = Scaled.model_construct(miniature="sample", bytes_ratio=0.001, load_bytes_ratio=None)
+    records = [_record("save", 1, 0, 0.5, 0.2), _record("save", 1, 1, 0.4, 0.1),
+               _record("save", 2, 0, 0.6, 0.3), _record("load", 1, 0, 2.5, 2.0)]
+    ahead = projected(scaled, records, [])
+    assert ahead.save_seconds == pytest.approx((0.3 + 200 + 0.3 + 300) / 2)
+    assert ahead.data_seconds == pytest.approx({"save": 0.25, "load": 2.0})
+    assert ahead.too_short == ["save"]
+    assert "moved in: save 0.25 s)" in too_short(ahead) and "about 4 times this one's" in too_short(ahead)
+    assert too_short(projected(scaled, records[3:], [])) == ""

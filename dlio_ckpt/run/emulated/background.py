@@ -21,7 +21,7 @@ import numpy as np
 from dlio_ckpt.io.engine import Engine, FileTask
 from dlio_ckpt.results.summary import OpRecord, ProcessCost
 from dlio_ckpt.run.context import Clock, record, timed
-from dlio_ckpt.run.emulated.checkpoints import EmulatedRun
+from dlio_ckpt.run.emulated.checkpoints import EmulatedRun, plan_of
 from dlio_ckpt.run.emulated.tiers import Tiers
 
 
@@ -108,7 +108,7 @@ class BackgroundSaves:
             raise box["error"]
         self.records.append(record(self.ctx, "save", step, clock, box["bytes"], files, seconds=box["end"] - clock.t0,
                                    file_times=self.engine.take_file_times(), held=clock.seconds, stalled=stalled,
-                                   ended=box["cost"]))
+                                   ended=box["cost"], coordinator=plan_of(self.ctx).coordinator_names))
         self.run.commit(step, self.records[-1].duration)
         self.tiers.committed(step)
         return waited

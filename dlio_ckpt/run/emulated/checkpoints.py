@@ -70,8 +70,7 @@ def values_dtype(file: PlannedFile) -> str:
 
 def ranks_of_process(ctx: RunContext, process: int | None = None) -> list[RankPlan]:
     """The logical ranks this process (or ``process``) emulates: a contiguous share of the plan."""
-    per, p = ctx.world_size // ctx.comm.size, ctx.comm.rank if process is None else process
-    return list(plan_of(ctx).ranks[p * per:(p + 1) * per])
+    return list(plan_of(ctx).ranks_of_process(ctx.comm.rank if process is None else process, ctx.comm.size))
 
 
 def shard_bytes(ctx: RunContext, process: int | None = None) -> list[int]:

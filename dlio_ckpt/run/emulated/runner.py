@@ -340,7 +340,8 @@ class EmulatedJob:
         copied = self.copy_first.seconds + engine.take_copy_seconds()
         self.records.append(record(ctx, "save", index, clock, nbytes, len(todo), file_times=engine.take_file_times(),
                                    stalled=stalled, backend=engine.backend, device_copy_seconds=copied or None,
-                                   framework_cpu=engine.take_framework_cpu(), coordinator=self._coordinator))
+                                   framework_cpu=engine.take_framework_cpu(),
+                                   coordinator=plan_of(ctx).coordinator_names))
         self.retries.save += engine.retries - before
 
     def loads(self) -> None:
@@ -393,7 +394,8 @@ class EmulatedJob:
         self.records.append(record(ctx, "load", i, clock, nbytes, len(metadata) + len(whole) + len(ranged),
                                    file_times=engine.take_file_times(), backend=reader,
                                    metadata_seconds=metadata_seconds if metadata else None,
-                                   device_copy_seconds=copy_back.seconds or None, coordinator=self._coordinator))
+                                   device_copy_seconds=copy_back.seconds or None,
+                                   coordinator=plan_of(ctx).coordinator_names))
         self.retries.load += engine.retries - before
         say_done(ctx, f"load_ckpt{i}", self.records[-1].duration, "verified" if ctx.ck.verify else "read",
                  copy_back.seconds)
@@ -432,11 +434,6 @@ class EmulatedJob:
                                    per_process=[ProcessRetries(save=t.save, load=t.load) for t in tries],
                                    note="files redone after a transient storage error; the client's own attempts "
                                         "(S3 max_attempts, gcsfs) are not visible here")}
-
-    @cached_property
-    def _coordinator(self) -> frozenset[str]:
-        """The names of the files one rank writes for all, as a file's time names them (staged ones too)."""
-        return frozenset(plan_of(self.ctx).coordinator_names)
 
     @cached_property
     def _item_reader(self) -> ItemReader | None:
