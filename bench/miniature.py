@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Does a scaled run's projection hold? (issue 51, items 1 and 6.) For each layout, llama3_70b at 64 ranks on
-``--procs`` processes with the framework's I/O pattern, one save and one load a run:
+``--procs`` processes with the framework's I/O pattern, one save and one load a run
+(``--checkpoints``: more, their means):
 
 - a sweep over ``checkpoint.scale`` (``--scales``, e.g. 0.0002, 0.001, 0.005) in each of ``--rounds`` rounds,
   the layouts' order rotated between rounds (disks and page caches drift); each point's mean save and load
@@ -51,7 +52,8 @@ def job(a: argparse.Namespace, layout: str, folder: Path) -> tuple[list[str], li
     sample = ["++workload.checkpoint.miniature=sample"] if layout.endswith(SAMPLE) else []
     return [str(BIN / "mpiexec"), "-n", str(a.procs), sys.executable, "-m", "dlio_ckpt"], [
         "workload=llama3_70b", "--world-size", str(a.world), *LAYOUTS[layout.removesuffix(SAMPLE)], *sample,
-        "++workload.checkpoint.num_checkpoints_write=1", "++workload.checkpoint.num_checkpoints_read=1",
+        f"++workload.checkpoint.num_checkpoints_write={a.checkpoints}",
+        f"++workload.checkpoint.num_checkpoints_read={a.checkpoints}",
         f"++workload.checkpoint.checkpoint_folder={folder / 'ck'}"]
 
 
@@ -176,6 +178,8 @@ def main() -> None:
     p.add_argument("--large", default="0.05", help="the largest scale this disk holds (0 or '': none)")
     p.add_argument("--large-layouts", help="the layouts run at --large (default: every one)")
     p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--checkpoints", type=int, default=1,
+                   help="saves and loads a run (its projection, figures and seconds: their mean)")
     p.add_argument("--procs", type=int, default=2)
     p.add_argument("--world", type=int, default=64)
     p.add_argument("--markdown", help="write the report here too")

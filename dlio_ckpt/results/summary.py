@@ -101,7 +101,8 @@ class OpRecord:
     cost: ProcessCost = ProcessCost()  # this process (all threads, drains included) from start to end
     metadata_seconds: float | None = None  # loads: reading the metadata every rank reads before its data
     # of its duration, from its first byte of the ranks' files to its last (their syncs and evictions within): what
-    # a scaled run's projection scales, the rest (barriers, the coordinator's files, metadata) kept (None: all of it)
+    # a scaled run's projection scales, the rest (barriers, the coordinator's files, metadata) kept; 0: it moved none
+    # of the ranks' files; None: a mode that keeps no file's times (all of it)
     data_seconds: float | None = None
     device_copy_seconds: float | None = None  # the modelled copy of its tensors from the accelerators (loads: to)
     framework_cpu: float = 0.0  # of its CPU time, the framework's own work it played (torch.save's CRC-32...)

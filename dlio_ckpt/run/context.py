@@ -177,7 +177,7 @@ def record(ctx: RunContext, phase: str, index: int, clock: Clock, nbytes: int, f
            file_times: tuple[tuple[str, float, float, int], ...] = (), held: float | None = None,
            stalled: float = 0.0, backend: Backend | None = None, ended: ProcessCost | None = None,
            metadata_seconds: float | None = None, device_copy_seconds: float | None = None,
-           framework_cpu: float = 0.0, coordinator: Collection[str] = ()) -> OpRecord:
+           framework_cpu: float = 0.0, coordinator: Collection[str] | None = None) -> OpRecord:
     """This process's part of one operation. ``seconds`` replaces the clock's where the operation
     ends after its block (an async save, finished in the background); ``held``: how long it held
     training (async), ``stalled`` of which waiting for the previous background write (or a drain);
@@ -186,7 +186,8 @@ def record(ctx: RunContext, phase: str, index: int, clock: Clock, nbytes: int, f
     time reading the metadata every rank reads first (DCP's ``.metadata``); ``device_copy_seconds``: a save's
     modelled copy of its tensors from the accelerators (a load's: to them), within its time; ``framework_cpu``: of
     its CPU time, the framework's own work it played; ``coordinator``: the names of the files one rank writes for all
-    (DCP's ``.metadata``), which are not the ranks' files in ``data_seconds``."""
+    (DCP's ``.metadata``), which are not the ranks' files in ``data_seconds``, given where ``file_times`` holds every
+    file the operation moved (None: a mode that keeps no file's times, whose whole time is taken for data)."""
     seconds = clock.seconds if seconds is None else seconds
     requests = tuple(ctx.take_requests(backend or ctx.backend))
     calls = ctx.take_latency(backend or ctx.backend)
@@ -200,12 +201,16 @@ def record(ctx: RunContext, phase: str, index: int, clock: Clock, nbytes: int, f
                     data_seconds=data_span(file_times, coordinator, seconds))
 
 
-def data_span(file_times: tuple[tuple[str, float, float, int], ...], coordinator: Collection[str],
+def data_span(file_times: tuple[tuple[str, float, float, int], ...], coordinator: Collection[str] | None,
               seconds: float) -> float | None:
     """Seconds from the first byte of the ranks' files to the last, their syncs and evictions within (the files
-    named in ``coordinator`` left out), at most the operation's ``seconds``; None where it moved none of them."""
+    named in ``coordinator`` left out), at most the operation's ``seconds``: 0 where it moved none of them (a
+    process whose ranks hold no file of a sample, or only the coordinator's); None where ``coordinator`` is None,
+    for a mode that keeps no file's times."""
+    if coordinator is None:
+        return None
     spans = [(start, end) for name, start, end, _ in file_times if os.path.basename(name) not in coordinator]
-    return min(seconds, max(e for _, e in spans) - min(s for s, _ in spans)) if spans else None
+    return min(seconds, max(e for _, e in spans) - min(s for s, _ in spans)) if spans else 0.0
 
 
 def cpu_share(ctx: RunContext) -> float:
@@ -362,10 +367,11 @@ def too_short(ahead: Projection) -> str:
     if not ahead.too_short:
         return ""
     moved = ", ".join(f"{phase} {ahead.data_seconds[phase]:.2f} s" for phase in ahead.too_short)
-    larger = ceil(SHORT_DATA_SECONDS / min(ahead.data_seconds[phase] for phase in ahead.too_short))
+    shortest = min(ahead.data_seconds[phase] for phase in ahead.too_short)
+    larger = (f"; a checkpoint.scale about {ceil(SHORT_DATA_SECONDS / shortest)} times this one's moves them for "
+              f"{SHORT_DATA_SECONDS:g} s" if shortest > 0 else "")
     return (f"; too short to measure the storage (the ranks' files moved in: {moved}): caches and the first "
-            f"requests set such times; a checkpoint.scale about {larger} times this one's moves them for "
-            f"{SHORT_DATA_SECONDS:g} s")
+            f"requests set such times{larger}")
 
 
 def uneven(here: float | None, full: float | None, processes: int | None) -> str:

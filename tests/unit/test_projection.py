@@ -69,13 +69,15 @@ def test_a_sweep_fits_each_combination_of_its_other_keys_apart():
 def test_one_runs_projection_scales_the_span_of_the_ranks_files_the_coordinators_left_out():
     """``data_seconds``, what io.scaled.projected_full_size divides by the bytes ratio: from the first byte of the
     ranks' files to the last (times by hand), the coordinator's files (``.metadata``, written last) left out, never
-    past the operation's own time; none where the process moved none of the ranks' files."""
+    past the operation's own time; 0 where the process moved none of the ranks' files."""
     times = (("/s/step1/__0_0.distcp", 1.0, 3.0, 10), ("/s/step1/__1_0.distcp", 2.0, 4.5, 10),
              ("/s/step1/.metadata.tmp", 4.6, 6.0, 1))
     assert data_span(times, (".metadata", ".metadata.tmp"), 10.0) == pytest.approx(3.5)
     assert data_span(times, (), 10.0) == pytest.approx(5.0)
     assert data_span(times, (), 2.0) == 2.0
-    assert data_span(times[2:], (".metadata", ".metadata.tmp"), 10.0) is None
+    assert data_span(times[2:], (".metadata", ".metadata.tmp"), 10.0) == 0.0  # nothing to scale: kept as measured
+    assert data_span((), (), 10.0) == 0.0
+    assert data_span(times, None, 10.0) is None  # a mode that keeps no file's times: all of it scaled
 
 
 def _record(phase: str, index: int, process: int, duration: float, moving: float) -> OpRecord:
@@ -96,3 +98,6 @@ def test_a_projection_from_a_phase_moving_its_files_in_under_a_second_says_it_is
     assert ahead.too_short == ["save"]
     assert "moved in: save 0.25 s)" in too_short(ahead) and "about 4 times this one's" in too_short(ahead)
     assert too_short(projected(scaled, records[3:], [])) == ""
+    nothing = projected(scaled, [_record("load", 1, 0, 0.5, 0.0)], [])  # no process moved the ranks' files
+    assert nothing.load_seconds == 0.5 and nothing.too_short == ["load"]
+    assert "load 0.00 s" in too_short(nothing) and "times this one's" not in too_short(nothing)
