@@ -27,8 +27,6 @@ from dlio_ckpt.io.backends import Backend
 from dlio_ckpt.io.backends.timed import TimedBackend
 from dlio_ckpt.io.latency import Histograms, merged
 from dlio_ckpt.io.requests import Request, summarize
-from dlio_ckpt.plan.reads import RestorePlan
-from dlio_ckpt.plan.types import Plan
 from dlio_ckpt.registry import BACKENDS
 from dlio_ckpt.results.schema import IO, SHORT_DATA_SECONDS, Projection, RequestsSeen, Summary
 from dlio_ckpt.results.summary import GoodputAsked, OpRecord, ProcessCost, finish_run
@@ -42,8 +40,9 @@ GIB = 1 << 30
 
 @dataclass
 class RunContext:
-    """What one process knows of the run. ``plan`` is the emulated layout (built once, by the
-    emulated mode's preflight); ``run_dir`` and ``meta`` are set once the run folder exists."""
+    """What one process knows of the run, whatever its mode. ``prepared`` is what the mode's preflight worked out
+    for the rest of its run (the emulated mode: its plan and what its loads read), which no other code reads;
+    ``run_dir`` and ``meta`` are set once the run folder exists."""
 
     workload: Workload
     comm: Comm
@@ -51,8 +50,7 @@ class RunContext:
     world_size: int
     state: RunState = field(default_factory=RunState)
     watchdog: Watchdog | None = None
-    plan: Plan | None = None
-    restore: RestorePlan | None = None  # what the read phase reads (the emulated mode's preflight)
+    prepared: object = None  # the mode's own, from its preflight; only that mode looks inside
     outside_requests: list[Request] = field(default_factory=list)  # not during a timed operation
     run_dir: str = ""
     meta: dict[str, Any] = field(default_factory=dict)
@@ -262,12 +260,13 @@ def read_cache(ctx: RunContext) -> str:
     return "allowed" if ck.read_from_page_cache else "evicted"
 
 
-def world_sizes(ctx: RunContext) -> dict[str, int]:
+def world_sizes(ctx: RunContext, loads: int | None = None) -> dict[str, int]:
     """The ranks of each phase that ran, and of the job. A load may run at another world size than the save
     (``restore.world_size``): ``save_world_size`` and ``load_world_size`` say each. DLIO's ``num_accelerators``
     (and our ``world_size``) stay the job's: the save's where the run saves (its checkpoints are that job's, and
-    MLPerf's rules count its processes), the load's where it only loads (then the job is the load's)."""
-    ck, loads = ctx.ck, ctx.restore.world_size if ctx.restore is not None else ctx.world_size
+    MLPerf's rules count its processes), the load's where it only loads (then the job is the load's). ``loads``:
+    the load's world size where the mode restores at another (None: the save's)."""
+    ck, loads = ctx.ck, ctx.world_size if loads is None else loads
     out = {**({"save_world_size": ctx.world_size} if ck.num_checkpoints_write else {}),
            **({"load_world_size": loads} if ck.num_checkpoints_read else {})}
     job = loads if not ck.num_checkpoints_write and ck.num_checkpoints_read else ctx.world_size
@@ -290,14 +289,16 @@ def storage_facts(ctx: RunContext) -> tuple[dict[str, Any], str]:
 
 def write_results(ctx: RunContext, records: list[OpRecord], checkpoint_bytes: int, io: IO,
                   mine: Any = None, describe: Callable[[list[Any]], dict[str, Any]] | None = None,
-                  loaded_bytes: int | None = None, goodput_asked: GoodputAsked | None = None) -> Summary | None:
+                  loaded_bytes: int | None = None, goodput_asked: GoodputAsked | None = None,
+                  load_world_size: int | None = None) -> Summary | None:
     """``summary.json`` and the per-process files for any mode: ``io`` is what the mode says of its
     I/O, to which what every mode says alike is added here (the storage, and what fsync and the read
     cache meant), ``mine`` this process's own facts, listed as ``per_process`` unless ``describe`` turns
     them into other summary fields (by name). ``checkpoint_bytes``: one checkpoint, all processes, as
     written; ``loaded_bytes``: what one load restores, the bytes its figures are taken over (None: what
     the loads read; see :func:`dlio_ckpt.results.summary.summary`); ``goodput_asked``: the goodput section's
-    inputs, where checkpoint.mtbf_hours asks for one."""
+    inputs, where checkpoint.mtbf_hours asks for one; ``load_world_size``: the loads' ranks, where they are not the
+    save's (:func:`world_sizes`)."""
     def fields(per_process: list[Any]) -> dict[str, Any]:  # on rank 0, once every process's part is in
         storage, folder = storage_facts(ctx)
         io.storage_type, io.storage, io.checkpoint_folder = ctx.backend.name, storage, folder
@@ -307,7 +308,7 @@ def write_results(ctx: RunContext, records: list[OpRecord], checkpoint_bytes: in
         # results.summary adds the checkpoints' own requests
         requests = RequestsSeen(outside_checkpoints=summarize(outside), note=REQUESTS_NOTE) \
             if ctx.counts_requests else None
-        return {"mode": ctx.workload.mode, **world_sizes(ctx), "io": io, "requests": requests,
+        return {"mode": ctx.workload.mode, **world_sizes(ctx, load_world_size), "io": io, "requests": requests,
                 **(describe(mine_all) if describe else {"per_process": mine_all})}
 
     ctx.outside_requests += ctx.take_requests()
@@ -397,7 +398,8 @@ class Mode(Protocol):
     FSYNC: str  # what checkpoint.fsync makes this mode do, said plainly (summary.json io.fsync)
 
     def preflight(self, ctx: RunContext) -> None:
-        """Checks that need no storage (the emulated mode builds its plan here)."""
+        """Checks that need no storage; what it works out for the rest of its run goes in ``ctx.prepared`` (the
+        emulated mode: its plan and restore)."""
 
     def writes(self, ctx: RunContext) -> Writes:
         """What it may write in the checkpoint folder (the run record)."""

@@ -46,8 +46,9 @@ def start(workload: Workload, comm: Comm, world_size: int, state: RunState,
           watchdog: Watchdog | None) -> tuple[Mode, RunContext]:
     """The mode and its context, checked (``preflight``) before anything is written. Every tier's backend is
     timed (:mod:`dlio_ckpt.io.backends.timed`): each storage call of the run, by kind, in a histogram per tier;
-    once the plan is known, calls on the coordinator's files are told apart. With ``checkpoint.trace`` each call
-    is also an event of this process's trace (:mod:`dlio_ckpt.io.trace`), from the storage checks on."""
+    the emulated mode's preflight has it tell the calls on the coordinator's files apart. With
+    ``checkpoint.trace`` each call is also an event of this process's trace (:mod:`dlio_ckpt.io.trace`), from the
+    storage checks on."""
     mode: Mode = load_mode(workload.mode)
     state.tracer = Tracer(comm.rank) if workload.checkpoint.trace else None  # a sweep's points share the state
     state.phase = "storage checks"
@@ -59,11 +60,6 @@ def start(workload: Workload, comm: Comm, world_size: int, state: RunState,
             backend.tracer = state.tracer
     ctx = RunContext(workload, comm, tiers[0], world_size, state, watchdog, tiers=tiers, placement=placement)
     mode.preflight(ctx)
-    if ctx.plan is not None:
-        names = frozenset(ctx.plan.coordinator_names)
-        for backend in ctx.tiers:
-            if isinstance(backend, TimedBackend):
-                backend.coordinator = names
     ctx.fsync_wording = mode.FSYNC
     prepare_storage(ctx, lambda: mode.needed_bytes(ctx), mode.writes(ctx))
     mode.check_reads(ctx)

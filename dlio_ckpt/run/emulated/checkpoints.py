@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import logging
 import time
+from dataclasses import dataclass
 from typing import Any
 
 from dlio_ckpt import __version__
@@ -30,17 +31,28 @@ from dlio_ckpt.run.steps import manifest_path, step_name
 log = logging.getLogger("dlio_ckpt")
 
 
+@dataclass(frozen=True)
+class Planned:
+    """What the emulated mode's preflight (:func:`dlio_ckpt.run.emulated.runner.preflight`) works out once, before
+    anything of the mode runs, kept as the run's ``prepared``: the plan, and what the read phase reads of it."""
+
+    plan: Plan
+    restore: RestorePlan
+
+
+def planned(ctx: RunContext) -> Planned:
+    assert isinstance(ctx.prepared, Planned), "the emulated mode's preflight plans the run first"
+    return ctx.prepared
+
+
 def plan_of(ctx: RunContext) -> Plan:
-    """The run's plan, which the mode's preflight (:func:`dlio_ckpt.run.emulated.runner.preflight`) has built
-    before anything of this mode runs."""
-    assert ctx.plan is not None, "the emulated mode's preflight builds the plan first"
-    return ctx.plan
+    """The run's plan."""
+    return planned(ctx).plan
 
 
 def restore_of(ctx: RunContext) -> RestorePlan:
-    """What the read phase reads, which the mode's preflight has planned with the plan."""
-    assert ctx.restore is not None, "the emulated mode's preflight plans the restore first"
-    return ctx.restore
+    """What the read phase reads."""
+    return planned(ctx).restore
 
 
 def io_options(ctx: RunContext) -> IOOptions:

@@ -22,6 +22,7 @@ from dlio_ckpt.config import references, rules, tier_key
 from dlio_ckpt.errors import ConfigError
 from dlio_ckpt.io.backends import Backend
 from dlio_ckpt.io.backends.base import ItemReader
+from dlio_ckpt.io.backends.timed import TimedBackend
 from dlio_ckpt.io.engine import Engine, FileTask, IOOptions, check_capabilities, io_buffer_bytes
 from dlio_ckpt.plan.formats import Format
 from dlio_ckpt.plan.layouts import file_format, framework_io, load_caveat, make_plan, restore_plan
@@ -35,6 +36,7 @@ from dlio_ckpt.run.emulated.background import BackgroundSaves, Staging, train
 from dlio_ckpt.run.emulated.checkpoints import (
     DeviceCopy,
     EmulatedRun,
+    Planned,
     check_manifest,
     device_copy,
     expected_files,
@@ -59,10 +61,13 @@ FSYNC = "every file fsynced before the process's end time"
 
 def preflight(ctx: RunContext) -> None:
     """The plan (built and validated once), what the read phase reads of it, and what the storages
-    must be able to do for both."""
-    ctx.plan = make_plan(ctx.workload, ctx.world_size)
-    ctx.plan.validate()
-    ctx.restore = restore_plan(ctx.workload, ctx.plan)
+    must be able to do for both. Every timed tier tells the calls on the coordinator's files apart from then on."""
+    plan = make_plan(ctx.workload, ctx.world_size)
+    plan.validate()
+    ctx.prepared = Planned(plan, restore_plan(ctx.workload, plan))
+    for backend in ctx.tiers:
+        if isinstance(backend, TimedBackend):
+            backend.coordinator = frozenset(plan.coordinator_names)
     check_capabilities(ctx.backend, io_options(ctx))
     ck = ctx.ck
     if ck.odirect and (framework := framework_io(ctx.workload)):
@@ -73,8 +78,8 @@ def preflight(ctx: RunContext) -> None:
         check_capabilities(backend, IOOptions(fsync=ck.fsync))
     check_capabilities(ctx.tiers[ck.read_tier], io_options(ctx))
     own = [k for k, st in enumerate(ctx.workload.storages) if st.scope != "shared"]  # each host's own copy
-    if own and ctx.plan.coordinator:
-        names = ", ".join(c.name for c in ctx.plan.coordinator)
+    if own and plan.coordinator:
+        names = ", ".join(c.name for c in plan.coordinator)
         raise ConfigError(f"{tier_key(own[0])}.scope", ctx.workload.storages[own[0]].scope,
                           f"checkpoint.layout={ck.layout} has rank 0 write {names} once for every rank to read, "
                           "and a node or peer tier would hold it on one host alone (not supported yet): scope shared")
@@ -418,7 +423,7 @@ class EmulatedJob:
         restore = self._restore_described()
         return write_results(ctx, self.records, plan.total_payload_bytes, self._io(restore), self.retries,
                              self._gathered, restored_payload(restore_of(ctx), plan, self.fmt)
-                             if restore is not None else None, goodput)
+                             if restore is not None else None, goodput, load_world_size=restore_of(ctx).world_size)
 
     def _gathered(self, tries: list[RetryCount]) -> dict[str, Any]:
         """summary.json's sections made of every process's part (on rank 0)."""
