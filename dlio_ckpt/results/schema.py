@@ -437,12 +437,12 @@ class Projection(Section):
                                  "(checkpoints[].cpu.bound): their projection scales the emulator's work, not the "
                                  "storage's")
     data_seconds: dict[str, float] = Field(default_factory=dict, description="by phase: the mean over checkpoints "
-                                           "of the slowest process's time moving the ranks' files, the part the "
-                                           "projection divides by the ratio")
+                                           "of the time moving the ranks' files of the process whose projected "
+                                           "time is longest, the part the projection divides by the ratio")
     too_short: list[str] = Field(default_factory=list, description=f"the phases whose data_seconds is under "
                                  f"{SHORT_DATA_SECONDS:g} s: "
                                  "too short to measure the storage (its caches and a run's first requests set such "
-                                 "a time, and the ratio multiplies their noise); a larger checkpoint.scale measures "
+                                 "a time, and the ratio multiplies their noise); a run moving more bytes measures "
                                  "it")
 
 

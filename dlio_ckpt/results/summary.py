@@ -102,7 +102,7 @@ class OpRecord:
     metadata_seconds: float | None = None  # loads: reading the metadata every rank reads before its data
     # of its duration, from its first byte of the ranks' files to its last (their syncs and evictions within): what
     # a scaled run's projection scales, the rest (barriers, the coordinator's files, metadata) kept; 0: it moved none
-    # of the ranks' files; None: a mode that keeps no file's times (all of it)
+    # of the ranks' files; None: not worked out (the real modes keep no file's times: all of it; a drain's)
     data_seconds: float | None = None
     device_copy_seconds: float | None = None  # the modelled copy of its tensors from the accelerators (loads: to)
     framework_cpu: float = 0.0  # of its CPU time, the framework's own work it played (torch.save's CRC-32...)
@@ -407,11 +407,10 @@ def projected(scaled: Scaled, records: list[OpRecord], cpu_bound: list[str]) -> 
     and the coordinator's files, taken to the full size by the ratio, would weigh on a small sample's load as if
     they grew with its bytes. The mean over checkpoints; none where a ratio is 0.
 
-    A phase whose slowest process moved the ranks' files in under :data:`SHORT_DATA_SECONDS` is ``too_short``:
-    a storage's caches, a thread's start and the first request's latency set so short a time, and the ratio
-    multiplies their noise thousands of times. On the development machine's disk, a DCP sample's save of 0.19 s
-    (scale 0.0002) projected 830 to 1,718 s over five rounds; from 1.6 s (0.001) the medians held within 10 % of
-    those from 7.2 s (0.005) (``bench/results/2026-12-07-miniature.md``)."""
+    ``data_seconds`` is, by phase, the mean over checkpoints of that process's (the one whose projected time is
+    longest) time moving the ranks' files; a phase where it is under :data:`SHORT_DATA_SECONDS` is ``too_short``:
+    a storage's caches, a thread's start and the first request's latency set so short a time, and the ratio (some
+    5,000 at scale 0.0002) multiplies their noise. Measured: ``bench/results/2026-12-07-miniature.md``."""
     load_ratio = scaled.bytes_ratio if scaled.load_bytes_ratio is None else scaled.load_bytes_ratio
     moved: dict[str, float] = {}
 

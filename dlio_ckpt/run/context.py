@@ -363,13 +363,14 @@ def finished_line(result: Summary, run_dir: str) -> str:
 
 
 def too_short(ahead: Projection) -> str:
-    """Where a phase moved the ranks' files in under a second (``too_short``): said beside the projection, with how
-    much larger a run would move them for one."""
+    """Where a phase moved the ranks' files in under :data:`SHORT_DATA_SECONDS` (``too_short``): said beside the
+    projection, with how many times the bytes would move them for that long (the shortest phase that moved any)."""
     if not ahead.too_short:
         return ""
     moved = ", ".join(f"{phase} {ahead.data_seconds[phase]:.2f} s" for phase in ahead.too_short)
-    shortest = min(ahead.data_seconds[phase] for phase in ahead.too_short)
-    larger = (f"; a checkpoint.scale about {ceil(SHORT_DATA_SECONDS / shortest)} times this one's moves them for "
+    shortest = min((ahead.data_seconds[phase] for phase in ahead.too_short if ahead.data_seconds[phase] > 0),
+                   default=0.0)
+    larger = (f"; about {ceil(SHORT_DATA_SECONDS / shortest)} times the bytes would move them for "
               f"{SHORT_DATA_SECONDS:g} s" if shortest > 0 else "")
     return (f"; too short to measure the storage (the ranks' files moved in: {moved}): caches and the first "
             f"requests set such times{larger}")

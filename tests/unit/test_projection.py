@@ -96,8 +96,10 @@ def test_a_projection_from_a_phase_moving_its_files_in_under_a_second_says_it_is
     assert ahead.save_seconds == pytest.approx((0.3 + 200 + 0.3 + 300) / 2)
     assert ahead.data_seconds == pytest.approx({"save": 0.25, "load": 2.0})
     assert ahead.too_short == ["save"]
-    assert "moved in: save 0.25 s)" in too_short(ahead) and "about 4 times this one's" in too_short(ahead)
+    assert "moved in: save 0.25 s)" in too_short(ahead) and "about 4 times the bytes" in too_short(ahead)
     assert too_short(projected(scaled, records[3:], [])) == ""
     nothing = projected(scaled, [_record("load", 1, 0, 0.5, 0.0)], [])  # no process moved the ranks' files
     assert nothing.load_seconds == 0.5 and nothing.too_short == ["load"]
-    assert "load 0.00 s" in too_short(nothing) and "times this one's" not in too_short(nothing)
+    assert "load 0.00 s" in too_short(nothing) and "times the bytes" not in too_short(nothing)
+    both = projected(scaled, [*records[:3], _record("load", 1, 0, 0.5, 0.0)], [])  # the save's 0.25 s still says
+    assert both.too_short == ["save", "load"] and "about 4 times the bytes" in too_short(both)
