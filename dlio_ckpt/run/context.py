@@ -175,7 +175,7 @@ def record(ctx: RunContext, phase: str, index: int, clock: Clock, nbytes: int, f
            file_times: tuple[tuple[str, float, float, int], ...] = (), held: float | None = None,
            stalled: float = 0.0, backend: Backend | None = None, ended: ProcessCost | None = None,
            metadata_seconds: float | None = None, device_copy_seconds: float | None = None,
-           framework_cpu: float = 0.0, coordinator: Collection[str] | None = None) -> OpRecord:
+           framework_cpu: float | None = 0.0, coordinator: Collection[str] | None = None) -> OpRecord:
     """This process's part of one operation. ``seconds`` replaces the clock's where the operation
     ends after its block (an async save, finished in the background); ``held``: how long it held
     training (async), ``stalled`` of which waiting for the previous background write (or a drain);
@@ -183,7 +183,8 @@ def record(ctx: RunContext, phase: str, index: int, clock: Clock, nbytes: int, f
     cost when the operation ended, where the record is made later (else now); ``metadata_seconds``: a load's
     time reading the metadata every rank reads first (DCP's ``.metadata``); ``device_copy_seconds``: a save's
     modelled copy of its tensors from the accelerators (a load's: to them), within its time; ``framework_cpu``: of
-    its CPU time, the framework's own work it played; ``coordinator``: the names of the files one rank writes for all
+    its CPU time, the framework's own work it played (None: all its user time, where a real mode runs the framework
+    itself); ``coordinator``: the names of the files one rank writes for all
     (DCP's ``.metadata``), which are not the ranks' files in ``data_seconds``, given where ``file_times`` holds every
     file the operation moved (None: a mode that keeps no file's times, whose whole time is taken for data)."""
     seconds = clock.seconds if seconds is None else seconds
@@ -195,7 +196,8 @@ def record(ctx: RunContext, phase: str, index: int, clock: Clock, nbytes: int, f
                     start=clock.start, end=clock.start + seconds, duration=seconds, bytes=nbytes, files=files,
                     file_times=file_times, waited=clock.waited, requests=requests, held=held, stalled=stalled,
                     cost=cost, metadata_seconds=metadata_seconds, latency=calls,
-                    device_copy_seconds=device_copy_seconds, framework_cpu=framework_cpu, cpu_share=cpu_share(ctx),
+                    device_copy_seconds=device_copy_seconds,
+                    framework_cpu=cost.user if framework_cpu is None else framework_cpu, cpu_share=cpu_share(ctx),
                     data_seconds=data_span(file_times, coordinator, seconds))
 
 
@@ -334,11 +336,14 @@ def finished_line(result: Summary, run_dir: str) -> str:
              if c.cpu is not None and c.cpu.bound] if result.checkpoints is not None else []
     if bound:
         phase, cpu = max(bound, key=lambda b: b[1].busiest_process_busy)
+        emulated = result.mode == "emulated"
+        whose = (f"{cpu.own_seconds:.3g} s our own work, {cpu.framework_seconds:.3g} s the framework's we play"
+                 if emulated else f"{cpu.framework_seconds:.3g} s the framework's own, run for real")
         line += (f"\nCPU-bound: {' and '.join(dict.fromkeys(p for p, _ in bound))} timed the processes' CPU, not the "
                  f"storage: a process was busy {cpu.busiest_process_busy:.0%} of its {phase} "
-                 f"({cpu.seconds:.1f} CPU s: {cpu.own_seconds:.1f} s our own work, {cpu.framework_seconds:.1f} s the "
-                 f"framework's we play, {cpu.system_seconds:.1f} s in the kernel); fewer ranks a process "
-                 f"(--world-size), more processes, or io_pattern=stream measure the storage")
+                 f"({cpu.seconds:.3g} CPU s: {whose}, {cpu.system_seconds:.3g} s in the kernel)"
+                 + ("; fewer ranks a process (--world-size), more processes, or io_pattern=stream measure the storage"
+                    if emulated else ""))
     if result.io is not None and (scaled := result.io.scaled) is not None:
         full, ahead = scaled.full_size, scaled.projected_full_size
         times = "; ".join(f"{phase} {seconds:.1f} s" for phase, seconds in

@@ -72,5 +72,10 @@ def test_a_cpu_bound_figure_is_said_beside_the_projection(dlio_here, tmp_path):
     made.io.scaled.projected_full_size.cpu_bound = ["save"]
     said = finished_line(made, "out")
     assert "CPU-bound: save timed the processes' CPU, not the storage: a process was busy 97% of its save" in said
-    assert f"{cpu.own_seconds:.1f} s our own work, {cpu.framework_seconds:.1f} s the framework's we play" in said
-    assert "(CPU-bound save: its projection scales the emulator's work)" in said
+    assert f"{cpu.own_seconds:.3g} s our own work, {cpu.framework_seconds:.3g} s the framework's we play" in said
+    assert "(CPU-bound save: its projection scales the emulator's work)" in said and "io_pattern=stream" in said
+    made.mode = "lightning"  # a real mode: all of its user time is the framework's own, and no emulator to tune
+    cpu.framework_seconds, cpu.own_seconds = cpu.framework_seconds + cpu.own_seconds, 0.0
+    said = finished_line(made, "out")
+    assert f"{cpu.framework_seconds:.3g} s the framework's own, run for real" in said
+    assert "our own work" not in said and "io_pattern=stream" not in said

@@ -272,7 +272,7 @@ class _Saves:
         self.written[step] = written
         held = None if stalled is None else clock.seconds + stalled
         self.records.append(record(ctx, "save", step, clock, nbytes, files, seconds=end - clock.t0, held=held,
-                                   stalled=stalled or 0.0))
+                                   stalled=stalled or 0.0, framework_cpu=None))
         say_done(ctx, f"save_ckpt{step}", end - clock.t0, f"{self.blocking[-1]:.3f} s blocking on rank 0")
 
     def wait(self) -> float:
@@ -354,7 +354,7 @@ def run(ctx: RunContext) -> Summary | None:
                 raise _fail("dcp.load from", url, exc) from None
         _check(fingerprint(state), sums[i], url)
         nbytes, files = saves.written[i].get(ctx.comm.rank, (0, 0))
-        records.append(record(ctx, "load", i, clock, nbytes, files))
+        records.append(record(ctx, "load", i, clock, nbytes, files, framework_cpu=None))
         say_done(ctx, f"load_ckpt{i}", clock.seconds, "checked")
     total = sum(b for b, _ in saves.written[1].values())
     params = sum(p.numel() for p in model.parameters())

@@ -186,7 +186,8 @@ def run(ctx: RunContext) -> Summary | None:
         duration = max(end - clock.t0, clock.seconds)  # sync: the whole save_checkpoint call
         held = clock.seconds if s.async_save else None  # AsyncCheckpointIO: the training loop's wait
         # its bytes once every save is done: a stat (a HEAD on S3) now would be a request of this save
-        records.append(record(ctx, "save", step, clock, 0, 1, seconds=duration, held=held, ended=ended))
+        records.append(record(ctx, "save", step, clock, 0, 1, seconds=duration, held=held, ended=ended,
+                              framework_cpu=None))
         blocking.append(clock.seconds)
 
     saver = SaveEveryStep(ctx, None if s.async_save else finish)
@@ -216,7 +217,7 @@ def run(ctx: RunContext) -> Summary | None:
         with timed(ctx, "load", i) as clock, _storage_errors("load from", url):
             loaded = io.load_checkpoint(url, map_location="cpu", **trusted)
         _check(loaded, i, final if i == steps else None, url)
-        records.append(record(ctx, "load", i, clock, _saved_size(ctx, i), 1))
+        records.append(record(ctx, "load", i, clock, _saved_size(ctx, i), 1, framework_cpu=None))
         log.info("load_ckpt%d: %.3f s, checked", i, clock.seconds)
     predicted = predict(w)
     io_meta = IO(format="lightning .ckpt (torch.save)",
