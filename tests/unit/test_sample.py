@@ -80,8 +80,11 @@ def test_a_sample_keeps_whole_items_of_the_full_plan_and_its_load_reads_what_the
             assert places == sorted(places) and f.items  # the full file's items, in its order, none written twice
             kept |= {(r.rank, f.stem, id(i)) for i in f.items}
     item_size = get_layout(w.checkpoint.layout).item_size
-    mapped = _items_read(sample, restore_plan(w, sample), item_size)
-    at_full = _items_read(full, restore_plan(w, full), item_size)
+    whole_load = restore_plan(w, full)
+    given = restore_plan(w, sample, whole_load)  # as a run plans it, the full size's load at hand
+    assert given == restore_plan(w, sample)
+    mapped = _items_read(sample, given, item_size)
+    at_full = _items_read(full, whole_load, item_size)
     assert len(mapped) == len(at_full)
     assert mapped == [[read for read in reads if read in kept] for reads in at_full]
     assert any(mapped)

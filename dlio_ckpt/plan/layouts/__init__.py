@@ -97,14 +97,16 @@ def at_saved_world(workload: Any, plan: Plan, world: int, why: str) -> None:
                           f"checkpoint.layout={workload.checkpoint.layout}: {why}")
 
 
-def restore_plan(workload: Any, plan: Plan) -> RestorePlan:
+def restore_plan(workload: Any, plan: Plan, full: RestorePlan | None = None) -> RestorePlan:
     """What each rank of the read phase reads: the layout's own ``restore`` where its framework reshards or
     loads the model alone (DCP); elsewhere each rank's own files whole, at the save's world size, and a load
     asked otherwise is refused with the layout's reason (its ``no_restore``), exit 2. A sample's load reads what
-    the full size's reads of the kept items (:func:`~dlio_ckpt.plan.reads.sample_reads`)."""
+    the full size's reads of the kept items (:func:`~dlio_ckpt.plan.reads.sample_reads`); ``full``: the full
+    size's, where the caller has it already (planning it is most of the work: 0.4 s for llama3_70b at 64 ranks)."""
     layout, asked = get_layout(workload.checkpoint.layout), workload.restore
     if plan.sample and plan.full_size is not None and layout.item_size is not None:
-        return sample_reads(restore_plan(workload, plan.full_size), plan, layout.item_size)
+        return sample_reads(full if full is not None else restore_plan(workload, plan.full_size), plan,
+                            layout.item_size)
     world = asked.world_size or plan.world_size
     if layout.restore is not None:
         return layout.restore(workload, plan, world, asked.model_only)

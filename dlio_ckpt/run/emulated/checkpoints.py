@@ -34,10 +34,13 @@ log = logging.getLogger("dlio_ckpt")
 @dataclass(frozen=True)
 class Planned:
     """What the emulated mode's preflight (:func:`dlio_ckpt.run.emulated.runner.preflight`) works out once, before
-    anything of the mode runs, kept as the run's ``prepared``: the plan, and what the read phase reads of it."""
+    anything of the mode runs, kept as the run's ``prepared``: the plan, what the read phase reads of it, and what a
+    scaled plan's full size would read (``full_restore``: its figures' yardstick; None at full size or without
+    loads)."""
 
     plan: Plan
     restore: RestorePlan
+    full_restore: RestorePlan | None = None
 
 
 def planned(ctx: RunContext) -> Planned:

@@ -44,6 +44,7 @@ from dlio_ckpt.run.emulated.checkpoints import (
     io_options,
     load_copy,
     plan_of,
+    planned,
     restore_of,
     shard_bytes,
     writer_settings,
@@ -64,7 +65,9 @@ def preflight(ctx: RunContext) -> None:
     must be able to do for both. Every timed tier tells the calls on the coordinator's files apart from then on."""
     plan = make_plan(ctx.workload, ctx.world_size)
     plan.validate()
-    ctx.prepared = Planned(plan, restore_plan(ctx.workload, plan))
+    full = restore_plan(ctx.workload, plan.full_size) \
+        if plan.full_size is not None and ctx.ck.num_checkpoints_read else None
+    ctx.prepared = Planned(plan, restore_plan(ctx.workload, plan, full), full)
     for backend in ctx.tiers:
         if isinstance(backend, TimedBackend):
             backend.coordinator = frozenset(plan.coordinator_names)
@@ -459,8 +462,9 @@ class EmulatedJob:
         plan = plan_of(ctx)
         scaled = scaled_figures(plan, self.fmt, ctx.comm.size) if plan.full_size else None
         if scaled is not None and restore is not None and plan.full_size is not None:  # the load's own bytes ratio
-            full = described(ctx.workload, restore_plan(ctx.workload, plan.full_size), plan.full_size, self.fmt,
-                             self._item_reader)["bytes_read"]
+            full_restore = planned(ctx).full_restore
+            assert full_restore is not None  # planned with the loads
+            full = described(ctx.workload, full_restore, plan.full_size, self.fmt, self._item_reader)["bytes_read"]
             scaled.update(full_size_load_bytes_read=full,
                           load_bytes_ratio=restore["bytes_read"] / full if full else None)
         return IO(layout=ck.layout, format=self.fmt.name, odirect=ck.odirect,
