@@ -44,6 +44,11 @@ def _ranks(ranks: list[int]) -> str:
     return text + (f", ... ({len(spans) - 6} more spans)" if len(spans) > 6 else "")
 
 
+def _counted(n: int, noun: str) -> str:
+    """'1 file', '2 files', '0 files'."""
+    return f"{n:,} {noun}{'' if n == 1 else 's'}"
+
+
 def plan_table(plan: Plan, fmt: Format) -> str:
     """Ranks with the same files sizes are one row: '232 ranks × 11.83 GiB in 5 files'."""
     groups: OrderedDict[tuple[int, ...], list[int]] = OrderedDict()
@@ -59,10 +64,11 @@ def plan_table(plan: Plan, fmt: Format) -> str:
     ]
     for sizes, ranks in groups.items():
         total = sum(sizes)
-        lines.append(f"{len(ranks)} ranks × {total / GIB:.2f} GiB in {len(sizes)} files   ranks {_ranks(ranks)}")
+        lines.append(f"{_counted(len(ranks), 'rank')} × {total / GIB:.2f} GiB in {_counted(len(sizes), 'file')}   "
+                     f"rank{'s' if len(ranks) > 1 else ''} {_ranks(ranks)}")
         example = plan.ranks[ranks[0]]
         for f in example.files[:4]:
-            lines.append(f"    {f.stem}{fmt.extension}  {f.payload_bytes:,} B, {f.num_tensors} tensors")
+            lines.append(f"    {f.stem}{fmt.extension}  {f.payload_bytes:,} B, {_counted(f.num_tensors, 'tensor')}")
         if len(example.files) > 4:
             lines.append(f"    ... {len(example.files) - 4} more files")
     for c in plan.coordinator:
