@@ -70,7 +70,7 @@ def plan_table(plan: Plan, fmt: Format) -> str:
         for f in example.files[:4]:
             lines.append(f"    {f.stem}{fmt.extension}  {f.payload_bytes:,} B, {_counted(f.num_tensors, 'tensor')}")
         if len(example.files) > 4:
-            lines.append(f"    ... {len(example.files) - 4} more files")
+            lines.append(f"    ... {_counted(len(example.files) - 4, 'more file')}")
     for c in plan.coordinator:
         lines.append(f"rank 0 then writes {c.name} ({c.size:,} B{f', as {c.staged}, renamed' if c.staged else ''}), "
                      "which every rank reads first on load")

@@ -68,7 +68,7 @@ class CpuFigures(Section):
     system_seconds: float = Field(description="of which in the kernel (the storage's client: a real job's too)")
     framework_seconds: float = Field(0.0, description="of the user time, the framework's own work the emulation "
                                      "plays (torch.save's CRC-32, Lightning's copy into memory): a real job's too; "
-                                     "in the real modes, all of it (the framework runs itself)")
+                                     "with mode=fsdp or lightning, all of it (the framework runs itself)")
     own_seconds: float = Field(0.0, description="of the user time, the emulator's own work: making and checking "
                                "the synthetic bytes, playing the calls (what a real job does not do)")
     seconds_per_GiB: float = Field(description="CPU seconds per GiB the processes moved (0 when none)")
@@ -76,7 +76,8 @@ class CpuFigures(Section):
     busiest_process_busy: float = Field(0.0, description="the busiest process's CPU seconds over its duration, of "
                                         "the cores it could use (one, or its share of its host's): 1 is all of it")
     bound: bool = Field(False, description="CPU-bound: the busiest process was busy at least 90 % of its time, so "
-                        "the duration is set by the processes' CPU (see own_seconds), not by the storage")
+                        "the duration is set by the processes' CPU (see own_seconds and framework_seconds), not by "
+                        "the storage")
 
 
 class AsyncFigures(Section):

@@ -337,11 +337,15 @@ def finished_line(result: Summary, run_dir: str) -> str:
     if bound:
         phase, cpu = max(bound, key=lambda b: b[1].busiest_process_busy)
         emulated = result.mode == "emulated"
-        whose = (f"{cpu.own_seconds:.3g} s our own work, {cpu.framework_seconds:.3g} s the framework's we play"
-                 if emulated else f"{cpu.framework_seconds:.3g} s the framework's own, run for real")
+        whose = (f"{cpu_said(cpu.own_seconds)} s our own work, {cpu_said(cpu.framework_seconds)} s the framework's "
+                 "we play" if emulated else
+                 ", ".join(f"{cpu_said(seconds)} s {what}" for seconds, what in
+                           ((cpu.framework_seconds, "the framework's own, run for real"),
+                            (cpu.own_seconds, "our own work")) if seconds))
         line += (f"\nCPU-bound: {' and '.join(dict.fromkeys(p for p, _ in bound))} timed the processes' CPU, not the "
                  f"storage: a process was busy {cpu.busiest_process_busy:.0%} of its {phase} "
-                 f"({cpu.seconds:.3g} CPU s: {whose}, {cpu.system_seconds:.3g} s in the kernel)"
+                 f"({cpu_said(cpu.seconds)} CPU s: {whose}{', ' if whose else ''}{cpu_said(cpu.system_seconds)} s "
+                 "in the kernel)"
                  + ("; fewer ranks a process (--world-size), more processes, or io_pattern=stream measure the storage"
                     if emulated else ""))
     if result.io is not None and (scaled := result.io.scaled) is not None:
@@ -365,6 +369,12 @@ def finished_line(result: Summary, run_dir: str) -> str:
                     "whole, a sweep over checkpoint.scale=a,b projects that part apart" if times else "")
                  + uneven(here.busiest_process_share, full.busiest_process_share, result.num_processes))
     return line
+
+
+def cpu_said(seconds: float) -> str:
+    """CPU seconds for the console: three significant figures below 100 (a small run's 0.045), whole seconds
+    above (never 1.23e+03)."""
+    return f"{seconds:.3g}" if seconds < 100 else f"{seconds:,.0f}"
 
 
 def too_short(ahead: Projection) -> str:

@@ -13,7 +13,7 @@ import pytest
 
 from dlio_ckpt.results.schema import Summary
 from dlio_ckpt.results.summary import CPU_BOUND, OpRecord, ProcessCost, cpu_figures
-from dlio_ckpt.run.context import finished_line
+from dlio_ckpt.run.context import cpu_said, finished_line
 from tests.support.workloads import DCP
 
 
@@ -72,10 +72,12 @@ def test_a_cpu_bound_figure_is_said_beside_the_projection(dlio_here, tmp_path):
     made.io.scaled.projected_full_size.cpu_bound = ["save"]
     said = finished_line(made, "out")
     assert "CPU-bound: save timed the processes' CPU, not the storage: a process was busy 97% of its save" in said
-    assert f"{cpu.own_seconds:.3g} s our own work, {cpu.framework_seconds:.3g} s the framework's we play" in said
+    assert f"{cpu_said(cpu.own_seconds)} s our own work, {cpu_said(cpu.framework_seconds)} s the framework's we play" \
+        in said
     assert "(CPU-bound save: its projection scales the emulator's work)" in said and "io_pattern=stream" in said
     made.mode = "lightning"  # a real mode: all of its user time is the framework's own, and no emulator to tune
     cpu.framework_seconds, cpu.own_seconds = cpu.framework_seconds + cpu.own_seconds, 0.0
     said = finished_line(made, "out")
-    assert f"{cpu.framework_seconds:.3g} s the framework's own, run for real" in said
+    assert f"{cpu_said(cpu.framework_seconds)} s the framework's own, run for real" in said
     assert "our own work" not in said and "io_pattern=stream" not in said
+    assert cpu_said(0.0451) == "0.0451" and cpu_said(1234.5) == "1,234"  # never 1.23e+03

@@ -102,7 +102,7 @@ def restore_plan(workload: Any, plan: Plan, full: RestorePlan | None = None) -> 
     loads the model alone (DCP); elsewhere each rank's own files whole, at the save's world size, and a load
     asked otherwise is refused with the layout's reason (its ``no_restore``), exit 2. A sample's load reads what
     the full size's reads of the kept items (:func:`~dlio_ckpt.plan.reads.sample_reads`); ``full``: the full
-    size's, where the caller has it already (planning it is most of the work: 0.4 s for llama3_70b at 64 ranks)."""
+    size's, where the caller has it already (planning it is most of the work)."""
     layout, asked = get_layout(workload.checkpoint.layout), workload.restore
     if plan.sample and plan.full_size is not None and layout.item_size is not None:
         return sample_reads(full if full is not None else restore_plan(workload, plan.full_size), plan,

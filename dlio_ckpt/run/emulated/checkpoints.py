@@ -34,13 +34,13 @@ log = logging.getLogger("dlio_ckpt")
 @dataclass(frozen=True)
 class Planned:
     """What the emulated mode's preflight (:func:`dlio_ckpt.run.emulated.runner.preflight`) works out once, before
-    anything of the mode runs, kept as the run's ``prepared``: the plan, what the read phase reads of it, and what a
-    scaled plan's full size would read (``full_restore``: its figures' yardstick; None at full size or without
-    loads)."""
+    anything of the mode runs, kept as the run's ``prepared``: the plan, what the read phase reads of it, and the
+    bytes one load of a scaled plan's full size reads (``io.scaled.full_size_load_bytes_read``, the load's bytes
+    ratio's yardstick; None at full size or without loads)."""
 
     plan: Plan
     restore: RestorePlan
-    full_restore: RestorePlan | None = None
+    full_load_bytes_read: int | None = None
 
 
 def planned(ctx: RunContext) -> Planned:

@@ -12,7 +12,7 @@ import logging
 import secrets
 import time
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cached_property
 from typing import Any
 
@@ -67,7 +67,7 @@ def preflight(ctx: RunContext) -> None:
     plan.validate()
     full = restore_plan(ctx.workload, plan.full_size) \
         if plan.full_size is not None and ctx.ck.num_checkpoints_read else None
-    ctx.prepared = Planned(plan, restore_plan(ctx.workload, plan, full), full)
+    ctx.prepared = Planned(plan, restore_plan(ctx.workload, plan, full))
     for backend in ctx.tiers:
         if isinstance(backend, TimedBackend):
             backend.coordinator = frozenset(plan.coordinator_names)
@@ -91,6 +91,15 @@ def preflight(ctx: RunContext) -> None:
     _check_io_buffers(ctx)
     if ck.async_save and ck.staging == "real":
         _check_staging_memory(ctx)
+    if full is not None and plan.full_size is not None:  # what it reads is kept, not its plan (17 MiB, 64 ranks)
+        ctx.prepared = replace(planned(ctx), full_load_bytes_read=described(
+            ctx.workload, full, plan.full_size, file_format(ctx.workload), item_reader(ctx))["bytes_read"])
+
+
+def item_reader(ctx: RunContext) -> ItemReader | None:
+    """How the read tier's client reads a framework's items its own way, where it does (the loads play a
+    framework's reads): their ranged reads are counted as the engine plays them."""
+    return ctx.tiers[read_tier(ctx)].item_reader() if framework_io(ctx.workload) else None
 
 
 def writes(ctx: RunContext) -> Writes:
@@ -445,9 +454,7 @@ class EmulatedJob:
 
     @cached_property
     def _item_reader(self) -> ItemReader | None:
-        """How the read tier's client reads a framework's items its own way, where it does (the loads play a
-        framework's reads): their ranged reads are counted as the engine plays them."""
-        return self.ctx.tiers[read_tier(self.ctx)].item_reader() if self.framework else None
+        return item_reader(self.ctx)
 
     def _restore_described(self) -> dict[str, Any] | None:
         """``io.restore``: what the loads read (None without loads)."""
@@ -462,9 +469,8 @@ class EmulatedJob:
         plan = plan_of(ctx)
         scaled = scaled_figures(plan, self.fmt, ctx.comm.size) if plan.full_size else None
         if scaled is not None and restore is not None and plan.full_size is not None:  # the load's own bytes ratio
-            full_restore = planned(ctx).full_restore
-            assert full_restore is not None  # planned with the loads
-            full = described(ctx.workload, full_restore, plan.full_size, self.fmt, self._item_reader)["bytes_read"]
+            full = planned(ctx).full_load_bytes_read
+            assert full is not None  # worked out with the loads, by the preflight
             scaled.update(full_size_load_bytes_read=full,
                           load_bytes_ratio=restore["bytes_read"] / full if full else None)
         return IO(layout=ck.layout, format=self.fmt.name, odirect=ck.odirect,

@@ -40,6 +40,7 @@ from dlio_ckpt.errors import ConfigError, StorageError, VerifyError
 from dlio_ckpt.model.dense import TransformerShape
 from dlio_ckpt.model.dtypes import DATATYPE_BYTES, DTYPES
 from dlio_ckpt.results.schema import IO, Summary
+from dlio_ckpt.results.summary import ProcessCost
 from dlio_ckpt.run.context import Clock, RunContext, evict_before_read, record, say_done, timed, write_results
 from dlio_ckpt.run.real.llama import Llama
 from dlio_ckpt.run.real.predict import fsdp as predicted
@@ -260,9 +261,11 @@ class _Saves:
         self.written: dict[int, dict[int, tuple[int, int]]] = {}  # step -> rank -> (bytes, files)
         self.pending: tuple | None = None
 
-    def finish(self, step: int, clock: Clock, end: float, stalled: float | None = None) -> None:
+    def finish(self, step: int, clock: Clock, end: float, stalled: float | None = None,
+               ended: ProcessCost | None = None) -> None:
         """``stalled``: async saves only, the wait for the previous save before this one started;
-        the record then says how long training was held (that wait + dcp.async_save's staging)."""
+        the record then says how long training was held (that wait + dcp.async_save's staging); ``ended``: this
+        process's cost when an async save's write finished (its record is made after the next training step)."""
         ctx = self.ctx
         written = written_by_rank(ctx, step)
         nbytes, files = written.get(ctx.comm.rank, (0, 0))
@@ -272,7 +275,7 @@ class _Saves:
         self.written[step] = written
         held = None if stalled is None else clock.seconds + stalled
         self.records.append(record(ctx, "save", step, clock, nbytes, files, seconds=end - clock.t0, held=held,
-                                   stalled=stalled or 0.0, framework_cpu=None))
+                                   stalled=stalled or 0.0, ended=ended, framework_cpu=None))
         say_done(ctx, f"save_ckpt{step}", end - clock.t0, f"{self.blocking[-1]:.3f} s blocking on rank 0")
 
     def wait(self) -> float:
@@ -288,13 +291,13 @@ class _Saves:
                 raise _fail("dcp.async_save to", self.ctx.backend.url(self.ctx.path(step)), exc) from None
         self.pending = None
         waited = time.perf_counter() - t0
-        self.finish(step, clock, done[0], stalled)
+        self.finish(step, clock, done[0], stalled, done[1])
         return waited
 
 
-def _stamp(done: list[float], _future: Future) -> None:
-    """When an async save's write finished (called in DCP's thread)."""
-    done[0] = time.perf_counter()
+def _stamp(done: list[Any], _future: Future) -> None:
+    """When an async save's write finished, and this process's cost then (called in DCP's thread)."""
+    done[:] = [time.perf_counter(), ProcessCost.now()]
 
 
 def run(ctx: RunContext) -> Summary | None:
@@ -324,7 +327,7 @@ def run(ctx: RunContext) -> Summary | None:
                     # a Future: DCP's writers stage before async_save returns (an AsyncSaveResponse is a stager's
                     # that stages in the background, which is not asked for here)
                     assert isinstance(future, Future)
-                    done = [0.0]
+                    done: list[Any] = [0.0, None]
                     future.add_done_callback(partial(_stamp, done))
                     saves.pending = (i, clock, future, done, stalled)
                 else:
@@ -352,9 +355,10 @@ def run(ctx: RunContext) -> Summary | None:
                 dcp.load(state, storage_reader=_reader(ctx, i))
             except DCP_ERRORS as exc:
                 raise _fail("dcp.load from", url, exc) from None
+        loaded = ProcessCost.now()  # the check below is ours, and outside the load's time
         _check(fingerprint(state), sums[i], url)
         nbytes, files = saves.written[i].get(ctx.comm.rank, (0, 0))
-        records.append(record(ctx, "load", i, clock, nbytes, files, framework_cpu=None))
+        records.append(record(ctx, "load", i, clock, nbytes, files, ended=loaded, framework_cpu=None))
         say_done(ctx, f"load_ckpt{i}", clock.seconds, "checked")
     total = sum(b for b, _ in saves.written[1].values())
     params = sum(p.numel() for p in model.parameters())

@@ -195,7 +195,7 @@ def _transfer(ctx: RunContext, phase: str, name: str, step: int, fn: Callable[[t
             fn(t, file)
     except OSError as exc:
         raise StorageError(f"{name} {phase} {'to' if phase == 'save' else 'from'} {file}: {exc}") from None
-    return record(ctx, phase, step, clock, nbytes, 1, framework_cpu=None)
+    return record(ctx, phase, step, clock, nbytes, 1)
 
 
 def run(ctx: RunContext) -> Summary | None:
