@@ -1,14 +1,15 @@
 #!/usr/bin/env python3
 """Does a buffered write's time depend on where its bytes come from? (issue 50, item 1; bench only.)
 
-The emulated save writes each file from a small pool of synthetic bytes (``dlio_ckpt.io.synthetic``: 1 MiB, reused,
-so it stays in the CPU's caches); a real ``dcp.save`` writes from the job's tensors, hundreds of MiB spread over
-the heap, read from memory once. If copying from memory cost the write more than copying from a cached pool, the
-emulated save would be faster than the real one for that alone. Each round, one file of ``--mib`` MiB is written
-in 1 MiB calls from each source, then fsynced and removed:
+The emulated save makes its bytes from a small pool (``dlio_ckpt.io.synthetic``: 1 MiB, reused, so it stays in the
+CPU's caches; each window is the pool XORed into a buffer of its own), where a real ``dcp.save`` writes from the job's
+tensors, hundreds of MiB read from memory once. This asks the simpler question underneath: does a buffered write's
+copy cost more from memory read once than from a cached 1 MiB? It stands for the emulated save only loosely. Each
+round, one file of ``--mib`` MiB is written in 1 MiB calls from each source, then fsynced and removed:
 
 - ``pool``: the same 1 MiB of random bytes, every call;
-- ``buffer``: successive 1 MiB slices of a ``--mib`` MiB buffer of random bytes, touched before the rounds.
+- ``buffer``: successive 1 MiB slices of a ``--mib`` MiB buffer (one random 1 MiB repeated), every page touched
+  before the rounds.
 
 The two alternate, their order swapped every round, so each source is as often first as second (this VM's
 writes into memory freed a second ago run at another rate: ``bench/new_memory.py``). Medians of the write calls'
