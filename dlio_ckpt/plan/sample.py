@@ -24,7 +24,7 @@ load-only run at another process count reads it back):
   scale's share of the bytes asks, and no more than the chosen ranks' items over their count, so every chosen rank
   can hold one.
 - **Spread as at full size.** Which rank keeps an item of the size drawn is the lightest of those holding one
-  (:func:`lightest`: the lighter half of the chosen ranks, then the lighter half of that), largest sizes first; a
+  (:meth:`Spread.lightest`: the lighter half of the chosen ranks, then the lighter half of that), largest sizes first; a
   chosen rank left without an item takes one of the size its half lacks. Every process then holds a like share
   of the bytes, as at full size, where the share is a few large items: Megatron's llama3_70b at 0.0002 is 2.8 of
   its 13,828 items' worth, where items over 100 MB hold 72 to 73 % of each rank's bytes; left to chance, 74 % of

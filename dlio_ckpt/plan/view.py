@@ -6,7 +6,7 @@ from collections import OrderedDict
 from typing import Any
 
 from dlio_ckpt.plan.formats import Format, planned_size
-from dlio_ckpt.plan.types import GIB, ItemFile, Plan, RankPlan
+from dlio_ckpt.plan.types import GIB, ItemFile, Plan
 
 
 def plan_json(plan: Plan, fmt: Format) -> dict[str, Any]:
@@ -139,10 +139,8 @@ def scaled_figures(plan: Plan, fmt: Format, processes: int | None = None) -> dic
 
     def figures(p: Plan) -> dict[str, Any]:
         coordinator = sum(c.size for c in p.coordinator)
-        def stored_by(ranks: tuple[RankPlan, ...]) -> int:
-            return sum(planned_size(fmt, f) for r in ranks for f in r.files)
-
-        ranks = stored_by(p.ranks)
+        per_rank = [sum(planned_size(fmt, f) for f in r.files) for r in p.ranks]
+        ranks = sum(per_rank)
         stored = ranks + coordinator
         headers = stored - p.total_payload_bytes - coordinator
         return {"checkpoint_size_GiB": p.checkpoint_size_GB, "bytes_per_checkpoint": stored,
@@ -150,7 +148,7 @@ def scaled_figures(plan: Plan, fmt: Format, processes: int | None = None) -> dic
                 "writing_ranks": sum(1 for r in p.ranks if r.files), "files": sum(len(r.files) for r in p.ranks),
                 "items": sum(len(f.items) if isinstance(f, ItemFile) else f.num_tensors for r in p.ranks
                              for f in r.files),
-                **({"busiest_process_share": max(stored_by(p.ranks_of_process(k, processes))
+                **({"busiest_process_share": max(sum(per_rank[r.rank] for r in p.ranks_of_process(k, processes))
                                                  for k in range(processes)) / ranks}
                    if processes and ranks else {})}
 

@@ -114,17 +114,17 @@ class FrameworkPattern(EngineCore):
     def _framework_pool(self, tasks: list[FileTask], threads: int) -> list[_CallWriter]:
         """One source per writer thread, as large as the largest call of ``tasks`` (at most
         :data:`LARGEST_CALL`): made once, remade only for more threads or larger calls."""
-        pattern = [_pattern(t) for t in tasks]
-        largest = min(max((n for p in pattern for n in p.calls), default=1), LARGEST_CALL)
+        patterns = [_pattern(t) for t in tasks]
+        largest = min(max((n for p in patterns for n in p.calls), default=1), LARGEST_CALL)
         # a python file object's buffer is written from the same source, whole
-        largest = max(largest, self._buffer_size if any(p.file_object is FileObject.PYTHON for p in pattern) else 0)
+        largest = max(largest, self._buffer_size if any(p.file_object is FileObject.PYTHON for p in patterns) else 0)
         size = max([-(-largest // BLOCK) * BLOCK, *(w.calls for w in self._call_writers)])
         count = max(1, min(threads, len(tasks)))
         if len(self._call_writers) < count or self._call_writers[0].calls < size:
             for w in self._call_writers:
                 w.close()
             self._call_writers = [_CallWriter(self._run_key, size, self.options.reduction) for _ in range(count)]
-        if any(p.in_memory for p in pattern):  # each writer also holds a copy of the piece it writes (buffer_bytes)
+        if any(p.in_memory for p in patterns):  # each writer also holds a copy of the piece it writes (buffer_bytes)
             self._in_memory = max(self._in_memory, largest)
         return self._call_writers[:count]
 
@@ -153,11 +153,11 @@ class FrameworkPattern(EngineCore):
                     self._write_through_buffer(w, writer, task, cast(SyncingWriter, writer).sync if own else None)
                 else:
                     self._write_through_file_object(w, writer, task, pattern, own)
+            return self._placed(task, staged, sync and not own)
         except BaseException:
             if staged is not None:
                 self.backend.remove(staged)  # the temporary file this save made
             raise
-        return self._placed(task, staged, sync and not own)
 
     def _write_through_file_object(self, w: _CallWriter, writer: Writer, task: FileTask, pattern: FilePattern,
                                    own: bool) -> None:
@@ -199,16 +199,11 @@ class FrameworkPattern(EngineCore):
 
     def _placed(self, task: FileTask, staged: str | None, sync_by_name: bool) -> int:
         """A written file's last steps: synced by name where its writer has no descriptor of its own to sync, and
-        moved into place from ``$TMPDIR`` (``staged``)."""
-        try:
-            if sync_by_name:
-                self.backend.sync(staged or task.path)
-            if staged is not None:
-                self.backend.rename(staged, task.path)
-        except BaseException:
-            if staged is not None:
-                self.backend.remove(staged)  # the temporary file this save made
-            raise
+        moved into place from ``$TMPDIR`` (``staged``; its caller removes it where this fails)."""
+        if sync_by_name:
+            self.backend.sync(staged or task.path)
+        if staged is not None:
+            self.backend.rename(staged, task.path)
         return task.size
 
     def _write_through_buffer(self, w: _CallWriter, writer: Writer, task: FileTask,

@@ -13,7 +13,6 @@ import secrets
 import time
 from collections import Counter
 from dataclasses import dataclass, replace
-from functools import cached_property
 from typing import Any
 
 from dlio_ckpt.cluster.host import available_memory, hostname
@@ -91,7 +90,9 @@ def preflight(ctx: RunContext) -> None:
     _check_io_buffers(ctx)
     if ck.async_save and ck.staging == "real":
         _check_staging_memory(ctx)
-    if full is not None and plan.full_size is not None:  # what it reads is kept, not its plan (17 MiB, 64 ranks)
+    # last, once every refusal above is past: what the full size's load reads is kept, not its plan (which grows
+    # with the ranks)
+    if full is not None and plan.full_size is not None:
         ctx.prepared = replace(planned(ctx), full_load_bytes_read=described(
             ctx.workload, full, plan.full_size, file_format(ctx.workload), item_reader(ctx))["bytes_read"])
 
@@ -452,16 +453,12 @@ class EmulatedJob:
                                    note="files redone after a transient storage error; the client's own attempts "
                                         "(S3 max_attempts, gcsfs) are not visible here")}
 
-    @cached_property
-    def _item_reader(self) -> ItemReader | None:
-        return item_reader(self.ctx)
-
     def _restore_described(self) -> dict[str, Any] | None:
         """``io.restore``: what the loads read (None without loads)."""
         ctx = self.ctx
         if not ctx.ck.num_checkpoints_read:
             return None
-        return described(ctx.workload, restore_of(ctx), plan_of(ctx), self.fmt, self._item_reader)
+        return described(ctx.workload, restore_of(ctx), plan_of(ctx), self.fmt, item_reader(ctx))
 
     def _io(self, restore: dict[str, Any] | None) -> IO:
         """summary.json's ``io``: how this run moved its bytes."""
