@@ -145,6 +145,13 @@ class CoordinatorFile:
 
 @dataclass(frozen=True)
 class RankPlan:
+    """One rank's files, in the order it writes them, and its place in the job's parallelism: its tensor-,
+    pipeline- and data-parallel ranks and its model-parallel rank (the tensor and pipeline ranks as one index,
+    ``tp + tensor * pp``), in the rank order of the framework the layout follows (DLIO's and DeepSpeed's: tensor,
+    then pipeline, then data; Megatron's: tensor, then data, then pipeline). A layout without tensor or pipeline
+    parallelism (DCP, Lightning: they refuse it) has every rank at tensor rank 0, stage 0, model-parallel rank 0,
+    and its data-parallel rank equal to its rank: those zeros are its coordinates, not a missing value."""
+
     rank: int
     tp: int
     pp: int

@@ -105,3 +105,30 @@ def test_the_config_choices_are_the_registries():
     assert Workload.model_fields["mode"].annotation.__args__ == ("emulated", "lightning", "fsdp", "gds")
     assert Workload.model_fields["mode"].annotation.__args__ == MODES.names
     assert Storage.model_fields["storage_type"].annotation.__args__ == BACKENDS.names
+
+
+@pytest.mark.parametrize(("layout", "order"), [
+    ("dlio", "tp-pp-dp"), ("deepspeed", "tp-pp-dp"),
+    # megatron-core 0.16.1's initialize_model_parallel(order="tp-cp-ep-dp-pp") (megatron/core/parallel_state.py)
+    ("megatron", "tp-dp-pp"),
+])
+def test_each_ranks_coordinates_are_its_place_in_the_frameworks_rank_order(layout, order):
+    """TP 2 x PP 2 x DP 2 on 8 ranks: each rank's coordinates are those of its rank in the order its framework
+    numbers ranks (the fastest-varying first), worked out here from that order alone."""
+    p = plan(layout, 8, "++workload.model.parallelism.tensor=2", "++workload.model.parallelism.pipeline=2")
+    size = {"tp": 2, "pp": 2, "dp": 2}
+    for r in p.ranks:
+        place, rest = {}, r.rank
+        for dim in order.split("-"):
+            place[dim], rest = rest % size[dim], rest // size[dim]
+        mp = place["tp"] + 2 * place["pp"]
+        assert (r.tp, r.pp, r.dp, r.mp) == (place["tp"], place["pp"], place["dp"], mp), r.rank
+
+
+@pytest.mark.parametrize("args", [["workload=tiny", "++workload.checkpoint.layout=dcp",
+                                   "++workload.model.parallelism.tensor=1"],
+                                  ["workload=lightning_demo", "++workload.checkpoint.layout=lightning",
+                                   "++workload.mode=emulated"]], ids=["dcp", "lightning"])
+def test_a_layout_without_model_parallelism_puts_each_rank_at_its_data_parallel_rank(args):
+    workload, _, _ = compose(args, None)
+    assert [(r.tp, r.pp, r.dp, r.mp) for r in make_plan(workload, 4).ranks] == [(0, 0, r, 0) for r in range(4)]

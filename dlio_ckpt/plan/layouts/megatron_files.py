@@ -179,7 +179,8 @@ def plan_of(lay: MegatronPlanning) -> Plan:
         buckets = [tuple(scaled.get(id(i), i) for i in b) for b in _split(items, lay.files_per_rank)]
         files = tuple(ItemFile(f"__{r}_{k}", b, sum(i.nbytes for i in b), sum(item_size(i) for i in b))
                       for k, b in enumerate(buckets) if b)
-        ranks.append(RankPlan(r, tp, rest // lay.data, rest % lay.data, 0, files))
+        pp = rest // lay.data
+        ranks.append(RankPlan(r, tp, pp, rest % lay.data, tp + lay.tensor * pp, files))
         listed += [(f"{f.stem}.distcp", [(i, i.offsets) for i in f.items]) for f in files]
         objects += [i.fqn for f in files for i in f.items if not i.dtype]
     size = listed_metadata_size(lay.tensors(), objects, listed, item_size)
