@@ -20,14 +20,19 @@ bf16 weights and moments (dcp; megatron keeps its distributed optimizer's fp32 s
 ``--saves`` saves then ``--loads`` loads per run, ``checkpoint.fsync=True`` (lightning: False, as Lightning), pages
 evicted before each load.
 A checkpoint's duration is the slowest process's, from a barrier before the save (load) to its return, as
-``summary.json``'s ``checkpoints.save[].duration_seconds`` (``load``) says; a run's figure is the mean over its
-checkpoints, and the ratio of a round divides the emulated run's figure by the real run's of the same round.
+``summary.json``'s ``checkpoints.save[].duration_seconds`` (``load``) says. A run's figures: its first save, its
+steady state (the mean of its later saves: what a job lives in) and the mean of its loads; the ratio of a round
+divides the emulated run's figure by the real run's of the same round.
+``--interval SECONDS`` (dcp, megatron): from each save's return to the next save the real jobs train (``mode=fsdp``
+takes steps for ``checkpoint.time_between_checkpoints``; ``megatron_timed.py``'s INTERVAL), the emulated runs sleep
+it (``checkpoint.training=sleep``); 0 (the default): saves back to back (mode=fsdp still takes one step between).
 ``--settle`` seconds pass before every run (see bench/fio_compare.py: this VM's buffered writes are slower into
 memory freed seconds ago, and the real side's set-up takes seconds the emulator's does not).
 
     python bench/framework_io.py --dir /path/on/storage --rounds 5 --io-pattern framework,stream \
         --markdown /tmp/figures.md
     python bench/framework_io.py --dir DIR --frameworks dcp --s3      # dcp on a local SeaweedFS (scripts/local_s3.py)
+    python bench/framework_io.py --dir DIR --frameworks dcp,megatron --saves 5 --interval 3   # a job's steady state
 """
 
 from __future__ import annotations
@@ -65,8 +70,7 @@ def dlio(args: list[str], procs: int, root: str, env: dict[str, str]) -> dict:
     out = Path(tempfile.mkdtemp(prefix="bench_fwio_"))
     storage = [] if root.startswith("s3://") else [f"++workload.storage.storage_root={root}"]
     cmd = [str(BIN / "mpiexec"), "-n", str(procs), sys.executable, "-m", "dlio_ckpt", "run", *args, *storage,
-           f"++hydra.run.dir={out}", "++workload.checkpoint.overwrite=True",
-           "++workload.checkpoint.time_between_checkpoints=0"]
+           f"++hydra.run.dir={out}", "++workload.checkpoint.overwrite=True"]
     r = subprocess.run(cmd, capture_output=True, text=True, env=env)
     if r.returncode:
         sys.exit(f"failed ({r.returncode}): {' '.join(cmd)}\n{r.stderr[-3000:]}")
@@ -84,7 +88,7 @@ def megatron_real(a: argparse.Namespace, root: str) -> dict:
     result = Path(root) / "timed.json"
     cmd = [sys.executable, str(REPO / "bench" / "megatron_timed.py"), root, str(result), str(a.saves), str(a.loads),
            str(a.procs), "1", str(a.layers), str(a.hidden), str(a.ffn), str(a.heads), str(a.kv_heads), str(a.vocab),
-           "bf16", str(a.megatron_threads)]
+           "bf16", str(a.megatron_threads), str(a.interval)]
     r = subprocess.run(cmd, capture_output=True, text=True, env=ENV)
     if r.returncode:
         sys.exit(f"failed ({r.returncode}): {' '.join(cmd)}\n{r.stderr[-3000:]}")
@@ -99,16 +103,18 @@ def cases(a: argparse.Namespace, s3: list[str]) -> dict[str, dict[str, tuple]]:
     dt = ["++workload.model.model_datatype=bf16", "++workload.model.optimizer_datatype=bf16"]
     n = [f"++workload.checkpoint.num_checkpoints_write={a.saves}",
          f"++workload.checkpoint.num_checkpoints_read={a.loads}", "++workload.checkpoint.fsync=True"]
+    # the real side trains for the interval between saves, the emulated one sleeps it (checkpoint.training=sleep)
+    n_trained = [*n, f"++workload.checkpoint.time_between_checkpoints={a.interval}"]
     out: dict[str, dict[str, tuple]] = {}
     if "dcp" in a.frameworks:
-        job = ["workload=tiny", *shape(a), *dt, *n, *s3]
+        job = ["workload=tiny", *shape(a), *dt, *n_trained, *s3]
         out["dcp"] = {"real": ("dlio", [*job, "++workload.mode=fsdp", f"++workload.fsdp.thread_count={a.threads}"])}
         for p in a.io_pattern:
             out["dcp"][f"emulated {p}"] = ("dlio", [*job, "++workload.checkpoint.layout=dcp", *HOST_MEMORY,
                                                     f"++workload.checkpoint.files_per_rank={a.threads}",
                                                     f"++workload.checkpoint.io_pattern={p}"])
     if "megatron" in a.frameworks:
-        job = ["workload=tiny", *shape(a), "++workload.model.model_datatype=bf16", *n]
+        job = ["workload=tiny", *shape(a), "++workload.model.model_datatype=bf16", *n_trained]
         out["megatron"] = {"real": ("megatron", None)}
         for p in a.io_pattern:
             out["megatron"][f"emulated {p}"] = ("dlio", [*job, "++workload.checkpoint.layout=megatron", *HOST_MEMORY,
@@ -117,7 +123,7 @@ def cases(a: argparse.Namespace, s3: list[str]) -> dict[str, dict[str, tuple]]:
     if "lightning" in a.frameworks:
         # Lightning never syncs its .ckpt (the real mode would add an fsync where asked: not here)
         job = ["workload=lightning_demo", f"++workload.model.num_layers={a.lightning_layers}", *n,
-               "++workload.checkpoint.fsync=False"]
+               "++workload.checkpoint.fsync=False", "++workload.checkpoint.time_between_checkpoints=0"]
         out["lightning"] = {"real": ("dlio1", job)}
         for p in a.io_pattern:
             out["lightning"][f"emulated {p}"] = ("dlio1", [*job, "++workload.mode=emulated", *HOST_MEMORY,
@@ -150,6 +156,9 @@ def main() -> None:
     ap.add_argument("--saves", type=int, default=2)
     ap.add_argument("--loads", type=int, default=2)
     ap.add_argument("--settle", type=float, default=10.0, help="seconds before each run")
+    ap.add_argument("--interval", type=float, default=0.0,
+                    help="dcp and megatron: seconds of training from a save's return to the next save (the real "
+                         "jobs train, the emulated runs sleep); 0: saves after one training step")
     ap.add_argument("--s3", action="store_true", help="dcp on a local SeaweedFS (scripts/local_s3.py) instead")
     ap.add_argument("--markdown", help="also write the tables here")
     a = ap.parse_args()
@@ -193,40 +202,47 @@ def main() -> None:
 
 
 def report(a: argparse.Namespace, plan: dict, runs: dict) -> list[str]:
+    """The table (medians over rounds) and, per round, each emulated side over the real one: its first save, its
+    steady state (the mean of saves 2 to N: what a job lives in) and its loads, apart."""
     med = statistics.median
     mean = statistics.fmean
     storage = "S3 (local SeaweedFS on 127.0.0.1)" if a.s3 else f"local files ({a.dir})"
     lines = [f"- {time.strftime('%Y-%m-%d %H:%M')} on {platform.node()} ({os.cpu_count()} cores), {storage}",
              f"- `{' '.join([Path(sys.executable).name, *sys.argv])}`", "",
-             "| framework | side | MiB | save 1 s | save 2+ s | save s (mean) | load s (mean) | "
-             "save ratio | load ratio |", "|---|---|---|---|---|---|---|---|---|"]
+             "| framework | side | MiB | save 1 s | saves 2+ s | load s | save 1 ratio | saves 2+ ratio | load ratio |",
+             "|---|---|---|---|---|---|---|---|---|"]
     ratio_lines = []
     for fw, sides in plan.items():
         real = runs[(fw, "real")]
         for side in sides:
             rows = runs[(fw, side)]
             first = med(row["save"][0] for row in rows)
-            later = med(mean(row["save"][1:]) for row in rows) if len(rows[0]["save"]) > 1 else float("nan")
-            save, load = med(mean(row["save"]) for row in rows), med(mean(row["load"]) for row in rows)
+            later = med(steady(row) for row in rows)
+            load = med(mean(row["load"]) for row in rows)
             if side == "real":
-                rs = rl = "1"
-                if len(sides) == 1:
-                    rs = rl = "no emulated side yet (TODO)"
+                ratios = ["1", "1", "1"] if len(sides) > 1 else ["no emulated side yet (TODO)"] * 3
             else:
-                s_r = [mean(e["save"]) / mean(x["save"]) for e, x in zip(rows, real, strict=True)]
-                l_r = [mean(e["load"]) / mean(x["load"]) for e, x in zip(rows, real, strict=True)]
-                rs, rl = f"{med(s_r):.2f}", f"{med(l_r):.2f}"
-                ratio_lines.append(f"- {fw} {side} / real, per round: save {fmt(s_r)}; load {fmt(l_r)}")
+                by = {"save 1": [e["save"][0] / x["save"][0] for e, x in zip(rows, real, strict=True)],
+                      "saves 2+": [steady(e) / steady(x) for e, x in zip(rows, real, strict=True)],
+                      "load": [mean(e["load"]) / mean(x["load"]) for e, x in zip(rows, real, strict=True)]}
+                ratios = [f"{med(r):.2f}" for r in by.values()]
+                ratio_lines.append(f"- {fw} {side} / real, per round: "
+                                   + "; ".join(f"{what} {fmt(r)}" for what, r in by.items()))
             lines.append(f"| {fw} | {side} | {rows[0]['bytes'] / (1 << 20):.1f} | {first:.2f} | {later:.2f} | "
-                         f"{save:.2f} | {load:.2f} | {rs} | {rl} |")
+                         f"{load:.2f} | " + " | ".join(ratios) + " |")
         for side in sides:
             rows = runs[(fw, side)]
-            saves, loads = fmt([mean(x["save"]) for x in rows]), fmt([mean(x["load"]) for x in rows])
-            ratio_lines.append(f"- {fw} {side}, per round: save (mean of the run's) {saves} s; load {loads} s")
+            ratio_lines.append(f"- {fw} {side}, per round: saves " + "; ".join(fmt(x["save"]) for x in rows)
+                               + " s; loads (mean of the run's) " + fmt([mean(x["load"]) for x in rows]) + " s")
         if "writers" in real[0]:  # megatron-core's own phases: its writer processes, DCP's read_data
             ratio_lines += phases(fw, sides, runs)
-    return [*lines, "", "Medians over rounds; a ratio is emulated/real, the median of the per-round ratios.", "",
-            *ratio_lines]
+    return [*lines, "", "Medians over rounds; a ratio is emulated/real, the median of the per-round ratios; saves 2+: "
+            "the mean of a run's saves after its first.", "", *ratio_lines]
+
+
+def steady(run: dict) -> float:
+    """A run's steady state: the mean of its saves after the first (the first alone where it saved once)."""
+    return statistics.fmean(run["save"][1:] or run["save"])
 
 
 def phases(fw: str, sides: dict, runs: dict) -> list[str]:

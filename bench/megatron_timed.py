@@ -10,13 +10,20 @@ before it to its return, and a checkpoint's time is the slowest rank's, as dlio_
 before each load, rank 0 writes back and drops every file of the step from the page cache (``fdatasync`` +
 ``POSIX_FADV_DONTNEED``, what ``checkpoint.read_from_page_cache=False`` does in the emulator).
 
-    python bench/megatron_timed.py ROOT RESULT_JSON SAVES LOADS WORLD TP LAYERS HIDDEN FFN HEADS KV VOCAB DTYPE THREADS
+    python bench/megatron_timed.py ROOT RESULT_JSON SAVES LOADS WORLD TP LAYERS HIDDEN FFN HEADS KV VOCAB DTYPE \
+        THREADS [INTERVAL]
 
 ``ROOT/global_epoch1_step{i}`` are written; RESULT_JSON gets ``{"save": [s, ...], "load": [s, ...], "bytes": [...]}``,
 and ``"read_data": [s, ...]``: per load, the slowest rank's time in DCP's ``FileSystemReader.read_data`` (its reads,
 ``torch.load`` of each item, the copy into the state dict): the rest of a load is megatron-core's and DCP's CPU
 work before and after the data (metadata, validation, planning, collectives, the optimizer's state).
 megatron-core's save writes with its own writer (sync files: its ``FileSystemWriterAsync`` fsyncs each file).
+
+``INTERVAL`` seconds (0 by default: saves back to back after the oracle's one optimizer step) make a training job
+of it, as ``mode=fsdp`` does with ``checkpoint.time_between_checkpoints``: before each save, real training steps
+(forward and backward through the GPTModel on random tokens, the distributed optimizer's gradient sync and step)
+for INTERVAL seconds, at least one; rank 0's clock decides for every rank. RESULT_JSON's ``"steps"``: the steps
+before each save.
 """
 
 from __future__ import annotations
@@ -48,6 +55,40 @@ def _slowest(seconds: float) -> float:
     got: list[float | None] = [None] * dist.get_world_size()
     dist.all_gather_object(got, seconds)
     return max(x for x in got if x is not None)
+
+
+def _decided(mine: bool) -> bool:
+    """Rank 0's answer, for every rank (a training step's collectives need them all)."""
+    got = [mine]
+    dist.broadcast_object_list(got, src=0)
+    return bool(got[0])
+
+
+def trainer(gpt, opt, vocab: int, rank: int):  # noqa: ANN001, ANN201
+    """One real training step of the oracle's model: forward and backward on 64 random tokens, the distributed
+    optimizer's gradient sync (reduce-scatter) and its Adam step."""
+    import contextlib
+
+    import torch
+    from megatron.core.tensor_parallel import random as tp_random
+
+    # the attention's dropout forks a CUDA RNG state per model-parallel rank; on the CPU there is none to fork:
+    # the step draws from torch's CPU generator instead (as the oracle sends its other CUDA calls to the CPU)
+    tp_random.get_cuda_rng_tracker().fork = lambda *_a, **_k: contextlib.nullcontext()
+    (ddp,) = opt.model_chunks  # the DistributedDataParallel the optimizer was built over
+    gen = torch.Generator().manual_seed(100 + rank)
+    positions = torch.arange(64).unsqueeze(0)
+    mask = torch.ones(1, 1, 64, 64, dtype=torch.bool).triu(1)  # True: not attended (causal)
+
+    def step() -> None:
+        tokens = torch.randint(0, vocab, (1, 65), generator=gen)
+        loss = ddp(tokens[:, :-1], positions, mask, labels=tokens[:, 1:]).float().mean()
+        loss.backward()
+        ddp.finish_grad_sync()
+        opt.step()
+        ddp.zero_grad_buffer()
+        opt.zero_grad()
+    return step
 
 
 def worker(rank: int, world: int, port: int, root: str, result: str, saves: int, loads: int,
@@ -92,11 +133,18 @@ def worker(rank: int, world: int, port: int, root: str, result: str, saves: int,
             in_queue[0] += time.perf_counter() - t
 
     filesystem_async._get_write_results_queue = timed_queue
-    gpt, opt, ps = megatron_save.build(rank, world, port, args)
-    threads = int(args[8])
+    gpt, opt, ps = megatron_save.build(rank, world, port, args[:9])  # args[9]: the interval, not an MoE
+    threads, interval = int(args[8]), float(args[9]) if len(args) > 9 else 0.0
+    train_step = trainer(gpt, opt, int(args[6]), rank)
     meta = {"distrib_optim_sharding_type": "fully_reshardable"}
-    out: dict[str, list] = {"save": [], "load": [], "bytes": [], "read_data": [], "writers": [], "results_queue": []}
+    out: dict[str, list] = {"save": [], "load": [], "bytes": [], "read_data": [], "writers": [], "results_queue": [],
+                            "steps": []}
     for i in range(1, saves + 1):
+        steps, began = 0, time.perf_counter()
+        while interval and not (steps and _decided(time.perf_counter() >= began + interval)):
+            train_step()
+            steps += 1
+        out["steps"].append(steps)
         step = os.path.join(root, f"global_epoch1_step{i}")
         if rank == 0:
             os.makedirs(step, exist_ok=True)

@@ -195,8 +195,8 @@ class Model(Section):
 
 class Checkpoint(Section):
     checkpoint_folder: str = Field("checkpoints", description="under storage_root; '.' for the root itself")
-    time_between_checkpoints: float = Field(5.0, ge=0, description="seconds of (emulated) training between "
-                                            "checkpoints")
+    time_between_checkpoints: float = Field(5.0, ge=0, description="seconds of training between checkpoints: "
+                                            "emulated (checkpoint.training), or real training steps in mode=fsdp")
     num_checkpoints_write: int = Field(1, ge=0, description="checkpoints written; 0: read an earlier run's steps")
     num_checkpoints_read: int = Field(0, ge=0, description="checkpoints read back (verified) after the writes")
     fsync: bool = Field(False, description="fsync every file before its save ends (DLIO's key, honoured)")

@@ -11,6 +11,7 @@ import signal
 import subprocess
 import sys
 import time
+from datetime import datetime
 
 import pytest
 
@@ -26,6 +27,7 @@ LIGHT = ["workload=lightning_demo", "++workload.model.num_layers=1", "++workload
 # where the model's datatype is not what a test holds: bf16, not tiny's fp16, which a CPU has no kernels for (a
 # training step 20x slower: 2.5 s of a run of 8 s on 2 processes here); test_fsdp_two_processes_... keeps fp16
 FSDP_BF16 = [*TINY_FSDP, "++workload.model.model_datatype=bf16"]
+INTERVAL = 1.0  # seconds of training between saves: longer than our own work between two saves (about 0.55 s)
 
 
 def run_dir(cwd, name):
@@ -188,11 +190,16 @@ def test_lightning_fsspec_against_dataflux_in_one_sweep(tmp_path, gcs_server):
 @pytest.mark.parametrize("extra", [[], ["++workload.fsdp.async_save=True", "++workload.fsdp.thread_count=2"]],
                          ids=["sync", "async-2threads"])
 def test_fsdp_two_processes_write_dcp_shards_and_load_them_back(tmp_path, extra, emulated_metric_keys):
-    r = dlio(TINY_FSDP + extra, tmp_path, nprocs=2, timeout=300)
+    interval = [] if extra else [f"++workload.checkpoint.time_between_checkpoints={INTERVAL}"]
+    r = dlio(TINY_FSDP + extra + interval, tmp_path, nprocs=2, timeout=300)
     assert r.returncode == 0, r.stderr
     threads = 2 if extra else 1
     summary = load(run_dir(tmp_path, "tiny") / "summary.json")
     check_summary(summary, "fsdp", emulated_metric_keys)
+    if interval:  # the job trained for the interval between its saves
+        first, second = summary["checkpoints"]["save"]
+        between = datetime.fromisoformat(second["start"]) - datetime.fromisoformat(first["end"])
+        assert between.total_seconds() >= INTERVAL, between
     for step in (1, 2):
         folder = tmp_path / "checkpoints" / "tiny" / f"global_epoch1_step{step}"
         names = sorted(p.name for p in folder.iterdir())

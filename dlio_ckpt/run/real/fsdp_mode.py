@@ -130,6 +130,20 @@ def train_step(ctx: RunContext, model: Llama, opt: torch.optim.Optimizer, device
     opt.zero_grad(set_to_none=True)
 
 
+def train_for(ctx: RunContext, since: float, taken: int, model: Llama, opt: torch.optim.Optimizer,
+              device: torch.device, gen: torch.Generator) -> int:
+    """Training steps until ``checkpoint.time_between_checkpoints`` has passed since ``since`` (when this interval's
+    training began), at least one counting the ``taken`` ones: a job trains between its checkpoints, and what that
+    leaves in memory and the CPU's caches is part of the next save's time (our own checks around a save are not
+    training, and do not count). Every rank takes as many steps as rank 0 (a step's collectives need them all):
+    rank 0's clock decides after each step. Returns the steps of the interval."""
+    until, steps = since + ctx.workload.checkpoint.time_between_checkpoints, taken
+    while not (steps and ctx.comm.bcast(time.perf_counter() >= until)):
+        train_step(ctx, model, opt, device, gen)
+        steps += 1
+    return steps
+
+
 def _tensors(obj: Any, prefix: str = "") -> Iterator[tuple[str, torch.Tensor]]:
     if isinstance(obj, torch.Tensor):
         yield prefix, obj
@@ -307,14 +321,15 @@ def run(ctx: RunContext) -> Summary | None:
     model, opt = build_model(ctx, device)
     gen = torch.Generator().manual_seed(1 + ctx.comm.rank)  # data parallel: each rank its own tokens
     ctx.state.phase = "train"
+    began = time.perf_counter()  # the first interval's training begins with the set-up step
     train_step(ctx, model, opt, device, gen)  # the optimizer has state before the first save
     async_group = dist.new_group(backend="gloo") if s.async_save else None
     setup = time.time() - ctx.started
     saves, sums = _Saves(ctx), {}
     for i in range(1, ck.num_checkpoints_write + 1):
         ctx.state.phase, ctx.state.step = "train", i
-        if i > 1:
-            train_step(ctx, model, opt, device, gen)
+        steps = train_for(ctx, began if i == 1 else time.perf_counter(), 1 if i == 1 else 0, model, opt, device, gen)
+        log.debug("%d training step(s) before save %d", steps, i)
         stalled = saves.wait()  # an async save must finish before the next one starts (as torchtitan does)
         msd, osd = get_state_dict(model, opt)
         state = {"model": msd, "optim": osd}
