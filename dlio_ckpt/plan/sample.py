@@ -24,12 +24,12 @@ load-only run at another process count reads it back):
   scale's share of the bytes asks, and no more than the chosen ranks' items over their count, so every chosen rank
   can hold one.
 - **Spread as at full size.** Which rank keeps an item of the size drawn is the lightest of those holding one
-  (:meth:`Spread.lightest`: the lighter half of the chosen ranks, then the lighter half of that), largest sizes first; a
-  chosen rank left without an item takes one of the size its half lacks. Every process then holds a like share
-  of the bytes, as at full size, where the share is a few large items: Megatron's llama3_70b at 0.0002 is 2.8 of
-  its 13,828 items' worth, where items over 100 MB hold 72 to 73 % of each rank's bytes; left to chance, 74 % of
-  its sample lay on one of 2 processes, and one run's projection from it was 1.7 times the one from 0.005
-  (``bench/results/2026-12-07-miniature.md``). On as many processes as chosen ranks, a rank's one item cannot
+  (:meth:`KeptByHalves.lightest`: the lighter half of the chosen ranks, then the lighter half of that), largest
+  sizes first; a chosen rank left without an item takes one of the size its half lacks. Every process then holds a
+  like share of the bytes, as at full size, where the share is a few large items: Megatron's llama3_70b at
+  0.0002 is 2.8 of its 13,828 items' worth, where items over 100 MB hold 72 to 73 % of each rank's bytes; left to
+  chance, 74 % of its sample lay on one of 2 processes, and one run's projection from it was 1.7 times the one
+  from 0.005 (``bench/results/2026-12-07-miniature.md``). On as many processes as chosen ranks, a rank's one item cannot
   match, and the console says so.
 - **At least one item a chosen rank**: where the scale's share is fewer items than the chosen ranks, the sample
   holds more than that share (the ratio said is the one held).
@@ -69,7 +69,7 @@ def sampled(full: Plan, scale: float, item_size: Callable[[Item], int]) -> Plan:
               for item in f.items]
     size_of = [item_size(item) for _, _, item in placed]
     held, sizes, left = sum(size_of), sorted(size_of, reverse=True), _Left(placed, size_of)
-    kept, spread = set(), Spread(count)
+    kept, spread = set(), KeptByHalves(count)
     every = max(1.0, min(held / (scale * full.stored_bytes), len(placed) / count))  # a run at least a chosen rank
     for lo, hi in runs(len(placed), every):
         size = sizes[rng.randrange(lo, hi)]
@@ -109,7 +109,7 @@ class _Left:
         return {size for size, by_rank in self.items.items() if by_rank.get(j)}
 
 
-class Spread:
+class KeptByHalves:
     """The bytes each of ``count`` chosen ranks keeps, summed over every half of them, half of a half, and so on
     (the nodes of the halving :meth:`lightest` walks), so each step of a draw reads a sum instead of adding one."""
 

@@ -17,7 +17,7 @@ import pytest
 from dlio_ckpt.config import compose
 from dlio_ckpt.errors import ConfigError
 from dlio_ckpt.plan.layouts import check_job, get_layout, make_plan, restore_plan
-from dlio_ckpt.plan.sample import Spread, runs
+from dlio_ckpt.plan.sample import KeptByHalves, runs
 from dlio_ckpt.plan.types import ItemFile
 
 DCP = ["++workload.checkpoint.layout=dcp", "++workload.model.parallelism.tensor=1"]
@@ -114,8 +114,8 @@ def test_runs_cover_every_position_once_in_runs_of_about_every():
         assert all(math.floor(every) <= hi - lo <= math.ceil(every) for lo, hi in got[:-1])
 
 
-def _spread(weight: list[int]) -> Spread:
-    spread = Spread(len(weight))
+def _spread(weight: list[int]) -> KeptByHalves:
+    spread = KeptByHalves(len(weight))
     for j, nbytes in enumerate(weight):
         spread.add(j, nbytes)
     return spread
