@@ -102,22 +102,11 @@ def layout_keys_set(workload: Workload) -> list[tuple[str, Any, str]]:
     (:func:`dlio_ckpt.plan.layouts.check_job`)."""
     out = []
     for key, meaning in LAYOUT_KEYS.items():
-        section, _, name = key.rpartition(".")
-        value = getattr(_value_at(workload, section), name)
-        if value != _default_of(section, name):
+        dotted, _, name = key.rpartition(".")
+        section: Any = workload
+        for part in dotted.split("."):
+            section = getattr(section, part)
+        value = getattr(section, name)
+        if value != type(section).model_fields[name].get_default(call_default_factory=True):  # its section's default
             out.append((key, value, meaning))
     return out
-
-
-def _value_at(workload: Workload, dotted: str) -> Any:
-    node: Any = workload
-    for part in dotted.split("."):
-        node = getattr(node, part)
-    return node
-
-
-def _default_of(dotted: str, name: str) -> Any:
-    model: Any = Workload
-    for part in dotted.split("."):
-        model = model.model_fields[part].annotation
-    return model.model_fields[name].get_default(call_default_factory=True)
