@@ -24,12 +24,20 @@ of it, as ``mode=fsdp`` does with ``checkpoint.time_between_checkpoints``: befor
 (forward and backward through the GPTModel on random tokens, the distributed optimizer's gradient sync and step)
 for INTERVAL seconds, at least one; rank 0's clock decides for every rank. RESULT_JSON's ``"steps"``: the steps
 before each save.
+
+``--phases`` (anywhere among the arguments) times each load phase by phase, with ``bench/dcp_phases.py``'s wrappers
+of torch's own functions (the same phases: collectives, planning, ``.metadata``, reads, deserialization, the copy
+into the model; ``other`` is what is left: megatron-core's own work around DCP's load, the state dict's validation
+and the distributed optimizer's state put back among it). RESULT_JSON's ``"load_phases"``: per load, each rank's
+seconds by phase; the script prints the mean over ranks, the median over loads.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -39,6 +47,9 @@ import torch.multiprocessing as mp
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "oracles"))
 import megatron_save  # noqa: E402  (the oracle's model, imported, not copied)
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import dcp_phases  # noqa: E402  (its wrappers of torch's own functions, for --phases)
 
 
 def _evict(folder: str) -> None:
@@ -133,12 +144,16 @@ def worker(rank: int, world: int, port: int, root: str, result: str, saves: int,
             in_queue[0] += time.perf_counter() - t
 
     filesystem_async._get_write_results_queue = timed_queue
+    phased = "--phases" in args
+    args = [x for x in args if x != "--phases"]
+    if phased:
+        dcp_phases.instrument()  # wraps torch's functions in this process: the loads are timed here
     gpt, opt, ps = megatron_save.build(rank, world, port, args[:9])  # args[9]: the interval, not an MoE
     threads, interval = int(args[8]), float(args[9]) if len(args) > 9 else 0.0
     train_step = trainer(gpt, opt, int(args[6]), rank)
     meta = {"distrib_optim_sharding_type": "fully_reshardable"}
     out: dict[str, list] = {"save": [], "load": [], "bytes": [], "read_data": [], "writers": [], "results_queue": [],
-                            "steps": []}
+                            "steps": [], "load_phases": []}
     for i in range(1, saves + 1):
         steps, began = 0, time.perf_counter()
         while interval and not (steps and _decided(time.perf_counter() >= began + interval)):
@@ -170,10 +185,19 @@ def worker(rank: int, world: int, port: int, root: str, result: str, saves: int,
             _evict(step)
         dist.barrier()
         in_read_data[0] = 0.0
+        if phased:
+            dcp_phases.P.take()
+            dcp_phases.P.on = True
         t0 = time.perf_counter()
-        dist_checkpointing.load(state, step)
+        with dcp_phases.P.region("other") if phased else contextlib.nullcontext():
+            dist_checkpointing.load(state, step)
         out["load"].append(_slowest(time.perf_counter() - t0))
         out["read_data"].append(_slowest(in_read_data[0]))
+        if phased:
+            dcp_phases.P.on = False
+            ranks: list = [None] * dist.get_world_size()
+            dist.all_gather_object(ranks, dcp_phases.P.take())
+            out["load_phases"].append(ranks)
     if rank == 0:
         Path(result).write_text(json.dumps(out))
     dist.barrier()
@@ -186,6 +210,14 @@ def main() -> None:
                                                int(sys.argv[5]), sys.argv[6:])
     mp.start_processes(worker, args=(world, megatron_save._port(), root, result, saves, loads, rest), nprocs=world,
                        join=True, start_method="fork")
+    got = json.loads(Path(result).read_text())
+    if got["load_phases"]:  # the mean over ranks, the median over loads
+        med = statistics.median
+        print(f"load phases (mean over {world} ranks, median over {len(got['load'])} loads), s; the load's slowest "
+              f"process: {med(got['load']):.3f} s, its read_data {med(got['read_data']):.3f} s")
+        for phase in dcp_phases.LOAD:
+            by_load = [statistics.fmean(r.get(phase, 0.0) for r in ranks) for ranks in got["load_phases"]]
+            print(f"  {phase}: {statistics.median(by_load):.3f}")
 
 
 if __name__ == "__main__":
