@@ -24,7 +24,9 @@ from dlio_ckpt.io.backends import local_fs
 from dlio_ckpt.results.projection import ScalePoint, across_scales
 from tests.support.cli import load, run_here
 
-WRITE_RATE, READ_RATE = 20e6, 40e6  # bytes per second
+# bytes per second: slow enough that a scale's time is mostly the storage's, so a stretch of its CPU part by
+# another test (0.1 to 0.17 s seen in CI) moves the projection by less than the 20 % asked
+WRITE_RATE, READ_RATE = 20e6, 20e6
 LOW, HIGH = ("0.05", "0.25"), ("0.5", "0.95")
 
 
