@@ -244,9 +244,10 @@ def report(a: argparse.Namespace, plan: dict, runs: dict) -> list[str]:
             "the mean of a run's saves after its first.", "", *ratio_lines]
 
 
-def steady(run: dict) -> float:
-    """A run's steady state: the mean of its saves after the first (the first alone where it saved once)."""
-    return statistics.fmean(run["save"][1:] or run["save"])
+def steady(run: dict, key: str = "save") -> float:
+    """A run's steady state: the mean of its saves' ``key`` figures after the first (the first alone where it saved
+    once)."""
+    return statistics.fmean(run[key][1:] or run[key])
 
 
 def phases(fw: str, sides: dict, runs: dict) -> list[str]:
@@ -266,7 +267,7 @@ def phases(fw: str, sides: dict, runs: dict) -> list[str]:
             continue
         rows = runs[(fw, side)]
         w_1 = [e["save"][0] / x["writers"][0] for e, x in zip(rows, real, strict=True)]
-        w_2 = [steady(e) / statistics.fmean(x["writers"][1:] or x["writers"]) for e, x in zip(rows, real, strict=True)]
+        w_2 = [steady(e) / steady(x, "writers") for e, x in zip(rows, real, strict=True)]
         line = (f"- {fw} {side} save / real writer processes, per round: save 1 {fmt(w_1)} (median {med(w_1):.2f}); "
                 f"saves 2+ {fmt(w_2)} (median {med(w_2):.2f})")
         if real[0]["read_data"]:

@@ -78,8 +78,6 @@ def _decided(mine: bool) -> bool:
 def trainer(gpt, opt, vocab: int, rank: int):  # noqa: ANN001, ANN201
     """One real training step of the oracle's model: forward and backward on 64 random tokens, the distributed
     optimizer's gradient sync (reduce-scatter) and its Adam step."""
-    import contextlib
-
     import torch
     from megatron.core.tensor_parallel import random as tp_random
 
@@ -150,7 +148,7 @@ def worker(rank: int, world: int, port: int, root: str, result: str, saves: int,
         dcp_phases.instrument()  # wraps torch's functions in this process: the loads are timed here
     gpt, opt, ps = megatron_save.build(rank, world, port, args[:9])  # args[9]: the interval, not an MoE
     threads, interval = int(args[8]), float(args[9]) if len(args) > 9 else 0.0
-    train_step = trainer(gpt, opt, int(args[6]), rank)
+    train_step = trainer(gpt, opt, int(args[6]), rank) if interval else None  # steps only with an interval
     meta = {"distrib_optim_sharding_type": "fully_reshardable"}
     out: dict[str, list] = {"save": [], "load": [], "bytes": [], "read_data": [], "writers": [], "results_queue": [],
                             "steps": [], "load_phases": []}

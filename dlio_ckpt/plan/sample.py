@@ -69,18 +69,18 @@ def sampled(full: Plan, scale: float, item_size: Callable[[Item], int]) -> Plan:
               for item in f.items]
     size_of = [item_size(item) for _, _, item in placed]
     held, sizes, left = sum(size_of), sorted(size_of, reverse=True), _Left(placed, size_of)
-    kept, spread = set(), KeptByHalves(count)
+    kept, halves = set(), KeptByHalves(count)
     every = max(1.0, min(held / (scale * full.stored_bytes), len(placed) / count))  # a run at least a chosen rank
     for lo, hi in runs(len(placed), every):
         size = sizes[rng.randrange(lo, hi)]
-        j = spread.lightest(left.holders[size], rng)
+        j = halves.lightest(left.holders[size], rng)
         kept.add(left.take(size, j, rng))
-        spread.add(j, size)
+        halves.add(j, size)
     for j in range(count):  # an item at least on each chosen rank: of the size its half lacks
-        if not spread.held(j):
-            size = min(sorted(left.sizes_on(j)), key=lambda size: abs(size - spread.lacking(j)))
+        if not halves.held(j):
+            size = min(sorted(left.sizes_on(j)), key=lambda size: abs(size - halves.lacking(j)))
             kept.add(left.take(size, j, rng))
-            spread.add(j, size)
+            halves.add(j, size)
     named = {(chosen[j].rank, k, item) for j, k, item in kept}
     ranks = tuple(_kept(r, named, item_size) for r in full.ranks)
     return Plan(full.layout, ranks, full.coordinator, sample=True).miniature_of(full)

@@ -65,7 +65,7 @@ def plan_table(plan: Plan, fmt: Format) -> str:
     for sizes, ranks in groups.items():
         total = sum(sizes)
         lines.append(f"{_counted(len(ranks), 'rank')} × {total / GIB:.2f} GiB in {_counted(len(sizes), 'file')}   "
-                     f"rank{'s' if len(ranks) > 1 else ''} {_ranks(ranks)}")
+                     f"rank{'' if len(ranks) == 1 else 's'} {_ranks(ranks)}")
         example = plan.ranks[ranks[0]]
         for f in example.files[:4]:
             lines.append(f"    {f.stem}{fmt.extension}  {f.payload_bytes:,} B, {_counted(f.num_tensors, 'tensor')}")

@@ -409,8 +409,8 @@ def projected(scaled: Scaled, records: list[OpRecord], cpu_bound: list[str]) -> 
 
     ``data_seconds`` is, by phase, the mean over checkpoints of that process's (the one whose projected time is
     longest) time moving the ranks' files; a phase where it is under :data:`SHORT_DATA_SECONDS` is ``too_short``:
-    a storage's caches, a thread's start and the first request's latency set so short a time, and the ratio (some
-    5,000 at scale 0.0002) multiplies their noise. Measured: ``bench/results/2026-12-07-miniature.md``."""
+    a storage's caches, a thread's start and the first request's latency set so short a time, and the ratio (up to
+    1/scale) multiplies their noise. Measured: ``bench/results/2026-12-07-miniature.md``."""
     load_ratio = scaled.bytes_ratio if scaled.load_bytes_ratio is None else scaled.load_bytes_ratio
     moved: dict[str, float] = {}
 

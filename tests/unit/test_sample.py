@@ -114,21 +114,21 @@ def test_runs_cover_every_position_once_in_runs_of_about_every():
         assert all(math.floor(every) <= hi - lo <= math.ceil(every) for lo, hi in got[:-1])
 
 
-def _spread(weight: list[int]) -> KeptByHalves:
-    spread = KeptByHalves(len(weight))
+def _halves(weight: list[int]) -> KeptByHalves:
+    halves = KeptByHalves(len(weight))
     for j, nbytes in enumerate(weight):
-        spread.add(j, nbytes)
-    return spread
+        halves.add(j, nbytes)
+    return halves
 
 
 def test_the_lightest_half_takes_the_next_item_down_to_one_rank():
     rng = random.Random(1)
-    assert _spread([5, 0, 0, 0]).lightest([0, 1, 2, 3], rng) in (2, 3)  # the right half is lighter; then a tie
-    assert _spread([0, 9, 1, 0]).lightest([0, 1, 2, 3], rng) == 3  # halves 9 and 1, then 1 and 0
-    assert _spread([0, 0, 0, 0]).lightest([1], rng) == 1  # only one rank has an item of this size
-    assert _spread([4, 4, 0]).lightest([0, 1, 2], rng) == 2  # halves of 1 and 2 ranks, by bytes a rank
-    assert _spread([3, 1, 0, 8]).lacking(1) == 4.0 and _spread([3, 1, 0, 8]).lacking(2) == -4.0
-    assert _spread([7]).lacking(0) == 0.0  # no other half
+    assert _halves([5, 0, 0, 0]).lightest([0, 1, 2, 3], rng) in (2, 3)  # the right half is lighter; then a tie
+    assert _halves([0, 9, 1, 0]).lightest([0, 1, 2, 3], rng) == 3  # halves 9 and 1, then 1 and 0
+    assert _halves([0, 0, 0, 0]).lightest([1], rng) == 1  # only one rank has an item of this size
+    assert _halves([4, 4, 0]).lightest([0, 1, 2], rng) == 2  # halves of 1 and 2 ranks, by bytes a rank
+    assert _halves([3, 1, 0, 8]).lacking(1) == 4.0 and _halves([3, 1, 0, 8]).lacking(2) == -4.0
+    assert _halves([7]).lacking(0) == 0.0  # no other half
 
 
 def test_a_sample_at_the_full_size_is_refused():

@@ -64,8 +64,8 @@ def preflight(ctx: RunContext) -> None:
     must be able to do for both. Every timed tier tells the calls on the coordinator's files apart from then on."""
     plan = make_plan(ctx.workload, ctx.world_size)
     plan.validate()
-    full = restore_plan(ctx.workload, plan.full_size) \
-        if plan.full_size is not None and ctx.ck.num_checkpoints_read else None
+    whole = plan.full_size  # a scaled run's plan at full size
+    full = restore_plan(ctx.workload, whole) if whole is not None and ctx.ck.num_checkpoints_read else None
     ctx.prepared = Planned(plan, restore_plan(ctx.workload, plan, full))
     for backend in ctx.tiers:
         if isinstance(backend, TimedBackend):
@@ -92,9 +92,9 @@ def preflight(ctx: RunContext) -> None:
         _check_staging_memory(ctx)
     # last, once every refusal above is past: what the full size's load reads is kept, not its plan (which grows
     # with the ranks)
-    if full is not None and plan.full_size is not None:
+    if full is not None and whole is not None:
         ctx.prepared = replace(planned(ctx), full_load_bytes_read=described(
-            ctx.workload, full, plan.full_size, file_format(ctx.workload), item_reader(ctx))["bytes_read"])
+            ctx.workload, full, whole, file_format(ctx.workload), item_reader(ctx))["bytes_read"])
 
 
 def item_reader(ctx: RunContext) -> ItemReader | None:
