@@ -60,7 +60,7 @@ def sampled(full: Plan, scale: float, item_size: Callable[[Item], int]) -> Plan:
     writers = [r for r in full.ranks if any(isinstance(f, ItemFile) and f.items for f in r.files)]
     if not writers:  # no file of items to keep any from
         return Plan(full.layout, tuple(_kept(r, set(), item_size) for r in full.ranks), full.coordinator,
-                    sample=True).miniature_of(full)
+                    full.folder, sample=True).miniature_of(full)
     items = sum(len(f.items) for r in writers for f in r.files if isinstance(f, ItemFile))
     count = min(len(writers), max(MIN_WRITING_RANKS, int(scale * items / MIN_ITEMS_PER_RANK)))
     rng = random.Random(SEED)
@@ -83,7 +83,7 @@ def sampled(full: Plan, scale: float, item_size: Callable[[Item], int]) -> Plan:
             halves.add(j, size)
     named = {(chosen[j].rank, k, item) for j, k, item in kept}
     ranks = tuple(_kept(r, named, item_size) for r in full.ranks)
-    return Plan(full.layout, ranks, full.coordinator, sample=True).miniature_of(full)
+    return Plan(full.layout, ranks, full.coordinator, full.folder, sample=True).miniature_of(full)
 
 
 class _Left:

@@ -144,6 +144,18 @@ class CoordinatorFile:
 
 
 @dataclass(frozen=True)
+class FolderFile:
+    """A file the coordinator (rank 0) writes in the checkpoint folder itself, beside the steps, at every save once
+    its own files are written, replacing the previous save's: DeepSpeed's ``latest`` (the newest step's name) and
+    the recovery scripts it copies there. Written in one call and never synced, as ``open(path, "w")`` and
+    ``shutil.copyfile`` write them. No step's part: no manifest lists it and ``keep_last`` leaves it; the run record
+    names it, so that a file of that name this tool did not write is never replaced or removed."""
+
+    name: str
+    size: int | None = None  # its bytes (synthetic); None: the name of the step just saved, as text (``latest``)
+
+
+@dataclass(frozen=True)
 class RankPlan:
     """One rank's files, in the order it writes them, and its place in the job's parallelism: its tensor-,
     pipeline- and data-parallel ranks and its model-parallel rank (the tensor and pipeline ranks as one index,
@@ -190,6 +202,7 @@ class Plan:
     layout: LayoutParams
     ranks: tuple[RankPlan, ...]
     coordinator: tuple[CoordinatorFile, ...] = ()
+    folder: tuple[FolderFile, ...] = ()  # written beside the steps by rank 0 at every save (FolderFile)
     full_size: Plan | None = None  # a scaled plan's full-size plan, for the figures it stands for (None: full size)
     sample: bool = False  # a scaled plan that keeps a sample of the full size's items whole (plan.sample)
 
@@ -236,6 +249,11 @@ class Plan:
         """The names of the files one rank writes for all, as they are written and moved into place (staged
         names too): what a run records as its own, and what its calls' times are kept apart by."""
         return tuple(name for c in self.coordinator for name in (c.name, c.staged) if name)
+
+    @property
+    def folder_names(self) -> tuple[str, ...]:
+        """The names of the files rank 0 writes beside the steps (:class:`FolderFile`)."""
+        return tuple(f.name for f in self.folder)
 
     def ranks_of_process(self, process: int, processes: int) -> tuple[RankPlan, ...]:
         """The ranks ``process`` of ``processes`` plays: a contiguous block, as many each (the world size is a

@@ -21,6 +21,9 @@ def plan_json(plan: Plan, fmt: Format) -> dict[str, Any]:
         "format": fmt.name,
         "coordinator_files": [{"name": c.name, "bytes": c.size, "written_as": c.staged or c.name, "rank": 0}
                               for c in plan.coordinator],
+        # beside the step folders, at every save ("bytes" None: the step's name)
+        **({"folder_files": [{"name": f.name, "bytes": f.size, "rank": 0} for f in plan.folder]}
+           if plan.folder else {}),
         **({"scaled": scaled} if (scaled := scaled_figures(plan, fmt)) is not None else {}),
         "ranks": [
             {"rank": r.rank, "tp": r.tp, "pp": r.pp, "dp": r.dp, "files": [
@@ -74,6 +77,9 @@ def plan_table(plan: Plan, fmt: Format) -> str:
     for c in plan.coordinator:
         lines.append(f"rank 0 then writes {c.name} ({c.size:,} B{f', as {c.staged}, renamed' if c.staged else ''}), "
                      "which every rank reads first on load")
+    if plan.folder:
+        said = (f"{f.name} (the step's name)" if f.size is None else f"{f.name} ({f.size:,} B)" for f in plan.folder)
+        lines.append(f"rank 0 then writes beside the step folders, at every save: {', '.join(said)}")
     if (scaled := scaled_figures(plan, fmt)) is not None:
         here, full = scaled["this_run"], scaled["full_size"]
         kept = (f"a sample of {here['items']:,} of its {full['items']:,} items whole, on {here['writing_ranks']} of "

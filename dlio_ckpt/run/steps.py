@@ -40,18 +40,22 @@ def manifest_path(backend: Backend, folder: str, step: int) -> str:
 
 @dataclass(frozen=True)
 class Writes:
-    """What a run writes in its checkpoint folder: ``files`` in each step's folder, and beside the
-    folder one file per suffix in ``beside`` (Lightning's ``global_epoch1_step{i}.ckpt``). Names a
-    framework may or may not write are listed too: removing a file that is not there is nothing."""
+    """What a run writes in its checkpoint folder: ``files`` in each step's folder, beside the
+    folder one file per suffix in ``beside`` (Lightning's ``global_epoch1_step{i}.ckpt``), and the
+    ``folder`` files every save rewrites in the checkpoint folder itself, no step's (DeepSpeed's
+    ``latest``). Names a framework may or may not write are listed too: removing a file that is not
+    there is nothing."""
 
     steps: tuple[int, ...]
     files: tuple[str, ...] = ()
     beside: tuple[str, ...] = ()
+    folder: tuple[str, ...] = ()
 
     @staticmethod
-    def of_run(ck: Checkpoint, files: tuple[str, ...] = (), beside: tuple[str, ...] = ()) -> Writes:
-        """Steps 1..num_checkpoints_write, each with these files."""
-        return Writes(tuple(range(1, ck.num_checkpoints_write + 1)), files, beside)
+    def of_run(ck: Checkpoint, files: tuple[str, ...] = (), beside: tuple[str, ...] = (),
+               folder: tuple[str, ...] = ()) -> Writes:
+        """Steps 1..num_checkpoints_write, each with these files, and the folder's own."""
+        return Writes(tuple(range(1, ck.num_checkpoints_write + 1)), files, beside, folder)
 
     def of_step(self, step: int) -> list[str]:
         """The paths of ``step``, relative to the checkpoint folder."""
@@ -59,24 +63,26 @@ class Writes:
         return [f"{name}/{f}" for f in self.files] + [name + suffix for suffix in self.beside]
 
     def paths(self) -> set[str]:
-        return {p for step in self.steps for p in self.of_step(step)}
+        return {p for step in self.steps for p in self.of_step(step)} | set(self.folder)
 
     def as_json(self, about: dict[str, Any]) -> bytes:
         """The run record (``dlio_ckpt_run.json``): what this run may write, as JSON."""
         return json.dumps({"tool": "dlio_ckpt", "version": __version__, **about, "steps": list(self.steps),
-                           "files": list(self.files), "beside": list(self.beside)}).encode()
+                           "files": list(self.files), "beside": list(self.beside),
+                           "folder": list(self.folder)}).encode()
 
 
-def _ours(body: bytes | None, lists: tuple[str, ...]) -> dict[str, Any] | None:
+def _ours(body: bytes | None, lists: tuple[str, ...], optional: tuple[str, ...] = ()) -> dict[str, Any] | None:
     """A manifest or record this tool wrote, parsed; None for anything else under that name (also a
-    file that claims to be ours and lacks the ``lists`` of names it must carry)."""
+    file that claims to be ours and lacks the ``lists`` of names it must carry, or carries one of the
+    ``optional`` lists, which an older version's lacks, that is not one)."""
     try:
         parsed = json.loads(body) if body is not None else None
     except (ValueError, UnicodeDecodeError):
         return None
     if not isinstance(parsed, dict) or parsed.get("tool") != "dlio_ckpt":
         return None
-    for key in lists:
+    for key in (*lists, *(k for k in optional if k in parsed)):
         value = parsed.get(key)
         names = list(value) if isinstance(value, list | dict) else None
         if names is None or not all(isinstance(n, str | int) and not isinstance(n, bool) for n in names):
@@ -117,9 +123,11 @@ def survey(backend: Backend, folder: str, writes: Writes | None = None) -> Found
     named: set[str] = set()
     beside = set(writes.beside if writes else ())
     in_folders = bool(writes and writes.files)  # Lightning writes beside the step folder, never in it
-    record = _ours(_read(backend, folder, RECORD, root), ("steps", "files", "beside")) if RECORD in files else None
+    record = _ours(_read(backend, folder, RECORD, root), ("steps", "files", "beside"), ("folder",)) \
+        if RECORD in files else None
     if record is not None:
-        past = Writes(tuple(record["steps"]), tuple(record["files"]), tuple(record["beside"]))
+        past = Writes(tuple(record["steps"]), tuple(record["files"]), tuple(record["beside"]),
+                      tuple(record.get("folder", ())))
         named |= past.paths() | {RECORD}
         beside |= set(past.beside)
         in_folders = in_folders or bool(past.files)
@@ -135,10 +143,11 @@ def survey(backend: Backend, folder: str, writes: Writes | None = None) -> Found
     found = Found(folder, root, ours=sorted(files & named))
     found.steps = {n for p in found.ours if (n := _step_of(p, beside, in_folders)) is not None}
     replaced = found.steps | set(writes.steps if writes else ())
+    rewritten = {RECORD, *(writes.folder if writes else ())}  # the folder's own files this run writes
     for p in sorted(tree):
         n = _step_of(p, beside, in_folders)
         if n is None or n not in replaced:
-            if p.rstrip("/") == RECORD and p not in named:  # someone else's under the record's name
+            if p.rstrip("/") in rewritten and p not in named:  # someone else's under the name of one of ours
                 found.foreign.append(p)
         elif p.endswith("/") and "/" not in p.rstrip("/"):
             found.folders.append(p)  # a step's own folder: removed once empty
@@ -170,7 +179,8 @@ def refuse_mixing(backend: Backend, ck: Checkpoint, writes: Writes, where: str =
         them = "it" if len(found.foreign) == 1 else "them"
         raise ConfigError(key, ck.checkpoint_folder,
                           f"holds {_listed(found.foreign)}{on} in {found.root}, which dlio_ckpt did not write (no "
-                          f"manifest or run record of it names {them}), where this run must write or replace a step; "
+                          f"manifest or run record of it names {them}), where this run must write or replace "
+                          f"{'a step' if found.foreign[0].rstrip('/') not in writes.folder else 'it at every save'}; "
                           f"nothing was removed: move {them} elsewhere, or choose another folder")
     if found.ours and not ck.overwrite:
         raise ConfigError(key, ck.checkpoint_folder,

@@ -36,6 +36,8 @@ def test_an_moe_job_saves_and_loads_end_to_end(tmp_path, layout):
         if layout == "deepspeed":  # names held to DeepSpeed's own in the tests above
             plan = make_plan(tiny(f"++workload.checkpoint.layout={layout}", *extra), 4)
             assert sorted(on_disk) == sorted([f.stem + ".pt" for r in plan.ranks for f in r.files])
+            # and what every save writes beside the steps (latest: a step's name, as long for each step here)
+            on_disk |= {name: (step.parent / name).stat().st_size for name in plan.folder_names}
         else:  # torch.distributed.checkpoint's names: .metadata and a file per rank and writer thread (Megatron's
             # torch_dist: 2 threads, and its metadata.json and common.pt beside them)
             threads, beside = (2, ["metadata.json", "common.pt"]) if layout == "megatron" else (1, [])

@@ -74,8 +74,8 @@ THEIR_KEYS = {"model": 6656, "placeholder": 5056, "optimizer": 2112}
 
 @pytest.mark.parametrize("case", sorted(DEEPSPEED_DENSE["cases"]))
 def test_deepspeed_files_are_what_deepspeed_wrote(case):
-    """Rank by rank the names DeepSpeed's save wrote; every file's tensors to the byte (the storages in its
-    zip, as many); the rest within the measured size of DeepSpeed's own keys."""
+    """Rank by rank the names DeepSpeed's save wrote, and those beside the step folder; every file's tensors to
+    the byte (the storages in its zip, as many); the rest within the measured size of DeepSpeed's own keys."""
     from dlio_ckpt.plan.formats import planned_size
     from dlio_ckpt.plan.formats.pt import PtFormat
 
@@ -84,6 +84,7 @@ def test_deepspeed_files_are_what_deepspeed_wrote(case):
              f"++workload.model.parallelism.zero_stage={real['zero_stage']}",
              f"++workload.model.model_datatype={real['dtype']}")
     assert [[f"{f.stem}.pt" for f in r.files] for r in p.ranks] == real["ranks"]
+    assert sorted(p.folder_names) == real["beside_the_step"]
     for f in (f for r in p.ranks for f in r.files):
         theirs = real["files"][f"{f.stem}.pt"]
         assert f.payload_bytes == theirs["storage_bytes"], (f.stem, f.payload_bytes, theirs)

@@ -62,10 +62,10 @@ THEIR_MOE_KEYS = {"model": 6208, "expert": 128, "optimizer": 4032}
 
 @pytest.mark.parametrize("case", sorted(DEEPSPEED_MOE["cases"]))
 def test_deepspeed_moe_files_are_what_deepspeed_wrote(case):
-    """Rank by rank the names DeepSpeed's save wrote; every file's tensors to the byte, but for one thing
-    DeepSpeed does that we do not: in a bf16 run it keeps fp32 buffers fp32 (``engine.py``
-    ``_cast_module_mixed_precision``), here the router biases, which we write in the model's dtype; the
-    rest within the measured size of DeepSpeed's own keys."""
+    """Rank by rank the names DeepSpeed's save wrote, and beside the step folder; every file's tensors to the
+    byte, but for one thing DeepSpeed does that we do not: in a bf16 run it keeps fp32 buffers fp32
+    (``engine.py`` ``_cast_module_mixed_precision``), here the router biases, which we write in the model's
+    dtype; the rest within the measured size of DeepSpeed's own keys."""
     from dlio_ckpt.plan.formats import planned_size
     from dlio_ckpt.plan.formats.pt import PtFormat
 
@@ -73,6 +73,7 @@ def test_deepspeed_moe_files_are_what_deepspeed_wrote(case):
     w = tiny("++workload.checkpoint.layout=deepspeed", *real["overrides"])
     plan = make_plan(w, real["world"])
     assert [[f"{f.stem}.pt" for f in r.files] for r in plan.ranks] == real["ranks"]
+    assert sorted(plan.folder_names) == real["beside_the_step"]  # written beside the step folder
     s = MoeShape.from_model(w.model)
     buffers = sum(p.numel for p in s.params if not p.trainable)
     for f in (f for r in plan.ranks for f in r.files):

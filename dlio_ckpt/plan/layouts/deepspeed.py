@@ -18,9 +18,10 @@ its source for the names
   size, the model file holding that padded buffer; ZeRO 3: each parameter padded to divide) as fp32 master weights and
   Adam's two moments, and a one-element ``step``: 12 bytes a parameter (``bf16_`` when training in bf16).
 - ZeRO 0 keeps the optimizer inside the model files: not measured here, refused (use ``layout=dlio``).
-Left out (small, beside the step folder): ``latest`` (12 B), ``zero_to_fp32.py`` (38,580 B) and
-``zero_to_torch.py`` (2,490 B), which every save writes; steps are ``global_epoch1_step{N}`` in every layout
-(DeepSpeed's tag is ``global_step{N}``).
+- Beside the step folders, rank 0 writes at every save (:data:`BESIDE_THE_STEPS`, the plan's
+  folder files, :class:`~dlio_ckpt.plan.types.FolderFile`): the recovery scripts ``zero_to_fp32.py`` (38,580 B) and
+  ``zero_to_torch.py`` (2,490 B), then ``latest``, the step's name. Steps are ``global_epoch1_step{N}`` in every
+  layout (DeepSpeed's tag is ``global_step{N}``, its ``latest`` 12 B).
 
 The load (:func:`restore`) is ``engine.load_checkpoint(dir, tag)``'s, held to real loads of the same saves (every
 file each rank ``torch.load``s, in order: ``tests/oracles/deepspeed_load_reads.py``) and to its source
@@ -41,8 +42,8 @@ the same two model files, then, between them and its optimizer partition, each o
 experts in each MoE layer (``layer_{L}_expert_{E}_mp_rank_{mp:02d}_model_states.pt``, ``load_moe_state_dict``), as
 written by that EP rank's expert-data-parallel rank 0.
 
-``latest`` is read (Python's ``open``, not ``torch.load``) only when ``load_checkpoint`` is given no tag; we do not
-write it, and the load is that of an explicit tag. ``restore.model_only`` is ``load_module_only=True``: steps 1
+``latest`` is read (Python's ``open``, not ``torch.load``) only when ``load_checkpoint`` is given no tag; the load
+here is that of an explicit tag, and does not read it. ``restore.model_only`` is ``load_module_only=True``: steps 1
 and 2 alone (and a mixture's experts), for ZeRO 1 and 2 (under ZeRO 3 DeepSpeed's then reads only the empty
 placeholders, restoring no weights: refused). At another world size DeepSpeed needs the universal-checkpoint
 conversion (refused). Pipeline parallelism (the pipeline engine loads its ``layer_*`` files, from the source) is not
@@ -51,7 +52,7 @@ modelled: each rank reads its own files whole, and the load says so.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, ClassVar
 
 from dlio_ckpt.errors import ConfigError
@@ -72,7 +73,7 @@ from dlio_ckpt.plan.layouts.deepspeed_files import (
 from dlio_ckpt.plan.layouts.rules import every_rank_writes, shared_read_tier, torch_save_only
 from dlio_ckpt.plan.pattern import FileObject, Threads
 from dlio_ckpt.plan.reads import FileReads, RankReads, RestorePlan, whole_files
-from dlio_ckpt.plan.types import FilePlan, Plan, PlannedFile, RankPlan
+from dlio_ckpt.plan.types import FilePlan, FolderFile, Plan, PlannedFile, RankPlan
 
 if TYPE_CHECKING:
     from dlio_ckpt.config import Workload
@@ -178,10 +179,18 @@ class DeepSpeedParams(dlio.DlioParams):
         return RankPlan(rank, tp, pp, dp, mp, tuple(files))
 
 
+# What every save writes beside the step folders, rank 0 alone, in this order (deepspeed/runtime/engine.py of
+# DeepSpeed 0.19.8, dense and MoE alike): _save_zero_checkpoint, once rank 0's optimizer file is saved, copies the
+# recovery scripts there (_copy_recovery_script: shutil.copyfile, sizes those of the 0.19.8 sdist's
+# deepspeed/utils/); save_checkpoint then writes 'latest' (open(..., "w"), the tag) before its closing barrier.
+# The names are held to real saves (tests/data/deepspeed_*.json, "beside_the_step").
+BESIDE_THE_STEPS = (FolderFile("zero_to_fp32.py", 38_580), FolderFile("zero_to_torch.py", 2_490), FolderFile("latest"))
+
+
 def make_plan(workload: Workload, world_size: int) -> Plan:
-    if workload.model.family == "moe":
-        return deepspeed_moe.make_plan(workload, world_size)
-    return dlio.make_plan(workload, world_size, DeepSpeedParams)
+    plan = deepspeed_moe.make_plan(workload, world_size) if workload.model.family == "moe" else \
+        dlio.make_plan(workload, world_size, DeepSpeedParams)
+    return replace(plan, folder=BESIDE_THE_STEPS)
 
 
 def modelled(workload: Workload) -> str | None:

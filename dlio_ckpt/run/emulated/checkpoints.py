@@ -22,7 +22,7 @@ from dlio_ckpt.io.engine import Engine, FileTask, IOOptions, WriterSettings
 from dlio_ckpt.io.synthetic import Reduction, file_key
 from dlio_ckpt.plan.formats import Format
 from dlio_ckpt.plan.layouts import FrameworkIO, file_format, framework_io
-from dlio_ckpt.plan.pattern import Copies, Threads
+from dlio_ckpt.plan.pattern import Copies, FilePattern, Threads
 from dlio_ckpt.plan.reads import RankReads, RestorePlan
 from dlio_ckpt.plan.types import FilePlan, Plan, PlannedFile, RankPlan
 from dlio_ckpt.run.context import RunContext
@@ -124,6 +124,20 @@ def coordinator_tasks(ctx: RunContext, step: int, backend: Backend | None = None
             for k, c in enumerate(plan_of(ctx).coordinator)]
 
 
+def folder_tasks(ctx: RunContext, step: int) -> list[FileTask]:
+    """The files rank 0 writes beside the steps at ``step``'s save, in order (:attr:`Plan.folder`): each
+    written in one call and never synced, ``latest``'s bytes the step's name."""
+    plan, played = plan_of(ctx), framework_io(ctx.workload) is not None
+    out = []
+    for k, f in enumerate(plan.folder):
+        body = step_name(step).encode() if f.size is None else f.size
+        size = len(body) if isinstance(body, bytes) else body
+        out.append(FileTask(ctx.backend.join(ctx.ck.checkpoint_folder, f.name), (body,),
+                            file_key(step, ctx.world_size, len(plan.coordinator) + k),
+                            FilePattern((size,), synced=False, tensors=False) if played else None))
+    return out
+
+
 def writer_threads(ctx: RunContext, backend: Backend) -> int:
     """Threads writing this process's files when the saves play their framework's calls: a rank's writer has a
     thread per file it writes (DCP's ``thread_count``), or only its caller's, one file after another
@@ -222,22 +236,34 @@ class EmulatedRun:
         self._held: dict[int, dict[str, int]] = {}  # peer tier -> what this host keeps of a step (made once)
 
     def tasks(self, step: int, backend: Backend | None = None, plans: list[RankPlan] | None = None,
-              coordinator: bool = True) -> list[FileTask]:
+              coordinator: bool = True, folder: bool = False) -> list[FileTask]:
         """This process's files of ``step`` (or those of ``plans``) on ``backend`` (the first tier by
         default); rank 0's include the coordinator's files (``.metadata``) last, unless ``coordinator``
-        is False (a synchronous save writes them after everyone's data: :meth:`finish_save`)."""
+        is False (a synchronous save writes them after everyone's data: :meth:`finish_save`), and after
+        them the files beside the steps where ``folder`` (an async save's: no tier's drain copies them)."""
         own = tasks(self.ctx, self.fmt, step, ranks_of_process(self.ctx) if plans is None else plans, backend)
         if plans is None and coordinator and self.ctx.comm.rank == 0:
             own += coordinator_tasks(self.ctx, step, backend)
+        if plans is None and folder and self.ctx.comm.rank == 0:
+            own += folder_tasks(self.ctx, step)
         return own
 
     def finish_save(self, engine: Engine, step: int) -> int:
         """After every rank's data, rank 0 writes the coordinator's files and renames them into place
         where the framework does, and every rank waits for it (DCP's save returns after .metadata is
-        written on every rank). Bytes written by this process; nothing to do for a layout without them."""
+        written on every rank); then, once its own files are written, the files beside the steps, and
+        every rank waits for it again (DeepSpeed's ``save_checkpoint`` writes ``latest``, then ends in a
+        barrier). Bytes written by this process; nothing to do for a layout without either."""
+        ctx, plan = self.ctx, plan_of(self.ctx)
+        nbytes = self._coordinator_files(engine, step) if plan.coordinator else 0
+        if plan.folder:
+            if ctx.comm.rank == 0:
+                nbytes += engine.write_files(folder_tasks(ctx, step), writers=1)
+            ctx.comm.barrier()
+        return nbytes
+
+    def _coordinator_files(self, engine: Engine, step: int) -> int:
         ctx = self.ctx
-        if not plan_of(ctx).coordinator:
-            return 0
         ctx.comm.barrier()
         nbytes = 0
         if ctx.comm.rank == 0:  # from its own thread, one file after another

@@ -69,7 +69,7 @@ def preflight(ctx: RunContext) -> None:
     ctx.prepared = Planned(plan, restore_plan(ctx.workload, plan, full))
     for backend in ctx.tiers:
         if isinstance(backend, TimedBackend):
-            backend.coordinator = frozenset(plan.coordinator_names)
+            backend.coordinator = frozenset((*plan.coordinator_names, *plan.folder_names))
     check_capabilities(ctx.backend, io_options(ctx))
     ck = ctx.ck
     if ck.odirect and (framework := framework_io(ctx.workload)):
@@ -106,7 +106,7 @@ def item_reader(ctx: RunContext) -> ItemReader | None:
 def writes(ctx: RunContext) -> Writes:
     fmt, plan = file_format(ctx.workload), plan_of(ctx)
     return Writes.of_run(ctx.ck, files=(*(f"{f.stem}{fmt.extension}" for p in plan.ranks for f in p.files),
-                                        *plan.coordinator_names))
+                                        *plan.coordinator_names), folder=plan.folder_names)
 
 
 def needed_bytes(ctx: RunContext) -> int:
@@ -333,7 +333,7 @@ class EmulatedJob:
                 tiers.committed(i)
             else:
                 assert stage is not None  # made with background, for async saves
-                background.save(i, run.tasks(i), stage)
+                background.save(i, run.tasks(i, folder=True), stage)
                 self.records[:] = background.records  # the previous checkpoint's, once committed
         if background is not None:
             background.wait()
