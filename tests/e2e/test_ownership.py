@@ -154,6 +154,22 @@ def test_keep_last_removes_a_steps_files_and_leaves_a_foreign_one_with_its_folde
     assert not step.exists()  # empty: the folder goes too
 
 
+def test_a_run_record_of_an_earlier_version_without_the_folders_files_is_still_ours(tmp_path):
+    """A record written before the folder's own files were listed names its steps' files all the same; one whose
+    list is not a list of names is not ours."""
+    from dlio_ckpt.io.backends import get_backend
+    from dlio_ckpt.run.steps import RECORD, Writes, survey
+
+    backend = get_backend("local_fs", str(tmp_path), {})
+    (tmp_path / "ck" / "global_epoch1_step1").mkdir(parents=True)
+    (tmp_path / "ck" / "global_epoch1_step1" / "a.pt").write_bytes(b"x")
+    older = {"tool": "dlio_ckpt", "version": "0.1", "steps": [1], "files": ["a.pt"], "beside": []}
+    (tmp_path / "ck" / RECORD).write_text(json.dumps(older))
+    assert survey(backend, "ck", Writes((1,), ("a.pt",))).ours == [RECORD, "global_epoch1_step1/a.pt"]
+    (tmp_path / "ck" / RECORD).write_text(json.dumps({**older, "folder": "latest"}))
+    assert survey(backend, "ck", Writes((1,), ("a.pt",))).foreign == [RECORD, "global_epoch1_step1/a.pt"]
+
+
 @pytest.mark.mpi
 def test_a_sweep_removes_its_points_checkpoints_and_leaves_the_users_files(tmp_path):
     (tmp_path / "ck" / "sw").mkdir(parents=True)
