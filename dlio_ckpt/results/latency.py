@@ -15,7 +15,7 @@ from typing import Any
 from dlio_ckpt.io.backends.timed import COORDINATOR, kind_class
 from dlio_ckpt.io.latency import Histogram, Histograms, bucket_of, merged
 from dlio_ckpt.io.requests import Request
-from dlio_ckpt.results.schema import (
+from dlio_ckpt.results.latency_figures import (
     LatencyFigures,
     LatencyOutlier,
     MetadataFigures,
