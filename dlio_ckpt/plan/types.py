@@ -147,8 +147,9 @@ class CoordinatorFile:
 class FolderFile:
     """A file the coordinator (rank 0) writes in the checkpoint folder itself, beside the steps, at every save once
     its own files are written, replacing the previous save's: DeepSpeed's ``latest`` (the newest step's name) and
-    the recovery scripts it copies there. Written in one call and never synced, as ``open(path, "w")`` and
-    ``shutil.copyfile`` write them. No step's part: no manifest lists it and ``keep_last`` leaves it; the run record
+    the recovery scripts it copies there. Where the saves play their framework's calls, each is written in one call
+    and never synced, as ``open(path, "w")`` and ``shutil.copyfile`` write it (the stream writes it as it writes
+    any file). On the first tier alone; no step's part: no manifest lists it and ``keep_last`` leaves it; the run record
     names it, so that a file of that name this tool did not write is never replaced or removed."""
 
     name: str
@@ -254,6 +255,12 @@ class Plan:
     def folder_names(self) -> tuple[str, ...]:
         """The names of the files rank 0 writes beside the steps (:class:`FolderFile`)."""
         return tuple(f.name for f in self.folder)
+
+    @cached_property
+    def rank0_names(self) -> frozenset[str]:
+        """Every file rank 0 writes besides its own data, the coordinator's and those beside the steps: what a
+        save's calls and times on them are kept apart from its data by."""
+        return frozenset((*self.coordinator_names, *self.folder_names))
 
     def ranks_of_process(self, process: int, processes: int) -> tuple[RankPlan, ...]:
         """The ranks ``process`` of ``processes`` plays: a contiguous block, as many each (the world size is a

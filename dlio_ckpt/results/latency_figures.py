@@ -77,8 +77,9 @@ class MetadataFigures(Section):
     seconds: float = Field(description="time spent in them, all processes and threads summed")
     share_of_call_seconds: float = Field(description="their share of the time spent in every storage call")
     by_kind: dict[str, int] = Field(description="calls by kind")
-    coordinator_calls: int | None = Field(None, description="calls on the coordinator's files (written by rank 0, "
-                                                            "read by every rank), data and metadata")
+    coordinator_calls: int | None = Field(None, description="calls on the files rank 0 writes besides its data (the "
+                                                            "coordinator's, which every rank reads; those beside the "
+                                                            "steps), data and metadata")
     coordinator_seconds: float | None = Field(None, description="time spent in them, all processes summed")
 
 

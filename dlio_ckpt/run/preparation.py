@@ -8,6 +8,7 @@ Why beside :mod:`dlio_ckpt.run.steps`: these are the rules that decide what may 
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -48,6 +49,13 @@ def check_tier_options(workload: Workload) -> None:
             check_options(st.storage_type, st.storage_options)
 
 
+def on_tier(ctx: RunContext, k: int) -> Writes:
+    """What this run writes in the checkpoint folder of tier ``k`` where this process acts for it: the files beside
+    the steps (DeepSpeed's ``latest``) are rank 0's, written on the first tier alone (its own host's copy where the
+    tier is node-scoped), so only there are they recorded, and a foreign file of their name refuses the run."""
+    return ctx.writes if k == 0 and ctx.comm.rank == 0 else dataclasses.replace(ctx.writes, folder=())
+
+
 def prepare_storage(ctx: RunContext, needed_bytes: Callable[[], int], writes: Writes) -> None:
     """Before anything is written: the storage answers and can be written, an earlier run's
     checkpoints are not mixed with ours and nothing this tool did not write stands where the run
@@ -61,7 +69,7 @@ def prepare_storage(ctx: RunContext, needed_bytes: Callable[[], int], writes: Wr
             backend.check(writing=ck.num_checkpoints_write > 0)
         if ck.num_checkpoints_write > 0:
             try:
-                ctx.found[k] = refuse_mixing(backend, ck, writes, tier_key(k))
+                ctx.found[k] = refuse_mixing(backend, ck, on_tier(ctx, k), tier_key(k))
             except ConfigError as exc:  # the tier's own path: named by its key
                 if k == 0 or exc.key != "workload.checkpoint.checkpoint_folder":
                     raise
@@ -162,6 +170,6 @@ def start_writing(ctx: RunContext, needed_bytes: Callable[[], int]) -> None:
             remove_ours(backend, found)
             ctx.memory_bytes[k] = check_room(backend, ctx.ck.checkpoint_folder, kept(ctx, k, needed_bytes), k)
         backend.makedirs(backend.join(ctx.ck.checkpoint_folder))
-        backend.put_small(backend.join(ctx.ck.checkpoint_folder, RECORD), ctx.writes.as_json(about))
+        backend.put_small(backend.join(ctx.ck.checkpoint_folder, RECORD), on_tier(ctx, k).as_json(about))
     for k, backend in enumerate(ctx.tiers):
         ctx.on_tier_io(k, partial(replace, k, backend))

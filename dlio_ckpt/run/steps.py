@@ -74,8 +74,8 @@ class Writes:
 
 def _ours(body: bytes | None, lists: tuple[str, ...], optional: tuple[str, ...] = ()) -> dict[str, Any] | None:
     """A manifest or record this tool wrote, parsed; None for anything else under that name (also a
-    file that claims to be ours and lacks the ``lists`` of names it must carry, or carries one of the
-    ``optional`` lists, which an older version's lacks, that is not one)."""
+    file that claims to be ours and lacks the ``lists`` of names it must carry). An ``optional`` list
+    (one an older version did not write) must be a list of names where it is present."""
     try:
         parsed = json.loads(body) if body is not None else None
     except (ValueError, UnicodeDecodeError):
@@ -175,13 +175,19 @@ def refuse_mixing(backend: Backend, ck: Checkpoint, writes: Writes, where: str =
     write (always). ``where``: the storage's key (a tier's), named when it is not the first."""
     found = survey(backend, ck.checkpoint_folder, writes)
     key, on = "workload.checkpoint.checkpoint_folder", "" if where == "workload.storage" else f" on {where}"
-    if found.foreign:
+    beside = [p for p in found.foreign if p.rstrip("/") in writes.folder]
+    if found.foreign and len(beside) < len(found.foreign):
         them = "it" if len(found.foreign) == 1 else "them"
         raise ConfigError(key, ck.checkpoint_folder,
                           f"holds {_listed(found.foreign)}{on} in {found.root}, which dlio_ckpt did not write (no "
-                          f"manifest or run record of it names {them}), where this run must write or replace "
-                          f"{'a step' if found.foreign[0].rstrip('/') not in writes.folder else 'it at every save'}; "
+                          f"manifest or run record of it names {them}), where this run must write or replace a step; "
                           f"nothing was removed: move {them} elsewhere, or choose another folder")
+    if beside:
+        them = "it" if len(beside) == 1 else "them"
+        raise ConfigError(key, ck.checkpoint_folder,
+                          f"holds {_listed(beside)}{on} in {found.root}, which dlio_ckpt did not write (no run record "
+                          f"of it names {them}); checkpoint.layout={ck.layout} writes {them} there at every save, as "
+                          f"its framework does; nothing was removed: move {them} elsewhere, or choose another folder")
     if found.ours and not ck.overwrite:
         raise ConfigError(key, ck.checkpoint_folder,
                           f"already holds checkpoints of an earlier run{on} ({_listed(_top_names(found.ours))} in "

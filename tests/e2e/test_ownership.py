@@ -144,9 +144,8 @@ def test_keep_last_removes_a_steps_files_and_leaves_a_foreign_one_with_its_folde
     for name in ("a.pt", "b.pt", "theirs.txt"):
         (step / name).write_bytes(b"x")
     (tmp_path / "ck" / "global_epoch1_step1.manifest.json").write_text("{}")
-    (tmp_path / "ck" / "latest").write_text("global_epoch1_step2")  # the folder's own (deepspeed's): no step's
-    remove_step(backend, "ck", 1, Writes((1,), ("a.pt", "b.pt"), folder=("latest",)))
-    assert sorted(p.name for p in (tmp_path / "ck").iterdir()) == ["global_epoch1_step1", "latest"]
+    remove_step(backend, "ck", 1, Writes((1,), ("a.pt", "b.pt")))
+    assert sorted(p.name for p in (tmp_path / "ck").iterdir()) == ["global_epoch1_step1"]
     assert [p.name for p in step.iterdir()] == ["theirs.txt"]
     (step / "theirs.txt").unlink()
     (step / "a.pt").write_bytes(b"x")
@@ -291,21 +290,27 @@ def test_the_storage_root_itself_as_checkpoint_folder_keeps_what_is_not_ours(tmp
     assert tree(where, ".") == before and not (tmp_path / "d").exists()
 
 
+@pytest.mark.parametrize("pattern", ["framework", "stream"])
 def test_deepspeeds_files_beside_the_steps_are_rewritten_by_every_save_and_a_users_own_is_refused(tmp_path,
-                                                                                                  dlio_here):
+                                                                                                  dlio_here, pattern):
     """layout=deepspeed: rank 0 writes DeepSpeed's recovery scripts and ``latest`` (the newest step's name) in the
-    checkpoint folder at every save, as DeepSpeed 0.19.8 does. No step's manifest lists them (keep_last leaves
-    them: the test above); the run record names them, so overwrite replaces them; a user's own ``latest`` there
-    refuses the run (exit 2) and is left as it was."""
-    where = Store("local_fs", str(tmp_path / "storage"))
-    ds = ["++workload.checkpoint.layout=deepspeed", "++workload.checkpoint.io_pattern=framework"]
-    first = run(where, tmp_path, *ds, "++workload.checkpoint.num_checkpoints_write=3")
+    checkpoint folder at every save, as DeepSpeed 0.19.8 does, on the first tier alone. No step's manifest lists
+    them, keep_last leaves them, a drain to a lower tier copies the steps alone; the run record names them, so
+    overwrite replaces them; a user's own ``latest`` there refuses the run (exit 2) and is left as it was."""
+    where, lower = Store("local_fs", str(tmp_path / "storage")), tmp_path / "lower"
+    ds = ["++workload.checkpoint.layout=deepspeed", f"++workload.checkpoint.io_pattern={pattern}"]
+    first = run(where, tmp_path, *ds, "++workload.checkpoint.num_checkpoints_write=3", "++workload.storage.keep_last=1",
+                f"++workload.tiers=[{{storage_type: local_fs, storage_root: {lower}}}]")
     assert first.returncode == 0, first.stderr
     files = tree(where)
     assert files["latest"] == b"global_epoch1_step3"
     assert (len(files["zero_to_fp32.py"] or b""), len(files["zero_to_torch.py"] or b"")) == (38_580, 2_490)
+    assert steps_of(files) == ["global_epoch1_step3"]  # keep_last removed steps 1 and 2, not the folder's files
     assert not any("latest" in json.loads(files[p] or b"")["files"] for p in files if p.endswith(".manifest.json"))
     assert json.loads(files["dlio_ckpt_run.json"])["folder"] == ["zero_to_fp32.py", "zero_to_torch.py", "latest"]
+    drained = {p.name for p in (lower / "ck").iterdir()}
+    assert "global_epoch1_step1" in drained and not drained & {"latest", "zero_to_fp32.py", "zero_to_torch.py"}
+    assert json.loads((lower / "ck" / "dlio_ckpt_run.json").read_text())["folder"] == []
     again = run(where, tmp_path, *ds, "++workload.checkpoint.overwrite=True",
                 "++workload.checkpoint.num_checkpoints_write=1", rundir="run2")
     assert again.returncode == 0, again.stderr
@@ -314,6 +319,6 @@ def test_deepspeeds_files_beside_the_steps_are_rewritten_by_every_save_and_a_use
     put(theirs, {"latest": b"global_step7"})  # the user's own DeepSpeed job's, in the folder asked
     for extra in ([], ["++workload.checkpoint.overwrite=True"]):
         r = refused(dlio_here, theirs, tmp_path, *ds, *extra, rundir="run3")
-        assert r.returncode == 2 and "holds latest in " in r.stderr and "replace it at every save" in r.stderr, \
-            r.stderr
+        assert r.returncode == 2 and "holds latest in " in r.stderr, r.stderr
+        assert "checkpoint.layout=deepspeed writes it there at every save" in r.stderr, r.stderr
     assert tree(theirs) == {"latest": b"global_step7"} and not (tmp_path / "run3").exists()

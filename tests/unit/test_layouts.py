@@ -78,6 +78,7 @@ def test_deepspeed_files_are_what_deepspeed_wrote(case):
     the byte (the storages in its zip, as many); the rest within the measured size of DeepSpeed's own keys."""
     from dlio_ckpt.plan.formats import planned_size
     from dlio_ckpt.plan.formats.pt import PtFormat
+    from dlio_ckpt.plan.view import plan_table
 
     real = DEEPSPEED_DENSE["cases"][case]
     p = plan("deepspeed", real["world"], f"++workload.model.parallelism.tensor={real['tensor']}",
@@ -85,6 +86,8 @@ def test_deepspeed_files_are_what_deepspeed_wrote(case):
              f"++workload.model.model_datatype={real['dtype']}")
     assert [[f"{f.stem}.pt" for f in r.files] for r in p.ranks] == real["ranks"]
     assert sorted(p.folder_names) == real["beside_the_step"]
+    assert "beside the step folders, at every save: zero_to_fp32.py (38,580 B), zero_to_torch.py (2,490 B), latest " \
+           "(the step's name)" in plan_table(p, PtFormat(by_path=True))
     for f in (f for r in p.ranks for f in r.files):
         theirs = real["files"][f"{f.stem}.pt"]
         assert f.payload_bytes == theirs["storage_bytes"], (f.stem, f.payload_bytes, theirs)

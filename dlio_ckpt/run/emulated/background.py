@@ -108,7 +108,7 @@ class BackgroundSaves:
             raise box["error"]
         self.records.append(record(self.ctx, "save", step, clock, box["bytes"], files, seconds=box["end"] - clock.t0,
                                    file_times=self.engine.take_file_times(), held=clock.seconds, stalled=stalled,
-                                   ended=box["cost"], coordinator=plan_of(self.ctx).coordinator_names))
+                                   ended=box["cost"], coordinator=plan_of(self.ctx).rank0_names))
         self.run.commit(step, self.records[-1].duration)
         self.tiers.committed(step)
         return waited

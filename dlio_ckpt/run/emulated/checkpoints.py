@@ -125,8 +125,9 @@ def coordinator_tasks(ctx: RunContext, step: int, backend: Backend | None = None
 
 
 def folder_tasks(ctx: RunContext, step: int) -> list[FileTask]:
-    """The files rank 0 writes beside the steps at ``step``'s save, in order (:attr:`Plan.folder`): each
-    written in one call and never synced, ``latest``'s bytes the step's name."""
+    """The files rank 0 writes beside the steps at ``step``'s save, on the first tier, in order
+    (:attr:`Plan.folder`), ``latest``'s bytes the step's name: where the saves play their framework's calls, each
+    written in one call and never synced."""
     plan, played = plan_of(ctx), framework_io(ctx.workload) is not None
     out = []
     for k, f in enumerate(plan.folder):
@@ -240,11 +241,12 @@ class EmulatedRun:
         """This process's files of ``step`` (or those of ``plans``) on ``backend`` (the first tier by
         default); rank 0's include the coordinator's files (``.metadata``) last, unless ``coordinator``
         is False (a synchronous save writes them after everyone's data: :meth:`finish_save`), and after
-        them the files beside the steps where ``folder`` (an async save's: no tier's drain copies them)."""
+        them, on the first tier, the files beside the steps where ``folder`` (an async save's: no tier's drain
+        copies them)."""
         own = tasks(self.ctx, self.fmt, step, ranks_of_process(self.ctx) if plans is None else plans, backend)
         if plans is None and coordinator and self.ctx.comm.rank == 0:
             own += coordinator_tasks(self.ctx, step, backend)
-        if plans is None and folder and self.ctx.comm.rank == 0:
+        if plans is None and backend is None and folder and self.ctx.comm.rank == 0:
             own += folder_tasks(self.ctx, step)
         return own
 

@@ -69,7 +69,7 @@ def preflight(ctx: RunContext) -> None:
     ctx.prepared = Planned(plan, restore_plan(ctx.workload, plan, full))
     for backend in ctx.tiers:
         if isinstance(backend, TimedBackend):
-            backend.coordinator = frozenset((*plan.coordinator_names, *plan.folder_names))
+            backend.coordinator = plan.rank0_names
     check_capabilities(ctx.backend, io_options(ctx))
     ck = ctx.ck
     if ck.odirect and (framework := framework_io(ctx.workload)):
@@ -359,7 +359,7 @@ class EmulatedJob:
         self.records.append(record(ctx, "save", index, clock, nbytes, len(todo), file_times=engine.take_file_times(),
                                    stalled=stalled, backend=engine.backend, device_copy_seconds=copied or None,
                                    framework_cpu=engine.take_framework_cpu(),
-                                   coordinator=plan_of(ctx).coordinator_names))
+                                   coordinator=plan_of(ctx).rank0_names))
         self.retries.save += engine.retries - before
 
     def loads(self) -> None:
@@ -413,7 +413,7 @@ class EmulatedJob:
                                    file_times=engine.take_file_times(), backend=reader,
                                    metadata_seconds=metadata_seconds if metadata else None,
                                    device_copy_seconds=copy_back.seconds or None,
-                                   coordinator=plan_of(ctx).coordinator_names))
+                                   coordinator=plan_of(ctx).rank0_names))
         self.retries.load += engine.retries - before
         say_done(ctx, f"load_ckpt{i}", self.records[-1].duration, "verified" if ctx.ck.verify else "read",
                  copy_back.seconds)
