@@ -175,19 +175,16 @@ def refuse_mixing(backend: Backend, ck: Checkpoint, writes: Writes, where: str =
     write (always). ``where``: the storage's key (a tier's), named when it is not the first."""
     found = survey(backend, ck.checkpoint_folder, writes)
     key, on = "workload.checkpoint.checkpoint_folder", "" if where == "workload.storage" else f" on {where}"
-    beside = [p for p in found.foreign if p.rstrip("/") in writes.folder]
-    if found.foreign and len(beside) < len(found.foreign):
+    if found.foreign:
+        # in a step, or only under the name of a file the layout writes beside the steps (DeepSpeed's latest)
+        in_step = any(p.rstrip("/") not in writes.folder for p in found.foreign)
         them = "it" if len(found.foreign) == 1 else "them"
+        why = (f"(no manifest or run record of it names {them}), where this run must write or replace a step" if in_step
+               else f"(no run record of it names {them}); checkpoint.layout={ck.layout} writes {them} there at every "
+                    "save, as its framework does")
         raise ConfigError(key, ck.checkpoint_folder,
-                          f"holds {_listed(found.foreign)}{on} in {found.root}, which dlio_ckpt did not write (no "
-                          f"manifest or run record of it names {them}), where this run must write or replace a step; "
+                          f"holds {_listed(found.foreign)}{on} in {found.root}, which dlio_ckpt did not write {why}; "
                           f"nothing was removed: move {them} elsewhere, or choose another folder")
-    if beside:
-        them = "it" if len(beside) == 1 else "them"
-        raise ConfigError(key, ck.checkpoint_folder,
-                          f"holds {_listed(beside)}{on} in {found.root}, which dlio_ckpt did not write (no run record "
-                          f"of it names {them}); checkpoint.layout={ck.layout} writes {them} there at every save, as "
-                          f"its framework does; nothing was removed: move {them} elsewhere, or choose another folder")
     if found.ours and not ck.overwrite:
         raise ConfigError(key, ck.checkpoint_folder,
                           f"already holds checkpoints of an earlier run{on} ({_listed(_top_names(found.ours))} in "
