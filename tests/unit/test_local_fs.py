@@ -6,6 +6,7 @@ import dataclasses
 import os
 import shutil
 import subprocess
+import threading
 
 import pytest
 
@@ -206,3 +207,55 @@ def test_a_process_keeps_its_requests_in_flight_across_file_boundaries(tmp_path)
     assert most[0] == 4
     first_of_next = events.index(("start", "f1.bin", 0))
     assert ("end", "f0.bin", 5 << 20) in events[first_of_next:]  # f0's last chunk still in flight
+
+
+class _StopsAnswering:
+    """A store whose first file is held until released and whose second fails at once: the engine's first error
+    in time, while another file is in flight (a store that stopped answering holds it to its timeout)."""
+
+    def __init__(self, inner, held: str, failing: str) -> None:
+        self._inner, self.held, self.failing = inner, held, failing
+        self.release, self.begun = threading.Event(), []
+
+    def __getattr__(self, name):
+        return getattr(self._inner, name)
+
+    def open_write(self, path, odirect):
+        self.begun.append(os.path.basename(path))
+        if path == self.failing:
+            raise StorageError(f"cannot create {path}: connection refused")
+        if path == self.held:
+            assert self.release.wait(30), "the held file was never released"
+        return self._inner.open_write(path, odirect)
+
+
+def test_after_a_file_fails_no_other_file_begins_and_its_error_is_raised(tmp_path):
+    """Two threads, four files: the second fails while the first is held. The freed thread takes no third file
+    (on a store that stopped answering each would wait out its own timeout), and the error raised is the
+    failure's, once the file in flight ends."""
+    from dlio_ckpt.io.engine import Engine, FileTask, IOOptions
+
+    names = [str(tmp_path / f"{i}.bin") for i in range(4)]
+    backend = _StopsAnswering(get_backend("local_fs", str(tmp_path), {"threads": 2}), names[0], names[1])
+    engine = Engine(backend, 1, IOOptions(chunk_size=1 << 20))
+    raised: list[BaseException] = []
+
+    def write() -> None:
+        try:
+            engine.write_files([FileTask(n, (1 << 16,), 7) for n in names])
+        except StorageError as exc:
+            raised.append(exc)
+
+    writer = threading.Thread(target=write)
+    try:
+        writer.start()
+        # the failed file's thread is done with it (its buffers are back with the engine, after the failure is
+        # noted); the held one is still in flight
+        while engine._idle.qsize() < 1:
+            writer.join(0.01)
+    finally:
+        backend.release.set()
+        writer.join(30)
+        engine.close()
+    assert sorted(backend.begun) == ["0.bin", "1.bin"], backend.begun
+    assert len(raised) == 1 and "1.bin: connection refused" in str(raised[0])

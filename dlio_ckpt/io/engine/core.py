@@ -9,7 +9,7 @@ import queue
 import threading
 import time
 from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor, wait
+from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from typing import Any
 
 from dlio_ckpt.errors import StorageError, VerifyError
@@ -56,19 +56,32 @@ class EngineCore:
         return self._stream_buffers + pools
 
     def _each(self, fn: Callable[[_Worker, _J], int], tasks: list[_J]) -> int:
-        """Run ``fn`` on every task, ``threads`` at a time; the first error cancels the rest."""
+        """Run ``fn`` on every task, ``threads`` at a time; the first error cancels the files not begun."""
         if self._pool is None:
             return sum(self._attempt(fn, self._workers[0], t) for t in tasks)
 
+        failed = threading.Event()
+
         def one(task: _J) -> int:
+            if failed.is_set():  # a thread freed by the failure does not begin another file: the error is raised
+                return 0
             worker = self._idle.get()
             try:
                 return self._attempt(fn, worker, task)
+            except BaseException:
+                failed.set()
+                raise
             finally:
                 self._idle.put(worker)
 
         futures = [self._pool.submit(one, t) for t in tasks]
         try:
+            # the first error in time, not in the list's order, raised once the files in flight end (each at its
+            # client's timeout where the store stopped answering)
+            wait(futures, return_when=FIRST_EXCEPTION)
+            for f in futures:
+                if f.done() and f.exception() is not None:
+                    f.result()
             return sum(f.result() for f in futures)
         finally:
             for f in futures:
