@@ -12,7 +12,6 @@ import zipfile
 
 import pytest
 import torch
-from lightning.pytorch.demos import Transformer
 
 from dlio_ckpt.config import compose
 from dlio_ckpt.model.lightning_demo import predict
@@ -96,6 +95,8 @@ def test_torch_load_opens_it_with_the_demo_modules_tensors_and_torchs_adam_state
             out.write(segment if isinstance(segment, bytes) else bytes(segment))  # payload: zeros
     assert path.stat().st_size == f.size == predict(workload).file_bytes
     loaded = torch.load(path, weights_only=False)
+    from lightning.pytorch.demos import Transformer  # here, not at collection: 3 s a pytest worker
+
     s = workload.lightning
     module = Transformer(vocab_size=s.vocab_size, ninp=s.ninp, nhead=s.nhead, nhid=s.nhid, nlayers=layers)
     assert [(k, v.shape, v.dtype) for k, v in loaded["state_dict"].items()] == \

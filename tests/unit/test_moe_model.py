@@ -15,33 +15,35 @@ from dlio_ckpt.model.moe import MoeShape
 from tests.support import REPO
 
 # Each model's config.json on the Hugging Face Hub, the values that shape its tensors (the rest: rope, eps,
-# ... change no tensor), with the total its model card or report publishes, in billions to one decimal
+# ... change no tensor), with the total its model card or report publishes, in billions to one decimal; the
+# classes by name, looked up when a test asks (transformers imports a model's module then: 2.4 s for these five,
+# which every pytest worker would pay at collection)
 PUBLISHED = {
     # deepseek-ai/DeepSeek-V3 config.json; the technical report's 671B total (the MTP module's 14B aside:
     # transformers leaves it out, see below)
-    "deepseek_v3": (transformers.DeepseekV3Config, transformers.DeepseekV3ForCausalLM, 671.0, dict(
+    "deepseek_v3": ("DeepseekV3Config", "DeepseekV3ForCausalLM", 671.0, dict(
         vocab_size=129280, hidden_size=7168, intermediate_size=18432, moe_intermediate_size=2048,
         num_hidden_layers=61, num_attention_heads=128, num_key_value_heads=128, n_shared_experts=1,
         n_routed_experts=256, first_k_dense_replace=3, q_lora_rank=1536, kv_lora_rank=512, qk_rope_head_dim=64,
         qk_nope_head_dim=128, v_head_dim=128, num_experts_per_tok=8, n_group=8, topk_group=4,
         tie_word_embeddings=False)),
     # mistralai/Mixtral-8x7B-v0.1 config.json; Mistral's "46.7B total parameters"
-    "mixtral_8x7b": (transformers.MixtralConfig, transformers.MixtralForCausalLM, 46.7, dict(
+    "mixtral_8x7b": ("MixtralConfig", "MixtralForCausalLM", 46.7, dict(
         vocab_size=32000, hidden_size=4096, intermediate_size=14336, num_hidden_layers=32, num_attention_heads=32,
         num_key_value_heads=8, num_local_experts=8, num_experts_per_tok=2, tie_word_embeddings=False)),
     # Qwen/Qwen3-235B-A22B config.json; its model card's "235B in total"
-    "qwen3_235b_a22b": (transformers.Qwen3MoeConfig, transformers.Qwen3MoeForCausalLM, 235.1, dict(
+    "qwen3_235b_a22b": ("Qwen3MoeConfig", "Qwen3MoeForCausalLM", 235.1, dict(
         vocab_size=151936, hidden_size=4096, intermediate_size=12288, moe_intermediate_size=1536,
         num_hidden_layers=94, num_attention_heads=64, num_key_value_heads=4, head_dim=128, num_experts=128,
         num_experts_per_tok=8, decoder_sparse_step=1, mlp_only_layers=[], tie_word_embeddings=False)),
     # Qwen/Qwen3-30B-A3B config.json; its model card's "30.5B in total"
-    "qwen3_30b_a3b": (transformers.Qwen3MoeConfig, transformers.Qwen3MoeForCausalLM, 30.5, dict(
+    "qwen3_30b_a3b": ("Qwen3MoeConfig", "Qwen3MoeForCausalLM", 30.5, dict(
         vocab_size=151936, hidden_size=2048, intermediate_size=6144, moe_intermediate_size=768,
         num_hidden_layers=48, num_attention_heads=32, num_key_value_heads=4, head_dim=128, num_experts=128,
         num_experts_per_tok=8, decoder_sparse_step=1, mlp_only_layers=[], tie_word_embeddings=False)),
     # meta-llama/Llama-4-Maverick-17B-128E config.json's text_config (the language model alone: no vision
     # encoder); 400.7B, the "400B total" of Meta's model card to one decimal
-    "llama4_maverick": (transformers.Llama4TextConfig, transformers.Llama4ForCausalLM, 400.7, dict(
+    "llama4_maverick": ("Llama4TextConfig", "Llama4ForCausalLM", 400.7, dict(
         vocab_size=202048, hidden_size=5120, intermediate_size=8192, intermediate_size_mlp=16384,
         num_hidden_layers=48, num_attention_heads=40, num_key_value_heads=8, head_dim=128, num_local_experts=128,
         num_experts_per_tok=1, interleave_moe_layer_step=2, tie_word_embeddings=False)),
@@ -59,7 +61,7 @@ def published(name: str) -> tuple[torch.nn.Module, float]:
     """The published model on the meta device (no memory, no weights), and its published total in billions."""
     config, cls, total, values = PUBLISHED[name]
     with torch.device("meta"):
-        return cls(config(**values)), total
+        return getattr(transformers, cls)(getattr(transformers, config)(**values)), total
 
 
 def ours_in_hf_terms(name: str, s: MoeShape) -> dict[str, tuple[int, ...]]:
