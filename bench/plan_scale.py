@@ -1,4 +1,4 @@
-"""How ``plan``'s time and memory grow with the world size (the reason for config.MAX_WORLD_SIZE).
+"""How ``plan``'s time and memory grow with the world size (the reason for config.world.MAX_WORLD_SIZE).
 
 Each size runs in a new process (``plan ... --format json``, output discarded) under
 ``/usr/bin/time``; rounds alternate the sizes and the medians are printed.

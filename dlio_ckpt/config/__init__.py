@@ -5,7 +5,8 @@ One module per job: :mod:`~dlio_ckpt.config.schema` (the sections, each with its
 that need the world size), :mod:`~dlio_ckpt.config.compose` (Hydra's composition and the messages that
 teach), :mod:`~dlio_ckpt.config.keys` (every key, described), :mod:`~dlio_ckpt.config.references` (the
 reference tools' presets), :mod:`~dlio_ckpt.config.accelerators` (MLPerf's accelerators). What the rest
-of the tool reads is re-exported here.
+of the tool reads is re-exported here; the world-size rules are not: only the plan layer's ``check_job`` runs
+them, from :mod:`~dlio_ckpt.config.world`.
 """
 
 from dlio_ckpt.config.compose import (
@@ -33,9 +34,8 @@ from dlio_ckpt.config.schema import (
     Workload,
     tier_key,
 )
-from dlio_ckpt.config.world import MAX_WORLD_SIZE, check_world_size
 
-__all__ = ["EMULATOR_ONLY", "MAX_WORLD_SIZE", "Checkpoint", "FSDPSettings", "GDSSettings", "Hosts",
+__all__ = ["EMULATOR_ONLY", "Checkpoint", "FSDPSettings", "GDSSettings", "Hosts",
            "LightningSettings", "Model", "Moe", "Parallelism", "Restore", "Storage", "Transformer", "Workload",
-           "available_workloads", "check_override_keys", "check_world_size", "compose", "config_root",
+           "available_workloads", "check_override_keys", "compose", "config_root",
            "describe_keys", "parse_overrides", "tier_key", "validate", "workload_keys"]

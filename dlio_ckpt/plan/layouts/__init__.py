@@ -37,7 +37,7 @@ def get_layout(name: str) -> Layout:
 def check_job(workload: Workload, world_size: int | None = None, processes: int | None = None) -> None:
     """Every rule a job keeps before anything is written, past the configuration's own (``config.compose``): the
     layout's (a key it does not read, set, is refused by name; then its ``check``), and with ``world_size`` the
-    configuration's rules that need it (:func:`~dlio_ckpt.config.check_world_size`, ``processes`` the process
+    configuration's rules that need it (:func:`~dlio_ckpt.config.world.check_world_size`, ``processes`` the process
     count) and, in the emulated mode, the layout's own of them (``check_world``: DeepSpeed's experts within data
     parallelism; a real mode's framework lays out its own ranks, as ``check_world_size`` says). The plan
     layer's step, so that validating a workload runs no layout code: a layout is imported through the registry
