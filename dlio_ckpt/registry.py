@@ -16,6 +16,7 @@ This module imports nothing of the package but ``errors``: every layer may read 
 from __future__ import annotations
 
 import importlib
+import importlib.util
 from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import cache, cached_property
@@ -133,9 +134,20 @@ class Registry(Generic[E]):
         try:
             loaded = importlib.import_module(module)
         except ImportError as exc:
-            hint = f" ({entry.install})" if entry.install else ""
-            raise ConfigError(self.key, name, f"needs {exc.name}, which is not installed{hint}") from None
+            raise self._not_installed(name, exc.name) from None
         return getattr(loaded, attribute) if attribute else loaded
+
+    def require(self, name: str, *packages: str) -> None:
+        """The entry's ``packages`` are installed: found, not imported. An entry that imports its framework only
+        when it runs (seconds) asks this first, so that a missing one is refused as :meth:`load` refuses it."""
+        for package in packages:
+            if importlib.util.find_spec(package) is None:
+                raise self._not_installed(name, package)
+
+    def _not_installed(self, name: str, package: str | None) -> ConfigError:
+        install = self[name].install
+        return ConfigError(self.key, name, f"needs {package}, which is not installed"
+                           + (f" ({install})" if install else ""))
 
 
 _FILE_SYSTEM_TUNING = (("checkpoint.odirect", (False, True)),

@@ -195,7 +195,7 @@ def test_the_frameworks_clients_use_their_storages_keys(signed_s3, no_aws_chain,
     import torch.distributed.checkpoint as dcp
 
     from dlio_ckpt.io.backends import get_backend
-    from dlio_ckpt.run.real import fsdp_mode, lightning_mode
+    from dlio_ckpt.run.real import fsdp_mode, lightning_job
 
     monkeypatch.setattr(fsspec.config, "conf", {})  # _checkpoint_io sets s3fs's options there, for Lightning
     for user, bucket, other in ((ALICE, "dlio-alice", "dlio-bob"), (BOB, "dlio-bob", "dlio-alice")):
@@ -209,7 +209,7 @@ def test_the_frameworks_clients_use_their_storages_keys(signed_s3, no_aws_chain,
         assert torch.equal(back["w"], state["w"])
         for checkpoint_io in ("s3", "torch"):
             ctx.workload.lightning.checkpoint_io = checkpoint_io
-            io, url = lightning_mode._checkpoint_io(ctx), f"s3://{bucket}/frameworks/{checkpoint_io}.ckpt"
+            io, url = lightning_job._checkpoint_io(ctx), f"s3://{bucket}/frameworks/{checkpoint_io}.ckpt"
             io.save_checkpoint({"step": 1, "w": state["w"]}, url)
             assert io.load_checkpoint(url)["step"] == 1
         with pytest.raises(Exception, match="Forbidden: Access Denied"):

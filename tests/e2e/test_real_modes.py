@@ -12,6 +12,7 @@ import subprocess
 import sys
 import time
 from datetime import datetime
+from pathlib import Path
 
 import pytest
 
@@ -65,13 +66,31 @@ def predicted_bytes(dlio_here, overrides: list[str]) -> int:
     return json.loads(out.stdout)["checkpoint_bytes"]
 
 
-def test_emulator_starts_without_torch(tmp_path):
-    code = ("import sys; from dlio_ckpt.cli.main import main; rc = main(['workload=tiny', '--world-size', '2']); "
-            "heavy = sorted(m for m in ('torch', 'lightning') if m in sys.modules); "
-            "print(rc, heavy); sys.exit(1 if rc or heavy else 0)")
-    r = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True,
+def heavy_imports(cwd: Path, args: list[str]) -> tuple[int, list[str], str]:
+    """The command run in a fresh interpreter: its exit status, which of torch and Lightning it imported, and its
+    standard error."""
+    code = (f"import json, sys; from dlio_ckpt.cli.main import main; rc = main({args!r}); "
+            "print(json.dumps([rc, sorted(m for m in ('torch', 'lightning') if m in sys.modules)]))")
+    r = subprocess.run([sys.executable, "-c", code], cwd=cwd, capture_output=True, text=True,
                        env={**os.environ, "PYTHONPATH": str(REPO)}, timeout=120)
-    assert r.returncode == 0, r.stdout + r.stderr
+    rc, heavy = json.loads(r.stdout.strip().splitlines()[-1])
+    return rc, heavy, r.stderr
+
+
+def test_emulator_starts_without_torch(tmp_path):
+    rc, heavy, err = heavy_imports(tmp_path, ["workload=tiny", "--world-size", "2"])
+    assert (rc, heavy) == (0, []), err
+
+
+def test_a_lightning_run_refused_before_it_starts_imports_neither_torch_nor_lightning(tmp_path):
+    """A file of the user's where the run must write refuses it (exit 2, the file left) before the mode imports its
+    framework: the refusal comes at once, not after Lightning's seconds of import."""
+    folder = tmp_path / "checkpoints" / "lightning_demo"
+    folder.mkdir(parents=True)
+    (folder / "global_epoch1_step1.ckpt").write_bytes(b"the user's")
+    rc, heavy, err = heavy_imports(tmp_path, ["workload=lightning_demo"])
+    assert (rc, heavy) == (2, []) and "which dlio_ckpt did not write" in err, err
+    assert (folder / "global_epoch1_step1.ckpt").read_bytes() == b"the user's"
 
 
 @pytest.mark.parametrize("extra", [["++workload.checkpoint.fsync=True"],
