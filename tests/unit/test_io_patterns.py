@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import shutil
 import tempfile
+import threading
 from pathlib import Path
 
 import pytest
@@ -79,6 +80,39 @@ def test_a_writer_thread_that_fails_ends_the_save_with_its_error_and_the_others_
             engine.write_files(tasks)
     finally:
         engine.close()
+
+
+def test_megatron_cores_writers_each_write_their_own_file_however_late_one_starts(tmp_path, monkeypatch):
+    """megatron-core forks a writer process a bucket (a file here): two writers, two files, the second writer
+    started only once the first has returned, and each file is still its own writer's (a shared queue, DCP's, would
+    have given the first writer both)."""
+    from dlio_ckpt.io.engine import framework
+
+    started: list[threading.Thread] = []
+
+    class Late(threading.Thread):
+        def start(self) -> None:
+            if started:
+                started[-1].join(30)  # the one before has written all it was going to
+            started.append(self)
+            super().start()
+
+    monkeypatch.setattr(framework.threading, "Thread", Late)
+    backend = get_backend("local_fs", str(tmp_path), {})
+    engine = Engine(backend, 5, IOOptions(chunk_size=1 << 20), writers=WriterSettings(threads=2, caller_writes=False))
+    wrote: dict[str, threading.Thread] = {}
+    attempt = engine._attempt
+
+    def noted(fn, worker, t):  # noqa: ANN001, ANN202 - the engine's own signature
+        wrote[Path(t.path).name] = threading.current_thread()
+        return attempt(fn, worker, t)
+
+    monkeypatch.setattr(engine, "_attempt", noted)
+    try:
+        assert engine.write_files([task(backend.join(f"f{k}"), True) for k in range(2)]) == 2 * FILE.size
+    finally:
+        engine.close()
+    assert len(started) == 2 and wrote == {"f0": started[0], "f1": started[1]}, wrote
 
 
 def state_dict_file() -> FilePlan:

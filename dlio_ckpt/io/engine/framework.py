@@ -76,24 +76,31 @@ class FrameworkPattern(EngineCore):
         super().close()
 
     def _as_framework(self, tasks: list[FileTask], threads: int, caller_writes: bool) -> int:
-        """DCP's ``FileSystemWriter``: ``threads`` threads, the caller's one of them (``caller_writes``; else it
-        waits for them, as megatron-core's writer processes), each taking the next whole file until none is
-        left, each file made of its calls (:meth:`_write_calls`). The first error stops the others after the
-        file they are on."""
+        """``threads`` threads, each file made of its calls (:meth:`_write_calls`). DCP's ``FileSystemWriter``
+        (``caller_writes``): the caller's thread one of them, each taking the next whole file from one queue until
+        none is left. megatron-core's writer processes: the caller waits, and writer ``i`` writes files ``i``,
+        ``i + threads``, ... (its bucket: one process a bucket, ``write_preloaded_data_multiproc`` in
+        ``filesystem_async.py`` of megatron-core 0.16.1), so a writer that starts first does not take another's file.
+        The first error stops the others after the file they are on."""
         writers = self._framework_pool(tasks, threads)
         todo: queue.SimpleQueue[FileTask] = queue.SimpleQueue()
         for task in tasks:
             todo.put(task)
+        buckets = [iter(tasks[i::len(writers)]) for i in range(len(writers))]
         failed: list[BaseException] = []
         written = [0] * len(writers)
 
+        def next_file(i: int) -> FileTask | None:
+            if not caller_writes:
+                return next(buckets[i], None)
+            try:
+                return todo.get_nowait()
+            except queue.Empty:
+                return None
+
         def drain(i: int) -> None:
             try:
-                while not failed:
-                    try:
-                        task = todo.get_nowait()
-                    except queue.Empty:
-                        return
+                while not failed and (task := next_file(i)) is not None:
                     written[i] += self._attempt(self._write_calls, writers[i], task)
             except BaseException as exc:  # noqa: BLE001 (handed to the caller's thread, raised there)
                 failed.append(exc)
