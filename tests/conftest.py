@@ -83,8 +83,8 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Every test under ``tests/e2e/`` and ``tests/against_frameworks/`` is marked ``slow`` by where it is (the fast
     lane, ``-m "not slow"``, is the in-process tests of ``tests/unit/``; a slow one there is marked by hand).
     Then the slowest tests first: the frameworks' real saves and loads (marked ``real``) and tune's grids, then the
-    other slow ones, the in-process tests last. With two workers stealing work, the suite then ends on short tests
-    on both, not on one long test running alone."""
+    other slow ones, the in-process tests last. With the workers stealing work, the suite then ends on short tests
+    on each, not on one long test running alone."""
     for item in items:
         if item.path.is_relative_to(TESTS) and item.path.relative_to(TESTS).parts[0] in SLOW_FOLDERS:
             item.add_marker(pytest.mark.slow)
