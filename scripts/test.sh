@@ -21,13 +21,13 @@ trap 'rm -rf "$site" "$checks_log"' EXIT
   .venv/bin/python docs/_hooks/check_reference.py "$site"
 ) > "$checks_log" 2>&1 &
 checks=$!
-# three workers on the two cores: many tests wait on servers, timeouts and each other, which a third fills (the
-# same day here: two workers 573 and 589 s; three 542 s, the cores idle 16 s of it); each takes the next test
-# when it is free (worksteal), the slowest first (tests/conftest.py)
+# three workers on the two cores: many tests wait on servers, timeouts and each other, which a third fills
+# (bench/results/2026-12-07-suite.md); each takes the next test when it is free (worksteal), the slowest first
+# (tests/conftest.py)
 suite=0
-# the package and the tests compiled once: where PYTHONDONTWRITEBYTECODE is set (as on the machines this runs on)
-# each of the suite's several hundred processes would compile them again (0.08 s of a 0.5 s start)
-.venv/bin/python -m compileall -q dlio_ckpt tests bench >/dev/null
+# the package and the tests' support modules compiled once: where PYTHONDONTWRITEBYTECODE is set (as on the
+# machines this runs on) each of the suite's several hundred processes would compile them again (the report above)
+.venv/bin/python -m compileall -q dlio_ckpt tests bench
 .venv/bin/python -m pytest -q -n 3 --dist worksteal || suite=$?
 checked=0
 wait "$checks" || checked=$?

@@ -184,9 +184,10 @@ def record(ctx: RunContext, phase: str, index: int, clock: Clock, nbytes: int, f
     time reading the metadata every rank reads first (DCP's ``.metadata``); ``device_copy_seconds``: a save's
     modelled copy of its tensors from the accelerators (a load's: to them), within its time; ``framework_cpu``: of
     its CPU time, the framework's own work it played (None: all its user time, where a real mode runs the framework
-    itself); ``coordinator``: the names of the files one rank writes for all
-    (DCP's ``.metadata``), which are not the ranks' files in ``data_seconds``, given where ``file_times`` holds every
-    file the operation moved (None: a mode that keeps no file's times, whose whole time is taken for data)."""
+    itself); ``coordinator``: the names of the files rank 0 writes for all (DCP's ``.metadata``, and those a layout
+    writes beside the steps: ``Plan.rank0_names``), which are not the ranks' files in ``data_seconds``, given where
+    ``file_times`` holds every file the operation moved (None: a mode that keeps no file's times, whose whole time
+    is taken for data)."""
     seconds = clock.seconds if seconds is None else seconds
     requests = tuple(ctx.take_requests(backend or ctx.backend))
     calls = ctx.take_latency(backend or ctx.backend)

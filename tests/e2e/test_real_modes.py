@@ -73,6 +73,7 @@ def heavy_imports(cwd: Path, args: list[str]) -> tuple[int, list[str], str]:
             "print(json.dumps([rc, sorted(m for m in ('torch', 'lightning') if m in sys.modules)]))")
     r = subprocess.run([sys.executable, "-c", code], cwd=cwd, capture_output=True, text=True,
                        env={**os.environ, "PYTHONPATH": str(REPO)}, timeout=120)
+    assert r.stdout.strip(), r.stderr  # the command ended without its last line: its error says why
     rc, heavy = json.loads(r.stdout.strip().splitlines()[-1])
     return rc, heavy, r.stderr
 

@@ -7,6 +7,7 @@ import os
 import shutil
 import subprocess
 import threading
+import time
 
 import pytest
 
@@ -249,9 +250,11 @@ def test_after_a_file_fails_no_other_file_begins_and_its_error_is_raised(tmp_pat
     writer = threading.Thread(target=write)
     try:
         writer.start()
-        # the failed file's thread is done with it (its buffers are back with the engine, after the failure is
-        # noted); the held one is still in flight
-        while engine._idle.qsize() < 1:
+        # both files begun, and the failed one's thread done with it (its buffers back with the engine, after the
+        # failure is noted) while the held one is still in flight
+        deadline = time.monotonic() + 30
+        while not (sorted(backend.begun) == ["0.bin", "1.bin"] and engine._idle.qsize() == 1):
+            assert time.monotonic() < deadline, backend.begun
             writer.join(0.01)
     finally:
         backend.release.set()

@@ -83,20 +83,23 @@ class FrameworkPattern(EngineCore):
         ``filesystem_async.py`` of megatron-core 0.16.1), so a writer that starts first does not take another's file.
         The first error stops the others after the file they are on."""
         writers = self._framework_pool(tasks, threads)
-        todo: queue.SimpleQueue[FileTask] = queue.SimpleQueue()
-        for task in tasks:
-            todo.put(task)
-        buckets = [iter(tasks[i::len(writers)]) for i in range(len(writers))]
         failed: list[BaseException] = []
         written = [0] * len(writers)
+        if caller_writes:
+            todo: queue.SimpleQueue[FileTask] = queue.SimpleQueue()
+            for task in tasks:
+                todo.put(task)
 
-        def next_file(i: int) -> FileTask | None:
-            if not caller_writes:
+            def next_file(i: int) -> FileTask | None:  # noqa: ARG001 (one queue for every writer)
+                try:
+                    return todo.get_nowait()
+                except queue.Empty:
+                    return None
+        else:
+            buckets = [iter(tasks[i::len(writers)]) for i in range(len(writers))]
+
+            def next_file(i: int) -> FileTask | None:
                 return next(buckets[i], None)
-            try:
-                return todo.get_nowait()
-            except queue.Empty:
-                return None
 
         def drain(i: int) -> None:
             try:

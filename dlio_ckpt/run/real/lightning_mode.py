@@ -53,6 +53,6 @@ def check_reads(ctx: RunContext) -> None:
 
 
 def run(ctx: RunContext) -> Summary | None:
-    from dlio_ckpt.run.real.lightning_job import run as run_job
-
+    # through the registry: an install that preflight found but that fails to import is refused as any mode's is
+    run_job = MODES.load("lightning", "dlio_ckpt.run.real.lightning_job:run")
     return run_job(ctx)
