@@ -29,6 +29,9 @@ it (``checkpoint.training=sleep``); 0 (the default): saves back to back (mode=fs
 Before the first save each side has about one interval behind it, not the same one: ``mode=fsdp``'s set-up step
 counts toward it, ``megatron_timed.py`` trains a whole interval after its set-up (one optimizer step on made-up
 gradients, the oracle's), the emulated runs sleep it; the first save's ratio compares those starts.
+``--training-memory-gb GB|auto`` (dcp, megatron): the emulated runs write that much host memory afresh in each
+interval and free it before the save (``checkpoint.training_memory_gb``), as the real jobs' CPU training leaves the
+memory; ``auto`` leaves 2 GiB of the host's available memory. The report gives what writing it took.
 With ``--saves 1`` there is no steady state: its columns repeat the first save.
 ``--settle`` seconds pass before every run (see bench/fio_compare.py: this VM's buffered writes are slower into
 memory freed seconds ago, and the real side's set-up takes seconds the emulator's does not).
@@ -37,6 +40,7 @@ memory freed seconds ago, and the real side's set-up takes seconds the emulator'
         --markdown /tmp/figures.md
     python bench/framework_io.py --dir DIR --frameworks dcp --s3      # dcp on a local SeaweedFS (scripts/local_s3.py)
     python bench/framework_io.py --dir DIR --frameworks dcp,megatron --saves 5 --interval 3   # a job's steady state
+    python bench/framework_io.py --dir DIR --frameworks dcp,megatron --saves 4 --interval 3 --training-memory-gb auto
 """
 
 from __future__ import annotations
@@ -84,7 +88,7 @@ def dlio(args: list[str], procs: int, root: str, env: dict[str, str]) -> dict:
         shutil.rmtree(root, ignore_errors=True)
     return {"save": [c["duration_seconds"] for c in s["checkpoints"]["save"]],
             "load": [c["duration_seconds"] for c in s["checkpoints"]["load"]],
-            "bytes": s["checkpoints"]["save"][0]["bytes"]}
+            "bytes": s["checkpoints"]["save"][0]["bytes"], "training_memory": s.get("training_memory")}
 
 
 def megatron_real(a: argparse.Namespace, root: str) -> dict:
@@ -136,6 +140,18 @@ def cases(a: argparse.Namespace, s3: list[str]) -> dict[str, dict[str, tuple]]:
     return out
 
 
+def training_memory(a: argparse.Namespace) -> list[str]:
+    """The emulated run's ``checkpoint.training_memory_gb`` override, ``--training-memory-gb`` worked out now."""
+    if a.training_memory_gb == "0":
+        return []
+    gb = a.training_memory_gb
+    if gb == "auto":
+        with open("/proc/meminfo") as fh:
+            available = next(int(line.split()[1]) * 1024 for line in fh if line.startswith("MemAvailable:"))
+        gb = f"{max(available - (2 << 30), 0) / a.procs / 1e9:.2f}"
+    return [f"++workload.checkpoint.training_memory_gb={gb}"]
+
+
 def fmt(xs: list[float]) -> str:
     return ", ".join(f"{x:.2f}" for x in xs)
 
@@ -163,6 +179,10 @@ def main() -> None:
     ap.add_argument("--interval", type=float, default=0.0,
                     help="dcp and megatron: seconds of training from a save's return to the next save (the real "
                          "jobs train, the emulated runs sleep); 0: back to back (mode=fsdp still takes a step)")
+    ap.add_argument("--training-memory-gb", default="0",
+                    help="dcp and megatron, the emulated runs: checkpoint.training_memory_gb, GB per process, or "
+                         "auto: what leaves 2 GiB of the host's available memory when the run starts (as the real "
+                         "jobs' CPU training here leaves 0.2 to 1.3 GB free before each save)")
     ap.add_argument("--s3", action="store_true", help="dcp on a local SeaweedFS (scripts/local_s3.py) instead")
     ap.add_argument("--markdown", help="also write the tables here")
     a = ap.parse_args()
@@ -192,7 +212,8 @@ def main() -> None:
                     if kind == "megatron":
                         got = megatron_real(a, root)
                     else:
-                        got = dlio(args, 1 if kind == "dlio1" else a.procs, root, env)
+                        warm = training_memory(a) if fw in ("dcp", "megatron") and side != "real" else []
+                        got = dlio([*args, *warm], 1 if kind == "dlio1" else a.procs, root, env)
                     runs[(fw, side)].append(got)
                     print(f"round {r + 1}/{a.rounds} {fw} {side}: save {fmt(got['save'])} s, load {fmt(got['load'])} s"
                           f" ({time.monotonic() - t0:.0f} s wall)", file=sys.stderr, flush=True)
@@ -238,6 +259,11 @@ def report(a: argparse.Namespace, plan: dict, runs: dict) -> list[str]:
             rows = runs[(fw, side)]
             ratio_lines.append(f"- {fw} {side}, per round: saves " + "; ".join(fmt(x["save"]) for x in rows)
                                + " s; loads (mean of the run's) " + fmt([mean(x["load"]) for x in rows]) + " s")
+            if rows[0].get("training_memory"):  # --training-memory-gb: what writing it took, interval by interval
+                ratio_lines.append(f"- {fw} {side}, training memory per process, GB: "
+                                   + fmt([x["training_memory"]["gb_per_process"] for x in rows])
+                                   + "; seconds writing it before each save (the slowest process): "
+                                   + "; ".join(fmt(x["training_memory"]["seconds_max"]) for x in rows))
         if "writers" in real[0]:  # megatron-core's own phases: its writer processes, DCP's read_data
             ratio_lines += phases(fw, sides, runs)
     return [*lines, "", "Medians over rounds; a ratio is emulated/real, the median of the per-round ratios; saves 2+: "

@@ -25,7 +25,10 @@ of it, as ``mode=fsdp`` does with ``checkpoint.time_between_checkpoints``: befor
 for INTERVAL seconds, at least one; rank 0's clock decides for every rank. RESULT_JSON's ``"steps"``: the steps
 before each save.
 
-``--phases`` (anywhere among the arguments) times each load phase by phase, with ``bench/dcp_phases.py``'s wrappers
+``--phases`` (anywhere among the arguments) times each save phase by phase in the caller's process (megatron-core's
+functions of :data:`SAVE_PHASES` wrapped: validation, common.pt, the fully parallel split, DCP's planning, the
+preload, the writer processes, the finalize and metadata.json; ``other`` what they leave: the barriers and the rest;
+RESULT_JSON's ``"save_phases"``), and each load phase by phase, with ``bench/dcp_phases.py``'s wrappers
 of torch's own functions (the same phases: collectives, planning, ``.metadata``, reads, deserialization, the copy
 into the model; ``other`` is what is left: megatron-core's own work around DCP's load, the state dict's validation
 and the distributed optimizer's state put back among it). RESULT_JSON's ``"load_phases"``: per load, each rank's
@@ -100,6 +103,52 @@ def trainer(gpt, opt, vocab: int, rank: int):  # noqa: ANN001, ANN201
     return step
 
 
+SAVE_PHASES = {  # megatron-core 0.16.1's save, in its caller's process: (module, owner or None, name) -> phase
+    ("megatron.core.dist_checkpointing.serialization", None, "save_preprocess"): "validation",
+    ("megatron.core.dist_checkpointing.strategies.common", "TorchCommonSaveStrategy", "save_common"): "common.pt",
+    ("megatron.core.dist_checkpointing.strategies.fully_parallel", "FullyParallelSaveStrategyWrapper",
+     "apply_saving_parallelization"): "fully parallel: which rank saves what",
+    ("megatron.core.dist_checkpointing.strategies.torch", None, "save_state_dict_async_plan"): "DCP planning",
+    ("megatron.core.dist_checkpointing.strategies.filesystem_async", "FileSystemWriterAsync", "prepare_write_data"):
+        "the write buckets (views cloned)",
+    ("megatron.core.dist_checkpointing.strategies.filesystem_async", "FileSystemWriterAsync", "preload_tensors"):
+        "preload (the copy to host memory)",
+    ("megatron.core.dist_checkpointing.strategies.torch", None, "save_state_dict_async_finalize"):
+        "finalize: results gathered, .metadata",
+    ("megatron.core.dist_checkpointing.serialization", None, "save_config"): "metadata.json",
+}
+
+
+def _time_save_phases(into: dict[str, float]) -> None:
+    """Wrap each of :data:`SAVE_PHASES`'s functions where megatron-core looks it up, adding its own seconds to
+    ``into[phase]``: less those of the wrapped functions it calls (the writer processes are timed by ``worker``'s
+    own wrapper)."""
+    import importlib
+
+    inner: list[float] = []  # per wrapped call in progress, the seconds of the wrapped calls within it
+
+    for (module, owner, name), phase in SAVE_PHASES.items():
+        holder = importlib.import_module(module)
+        if owner is not None:
+            holder = getattr(holder, owner)
+        raw = holder.__dict__[name]
+        static = isinstance(raw, staticmethod)
+        fn = raw.__func__ if static else raw
+
+        def timed(*a, _fn=fn, _phase=phase, **kw):  # noqa: ANN002, ANN003, ANN202 (a wrapper of megatron-core's)
+            t = time.perf_counter()
+            inner.append(0.0)
+            try:
+                return _fn(*a, **kw)
+            finally:
+                took = time.perf_counter() - t
+                into[_phase] = into.get(_phase, 0.0) + took - inner.pop()
+                if inner:
+                    inner[-1] += took
+
+        setattr(holder, name, staticmethod(timed) if static else timed)
+
+
 def worker(rank: int, world: int, port: int, root: str, result: str, saves: int, loads: int,
            args: list[str]) -> None:
     from megatron.core import dist_checkpointing
@@ -143,6 +192,9 @@ def worker(rank: int, world: int, port: int, root: str, result: str, saves: int,
 
     filesystem_async._get_write_results_queue = timed_queue
     phased = "--phases" in args
+    save_phases: dict[str, float] = {}
+    if phased:
+        _time_save_phases(save_phases)
     args = [x for x in args if x != "--phases"]
     if phased:
         dcp_phases.instrument()  # wraps torch's functions in this process: the loads are timed here
@@ -151,7 +203,7 @@ def worker(rank: int, world: int, port: int, root: str, result: str, saves: int,
     train_step = trainer(gpt, opt, int(args[6]), rank) if interval else None  # steps only with an interval
     meta = {"distrib_optim_sharding_type": "fully_reshardable"}
     out: dict[str, list] = {"save": [], "load": [], "bytes": [], "read_data": [], "writers": [], "results_queue": [],
-                            "steps": [], "load_phases": []}
+                            "steps": [], "load_phases": [], "save_phases": []}
     for i in range(1, saves + 1):
         steps, began = 0, time.perf_counter()
         while interval and not (steps and _decided(time.perf_counter() >= began + interval)):
@@ -171,7 +223,15 @@ def worker(rank: int, world: int, port: int, root: str, result: str, saves: int,
         in_writers[0] = in_queue[0] = 0.0
         t0 = time.perf_counter()
         dist_checkpointing.save(state, step, sharded_strategy=strategy)
-        out["save"].append(_slowest(time.perf_counter() - t0))
+        took = time.perf_counter() - t0
+        out["save"].append(_slowest(took))
+        if phased:  # this rank's phases, "other" what they leave of its save
+            mine = {**save_phases, "writer processes": in_writers[0]}
+            mine["other"] = took - sum(mine.values())
+            ranks_phases: list = [None] * dist.get_world_size()
+            dist.all_gather_object(ranks_phases, mine)
+            out["save_phases"].append(ranks_phases)
+            save_phases.clear()
         out["writers"].append(_slowest(in_writers[0]))
         out["results_queue"].append(_slowest(in_queue[0]))
         out["bytes"].append(sum(os.path.getsize(os.path.join(step, n)) for n in os.listdir(step)))
@@ -216,6 +276,14 @@ def main() -> None:
         for phase in dcp_phases.LOAD:
             by_load = [statistics.fmean(r.get(phase, 0.0) for r in ranks) for ranks in got["load_phases"]]
             print(f"  {phase}: {statistics.median(by_load):.3f}")
+    if got["save_phases"]:  # the mean over ranks; the first save, then the median over the later ones
+        saves = got["save_phases"]
+        print(f"save phases (mean over {world} ranks), s: the first save, then the median over saves 2 to "
+              f"{len(saves)}; the saves' slowest process: {got['save'][0]:.3f} s, then "
+              f"{statistics.median(got['save'][1:] or got['save'][:1]):.3f} s")
+        for phase in [*SAVE_PHASES.values(), "writer processes", "other"]:
+            by_save = [statistics.fmean(r.get(phase, 0.0) for r in ranks) for ranks in saves]
+            print(f"  {phase}: {by_save[0]:.3f}, {statistics.median(by_save[1:] or by_save[:1]):.3f}")
 
 
 if __name__ == "__main__":

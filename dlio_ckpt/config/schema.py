@@ -269,6 +269,11 @@ class Checkpoint(Section):
                                                  "process's shard into host memory held for the run (memory = shard)")
     training: Literal["sleep", "cpu"] = Field("sleep", description="what a training interval does: sleep, or keep "
                                               "one core busy (shows background writes competing for CPU)")
+    training_memory_gb: float = Field(0.0, ge=0, description="GB of host memory each process writes afresh at the "
+                                      "start of every training interval and frees at its end, as a job whose "
+                                      "training churns host memory leaves it just before a save (the save's page "
+                                      "cache then lands on warm memory); 0: the interval touches none. Its time "
+                                      "is the interval's (summary.json training_memory)")
     mtbf_hours: float | None = Field(None, gt=0, description="mean time between failures of the job: adds goodput")
     reference: ReferenceName = Field(
         "none", description="do what a reference tool does on this file system: dlio-2.0 (upstream DLIO v2.0.1: "
@@ -482,4 +487,5 @@ tier_key = Workload.tier_key
 # framework's own save (real modes have fsdp.async_save and lightning.async_save)
 EMULATOR_ONLY = ("layout", "files_per_rank", "format", "scale", "miniature", "odirect", "verify", "chunk_size",
                  "io_pattern", "recovery_rank_shift", "ranks_per_host", "mode", "async_save", "staging_gb_per_second",
-                 "staging", "gpu_copy_gb_per_second", "training", "mtbf_hours", "read_tier")
+                 "staging", "gpu_copy_gb_per_second", "training", "training_memory_gb", "mtbf_hours",
+                 "read_tier")

@@ -472,6 +472,16 @@ class AsyncSave(Section):
     staging_bytes_per_process: list[int] | None = Field(None, description="real staging: each process's bytes")
 
 
+class TrainingMemory(Section):
+    """``checkpoint.training_memory_gb``: the host memory each process wrote afresh in every training interval, and
+    what writing it took (the interval's time, not a save's)."""
+
+    gb_per_process: float = Field(description="GB each process wrote afresh at the start of each interval")
+    seconds_max: list[float] = Field(description="per interval, in order, the slowest process's seconds writing it")
+    interval_seconds: float = Field(description="the interval asked for (time_between_checkpoints): where writing "
+                                    "took longer, the interval ran that much longer")
+
+
 class ProcessRetries(Section):
     """One process's files redone."""
 
@@ -528,6 +538,8 @@ class Summary(Section):
                                                                           "read")
     async_save: AsyncSave | bool | None = Field(None, description="emulated: false, or how async saves were emulated")
     retries: Retries | None = Field(None, description="emulated: files redone after transient errors")
+    training_memory: TrainingMemory | None = Field(None, description="emulated, checkpoint.training_memory_gb: the "
+                                                   "memory each training interval wrote afresh")
     per_process: list[dict[str, Any]] | None = Field(None, description="real modes: each process's own facts "
                                                                        "(set-up time, versions...)")
     metric: Metric = Field(description="DLIO's means and ours")

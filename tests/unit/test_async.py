@@ -1,6 +1,7 @@
 """Async checkpoints' arithmetic: the measured goodput and the what-if model on values worked out by hand, and
-``plan``'s answer in words; real staging larger than host memory refused (in this process). Async saves run
-under mpiexec in tests/e2e/test_async.py."""
+``plan``'s answer in words; real staging and training memory larger than host memory refused, and the training
+interval's memory written, handed back and reported (in this process). Async saves run under mpiexec in
+tests/e2e/test_async.py."""
 
 from __future__ import annotations
 
@@ -78,3 +79,44 @@ def test_plan_answers_the_what_if_in_words_without_writing_anything(tmp_path, dl
                      "1GB/s", "--mtbf-hours", "8"])
     assert bad.returncode == 2 and "--write-bandwidth='fast': must be a positive rate" in bad.stderr
     assert not list(tmp_path.iterdir())
+
+
+def test_a_training_interval_writes_its_memory_afresh_and_hands_it_back():
+    """checkpoint.training_memory_gb: every byte of it resident during the interval (the peak), none of it held
+    after (the save's page cache takes the pages it freed); the seconds it took are returned."""
+    import threading
+
+    from dlio_ckpt.cluster.host import peak_rss, proc_bytes, reset_peak_rss
+    from dlio_ckpt.run.emulated.background import train
+
+    size = 96 << 20
+
+    def rss() -> int:
+        return proc_bytes("/proc/self/status", "VmRSS") or 0
+
+    train(0.0, "sleep", threading.Event(), size)  # once, so that what python keeps for itself is there already
+    reset_peak_rss()
+    held = rss()
+    took = train(0.0, "sleep", threading.Event(), size)
+    assert peak_rss() - held >= 0.9 * size and took > 0  # (slack: the interpreter's own memory moves too)
+    assert rss() - held < size // 4
+
+
+def test_training_memory_that_would_leave_a_host_none_is_refused(tmp_path, dlio_here):
+    r = dlio_here(["workload=tiny", "--world-size", "2", "++workload.checkpoint.training_memory_gb=100000",
+                   f"++workload.storage.storage_root={tmp_path / 'root'}", "++hydra.run.dir=big"])
+    assert r.returncode == 2, r.stderr
+    assert "workload.checkpoint.training_memory_gb=100000.0: each process writes it afresh" in r.stderr
+    assert "at most 95% may be used" in r.stderr
+    assert not list(tmp_path.iterdir())
+
+
+def test_summary_gives_what_each_interval_spent_writing_its_training_memory(tmp_path, dlio_here):
+    r = dlio_here(["workload=tiny", "--world-size", "2", "++workload.checkpoint.training_memory_gb=0.02",
+                   "++workload.checkpoint.num_checkpoints_write=2", "++workload.checkpoint.num_checkpoints_read=0",
+                   "++workload.checkpoint.time_between_checkpoints=0", "++workload.checkpoint.progress=False",
+                   f"++workload.storage.storage_root={tmp_path / 'root'}", "++hydra.run.dir=out"])
+    assert r.returncode == 0, r.stderr
+    memory = json.loads((tmp_path / "out" / "summary.json").read_text())["training_memory"]
+    assert memory["gb_per_process"] == 0.02 and memory["interval_seconds"] == 0
+    assert len(memory["seconds_max"]) == 2 and min(memory["seconds_max"]) > 0

@@ -12,7 +12,7 @@ import logging
 import secrets
 import time
 from collections import Counter
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from dlio_ckpt.cluster.host import available_memory, hostname
@@ -28,7 +28,15 @@ from dlio_ckpt.plan.layouts import file_format, framework_io, load_caveat, make_
 from dlio_ckpt.plan.reads import RankReads
 from dlio_ckpt.plan.view import scaled_figures
 from dlio_ckpt.results.restore import described, restored_payload
-from dlio_ckpt.results.schema import IO, AsyncSave, ProcessRetries, RestoreSource, Retries, Summary
+from dlio_ckpt.results.schema import (
+    IO,
+    AsyncSave,
+    ProcessRetries,
+    RestoreSource,
+    Retries,
+    Summary,
+    TrainingMemory,
+)
 from dlio_ckpt.results.summary import GoodputAsked, OpRecord
 from dlio_ckpt.run.context import GIB, RunContext, record, say_done, timed, write_results
 from dlio_ckpt.run.emulated.background import BackgroundSaves, Staging, train
@@ -90,6 +98,8 @@ def preflight(ctx: RunContext) -> None:
     _check_io_buffers(ctx)
     if ck.async_save and ck.staging == "real":
         _check_staging_memory(ctx)
+    if ck.training_memory_gb and ck.num_checkpoints_write:
+        _check_training_memory(ctx)
     # last, once every refusal above is past: what the full size's load reads is kept, not its plan (which grows
     # with the ranks)
     if full is not None and whole is not None:
@@ -178,6 +188,15 @@ def _check_staging_memory(ctx: RunContext) -> None:
                        "use staging=modelled, a smaller checkpoint.scale, or more hosts")
 
 
+def _check_training_memory(ctx: RunContext) -> None:
+    """``training_memory_gb`` is written afresh in every interval, by every process at once. It may take more of
+    a host's memory than what a run holds (it is freed before each save), but not all: it is meant to leave
+    little free, as a job's training does, not to drive the host into swap or its processes into the OOM killer."""
+    _check_host_memory(ctx, int(ctx.ck.training_memory_gb * 1e9), "workload.checkpoint.training_memory_gb",
+                       ctx.ck.training_memory_gb, "each process writes it afresh in every training interval",
+                       "a smaller training_memory_gb", share=TRAINING_MEMORY_SHARE)
+
+
 def _check_io_buffers(ctx: RunContext) -> None:
     """The engine's buffers (bytes in flight) are allocated up front for the whole run."""
     need = io_buffer_bytes(ctx.backend, ctx.ck.chunk_size)
@@ -188,16 +207,21 @@ def _check_io_buffers(ctx: RunContext) -> None:
                        f"lower {depth}, chunk_size or threads")
 
 
-def _check_host_memory(ctx: RunContext, need: int, key: str, value: object, what: str, advice: str) -> None:
-    """Refused where a host has not ``need`` bytes per process of it available (at most 80%): every
+HELD_SHARE = 0.8  # of a host's available memory, what the run may hold for itself
+TRAINING_MEMORY_SHARE = 0.95  # what the training intervals may write afresh (freed before every save)
+
+
+def _check_host_memory(ctx: RunContext, need: int, key: str, value: object, what: str, advice: str,
+                       share: float = HELD_SHARE) -> None:
+    """Refused where a host has not ``need`` bytes per process of it available (at most ``share`` of it): every
     process decides alike, from everyone's figures."""
     facts = ctx.comm.allgather((hostname(), need, available_memory()))
     for host in {h for h, _, _ in facts}:
         total = sum(n for h, n, _ in facts if h == host)
         free = min(a for h, _, a in facts if h == host)
-        if total > 0.8 * free:
+        if total > share * free:
             raise ConfigError(key, value, f"{what}: {total / GIB:.2f} GiB on {host}, which has {free / GIB:.2f} "
-                              f"GiB available (at most 80% may be used): {advice}")
+                              f"GiB available (at most {share:.0%} may be used): {advice}")
 
 
 def _read_plans(ctx: RunContext, process: int | None = None) -> list[RankReads]:
@@ -255,13 +279,15 @@ def _sources(read_from: list[ReadFrom]) -> list[RestoreSource]:
 
 
 @dataclass
-class RetryCount:
-    """This process's files redone after a transient storage error, by phase, and (a lost-host restore) where its
-    loads read from: its part of summary.json's ``retries`` and ``restore_sources``, gathered from every process."""
+class ProcessFacts:
+    """This process's files redone after a transient storage error, by phase, (a lost-host restore) where its
+    loads read from, and the seconds each training interval spent writing its memory: its part of summary.json's
+    ``retries``, ``restore_sources`` and ``training_memory``, gathered from every process."""
 
     save: int = 0
     load: int = 0
     read_from: ReadFrom | None = None
+    training_memory_seconds: list[float] = field(default_factory=list)
 
 
 def run(ctx: RunContext) -> Summary | None:
@@ -303,7 +329,7 @@ class EmulatedJob:
                      "per process (checkpoint.io_pattern=framework)" if framework else
                      f"the tuned stream: {ck.chunk_size} B requests (checkpoint.io_pattern=stream)")
         self.records: list[OpRecord] = []
-        self.retries = RetryCount()
+        self.facts = ProcessFacts()
         self.run = EmulatedRun(ctx, self.fmt, run_key, files, host_files)
         self.tiers = Tiers(self.run)
 
@@ -321,7 +347,9 @@ class EmulatedJob:
         stage = Staging(ck.staging, ck.staging_gb_per_second, max(shards), sum(shards)) if ck.async_save else None
         for i in range(1, ck.num_checkpoints_write + 1):
             state.phase, state.step = "train" if background else "wait before save", i
-            train(ck.time_between_checkpoints, ck.training, ctx.alarm)
+            memory = train(ck.time_between_checkpoints, ck.training, ctx.alarm, int(ck.training_memory_gb * 1e9))
+            if ck.training_memory_gb:
+                self.facts.training_memory_seconds.append(memory)
             tiers.check()
             state.phase = "save"
             if background is None:
@@ -360,7 +388,7 @@ class EmulatedJob:
                                    stalled=stalled, backend=engine.backend, device_copy_seconds=copied or None,
                                    framework_cpu=engine.take_framework_cpu(),
                                    coordinator=plan_of(ctx).rank0_names))
-        self.retries.save += engine.retries - before
+        self.facts.save += engine.retries - before
 
     def loads(self) -> None:
         """Every load: the restore's reads of each step, from the read tier (or, on a lost host, from its peer)."""
@@ -383,7 +411,7 @@ class EmulatedJob:
             self._load(i, reader, read_plans, copy_back, handoff, from_peer)
         if ctx.workload.restore.lost_hosts:  # each process's source, for io.restore
             loads = [r for r in self.records if r.phase == "load"]
-            self.retries.read_from = ReadFrom(read_tier(ctx), ctx.placement.host, sum(r.bytes for r in loads),
+            self.facts.read_from = ReadFrom(read_tier(ctx), ctx.placement.host, sum(r.bytes for r in loads),
                                               sum(r.duration for r in loads))
 
     def _load(self, i: int, reader: Backend, read_plans: list[RankReads], copy_back: DeviceCopy,
@@ -414,7 +442,7 @@ class EmulatedJob:
                                    metadata_seconds=metadata_seconds if metadata else None,
                                    device_copy_seconds=copy_back.seconds or None,
                                    coordinator=plan_of(ctx).rank0_names))
-        self.retries.load += engine.retries - before
+        self.facts.load += engine.retries - before
         say_done(ctx, f"load_ckpt{i}", self.records[-1].duration, "verified" if ctx.ck.verify else "read",
                  copy_back.seconds)
 
@@ -434,11 +462,11 @@ class EmulatedJob:
                                tiers=tuple(restart_reads)) if ck.mtbf_hours else None
         plan = plan_of(ctx)
         restore = self._restore_described()
-        return write_results(ctx, self.records, plan.total_payload_bytes, self._io(restore), self.retries,
+        return write_results(ctx, self.records, plan.total_payload_bytes, self._io(restore), self.facts,
                              self._gathered, restored_payload(restore_of(ctx), plan, self.fmt)
                              if restore is not None else None, goodput, load_world_size=restore_of(ctx).world_size)
 
-    def _gathered(self, tries: list[RetryCount]) -> dict[str, Any]:
+    def _gathered(self, tries: list[ProcessFacts]) -> dict[str, Any]:
         """summary.json's sections made of every process's part (on rank 0)."""
         ctx, ck = self.ctx, self.ctx.ck
         staged = [sum(shard_bytes(ctx, p)) for p in range(ctx.comm.size)]
@@ -447,7 +475,11 @@ class EmulatedJob:
                                     staging_gb_per_second=ck.staging_gb_per_second if modelled else None,
                                     staging_bytes_per_process=None if modelled else staged)
         sources = _sources([t.read_from for t in tries if t.read_from is not None])
+        intervals = zip(*(t.training_memory_seconds for t in tries), strict=True)  # every process trains alike
+        memory = TrainingMemory(gb_per_process=ck.training_memory_gb, seconds_max=[max(s) for s in intervals],
+                                interval_seconds=ck.time_between_checkpoints) if ck.training_memory_gb else None
         return {"restore_sources": sources or None, "async_save": background_mode if ck.async_save else False,
+                "training_memory": memory,
                 "retries": Retries(save=sum(t.save for t in tries), load=sum(t.load for t in tries),
                                    per_process=[ProcessRetries(save=t.save, load=t.load) for t in tries],
                                    note="files redone after a transient storage error; the client's own attempts "
