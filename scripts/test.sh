@@ -12,7 +12,10 @@ bash scripts/setup.sh
 #   in its generated reference
 site=$(mktemp -d)
 checks_log=$(mktemp)
-trap 'rm -rf "$site" "$checks_log"' EXIT
+# the suite's temporary files in a folder of their own, removed at the end: what the tests' servers and tools leave
+# in $TMPDIR (SeaweedFS's sockets and logs, mpiexec's topology files, torch's elastic folders) goes with it
+scratch=$(mktemp -d -t dlio_ckpt_suite.XXXXXX)
+trap 'rm -rf "$site" "$checks_log" "$scratch"' EXIT
 (
   set -e
   .venv/bin/lint-imports
@@ -28,7 +31,7 @@ suite=0
 # the package and the tests' support modules compiled once: where PYTHONDONTWRITEBYTECODE is set (as on the
 # machines this runs on) each of the suite's several hundred processes would compile them again (the report above)
 .venv/bin/python -m compileall -q dlio_ckpt tests bench
-.venv/bin/python -m pytest -q -n 3 --dist worksteal || suite=$?
+TMPDIR="$scratch" .venv/bin/python -m pytest -q -n 3 --dist worksteal || suite=$?
 checked=0
 wait "$checks" || checked=$?
 cat "$checks_log"

@@ -14,7 +14,7 @@ class Section(BaseModel):
     """A part of ``summary.json``: None fields are left out when written (see :mod:`dlio_ckpt.results.schema`), keys
     not enumerated are kept, and an assignment after construction is validated like a construction."""
 
-    model_config = ConfigDict(extra="allow", populate_by_name=True, validate_assignment=True)
+    model_config = ConfigDict(extra="allow", populate_by_name=True, validate_assignment=True, defer_build=True)
     written_as_null: ClassVar[frozenset[str]] = frozenset()  # fields whose None is written as null when given
 
     @model_serializer(mode="wrap")
