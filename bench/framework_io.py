@@ -31,7 +31,8 @@ counts toward it, ``megatron_timed.py`` trains a whole interval after its set-up
 gradients, the oracle's), the emulated runs sleep it; the first save's ratio compares those starts.
 ``--training-memory-gb GB|auto`` (dcp, megatron): the emulated runs write that much host memory afresh in each
 interval and free it before the save (``checkpoint.training_memory_gb``), as the real jobs' CPU training leaves the
-memory; ``auto`` leaves 2 GiB of the host's available memory. The report gives what writing it took.
+memory; ``auto`` leaves 2 GiB of the host's available memory, or where that is more, the 5 % the tool's rule keeps
+free and 1 GiB. The report gives what writing it took.
 With ``--saves 1`` there is no steady state: its columns repeat the first save.
 ``--settle`` seconds pass before every run (see bench/fio_compare.py: this VM's buffered writes are slower into
 memory freed seconds ago, and the real side's set-up takes seconds the emulator's does not).
@@ -145,10 +146,13 @@ def training_memory(a: argparse.Namespace) -> list[str]:
     if a.training_memory_gb == "0":
         return []
     gb = a.training_memory_gb
-    if gb == "auto":
-        with open("/proc/meminfo") as fh:
-            available = next(int(line.split()[1]) * 1024 for line in fh if line.startswith("MemAvailable:"))
-        gb = f"{max(available - (2 << 30), 0) / a.procs / 1e9:.2f}"
+    if gb == "auto":  # within the tool's own rule, with room for what the runs hold besides
+        from dlio_ckpt.cluster.host import available_memory
+        from dlio_ckpt.run.emulated.runner import TRAINING_MEMORY_SHARE
+
+        available = available_memory()  # left free: 2 GiB, or on a larger host what the rule leaves and 1 GiB more
+        left = max(2 << 30, (1 - TRAINING_MEMORY_SHARE) * available + (1 << 30))
+        gb = f"{(available - left) / a.procs / 1e9:.2f}"
     return [f"++workload.checkpoint.training_memory_gb={gb}"]
 
 
@@ -181,8 +185,9 @@ def main() -> None:
                          "jobs train, the emulated runs sleep); 0: back to back (mode=fsdp still takes a step)")
     ap.add_argument("--training-memory-gb", default="0",
                     help="dcp and megatron, the emulated runs: checkpoint.training_memory_gb, GB per process, or "
-                         "auto: what leaves 2 GiB of the host's available memory when the run starts (as the real "
-                         "jobs' CPU training here leaves 0.2 to 1.3 GB free before each save)")
+                         "auto: what leaves 2 GiB of the host's available memory when the run starts, or the tool's "
+                         "5 %% and 1 GiB where that is more (as the real jobs' CPU training here leaves 0.2 to 1.3 GB "
+                         "free before each save)")
     ap.add_argument("--s3", action="store_true", help="dcp on a local SeaweedFS (scripts/local_s3.py) instead")
     ap.add_argument("--markdown", help="also write the tables here")
     a = ap.parse_args()

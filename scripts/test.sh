@@ -13,7 +13,7 @@ bash scripts/setup.sh
 site=$(mktemp -d)
 checks_log=$(mktemp)
 # the suite's temporary files in a folder of their own, removed at the end: what the tests' servers and tools leave
-# in $TMPDIR (SeaweedFS's sockets and logs, mpiexec's topology files, torch's elastic folders) goes with it
+# in $TMPDIR (SeaweedFS's logs, torch's elastic folders) goes with it (SeaweedFS's sockets go to /tmp whatever it says)
 scratch=$(mktemp -d -t dlio_ckpt_suite.XXXXXX)
 trap 'rm -rf "$site" "$checks_log" "$scratch"' EXIT
 (

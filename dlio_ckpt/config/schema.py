@@ -269,11 +269,13 @@ class Checkpoint(Section):
                                                  "process's shard into host memory held for the run (memory = shard)")
     training: Literal["sleep", "cpu"] = Field("sleep", description="what a training interval does: sleep, or keep "
                                               "one core busy (shows background writes competing for CPU)")
-    training_memory_gb: float = Field(0.0, ge=0, description="GB of host memory each process writes afresh at the "
-                                      "start of every training interval and frees at its end, as a job whose "
-                                      "training churns host memory leaves it just before a save (the save's page "
-                                      "cache then lands on warm memory); 0: the interval touches none. Its time "
-                                      "is the interval's (summary.json training_memory)")
+    training_memory_gb: float = Field(0.0, ge=0, allow_inf_nan=False, description="GB of host memory each process "
+                                      "writes afresh at the start of every training interval and frees at its "
+                                      "end, as a job whose training churns host memory leaves it just before a "
+                                      "save (so the save's page cache can land on warm memory: it moved the save "
+                                      "on a virtual machine once it covered nearly all free memory); 0: the "
+                                      "interval touches none. Its time is the interval's (summary.json "
+                                      "training_memory)")
     mtbf_hours: float | None = Field(None, gt=0, description="mean time between failures of the job: adds goodput")
     reference: ReferenceName = Field(
         "none", description="do what a reference tool does on this file system: dlio-2.0 (upstream DLIO v2.0.1: "

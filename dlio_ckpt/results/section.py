@@ -14,6 +14,8 @@ class Section(BaseModel):
     """A part of ``summary.json``: None fields are left out when written (see :mod:`dlio_ckpt.results.schema`), keys
     not enumerated are kept, and an assignment after construction is validated like a construction."""
 
+    # defer_build: built on first use, so that a process writing no summary (every rank but 0) never builds them;
+    # first used on the main thread, at results time
     model_config = ConfigDict(extra="allow", populate_by_name=True, validate_assignment=True, defer_build=True)
     written_as_null: ClassVar[frozenset[str]] = frozenset()  # fields whose None is written as null when given
 

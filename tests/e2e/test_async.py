@@ -76,13 +76,18 @@ def test_async_saves_count_holds_and_stalls_as_the_records_show_them(tmp_path, d
 
 
 def test_real_staging_copies_the_shard_into_host_memory_and_says_how_much(tmp_path):
+    """And with training memory written in every interval beside it (checkpoint.training_memory_gb): each
+    process's figures gathered interval by interval, goodput worked out over the intervals as trained."""
     real = run(tmp_path, "real", "++workload.checkpoint.async_save=True", "++workload.checkpoint.staging=real",
-               "++workload.checkpoint.time_between_checkpoints=1")
+               "++workload.checkpoint.time_between_checkpoints=1", "++workload.checkpoint.training_memory_gb=0.02")
     held = real["async_save"]["staging_bytes_per_process"]
     assert real["async_save"]["staging"] == "real" and len(held) == 2 and min(held) > 0
     assert sum(held) == real["metric"]["checkpoint_size_bytes"]  # every process's shards, in its memory
     assert all(rss > n for rss, n in zip(real["memory"]["peak_rss_bytes_per_process"], held, strict=True))
     assert all(c["async"]["held_seconds_max"] > 0 for c in real["checkpoints"]["save"])
+    memory = real["training_memory"]
+    assert memory["gb_per_process"] == 0.02 and memory["interval_seconds"] == 1 and len(memory["seconds_max"]) == 3
+    assert real["goodput"]["interval_seconds"] >= 1  # the intervals as trained: never shorter than asked
 
 
 def test_the_emulators_async_saves_report_the_fields_fsdps_do(tmp_path, dlio_here):

@@ -83,7 +83,7 @@ def test_plan_answers_the_what_if_in_words_without_writing_anything(tmp_path, dl
 
 def test_a_training_interval_writes_its_memory_afresh_and_hands_it_back():
     """checkpoint.training_memory_gb: every byte of it resident during the interval (the peak), none of it held
-    after (the save's page cache takes the pages it freed); the seconds it took are returned."""
+    after (the save's page cache takes the pages it freed)."""
     import threading
 
     from dlio_ckpt.cluster.host import peak_rss, proc_bytes, reset_peak_rss
@@ -97,18 +97,61 @@ def test_a_training_interval_writes_its_memory_afresh_and_hands_it_back():
     train(0.0, "sleep", threading.Event(), size)  # once, so that what python keeps for itself is there already
     reset_peak_rss()
     held = rss()
-    took = train(0.0, "sleep", threading.Event(), size)
-    assert peak_rss() - held >= 0.9 * size and took > 0  # (slack: the interpreter's own memory moves too)
+    train(0.0, "sleep", threading.Event(), size)
+    assert peak_rss() - held >= 0.9 * size  # (slack: the interpreter's own memory moves too)
     assert rss() - held < size // 4
+
+
+def test_writing_the_training_memory_is_part_of_the_interval_and_a_failure_elsewhere_stops_it(monkeypatch):
+    """The interval's sleep is what the writing left of it, not the whole interval on top (a clock that moves a
+    second a reading: the writing read it twice); with the alarm up (a background thread failed) nothing is
+    written and nothing is slept."""
+    import threading
+
+    from dlio_ckpt.cluster.host import peak_rss, reset_peak_rss
+    from dlio_ckpt.run.emulated import background
+
+    class Clock:
+        now = 0.0
+
+        def perf_counter(self) -> float:
+            self.now += 1.0
+            return self.now
+
+    class Alarm:
+        up, waited = False, []
+
+        def is_set(self) -> bool:
+            return self.up
+
+        def wait(self, seconds: float) -> bool:
+            self.waited.append(seconds)
+            return self.up
+
+    monkeypatch.setattr(background, "time", Clock())
+    alarm = Alarm()
+    writing, interval = background.train(10.0, "sleep", alarm, 1 << 20)  # type: ignore[arg-type]
+    assert writing == 1.0 and alarm.waited == [8.0] and interval == 3.0  # readings 1 (start), 2 (written), 3 (wait)
+    monkeypatch.undo()
+    up = threading.Event()
+    up.set()
+    reset_peak_rss()
+    before = peak_rss()
+    background.train(60.0, "sleep", up, 4 * background.WARM_PIECE)  # returns at once: the test would hang otherwise
+    assert peak_rss() - before < background.WARM_PIECE
 
 
 def test_training_memory_that_would_leave_a_host_none_is_refused(tmp_path, dlio_here):
     r = dlio_here(["workload=tiny", "--world-size", "2", "++workload.checkpoint.training_memory_gb=100000",
                    f"++workload.storage.storage_root={tmp_path / 'root'}", "++hydra.run.dir=big"])
     assert r.returncode == 2, r.stderr
-    assert "workload.checkpoint.training_memory_gb=100000.0: each process writes it afresh" in r.stderr
+    assert "workload.checkpoint.training_memory_gb=100000.0: each process writes 100000 GB afresh" in r.stderr
     assert "at most 95% may be used" in r.stderr
     assert not list(tmp_path.iterdir())
+    endless = dlio_here(["workload=tiny", "--world-size", "2", "++workload.checkpoint.training_memory_gb=inf",
+                         "++hydra.run.dir=big"])
+    assert endless.returncode == 2 and "workload.checkpoint.training_memory_gb" in endless.stderr, endless.stderr
+    assert "finite" in endless.stderr and not list(tmp_path.iterdir())
 
 
 def test_summary_gives_what_each_interval_spent_writing_its_training_memory(tmp_path, dlio_here):
@@ -118,5 +161,10 @@ def test_summary_gives_what_each_interval_spent_writing_its_training_memory(tmp_
                    f"++workload.storage.storage_root={tmp_path / 'root'}", "++hydra.run.dir=out"])
     assert r.returncode == 0, r.stderr
     memory = json.loads((tmp_path / "out" / "summary.json").read_text())["training_memory"]
-    assert memory["gb_per_process"] == 0.02 and memory["interval_seconds"] == 0
-    assert len(memory["seconds_max"]) == 2 and min(memory["seconds_max"]) > 0
+    assert memory["gb_per_process"] == 0.02 and memory["interval_seconds"] == 0 and len(memory["seconds_max"]) == 2
+    none = dlio_here(["workload=tiny", "--world-size", "2", "++workload.checkpoint.training_memory_gb=0.02",
+                      "++workload.checkpoint.num_checkpoints_write=0", "++workload.checkpoint.num_checkpoints_read=0",
+                      "++workload.checkpoint.progress=False", f"++workload.storage.storage_root={tmp_path / 'root'}",
+                      "++hydra.run.dir=none"])
+    assert none.returncode == 0, none.stderr  # no interval trained, none reported
+    assert "training_memory" not in json.loads((tmp_path / "none" / "summary.json").read_text())

@@ -54,39 +54,40 @@ class Staging:
 WARM_PIECE = 256 << 20  # the training memory is written this much at a time, the alarm looked at between
 
 
-def train(seconds: float, kind: str, alarm: threading.Event, memory_bytes: int = 0) -> float:
+def train(seconds: float, kind: str, alarm: threading.Event, memory_bytes: int = 0) -> tuple[float, float]:
     """One training interval: a sleep, or a CPU-bound loop on this process's core; cut short when a
     background thread failed (``alarm``), so the job ends now and not an interval later.
 
     ``memory_bytes`` (``checkpoint.training_memory_gb``): host memory the step writes afresh at the interval's
     start and hands back to the system at its end, as a job whose training churns host memory leaves it just
-    before a save. The save's page cache then lands on memory touched moments before, as the real job's does; on
-    a virtual machine whose host reclaims the memory its guest leaves idle, memory left idle costs the save a
-    fault in the host for every page (bench/results/2026-12-07-steady-state.md). Its time is the interval's; the
-    interval runs over where writing it takes longer. Returns the seconds the writing took."""
-    end = time.perf_counter() + seconds
-    written = 0.0
-    memory = None
-    if memory_bytes:
-        t0 = time.perf_counter()
-        memory = mmap.mmap(-1, memory_bytes, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
-        memory.madvise(mmap.MADV_HUGEPAGE)  # a warm page is the point, not the step's faults: 512 times fewer
-        pages = np.frombuffer(memory, dtype=np.uint8)
-        for offset in range(0, memory_bytes, WARM_PIECE):
-            if alarm.is_set():
-                break
-            pages[offset:offset + WARM_PIECE].fill(1)
-        del pages  # (the mapping cannot close while a view of it lives)
-        written = time.perf_counter() - t0
-    if kind == "sleep":
-        alarm.wait(max(0.0, end - time.perf_counter()))
-    else:
-        a = np.random.default_rng(0).random((128, 128))
-        while time.perf_counter() < end and not alarm.is_set():
-            a = np.tanh(a @ a)
-    if memory is not None:
-        memory.close()  # unmapped, just before the save: its pages are the free memory the save's page cache takes
-    return written
+    before a save, so that the save's page cache can land on memory touched moments before. Where memory left
+    idle is slow to touch again (a virtual machine whose host appears to take back what its guest leaves idle),
+    that moves the save's time; on this project's machine it did once the memory written covered nearly all of
+    the free memory (bench/results/2026-12-07-steady-state.md). Its time is the interval's; the interval runs
+    over where writing it takes longer. Returns the seconds the writing took and those the interval took."""
+    start = time.perf_counter()
+    end, written = start + seconds, 0.0
+    memory = mmap.mmap(-1, memory_bytes, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS) if memory_bytes else None
+    try:
+        if memory is not None:
+            memory.madvise(mmap.MADV_HUGEPAGE)  # warm pages are the point, not the step's faults (fewer with THP)
+            pages = np.frombuffer(memory, dtype=np.uint8)
+            for offset in range(0, memory_bytes, WARM_PIECE):
+                if alarm.is_set():
+                    break
+                pages[offset:offset + WARM_PIECE].fill(1)
+            del pages  # (the mapping cannot close while a view of it lives)
+            written = time.perf_counter() - start
+        if kind == "sleep":
+            alarm.wait(max(0.0, end - time.perf_counter()))
+        else:
+            a = np.random.default_rng(0).random((128, 128))
+            while time.perf_counter() < end and not alarm.is_set():
+                a = np.tanh(a @ a)
+    finally:
+        if memory is not None:
+            memory.close()  # unmapped just before the save: its pages are free memory for the save's page cache
+    return written, time.perf_counter() - start
 
 
 class BackgroundSaves:

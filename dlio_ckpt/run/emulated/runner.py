@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import secrets
+import statistics
 import time
 from collections import Counter
 from dataclasses import dataclass, field, replace
@@ -189,12 +190,17 @@ def _check_staging_memory(ctx: RunContext) -> None:
 
 
 def _check_training_memory(ctx: RunContext) -> None:
-    """``training_memory_gb`` is written afresh in every interval, by every process at once. It may take more of
-    a host's memory than what a run holds (it is freed before each save), but not all: it is meant to leave
-    little free, as a job's training does, not to drive the host into swap or its processes into the OOM killer."""
-    _check_host_memory(ctx, int(ctx.ck.training_memory_gb * 1e9), "workload.checkpoint.training_memory_gb",
-                       ctx.ck.training_memory_gb, "each process writes it afresh in every training interval",
-                       "a smaller training_memory_gb", share=TRAINING_MEMORY_SHARE)
+    """``training_memory_gb`` is written afresh in every interval, by every process at once, beside what the run
+    holds all along (its I/O buffers, a real staging copy). It may take more of a host's memory than the run
+    holds (it is freed before each save), but not all: it is meant to leave little free, as a job's training
+    does, not to drive the host into swap or its processes into the OOM killer."""
+    ck = ctx.ck
+    held = io_buffer_bytes(ctx.backend, ck.chunk_size) + \
+        (sum(shard_bytes(ctx)) if ck.async_save and ck.staging == "real" else 0)
+    _check_host_memory(ctx, int(ck.training_memory_gb * 1e9) + held, "workload.checkpoint.training_memory_gb",
+                       ck.training_memory_gb, f"each process writes {ck.training_memory_gb:g} GB afresh in every "
+                       f"training interval, beside the {held / GIB:.2f} GiB it holds", "a smaller training_memory_gb",
+                       share=TRAINING_MEMORY_SHARE)
 
 
 def _check_io_buffers(ctx: RunContext) -> None:
@@ -281,13 +287,15 @@ def _sources(read_from: list[ReadFrom]) -> list[RestoreSource]:
 @dataclass
 class ProcessFacts:
     """This process's files redone after a transient storage error, by phase, (a lost-host restore) where its
-    loads read from, and the seconds each training interval spent writing its memory: its part of summary.json's
-    ``retries``, ``restore_sources`` and ``training_memory``, gathered from every process."""
+    loads read from, and (``training_memory_gb``) the seconds each training interval spent writing its memory and
+    took in all: its part of summary.json's ``retries``, ``restore_sources`` and ``training_memory``, gathered from
+    every process."""
 
     save: int = 0
     load: int = 0
     read_from: ReadFrom | None = None
     training_memory_seconds: list[float] = field(default_factory=list)
+    interval_seconds: list[float] = field(default_factory=list)  # with training memory: each interval's length
 
 
 def run(ctx: RunContext) -> Summary | None:
@@ -347,9 +355,11 @@ class EmulatedJob:
         stage = Staging(ck.staging, ck.staging_gb_per_second, max(shards), sum(shards)) if ck.async_save else None
         for i in range(1, ck.num_checkpoints_write + 1):
             state.phase, state.step = "train" if background else "wait before save", i
-            memory = train(ck.time_between_checkpoints, ck.training, ctx.alarm, int(ck.training_memory_gb * 1e9))
+            writing, interval = train(ck.time_between_checkpoints, ck.training, ctx.alarm,
+                                      int(ck.training_memory_gb * 1e9))
             if ck.training_memory_gb:
-                self.facts.training_memory_seconds.append(memory)
+                self.facts.training_memory_seconds.append(writing)
+                self.facts.interval_seconds.append(interval)
             tiers.check()
             state.phase = "save"
             if background is None:
@@ -458,7 +468,7 @@ class EmulatedJob:
         restart_reads = [ck.read_tier]  # a step is restorable once durable on every tier a restart reads
         if ctx.workload.restore.lost_hosts:
             restart_reads = sorted({ck.read_tier, lost_hosts_tier(ctx)})
-        goodput = GoodputAsked(mtbf_hours=ck.mtbf_hours, interval_seconds=ck.time_between_checkpoints,
+        goodput = GoodputAsked(mtbf_hours=ck.mtbf_hours, interval_seconds=self._interval(),
                                tiers=tuple(restart_reads)) if ck.mtbf_hours else None
         plan = plan_of(ctx)
         restore = self._restore_described()
@@ -466,7 +476,18 @@ class EmulatedJob:
                              self._gathered, restored_payload(restore_of(ctx), plan, self.fmt)
                              if restore is not None else None, goodput, load_world_size=restore_of(ctx).world_size)
 
-    def _gathered(self, tries: list[ProcessFacts]) -> dict[str, Any]:
+    def _interval(self) -> float:
+        """The training between checkpoints that goodput is worked out over: ``time_between_checkpoints``, or where
+        writing the training memory made intervals run over, their mean length (each the slowest process's; a
+        collective: every process calls it)."""
+        ck = self.ctx.ck
+        if not (ck.training_memory_gb and ck.num_checkpoints_write):
+            return ck.time_between_checkpoints
+        lengths = self.ctx.comm.allgather(self.facts.interval_seconds)
+        return max(ck.time_between_checkpoints,
+                   statistics.fmean(max(each) for each in zip(*lengths, strict=True)))
+
+    def _gathered(self, facts: list[ProcessFacts]) -> dict[str, Any]:
         """summary.json's sections made of every process's part (on rank 0)."""
         ctx, ck = self.ctx, self.ctx.ck
         staged = [sum(shard_bytes(ctx, p)) for p in range(ctx.comm.size)]
@@ -474,14 +495,15 @@ class EmulatedJob:
         background_mode = AsyncSave(staging=ck.staging, training=ck.training,
                                     staging_gb_per_second=ck.staging_gb_per_second if modelled else None,
                                     staging_bytes_per_process=None if modelled else staged)
-        sources = _sources([t.read_from for t in tries if t.read_from is not None])
-        intervals = zip(*(t.training_memory_seconds for t in tries), strict=True)  # every process trains alike
+        sources = _sources([t.read_from for t in facts if t.read_from is not None])
+        intervals = zip(*(t.training_memory_seconds for t in facts), strict=True)  # every process trains alike
         memory = TrainingMemory(gb_per_process=ck.training_memory_gb, seconds_max=[max(s) for s in intervals],
-                                interval_seconds=ck.time_between_checkpoints) if ck.training_memory_gb else None
+                                interval_seconds=ck.time_between_checkpoints) \
+            if ck.training_memory_gb and ck.num_checkpoints_write else None
         return {"restore_sources": sources or None, "async_save": background_mode if ck.async_save else False,
                 "training_memory": memory,
-                "retries": Retries(save=sum(t.save for t in tries), load=sum(t.load for t in tries),
-                                   per_process=[ProcessRetries(save=t.save, load=t.load) for t in tries],
+                "retries": Retries(save=sum(t.save for t in facts), load=sum(t.load for t in facts),
+                                   per_process=[ProcessRetries(save=t.save, load=t.load) for t in facts],
                                    note="files redone after a transient storage error; the client's own attempts "
                                         "(S3 max_attempts, gcsfs) are not visible here")}
 
