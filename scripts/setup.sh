@@ -4,8 +4,10 @@
 # hold the synthetic bytes to what a compressing storage finds).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-# and util-linux's unshare and mount, hostname: scripts/pretend_host, which the hosts tests launch through
-missing=$(for pair in fio:fio strace:strace zstd:zstd unshare:util-linux mount:mount hostname:hostname; do
+# and util-linux's unshare and mount, hostname: scripts/pretend_host, which the hosts tests launch through;
+# fincore (util-linux-extra on Debian 12): the test that the engine's eviction leaves no page cached
+missing=$(for pair in fio:fio strace:strace zstd:zstd unshare:util-linux fincore:util-linux-extra mount:mount \
+  hostname:hostname; do
   command -v "${pair%%:*}" >/dev/null || echo "${pair#*:}"; done)
 # a fresh Debian's Python has no venv module until python3-venv is installed
 python3 -c 'import ensurepip' 2>/dev/null || missing="$missing python3-venv"

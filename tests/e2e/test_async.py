@@ -87,7 +87,7 @@ def test_real_staging_copies_the_shard_into_host_memory_and_says_how_much(tmp_pa
     assert all(c["async"]["held_seconds_max"] > 0 for c in real["checkpoints"]["save"])
     memory = real["training_memory"]
     assert memory["gb_per_process"] == 0.02 and memory["interval_seconds"] == 1 and len(memory["seconds_max"]) == 3
-    assert real["goodput"]["interval_seconds"] >= 1  # the intervals as trained: never shorter than asked
+    assert real["goodput"]["interval_seconds"] > 1  # the intervals as trained (each past its 1 s), not as asked
 
 
 def test_the_emulators_async_saves_report_the_fields_fsdps_do(tmp_path, dlio_here):

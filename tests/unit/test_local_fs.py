@@ -21,7 +21,7 @@ def resident_bytes(path) -> int:
     return int(out.strip())
 
 
-@pytest.mark.skipif(shutil.which("fincore") is None, reason="fincore (util-linux) not installed")
+@pytest.mark.skipif(shutil.which("fincore") is None, reason="fincore (util-linux-extra) not installed")
 def test_evict_drops_a_written_file_from_the_page_cache(tmp_path):
     backend = get_backend("local_fs", str(tmp_path), {})
     path = backend.join("f.bin")
