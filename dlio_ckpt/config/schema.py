@@ -264,6 +264,15 @@ class Checkpoint(Section):
         "the rank's tensors before its writers start), GB/s per accelerator (the default is an H100's rate); "
         "loads copy what each rank needs back to its accelerator at the same rate, after their reads. "
         "0: the state is in host memory, no copy. summary.json gives its time apart (device_copy_seconds_max)")
+    framework_item_us: float = Field(
+        0.0, ge=0, le=5000, allow_inf_nan=False, description="saves with io_pattern framework in a layout whose "
+        "framework's writer threads share one interpreter (dcp): microseconds each writer thread spends on each item "
+        "before its first call (DCP's planner and torch.save's archive and pickling), played busy, holding Python's "
+        "lock as the framework's Python does, so a process's writer threads take their items one at a time (at most "
+        "Python's switch interval, 5 ms, beyond which the interpreter would share it; a process that plays several "
+        "ranks takes all their items one at a time, where each rank of a job has its own interpreter). The "
+        "framework's time, not the storage's: counted as the framework's CPU (summary.json, a save's "
+        "cpu.framework_seconds). trace-diff works out a value from a job's trace. 0: none")
     staging: Literal["modelled", "real"] = Field("modelled", description="modelled: the shard at "
                                                  "staging_gb_per_second (memory bounded); real: a real copy of the "
                                                  "process's shard into host memory held for the run (memory = shard)")
@@ -489,5 +498,5 @@ tier_key = Workload.tier_key
 # framework's own save (real modes have fsdp.async_save and lightning.async_save)
 EMULATOR_ONLY = ("layout", "files_per_rank", "format", "scale", "miniature", "odirect", "verify", "chunk_size",
                  "io_pattern", "recovery_rank_shift", "ranks_per_host", "mode", "async_save", "staging_gb_per_second",
-                 "staging", "gpu_copy_gb_per_second", "training", "training_memory_gb", "mtbf_hours",
-                 "read_tier")
+                 "staging", "gpu_copy_gb_per_second", "framework_item_us", "training", "training_memory_gb",
+                 "mtbf_hours", "read_tier")

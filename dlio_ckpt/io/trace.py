@@ -7,7 +7,9 @@ epoch, and ``args``. A storage call is an event of category ``POSIX`` named by i
 latency sections count it (``write``, ``fsync``, ``coordinator write``...), its args the file (``fname``, as
 DFTracer names it), ``offset`` and ``size`` where it has them, the ``rank``, the run's ``phase`` and the
 ``checkpoint`` (the step) at the time of the call; each span of the run's phase is an event of category ``phase``,
-each timed save or load one of category ``checkpoint``.
+each timed save or load one of category ``checkpoint``. Where a save plays its framework item by item
+(``io_pattern=framework``, DCP), each item is an event of category ``framework`` named ``item``: the framework's own
+time before its first call (``checkpoint.framework_item_us``; 0 long where none is played), which trace-diff counts.
 
 Why a writer of ours and not pydftracer: pydftracer writes through DFTracer's C++ library, a 40 MiB package
 the tool would need on every host, and its events carry no rank, phase or checkpoint but what the caller adds
@@ -32,6 +34,7 @@ from typing import IO
 
 BATCH = 4096  # lines held before they are written
 CALL = "POSIX"  # DFTracer's category of a file call (an object store's are the client's calls, the same category)
+ITEM = "framework"  # the category of an item a framework saves: its own time before the item's first call
 
 
 TRACE_FILE = re.compile(r"(\d+)_trace\.pfw\.gz")  # a process's trace in the run folder (results.folder lists it)
@@ -72,13 +75,22 @@ class Tracer:
              offset: int | None = None) -> None:
         """One storage call: ``t0`` its start (``perf_counter_ns``), ``ns`` how long it took. The hot path: one
         formatted line appended (about 2 us; ``bench/trace_cost.py``)."""
-        name = self._names.get(path)
-        if name is None:
-            name = self._names[path] = json.dumps(path)
         where = "" if size is None else f',"size":{size}' if offset is None else f',"offset":{offset},"size":{size}'
-        self._add(f'{{"id":{next(self._ids)},"name":"{kind}","cat":"{CALL}","pid":{self.pid},'
-                  f'"tid":{threading.get_native_id()},"ts":{(t0 + self._epoch_ns) // 1000},"dur":{ns // 1000},'
-                  f'"ph":"X","args":{{"fname":{name}{where}{self._context}')
+        self._on_file(kind, CALL, path, t0, ns, where)
+
+    def item(self, path: str, t0: int, ns: int) -> None:
+        """An item a framework saves into ``path``: its own time before the item's first call (``t0``, ``ns``)."""
+        self._on_file("item", ITEM, path, t0, ns)
+
+    def _on_file(self, name: str, cat: str, path: str, t0: int, ns: int, where: str = "") -> None:
+        """An event on the file ``path`` (its JSON string made once per file), ``where``: its args before the
+        run's context."""
+        fname = self._names.get(path)
+        if fname is None:
+            fname = self._names[path] = json.dumps(path)
+        self._add(f'{{"id":{next(self._ids)},"name":"{name}","cat":"{cat}","pid":{self.pid},'
+                  f'"tid":{threading.get_native_id()},"ts":{self._us(t0)},"dur":{ns // 1000},'
+                  f'"ph":"X","args":{{"fname":{fname}{where}{self._context}')
 
     def span(self, name: str, cat: str, t0: int, ns: int, checkpoint: int | None) -> None:
         """A phase or a checkpoint: ``t0`` its start (``perf_counter_ns``), ``ns`` its length."""

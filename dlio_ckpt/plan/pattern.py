@@ -54,6 +54,7 @@ class FilePattern:
     first_written: FirstWritten = FirstWritten.IN_PLACE
     in_memory: bool = False  # serialized into fresh memory first, the calls made from that copy (Lightning's BytesIO)
     archive: bool = False  # one torch.save archive, which a load reads whole as torch.load does
+    items: bool = False  # its calls end each item with a FLUSH: the framework's time on an item is played before it
     tensors: bool = True  # its payload is tensors, copied from the accelerator where a save copies them; a
     #                       coordinator's metadata is not
     reads: Calls | None = None  # a coordinator's file: how every rank of a load reads it, in order

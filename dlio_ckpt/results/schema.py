@@ -54,8 +54,9 @@ class CpuFigures(Section):
     seconds: float = Field(description="CPU seconds, user and system")
     system_seconds: float = Field(description="of which in the kernel (the storage's client: a real job's too)")
     framework_seconds: float = Field(0.0, description="of the user time, the framework's own work the emulation "
-                                     "plays (torch.save's CRC-32, Lightning's copy into memory): a real job's too; "
-                                     "with mode=fsdp or lightning, all of it (the framework runs itself)")
+                                     "plays (torch.save's CRC-32, Lightning's copy into memory, "
+                                     "checkpoint.framework_item_us): a real job's too; with mode=fsdp or lightning, "
+                                     "all of it (the framework runs itself)")
     own_seconds: float = Field(0.0, description="of the user time, the emulator's own work: making and checking "
                                "the synthetic bytes, playing the calls (what a real job does not do)")
     seconds_per_GiB: float = Field(description="CPU seconds per GiB the processes moved (0 when none)")

@@ -175,3 +175,25 @@ def test_a_file_written_in_tmpdir_first_is_moved_into_place_and_leaves_nothing_t
         engine.close()
         if device == "other":
             shutil.rmtree(tmpdir)
+
+
+def test_the_frameworks_time_on_each_item_is_played_before_it_and_counted_as_the_frameworks(tmp_path, monkeypatch):
+    """``WriterSettings.item_seconds`` (``checkpoint.framework_item_us``): each item of a file whose calls mark
+    items (DCP's) is preceded by that long a busy loop, whose CPU time is the framework's (``take_framework_cpu``).
+    The thread's CPU clock is the wall clock here and the CRC-32 costs nothing, so that what is counted is the loops
+    alone and a loaded machine's scheduling cannot move it; a file whose calls mark no items plays none."""
+    from dlio_ckpt.io.engine import framework
+
+    monkeypatch.setattr(framework.time, "thread_time", framework.time.perf_counter)
+    monkeypatch.setattr(framework.zlib, "crc32", lambda _data: 0)
+    backend = get_backend("local_fs", str(tmp_path), {})
+    engine = Engine(backend, 5, IOOptions(chunk_size=1 << 20), writers=WriterSettings(item_seconds=0.004))
+    try:
+        for marked in (True, False):
+            one = task(backend.join(f"items_{marked}"), True)
+            assert engine.write_files([FileTask(one.path, one.segments, one.key,
+                                                FilePattern(one.pattern.calls, items=marked))]) == FILE.size
+            played = engine.take_framework_cpu()
+            assert played >= len(ITEMS) * 0.004 if marked else played < 0.004  # not one loop
+    finally:
+        engine.close()

@@ -142,3 +142,40 @@ def test_a_failed_runs_trace_is_whole_up_to_the_fault(dlio_here, tmp_path, monke
     writes = [e for e in seen_events if e["cat"] == "POSIX" and e["name"] == "write" and e["args.phase"] == "save"]
     assert 0 < len(writes) <= 10
     assert [e["name"] for e in seen_events if e["cat"] == "phase"][-1] == "save"
+
+
+def test_a_save_played_item_by_item_shows_each_item_before_its_calls_as_long_as_asked(dlio_here, tmp_path):
+    """``checkpoint.framework_item_us``: an ``item`` event (category ``framework``) for each item of each file, as
+    many as the file holds ``torch.save`` archives (each ends with one end-of-central-directory record, as the bytes
+    on storage show; against a real save's ``.metadata``: ``against_frameworks/test_trace_diff.py``), also where
+    nothing is played (trace-diff counts them); each at least as long as asked, ended before its thread's next
+    write."""
+    for us in (0, 300):
+        out, root = tmp_path / f"out{us}", tmp_path / f"root{us}"
+        r = dlio_here([*JOB, f"++workload.checkpoint.framework_item_us={us}", "++workload.checkpoint.trace=True",
+                       "++workload.checkpoint.num_checkpoints_read=0", f"++workload.storage.storage_root={root}",
+                       f"hydra.run.dir={out}"])
+        assert r.returncode == 0, r.stderr
+        seen = events(out)
+        items = [e for e in seen if e["cat"] == "framework"]
+        assert all(e["name"] == "item" and e["args.phase"] == "save" and e["dur"] >= us for e in items)
+        archives = {f.name: f.read_bytes().count(b"PK\x05\x06")
+                    for f in (root / "checkpoints" / "tiny" / "global_epoch1_step1").glob("*.distcp")}
+        assert Counter(Path(e["args.fname"]).name for e in items) == Counter(archives) and len(archives) == 4
+        writes = sorted((e["ts"], e["tid"]) for e in seen if e["cat"] == "POSIX" and e["name"] == "write")
+        for e in items:  # its thread's next write comes after it
+            after = next(ts for ts, tid in writes if tid == e["tid"] and ts >= e["ts"])
+            assert after >= e["ts"] + e["dur"], e
+
+
+def test_the_time_per_item_is_refused_where_no_framework_plays_items(dlio_here, tmp_path):
+    """Only DCP's writer threads (one interpreter, an item at a time) play it: megatron-core's writers are
+    processes, a stream has no items."""
+    for extra, rule in ((["++workload.checkpoint.layout=megatron"], "checkpoint.layout=megatron with "
+                         "io_pattern=framework plays none"),
+                        (["++workload.checkpoint.io_pattern=stream"], "io_pattern=stream plays none")):
+        r = dlio_here([*JOB, *extra, "++workload.checkpoint.framework_item_us=50",
+                       f"++workload.storage.storage_root={tmp_path / 'root'}", f"hydra.run.dir={tmp_path / 'out'}"])
+        assert r.returncode == 2, r.stderr
+        assert "workload.checkpoint.framework_item_us=50.0: is played item by item" in r.stderr and rule in r.stderr
+        assert not (tmp_path / "root").exists() and not (tmp_path / "out").exists()

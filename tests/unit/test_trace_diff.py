@@ -10,7 +10,16 @@ import json
 
 import pytest
 
-from dlio_ckpt.tools.readers.trace_compare import Call, gaps, job_calls, ks_distance, strace_calls
+from dlio_ckpt.tools.readers.trace_compare import (
+    ITEM_KIND,
+    Call,
+    compare_phase,
+    gaps,
+    job_calls,
+    ks_distance,
+    render_table,
+    strace_calls,
+)
 
 
 @pytest.mark.parametrize(("a", "b", "d"), [
@@ -75,8 +84,8 @@ def test_dftracer_2s_own_form_is_read_too(tmp_path):
     with gzip.open(tmp_path / "job-1-preload.pfw.gz", "wt") as fh:
         fh.write("\n".join(json.dumps(e) for e in lines) + "\n")
     (tmp_path / "job-2-fork.pfw.gz").write_bytes(b"")
-    assert job_calls([tmp_path], None) == [Call("write", "/ck/a.distcp", 4, 100.0, 13.0, 1261),
-                                           Call("fsync", "/ck/a.distcp", 4, 110.0, 3629.0, 0)]
+    assert job_calls([tmp_path], None) == [Call("write", "/ck/a.distcp", 4, 100.0, 13.0, 1261, process=3),
+                                           Call("fsync", "/ck/a.distcp", 4, 110.0, 3629.0, 0, process=3)]
 
 
 def test_the_gaps_are_between_data_calls_starts_every_thread_together():
@@ -105,3 +114,22 @@ def test_a_job_trace_with_no_call_under_the_folder_asked_is_refused(dlio_here, t
 def test_a_trace_that_is_not_there_is_refused(dlio_here, tmp_path):
     r = dlio_here(["trace-diff", str(tmp_path / "nothing.pfw"), str(tmp_path)])
     assert r.returncode == 2 and "nothing.pfw" in r.stderr, r.stderr
+
+
+def test_the_time_per_item_that_would_make_up_the_duration_is_spread_over_the_busiest_ranks_items():
+    """The job's save took 0.2 s longer than the run's (0.5 s against 0.3 s); the run played 10 us before each of
+    its items, 100 of them on rank 1 and 50 on rank 2: 10 + 200,000 / 100 = 2,010 us. A job faster than the
+    run asks for nothing below 0. What was played is the shortest item's (a busy loop lasts at least what it was
+    asked, longer where preempted). The items are no calls of the run's."""
+    def writes(seconds: float) -> list[Call]:
+        return [Call("write", "/ck/a", 1, 0.0, 1.0, 4096), Call("write", "/ck/a", 1, seconds * 1e6 - 1.0, 1.0, 4096)]
+
+    items = [Call(ITEM_KIND, "/ck/a", 1, 0.0, 10.0 + k % 3 * 50, process=1) for k in range(100)] + \
+        [Call(ITEM_KIND, "/ck/b", 2, 0.0, 10.0, process=2) for _ in range(50)]  # some preempted: longer
+    slower = compare_phase("save", writes(0.5), writes(0.3), items)
+    assert slower.item is not None and slower.run.calls == 2
+    assert (slower.item.items_per_rank, slower.item.played_us) == (100, 10.0)
+    assert slower.item.suggested_us == pytest.approx(2010.0)
+    assert "++workload.checkpoint.framework_item_us=2010" in render_table([slower])
+    assert compare_phase("save", writes(0.1), writes(0.3), items).item.suggested_us == 0.0
+    assert compare_phase("save", writes(0.1), writes(0.3)).item is None

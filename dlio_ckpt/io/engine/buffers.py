@@ -126,12 +126,14 @@ class _Worker:
 
 
 class _CallWriter:
-    """What one framework writer thread owns: a synthetic source for calls of up to ``calls`` bytes (a block
-    more: a call may start inside one)."""
+    """What one framework writer thread owns: a synthetic source for calls of up to ``calls`` bytes, with room for
+    ``before`` bytes ahead of one (what a buffered file keeps and writes just before a call it cannot keep) and a
+    block more (a call may start inside one); both whole blocks."""
 
-    def __init__(self, run_key: int, calls: int, reduction: Reduction = IRREDUCIBLE) -> None:
-        self.calls = calls
-        self.data = SyntheticData(run_key, calls + BLOCK, reduction=reduction)
+    def __init__(self, run_key: int, calls: int, reduction: Reduction = IRREDUCIBLE, before: int = 0) -> None:
+        self.calls, self.before = calls, before
+        self.window = calls + before + BLOCK  # the largest window of the source, bytes
+        self.data = SyntheticData(run_key, self.window, reduction=reduction)
 
     def scope(self) -> Any:
         return nullcontext()

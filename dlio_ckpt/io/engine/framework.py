@@ -28,6 +28,7 @@ from dlio_ckpt.io.engine.core import EngineCore
 from dlio_ckpt.io.engine.files import _FileBuf, _RawReader, _RawWriter
 from dlio_ckpt.io.engine.tasks import FileTask, IOOptions, WriterSettings, _item_reads
 from dlio_ckpt.io.synthetic import BLOCK, SLACK, first_difference
+from dlio_ckpt.io.trace import Tracer
 from dlio_ckpt.plan.formats import FLUSH
 from dlio_ckpt.plan.pattern import FileObject, FilePattern, FirstWritten
 
@@ -67,7 +68,7 @@ class FrameworkPattern(EngineCore):
     def buffer_bytes(self) -> int:
         """The stream's buffers, and the framework writers' sources once made (with the piece each copies into
         memory first where its framework serializes into memory, and their datatypes' pools)."""
-        return super().buffer_bytes + sum(w.calls + BLOCK + SLACK + self._in_memory + w.data.value_pool_bytes
+        return super().buffer_bytes + sum(w.window + SLACK + self._in_memory + w.data.value_pool_bytes
                                           for w in self._call_writers)
 
     def close(self) -> None:
@@ -129,11 +130,17 @@ class FrameworkPattern(EngineCore):
         # a python file object's buffer is written from the same source, whole
         largest = max(largest, self._buffer_size if any(p.file_object is FileObject.PYTHON for p in patterns) else 0)
         size = max([-(-largest // BLOCK) * BLOCK, *(w.calls for w in self._call_writers)])
+        # played by its arithmetic (_write_through_buffer): what it keeps goes out from one window with the next call
+        buffered = any(p.file_object is FileObject.PYTHON and not p.in_memory for p in patterns)
+        before = max([-(-self._buffer_size // BLOCK) * BLOCK if buffered else 0,
+                      *(w.before for w in self._call_writers)])
         count = max(1, min(threads, len(tasks)))
-        if len(self._call_writers) < count or self._call_writers[0].calls < size:
+        if len(self._call_writers) < count or self._call_writers[0].calls < size or \
+                self._call_writers[0].before < before:
             for w in self._call_writers:
                 w.close()
-            self._call_writers = [_CallWriter(self._run_key, size, self.options.reduction) for _ in range(count)]
+            self._call_writers = [_CallWriter(self._run_key, size, self.options.reduction, before)
+                                  for _ in range(count)]
         if any(p.in_memory for p in patterns):  # each writer also holds a copy of the piece it writes (buffer_bytes)
             self._in_memory = max(self._in_memory, largest)
         return self._call_writers[:count]
@@ -225,15 +232,20 @@ class FrameworkPattern(EngineCore):
         than the buffer; a flush writes what is kept. So the storage sees the calls it sees under the framework
         (the strace tests hold them to a real ``dcp.save``), and a tensor's dozens of small header calls cost a
         few integer operations instead of a Python write each (a scaled save of 139,540 tensors made 5.4 million).
-        Each payload call's CRC-32 is computed over its bytes when they are written (torch.save's per-byte work);
-        its copy from the accelerator is modelled before it, as the framework copies before it writes.
+        Each payload call's CRC-32 (torch.save's per-byte work) is computed before the buffer's bytes ahead of it go
+        out, as torch.save computes a record's before handing it to the file: its header's write follows at once,
+        as it does under the framework; its copy from the accelerator is modelled before it, as the framework
+        copies before it writes.
         ``sync``: the writer's own fsync, made before the buffer's last bytes go out at the close (DCP's ``with
         open(...)``: ``os.fsync`` inside it, the flush at its end)."""
         size, piece = self._buffer_size, w.calls
         kept_at = kept = 0  # the buffer: where its bytes start in the file, how many
-        payloads: list[tuple[int, int]] = []  # the payload calls among the kept bytes, (start, end) in the file
+        payloads: list[tuple[int, int]] = []  # the payload calls among the bytes about to go out, (start, end)
 
-        def emit(lo: int, hi: int) -> None:
+        def emit(lo: int, hi: int, split_at: int | None = None) -> None:
+            """The file's bytes [lo, hi) written, their payload calls' CRC-32s first (torch.save computes a
+            record's before handing it to the file); ``split_at``: where a call that goes out whole starts, the
+            kept bytes before it written by a call of their own."""
             window, patches = _window_of(w.data, task, lo, hi)
             with _formatted(window, patches):
                 if payloads:
@@ -241,13 +253,19 @@ class FrameworkPattern(EngineCore):
                     for start, end in payloads:
                         zlib.crc32(window[start - lo:end - lo])  # torch.save's CRC-32 of each record; not written
                     self._played(time.thread_time() - t0)
-                writer.write(window)
+                for a, b in ((lo, split_at), (split_at, hi)) if split_at is not None and split_at > lo else ((lo, hi),):
+                    writer.write(window[a - lo:b - lo])
+                    self._progress(task.path, b - a)
             payloads.clear()
-            self._progress(task.path, hi - lo)
 
         meta, i = task.format_pieces, 0  # the format's pieces, in order; i: the first that does not end before offset
         offset, pattern = 0, _pattern(task)
+        items = pattern.items and bool(self.writers.item_seconds or self._tracer is not None)
+        item_starts = True
         for n in pattern.calls:
+            if items and item_starts:
+                self._framework_item(task.path)
+            item_starts = n == FLUSH
             if n == FLUSH:
                 if kept:
                     emit(kept_at, kept_at + kept)
@@ -261,15 +279,18 @@ class FrameworkPattern(EngineCore):
                 self._copy_from_device(n)
             for at in range(offset, offset + n, piece) if payload else (offset,):  # beyond LARGEST_CALL: pieces
                 m = min(piece, offset + n - at) if payload else n
+                if m > size:  # larger than the buffer: what is kept goes out first, then the call, whole
+                    if payload:
+                        payloads.append((at, at + m))
+                    emit(kept_at if kept else at, at + m, at)
+                    kept = 0
+                    continue
                 if kept and m > size - kept:  # no room left: what is kept goes out first
                     emit(kept_at, kept_at + kept)
                     kept = 0
                 if payload:
                     payloads.append((at, at + m))
-                if m > size:  # larger than the buffer: written at once, whole
-                    emit(at, at + m)
-                else:
-                    kept_at, kept = (kept_at, kept + m) if kept else (at, m)
+                kept_at, kept = (kept_at, kept + m) if kept else (at, m)
             offset += n
         if offset != task.size:
             raise AssertionError(f"{task.path}: calls of {offset} bytes for a file of {task.size}")
@@ -277,6 +298,26 @@ class FrameworkPattern(EngineCore):
             sync()
         if kept:
             emit(kept_at, kept_at + kept)
+
+    @cached_property
+    def _tracer(self) -> Tracer | None:
+        """The trace the storage's calls go to (``checkpoint.trace``), which also shows each item played."""
+        return getattr(self.backend, "tracer", None)
+
+    def _framework_item(self, path: str) -> None:
+        """The framework's own time on an item before its first call (``checkpoint.framework_item_us``: DCP's
+        planner and torch.save's archive and pickling), played busy: a loop that holds Python's lock as the
+        framework's Python does, so that the process's other writer threads wait as they wait under DCP. Its CPU is
+        the framework's (:meth:`_played`); on the trace an ``item`` event, also where nothing is played (trace-diff
+        counts a save's items)."""
+        t0 = time.perf_counter_ns()
+        if self.writers.item_seconds:
+            cpu, end = time.thread_time(), t0 + round(self.writers.item_seconds * 1e9)
+            while time.perf_counter_ns() < end:
+                pass
+            self._played(time.thread_time() - cpu)
+        if self._tracer is not None:
+            self._tracer.item(path, t0, time.perf_counter_ns() - t0)
 
     def _copy_from_device(self, nbytes: int) -> None:
         """A tensor's copy from its accelerator before its framework writes it, modelled: a sleep at

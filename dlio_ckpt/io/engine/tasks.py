@@ -99,11 +99,13 @@ _W = TypeVar("_W", bound=_Scoped)
 class WriterSettings:
     """How a framework's writer threads write a save's files (the stream's threads are the storage's): how many, whether
     the caller's thread is one of them (DCP's) or only waits for them (megatron-core's writer processes), and the rate
-    each copies a tensor from its accelerator at before writing it (bytes/s; 0: the state is in host memory)."""
+    each copies a tensor from its accelerator at before writing it (bytes/s; 0: the state is in host memory), and the
+    time each spends on an item before writing it (``checkpoint.framework_item_us``)."""
 
     threads: int = 1
     caller_writes: bool = True
     device_copy_rate: float = 0.0
+    item_seconds: float = 0.0  # the framework's own time on each item before its first call (framework_item_us)
 
 
 @dataclass(frozen=True)

@@ -78,11 +78,15 @@ class FrameworkIO:
     # s3torchconnector's S3FileSystem); else written in place there (megatron-core writes .metadata so on MSC)
     object_store_rename: bool = False
     copies: Copies = Copies.EACH  # when a synchronous save copies its tensors from the accelerator
+    # its calls end each item with a FLUSH and its writer threads share one interpreter (DCP's FileSystemWriter):
+    # checkpoint.framework_item_us is played item by item, holding Python's lock as the framework's Python does
+    items: bool = False
 
     def file_pattern(self, file: PlannedFile) -> FilePattern:
         """How its framework writes one of a rank's files: what the engine is handed with it."""
         return FilePattern(self.file_calls(file), synced=self.syncs_files, file_object=self.file_object,
-                           first_written=self.first_written, in_memory=self.in_memory, archive=self.archives)
+                           first_written=self.first_written, in_memory=self.in_memory, archive=self.archives,
+                           items=self.items)
 
     def coordinator_pattern(self, file: CoordinatorFile) -> FilePattern:
         """How its framework writes a coordinator's file (metadata, not tensors), and how a load reads it."""

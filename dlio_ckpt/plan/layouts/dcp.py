@@ -341,7 +341,7 @@ def coordinator_reads(file: CoordinatorFile) -> Calls:
 FRAMEWORK_IO = FrameworkIO(writer="torch.distributed.checkpoint FileSystemWriter (torch 2.13.0; on S3 "
                                   "s3torchconnector 1.5.0's S3StorageWriter)",
                            file_calls=file_calls, coordinator_calls=coordinator_calls,
-                           coordinator_reads=coordinator_reads, object_store_rename=True)
+                           coordinator_reads=coordinator_reads, object_store_rename=True, items=True)
 
 
 @cache

@@ -175,12 +175,14 @@ def writer_settings(ctx: RunContext, framework: FrameworkIO | None) -> WriterSet
     """How this process's engine writes a save played as its framework writes it: its writer threads
     (:func:`writer_threads`), whether the caller's thread is one of them, and the copy each makes of a tensor from
     its accelerator before writing it, where the framework copies tensor by tensor: the threads copy side by side,
-    sharing the process's accelerators (one per rank it plays), a thread at most one accelerator's rate."""
+    sharing the process's accelerators (one per rank it plays), a thread at most one accelerator's rate; and the
+    framework's own time on each item (``checkpoint.framework_item_us``; the preflight refuses it where not played)."""
     if framework is None:
         return WriterSettings()
     threads, rate = writer_threads(ctx, ctx.backend), _copy_rate(ctx, framework)
     per_thread = min(rate, rate * len(ranks_of_process(ctx)) / threads) if framework.copies is Copies.EACH else 0.0
-    return WriterSettings(threads, framework.threads is not Threads.FILE_EACH_CALLER_WAITS, per_thread)
+    return WriterSettings(threads, framework.threads is not Threads.FILE_EACH_CALLER_WAITS, per_thread,
+                          ctx.workload.checkpoint.framework_item_us / 1e6)
 
 
 def device_copy(ctx: RunContext, framework: FrameworkIO | None) -> DeviceCopy:

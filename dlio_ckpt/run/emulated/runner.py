@@ -85,6 +85,11 @@ def preflight(ctx: RunContext) -> None:
         raise ConfigError("workload.checkpoint.odirect", True, f"checkpoint.io_pattern=framework writes as "
                           f"{framework.writer} does, through the page cache; set "
                           "++workload.checkpoint.io_pattern=stream to measure O_DIRECT")
+    if ck.framework_item_us and not getattr(framework_io(ctx.workload), "items", False):
+        raise ConfigError("workload.checkpoint.framework_item_us", ck.framework_item_us,
+                          "is played item by item by a framework's writer threads that share one interpreter "
+                          f"(checkpoint.layout=dcp, io_pattern=framework); checkpoint.layout={ck.layout} with "
+                          f"io_pattern={ck.io_pattern} plays none: leave it 0")
     for backend in ctx.tiers[1:]:  # drains write without O_DIRECT; the read phase reads as asked
         check_capabilities(backend, IOOptions(fsync=ck.fsync))
     check_capabilities(ctx.tiers[ck.read_tier], io_options(ctx))

@@ -8,7 +8,9 @@ form (:class:`Call`: kind, file, thread, start, duration, size), then compared p
 - the KS distance (the largest gap between the two empirical distribution functions, as ``scipy.stats.ks_2samp``'s
   statistic) of the sizes of the write calls, of the read calls, and of the gaps between calls (:func:`gaps`);
 - calls per file, threads per file, fsyncs and renames, side by side;
-- the bytes, the duration (first call's start to last call's end) and the throughput, as the run's over the job's.
+- the bytes, the duration (first call's start to last call's end) and the throughput, as the run's over the job's;
+- where the run played its framework item by item (its trace's ``item`` events: DCP), the framework's time per item
+  that would make up the difference in duration (:func:`item_time`), a value for ``checkpoint.framework_item_us``.
 
 The verdict takes the sizes of the phase's own data calls (a save's writes, a load's reads; the others are shown,
 not judged: a real save's framework may read back a little, as ``mode=fsdp``'s rank 0 reads ``.metadata``) and DLIO's
@@ -24,14 +26,14 @@ import gzip
 import json
 import os
 import re
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from dlio_ckpt.errors import ConfigError
-from dlio_ckpt.io.trace import TRACE_FILE
+from dlio_ckpt.io.trace import ITEM, TRACE_FILE
 
 # DLIO's thresholds (dlio_benchmark/auto_config/compare.py, ComparisonReport.summary)
 SIZE_KS, GAP_KS, THROUGHPUT = 0.1, 0.15, (0.8, 1.2)
@@ -45,12 +47,15 @@ KINDS = {**dict.fromkeys(("write", "pwrite", "pwrite64", "writev", "pwritev", "p
          **dict.fromkeys(("rename", "renameat", "renameat2"), "rename"),
          **dict.fromkeys(("open", "open64", "openat", "creat", "create"), "open"), "close": "close"}
 DATA = ("write", "read")
+ITEM_KIND = "item"  # not a storage call: an item the run's framework saved, its own time before the item's calls
 
 
 @dataclass(frozen=True)
 class Call:
     """One storage call: its kind (:data:`KINDS`' names), file, thread, start and duration (microseconds), the
-    bytes it moved (data calls), and the phase and checkpoint it was in where its trace says (ours does)."""
+    bytes it moved (data calls), the phase and checkpoint it was in where its trace says (ours does), and who made
+    it where a DFTracer trace says: its rank (ours), else its process id. Also an item a run's framework saved
+    (:data:`ITEM_KIND`)."""
 
     kind: str
     file: str
@@ -60,6 +65,7 @@ class Call:
     size: int = 0
     phase: str | None = None
     checkpoint: int | None = None
+    process: int = 0  # its rank (a run's trace), else its process id (0: not said)
 
 
 # -- reading the traces ----------------------------------------------------------------------------------
@@ -104,7 +110,7 @@ def dftracer_calls(paths: Iterable[Path]) -> list[Call]:
     out = []
     for e in events:
         args = e.get("args") or {}
-        kind = KINDS.get(str(e.get("name", "")).removeprefix("coordinator "))
+        kind = ITEM_KIND if e.get("cat") == ITEM else KINDS.get(str(e.get("name", "")).removeprefix("coordinator "))
         if kind is None:
             continue
         file = args.get("fname") or names.get(str(args.get("fhash")), "")
@@ -112,7 +118,8 @@ def dftracer_calls(paths: Iterable[Path]) -> list[Call]:
         if int(args.get("ret", 0)) < 0:
             continue
         out.append(Call(kind, str(file), int(e.get("tid", 0)), float(e["ts"]), float(e.get("dur", 0)),
-                        int(size or 0), args.get("phase"), args.get("checkpoint")))
+                        int(size or 0), args.get("phase"), args.get("checkpoint"),
+                        int(args.get("rank", e.get("pid", 0)))))
     return out
 
 
@@ -186,7 +193,7 @@ def job_calls(paths: list[Path], under: str | None) -> list[Call]:
     files = [f for f, line in firsts.items() if line is not None]
     traced = dftracer_calls(files) if all(is_dftracer(str(firsts[f])) for f in files) else strace_calls(files)
     keep = (lambda f: f.startswith(os.path.join(os.path.abspath(under), ""))) if under else _not_system
-    return [c for c in traced if keep(c.file)]
+    return [c for c in traced if keep(c.file) and c.kind != ITEM_KIND]
 
 
 _SYSTEM = ("/proc/", "/sys/", "/dev/", "/usr/", "/lib", "/etc/", "pipe:", "socket:", "anon_inode:")
@@ -274,6 +281,30 @@ def side(calls: list[Call]) -> Side:
 
 
 @dataclass
+class ItemTime:
+    """The framework's time per item: what the run played, on how many items its busiest rank saved, and a
+    value of ``checkpoint.framework_item_us`` that would make up the difference in duration (:func:`item_time`)."""
+
+    items_per_rank: int
+    played_us: float
+    suggested_us: float
+
+
+def item_time(job: Side, run: Side, items: list[Call]) -> ItemTime | None:
+    """What the run played before each item (its shortest ``item`` event, microseconds: the value it was asked,
+    which a busy loop lasts at least, longer where its thread was preempted) and the value that would make its
+    duration the job's: the difference spread over the items of its busiest rank, whose writer
+    threads take their items one at a time (they hold one interpreter's lock, as DCP's do). A first estimate: the
+    threads' calls, the other processes and the cores move with it, so run again with it and compare again
+    (each comparison starts from what that run played). None where the run played no items."""
+    if not items:
+        return None
+    busiest = max(Counter(c.process for c in items).values())
+    played = min(c.duration for c in items)
+    return ItemTime(busiest, played, max(0.0, played + (job.seconds - run.seconds) * 1e6 / busiest))
+
+
+@dataclass
 class PhaseDistance:
     """One phase held against the job: the distances, both sides' accounts and the verdict."""
 
@@ -286,6 +317,7 @@ class PhaseDistance:
     bytes_ratio: float | None
     duration_ratio: float | None
     throughput_ratio: float | None
+    item: ItemTime | None = None  # where the run played its framework item by item
     failed: list[str] = field(default_factory=list)  # each threshold it misses, said
 
     @property
@@ -297,12 +329,14 @@ def _ratio(a: float, b: float) -> float | None:
     return a / b if b else None
 
 
-def compare_phase(phase: str, job: list[Call], run: list[Call]) -> PhaseDistance:
+def compare_phase(phase: str, job: list[Call], run: list[Call], items: list[Call] | None = None) -> PhaseDistance:
+    """The job's calls of a phase held against the run's (and the items the run's framework saved in it)."""
     j, r = side(job), side(run)
     sizes = {k: ks_distance([float(c.size) for c in job if c.kind == k], [float(c.size) for c in run if c.kind == k])
              for k in DATA}
     out = PhaseDistance(phase, j, r, sizes["write"], sizes["read"], ks_distance(gaps(job), gaps(run)),
-                        _ratio(r.bytes, j.bytes), _ratio(r.seconds, j.seconds), _ratio(r.throughput, j.throughput))
+                        _ratio(r.bytes, j.bytes), _ratio(r.seconds, j.seconds), _ratio(r.throughput, j.throughput),
+                        item_time(j, r, items or []))
     judged = "read" if phase.startswith("load") else "write"  # DLIO judges a loader's reads; a save's are its writes
     size_ks = sizes[judged]
     if size_ks is not None and size_ks >= SIZE_KS:
@@ -339,8 +373,9 @@ def compare(job_paths: list[Path], run: Path, under: str | None = None, phase: s
         if not mine:
             raise ConfigError("RUN", str(run), f"traced no call in phase {name} (its phases: "
                               f"{', '.join(dict.fromkeys(str(c.phase) for c in ours))})")
+        mine = one_checkpoint(mine, checkpoint, "RUN")
         found.append(compare_phase(str(name), one_checkpoint(theirs, checkpoint, "TRACE"),
-                                   one_checkpoint(mine, checkpoint, "RUN")))
+                                   [c for c in mine if c.kind != ITEM_KIND], [c for c in mine if c.kind == ITEM_KIND]))
     return found
 
 
@@ -378,6 +413,11 @@ def render_table(found: list[PhaseDistance]) -> str:
             a, b = getattr(p.job, name), getattr(p.run, name)
             shown = "{:>12.3f}{:>12.3f}" if isinstance(a, float) else "{:>12}{:>12}"
             lines.append(f"  {name:<18}" + shown.format(a, b))
+        if p.item is not None:
+            lines.append(f"  framework time per item: the run played {p.item.played_us:.0f} us before each item "
+                         f"({p.item.items_per_rank} on its busiest rank); the job's duration suggests "
+                         f"++workload.checkpoint.framework_item_us={p.item.suggested_us:.0f} (a first estimate: run "
+                         "with it and compare again)")
     lines.append(f"thresholds: {THRESHOLDS}")
     return "\n".join(lines)
 
