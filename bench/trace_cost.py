@@ -57,7 +57,7 @@ def ours() -> float:
 
 
 PYDFTRACER = f"""
-import os, resource, sys, tempfile
+import os, resource, shutil, sys, tempfile
 folder = tempfile.mkdtemp()
 os.environ.update(DFTRACER_ENABLE="1", DFTRACER_INC_METADATA="1", DFTRACER_LOG_FILE=folder + "/t")
 from dftracer.python import dftracer, TagValue, TagDType
@@ -74,6 +74,7 @@ for i in range({N}):
     log.log_event("write", "POSIX", 1_000_000 + i * 50, 20, int_args=ints, string_args=strings)
 log.finalize()
 print(cpu() - t)
+shutil.rmtree(folder, ignore_errors=True)
 """
 
 
