@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import sys
 
+import pytest
+
 from tests.support.refusals import on, refused
 
 
@@ -50,3 +52,37 @@ def test_the_crts_lost_endpoint_is_said_as_one_it_cannot_connect_to():
     assert str(said).startswith("cannot open s3://b/k: cannot connect: the client has no address for "
                                 "storage_options.endpoint_url"), said
     assert "AWS_IO_DNS_QUERY_FAILED" in str(said) and said.transient
+
+
+def test_a_gcs_request_is_tried_max_attempts_times():
+    """gcsfs fixes its own count (6, some 30 s of backoff against a server gone); ``max_attempts`` sets it. A server
+    that takes each connection and closes it at once counts the tries: twice as many for 2 as for 1 (aiohttp
+    itself opens a connection again once where the first is closed unanswered)."""
+    import socket
+    import threading
+
+    from dlio_ckpt.errors import StorageError
+    from dlio_ckpt.io.backends import get_backend
+
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        accepted: list[int] = []
+
+        def serve() -> None:
+            while True:
+                try:
+                    connection, _ = server.accept()
+                except OSError:  # closed at the end of the test
+                    return
+                accepted.append(1)
+                connection.close()
+
+        threading.Thread(target=serve, daemon=True).start()
+        endpoint = f"http://127.0.0.1:{server.getsockname()[1]}"
+        tries = {}
+        for attempts in (1, 2):
+            accepted.clear()
+            store = get_backend("gcs", "bucket/k", {"endpoint_url": endpoint, "max_attempts": attempts})
+            with pytest.raises(StorageError, match="cannot read gs://bucket/k/object"):
+                store.get_small(store.join("object"))
+            tries[attempts] = len(accepted)
+    assert tries[1] >= 1 and tries[2] == 2 * tries[1], tries

@@ -33,6 +33,7 @@ from dlio_ckpt.io.requests import RequestLog
 os.environ.setdefault("GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT", "false")
 
 import gcsfs  # noqa: E402  (must follow the variable above)
+from gcsfs.retry import retry_request  # noqa: E402
 
 logging.getLogger("gcsfs").setLevel(logging.CRITICAL)  # it logs tracebacks on retries; we report the cause
 
@@ -166,6 +167,25 @@ class GCSRanged:
         pass
 
 
+class GCSFileSystemWithAttempts(gcsfs.GCSFileSystem):
+    """gcsfs whose requests (``_request``: every one this backend makes) are tried ``max_attempts`` times, the first
+    included, with gcsfs's own backoff between tries (1, 2, 4, 8... seconds and a random part) and its own rule for
+    what is worth another try. gcsfs fixes its count, 6, when its class is made (its ``retry_request`` decorator): a
+    server gone, its connections refused, was tried for some 30 s before the job heard of it. The real modes'
+    frameworks open their own gcsfs, with its count."""
+
+    _one_try = gcsfs.GCSFileSystem._request.__wrapped__  # gcsfs's request, without its decorator
+    _tried = retry_request.__wrapped__  # the decorator's loop, called with a count of tries
+
+    def __init__(self, *args: Any, max_attempts: int, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.max_attempts = max_attempts
+
+    async def _request(self, *args: Any, **kwargs: Any) -> Any:
+        return await GCSFileSystemWithAttempts._tried(GCSFileSystemWithAttempts._one_try, self.max_attempts, self,
+                                                      *args, **kwargs)
+
+
 class GCSBackend(ObjectStore):
     name = "gcs"
     scheme = "gs"
@@ -177,10 +197,11 @@ class GCSBackend(ObjectStore):
         self.endpoint = o.endpoint_url or os.environ.get("STORAGE_EMULATOR_HOST")
         self.token = o.token or ("anon" if self.endpoint else None)
         self.requests = RequestLog()
-        self.fs = gcsfs.GCSFileSystem(project=o.project, token=self.token, endpoint_url=o.endpoint_url,
-                                      requests_timeout=o.timeout, skip_instance_cache=True,
-                                      use_listings_cache=False,  # sizes from the store, never a stale listing
-                                      session_kwargs={"trace_configs": [gcs_trace(self.requests)]})
+        self.fs = GCSFileSystemWithAttempts(project=o.project, token=self.token, endpoint_url=o.endpoint_url,
+                                            requests_timeout=o.timeout, max_attempts=o.max_attempts,
+                                            skip_instance_cache=True,
+                                            use_listings_cache=False,  # sizes from the store, never a stale listing
+                                            session_kwargs={"trace_configs": [gcs_trace(self.requests)]})
 
     def call(self, coroutine: Any, *args: Any, **kwargs: Any) -> Any:
         """One gcsfs operation, its retries included, bounded by ``timeout`` seconds."""

@@ -120,8 +120,11 @@ class GCSOptions(ObjectStoreOptions):
     consistency: Literal["none", "md5", "crc32c"] = "none"
     # bench/object_stores.py compares read sizes with gcsfs's own reads: the smaller ranges came closest
     read_size: Bytes = Field(ByteSize(8 * MIB), ge=MIB, description="bytes per ranged GET when reading")
-    timeout: float = Field(60.0, gt=0, description="seconds one operation may take, gcsfs's own retries "
-                           "included (it retries a refused connection with backoff for ~30 s)")
+    max_attempts: int = Field(6, ge=1, le=100, description="tries per request, first one included, gcsfs's "
+                              "backoff between them (1, 2, 4, 8, 16, then 32 s; 6, gcsfs's own count, tries a "
+                              "refused connection for some 30 s); timeout bounds them all (the real modes' "
+                              "frameworks keep gcsfs's 6)")
+    timeout: float = Field(60.0, gt=0, description="seconds one operation may take, its tries included")
 
 class GDSOptions(Options):
     threads: int = Field(1, ge=1, le=256, description="files in flight per process")
