@@ -16,7 +16,11 @@ value), in that order, each emulated save held against the round's real one by t
 real save held against the round before's (the job against itself: how close one real save is to the next).
 Medians and how many rounds each was judged CLOSE by DLIO's thresholds.
 
-Usage: .venv/bin/python bench/trace_verdict.py [--folder /tmp] [--rounds 7] [--calibrate 3]
+``--saves N`` has each job save N times (``num_checkpoints_write``) and each comparison pool them (trace-diff's
+``--under`` given once a save), the calibration's real job included (its median duration then that of its saves
+together).
+
+Usage: .venv/bin/python bench/trace_verdict.py [--folder /tmp] [--rounds 7] [--calibrate 3] [--saves 1]
        [--tracers strace,dftracer]
 """
 
@@ -32,21 +36,28 @@ import sys
 import tempfile
 from pathlib import Path
 
-from dlio_ckpt.tools.readers.trace_compare import PhaseDistance, compare, compare_phase, job_calls, side
+from dlio_ckpt.tools.readers.trace_compare import (
+    Call,
+    PhaseDistance,
+    compare,
+    compare_phase,
+    on_files,
+    side,
+    traced_calls,
+)
 
 REPO = Path(__file__).resolve().parent.parent
 MPIEXEC = Path(sys.executable).parent / "mpiexec"
 JOB = ["workload=tiny", "++workload.model.parallelism.tensor=1", "++workload.model.model_datatype=bf16",
        "++workload.model.optimizer_datatype=bf16", "++workload.model.transformer.vocab_size=1001",
-       "++workload.checkpoint.num_checkpoints_write=1", "++workload.checkpoint.num_checkpoints_read=0",
-       "++workload.checkpoint.fsync=True"]
+       "++workload.checkpoint.num_checkpoints_read=0", "++workload.checkpoint.fsync=True"]
 REAL = ["++workload.mode=fsdp", "++workload.fsdp.thread_count=2"]
 EMULATED = ["++workload.checkpoint.layout=dcp", "++workload.checkpoint.files_per_rank=2",
             "++workload.checkpoint.io_pattern=framework", "++workload.checkpoint.trace=True"]
 STRACE = ["strace", "-f", "-ttt", "-T", "-y", "-qq", "--seccomp-bpf", "-e",
           "trace=openat,open,creat,write,pwrite64,writev,pwritev,read,pread64,readv,preadv,fsync,fdatasync,"
           "rename,renameat,renameat2,close"]
-STEP = Path("root", "checkpoints", "tiny", "global_epoch1_step1")
+SAVES = [1]  # the saves each job makes (--saves)
 CALIBRATION_SAVES = 5  # real saves traced for the calibration, the one of median duration held against
 
 
@@ -71,6 +82,7 @@ def run(work: Path, args: list[str], tracer: str, real: bool) -> tuple[list[Path
                    DFTRACER_INIT="PRELOAD", DFTRACER_INC_METADATA="1", DFTRACER_LOG_FILE=str(trace[0] / "job"),
                    DFTRACER_DATA_DIR=str(work / "root"))
     cmd = [*prefix, str(MPIEXEC), "-n", "2", sys.executable, "-m", "dlio_ckpt", "run", *JOB, *args,
+           f"++workload.checkpoint.num_checkpoints_write={SAVES[0]}",
            f"++workload.storage.storage_root={work / 'root'}", f"hydra.run.dir={work / 'out'}"]
     r = subprocess.run(cmd, cwd=work, capture_output=True, text=True, timeout=600, env=env)
     if r.returncode:
@@ -78,16 +90,27 @@ def run(work: Path, args: list[str], tracer: str, real: bool) -> tuple[list[Path
     return trace, work / "out"
 
 
+def save_folders(work: Path) -> list[str]:
+    """The folders of a job's saves in ``work``: one each."""
+    return [str(work / "root" / "checkpoints" / "tiny" / f"global_epoch1_step{k}") for k in range(1, SAVES[0] + 1)]
+
+
 def held(job: tuple[list[Path], Path], emulated: Path, work: Path) -> PhaseDistance:
-    """The emulated run's save held against the real one's trace, as ``trace-diff --under STEP`` does."""
-    (found,) = compare(job[0], emulated, under=str(work / STEP))
+    """The emulated run's saves held against the real one's trace, as ``trace-diff --under STEP ...`` does."""
+    (found,) = compare(job[0], emulated, under=save_folders(work))
     return found
 
 
 def real_against_real(before: tuple[list[Path], Path], now: tuple[list[Path], Path], a: Path, b: Path
                       ) -> PhaseDistance:
-    """One real save's calls held against another's, by the same functions."""
-    return compare_phase("save", job_calls(before[0], str(a / STEP)), job_calls(now[0], str(b / STEP)))
+    """One real job's saves held against another's, by the same functions."""
+    return compare_phase("save", saves_of(before[0], a), saves_of(now[0], b))
+
+
+def saves_of(trace: list[Path], work: Path) -> list[list[Call]]:
+    """A real job's calls in ``work``, a list a save."""
+    calls = traced_calls(trace)
+    return [on_files(calls, folder) for folder in save_folders(work)]
 
 
 def calibrate(folder: Path, tracer: str, steps: int) -> tuple[float, list[str]]:
@@ -97,7 +120,7 @@ def calibrate(folder: Path, tracer: str, steps: int) -> tuple[float, list[str]]:
     durations = {}
     for k in range(CALIBRATION_SAVES):
         job = run(folder / f"cal_real_{k}", REAL, tracer, True)
-        durations[k] = (side(job_calls(job[0], str(folder / f"cal_real_{k}" / STEP))).seconds, job)
+        durations[k] = (side(*saves_of(job[0], folder / f"cal_real_{k}")).seconds, job)
     middle = sorted(durations, key=lambda k: durations[k][0])[CALIBRATION_SAVES // 2]
     job, real = durations[middle][1], folder / f"cal_real_{middle}"
     value, said = 0.0, [f"real saves {', '.join(f'{s * 1e3:.0f}' for s, _ in durations.values())} ms"]
@@ -128,9 +151,13 @@ def main() -> None:
                         help="where a folder of the runs' own is made (and removed at the end)")
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--calibrate", type=int, default=3)
+    parser.add_argument("--saves", type=int, default=1, help="saves a job, pooled in each comparison")
     parser.add_argument("--tracers", default="strace,dftracer")
     a = parser.parse_args()
-    print(f"machine: {platform.node()}, {os.cpu_count()} cores, {platform.platform()}")
+    if a.saves < 1:
+        parser.error("--saves must be at least 1")
+    SAVES[0] = a.saves
+    print(f"machine: {platform.node()}, {os.cpu_count()} cores, {platform.platform()}; {a.saves} saves a job")
     own = Path(tempfile.mkdtemp(prefix="trace_verdict_", dir=a.folder))
     try:
         for tracer in a.tracers.split(","):

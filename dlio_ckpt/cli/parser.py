@@ -67,7 +67,7 @@ COMMANDS: dict[str, Command] = {
         "compare two runs or sweeps; exit 1 on a regression (a CI gate)"),
     "trace-diff": Command(
         "trace-diff",
-        "dlio_ckpt trace-diff TRACE [TRACE ...] RUN [--under DIR] [--phase save|load] [--checkpoint K] "
+        "dlio_ckpt trace-diff TRACE [TRACE ...] RUN [--under DIR ...] [--phase save|load] [--checkpoint K ...] "
         "[--format table|json]",
         "how close a run's storage calls (its checkpoint.trace) are to a real job's trace of a save or load "
         "(DFTracer .pfw/.pfw.gz, or strace -f -ttt -T -y output), per phase: KS distances of call sizes and of gaps, "
@@ -261,12 +261,14 @@ def _trace_diff_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("trace", nargs="+", metavar="TRACE", help="the job's trace: DFTracer .pfw or .pfw.gz files, or "
                    "strace -f -ttt -T -y output (one file, or -ff's files; a folder: every file in it)")
     p.add_argument("run", metavar="RUN", help="a run folder with its traces (++workload.checkpoint.trace=True)")
-    p.add_argument("--under", metavar="DIR", help="the job's calls on files under DIR only (its checkpoint's "
-                   "folder; default: every file but the system's and Python's)")
+    p.add_argument("--under", metavar="DIR", action="append", default=[], help="the job's calls on files under "
+                   "DIR only (its checkpoint's folder; default: every file but the system's and Python's); given "
+                   "again, each DIR is one checkpoint of the job, all of them pooled against as many of the run's")
     p.add_argument("--phase", choices=["save", "load"], help="what the job's trace is of, where it does not say "
                    "(default: save if it wrote more bytes than it read)")
-    p.add_argument("--checkpoint", type=int, metavar="K", help="the checkpoint (step) of each phase compared "
-                   "(default: the first)")
+    p.add_argument("--checkpoint", type=int, metavar="K", action="append", default=[], help="the checkpoint "
+                   "(step) of each phase compared, where a trace names them (the run's; given again, pooled; "
+                   "default: the first, or as many first ones as the job has --under folders)")
     p.add_argument("--format", choices=["table", "json"], default="table")
 
 

@@ -1,13 +1,14 @@
-"""``trace-diff``: a real ``dcp.save`` (``mode=fsdp``: FSDP2 on CPU, ``FileSystemWriter``, torch 2.13.0) traced
-with ``strace -f -ttt -T -y``, and again with DFTracer 2.2.0 (its preloaded library), is held against runs of the
-same job in DCP's layout: played as DCP plays it (``io_pattern=framework``) its write sizes are DCP's (KS distance
-under DLIO's 0.1), with as many writes, fsyncs, renames and writer threads; streamed (``io_pattern=stream``) they
-are not, and the verdict says far. Each run's processes' traces hold the calls its summary.json counts, kind by
-kind, and the played run the items the real save's ``.metadata`` lists, file by file (torch's own reader), which
-trace-diff spreads the framework's time over. The timing criteria (gap KS, throughput ratio) are shown by the
-command and not asserted here: a timer is no pass mark, and one real save of this size is not CLOSE to the next one
-every time; ``bench/trace_verdict.py`` measures them over rounds. Counterparts: ``unit/test_trace_diff.py`` (the
-readers, the KS distance, the time per item), ``unit/test_trace.py`` (the run's trace)."""
+"""``trace-diff``: a real job's two ``dcp.save`` (``mode=fsdp``: FSDP2 on CPU, ``FileSystemWriter``, torch 2.13.0)
+traced with ``strace -f -ttt -T -y``, and again with DFTracer 2.2.0 (its preloaded library), are held, pooled (an
+``--under`` folder a save), against the two saves of runs of the same job in DCP's layout: played as DCP plays it
+(``io_pattern=framework``) their write sizes are DCP's (KS distance under DLIO's 0.1), with as many writes, fsyncs,
+renames and writer threads a save; streamed (``io_pattern=stream``) they are not, and the verdict says far. Each
+run's processes' traces hold the calls its summary.json counts, kind by kind, and the played run, save by save, the
+items the real save's ``.metadata`` lists, file by file (torch's own reader), which trace-diff spreads the
+framework's time over. The timing criteria (gap KS, throughput ratio) are shown by the command and not asserted
+here: a timer is no pass mark, and one real job's saves are not CLOSE to the next job's every time;
+``bench/trace_verdict.py`` measures them over rounds. Counterparts: ``unit/test_trace_diff.py`` (the readers, the
+KS distance, the pooling, the time per item), ``unit/test_trace.py`` (the run's trace)."""
 
 from __future__ import annotations
 
@@ -27,7 +28,7 @@ from tests.support.workloads import UNEVEN_BF16
 
 pytestmark = [pytest.mark.real, pytest.mark.mpi]
 JOB = ["workload=tiny", "++workload.model.parallelism.tensor=1", *UNEVEN_BF16,
-       "++workload.checkpoint.num_checkpoints_write=1", "++workload.checkpoint.num_checkpoints_read=0",
+       "++workload.checkpoint.num_checkpoints_write=2", "++workload.checkpoint.num_checkpoints_read=0",
        "++workload.checkpoint.fsync=True"]
 WRITERS = 2  # DCP's thread_count, the emulation's files_per_rank
 # what the guide asks of a job's trace: every thread, times, durations, paths; the file calls only (--seccomp-bpf:
@@ -83,17 +84,22 @@ def test_a_real_dcp_save_is_close_in_sizes_to_the_framework_pattern_and_far_from
         calls = Counter(e["name"] for e in seen if e["cat"] == "POSIX")
         kinds = json.loads((run / "summary.json").read_text())["latency"]["run"]["kinds"]
         assert calls == Counter({kind: f["count"] for kind, f in kinds.items()}), pattern
-        items[pattern] = Counter(Path(e["args.fname"]).name for e in seen if e["cat"] == "framework")
-    # the items played are the real save's, file by file, as its .metadata lists them (torch's own reader)
-    step = tmp_path / "strace" / "root" / "checkpoints" / "tiny" / "global_epoch1_step1"
-    listed = Counter(s.relative_path for s in FileSystemReader(str(step)).read_metadata().storage_data.values())
-    assert items == {"framework": listed, "stream": Counter()}
-    busiest = max(sum(n for f, n in listed.items() if f.startswith(f"__{rank}_")) for rank in (0, 1))
+        items[pattern] = [Counter(Path(e["args.fname"]).name for e in seen
+                                  if e["cat"] == "framework" and e["args.checkpoint"] == k) for k in (1, 2)]
+    # the items played in each save are the real save's, file by file, as its .metadata lists them (torch's reader)
+    saves = [tmp_path / "strace" / "root" / "checkpoints" / "tiny" / f"global_epoch1_step{k}" for k in (1, 2)]
+    listed = [Counter(s.relative_path for s in FileSystemReader(str(step)).read_metadata().storage_data.values())
+              for step in saves]
+    assert items == {"framework": listed, "stream": [Counter(), Counter()]}
+    # a save's items on its busiest rank, the mean of the two
+    busiest = sum(max(sum(n for f, n in save.items() if f.startswith(f"__{rank}_")) for rank in (0, 1))
+                  for save in listed) / len(listed)
     for tool, trace in jobs.items():
-        step = tmp_path / tool / "root" / "checkpoints" / "tiny" / "global_epoch1_step1"
+        under = [a for k in (1, 2) for a in ("--under", str(tmp_path / tool / "root" / "checkpoints" / "tiny" /
+                                                               f"global_epoch1_step{k}"))]
         found = {}
         for pattern, run in runs.items():
-            r = dlio_here(["trace-diff", *map(str, trace), str(run), "--under", str(step), "--format", "json"])
+            r = dlio_here(["trace-diff", *map(str, trace), str(run), *under, "--format", "json"])
             assert r.returncode in (0, 1), r.stderr
             (phase,) = json.loads(r.stdout)["phases"]
             assert phase["phase"] == "save" and r.returncode == (0 if phase["close"] else 1)
@@ -102,6 +108,7 @@ def test_a_real_dcp_save_is_close_in_sizes_to_the_framework_pattern_and_far_from
         assert played["write_size_ks"] < 0.1, (tool, played)
         assert not [f for f in played["failed"] if "size" in f], (tool, played["failed"])
         job, run = played["job"], played["run"]
+        assert job["checkpoints"] == run["checkpoints"] == 2, (tool, job, run)
         assert (run["writes"], run["fsyncs"], run["renames"], run["threads"]) == \
             (job["writes"], job["fsyncs"], job["renames"], job["threads"]), (tool, job, run)
         assert played["item"]["items_per_rank"] == busiest

@@ -18,6 +18,7 @@ from dlio_ckpt.tools.readers.trace_compare import (
     job_calls,
     ks_distance,
     render_table,
+    side,
     strace_calls,
 )
 
@@ -126,10 +127,73 @@ def test_the_time_per_item_that_would_make_up_the_duration_is_spread_over_the_bu
 
     items = [Call(ITEM_KIND, "/ck/a", 1, 0.0, 10.0 + k % 3 * 50, process=1) for k in range(100)] + \
         [Call(ITEM_KIND, "/ck/b", 2, 0.0, 10.0, process=2) for _ in range(50)]  # some preempted: longer
-    slower = compare_phase("save", writes(0.5), writes(0.3), items)
+    slower = compare_phase("save", [writes(0.5)], [writes(0.3)], items)
     assert slower.item is not None and slower.run.calls == 2
     assert (slower.item.items_per_rank, slower.item.played_us) == (100, 10.0)
     assert slower.item.suggested_us == pytest.approx(2010.0)
     assert "++workload.checkpoint.framework_item_us=2010" in render_table([slower])
-    assert compare_phase("save", writes(0.1), writes(0.3), items).item.suggested_us == 0.0
-    assert compare_phase("save", writes(0.1), writes(0.3)).item is None
+    assert compare_phase("save", [writes(0.1)], [writes(0.3)], items).item.suggested_us == 0.0
+    assert compare_phase("save", [writes(0.1)], [writes(0.3)]).item is None
+
+
+def test_checkpoints_pooled_have_the_gaps_within_each_a_checkpoints_mean_counts_and_their_median_duration():
+    """Three saves: the first 2 writes of 100 bytes 10 us apart, lasting 11 us, and an fsync; the second 3 writes on
+    two files by two threads, lasting 49 us; the third 1 write, stalled, lasting 1000 us. No gap spans two saves
+    (990 us of training between the first two); each count is a save's mean (2 writes, 1/3 of an fsync, whole where
+    it is), the duration the saves' median (49 us, where their mean is 353), the throughput a save's bytes over it."""
+    first = [Call("write", "/ck/1/a", 1, 0.0, 1.0, 100), Call("write", "/ck/1/a", 1, 10.0, 1.0, 100),
+             Call("fsync", "/ck/1/a", 1, 12.0, 1.0)]
+    second = [Call("write", "/ck/2/a", 1, 1000.0, 1.0, 100), Call("write", "/ck/2/a", 1, 1030.0, 1.0, 100),
+              Call("write", "/ck/2/b", 2, 1040.0, 9.0, 100)]
+    stalled = [Call("write", "/ck/3/a", 1, 5000.0, 1000.0, 100)]
+    assert gaps(first, second, stalled) == [10.0, 30.0, 10.0]
+    pooled = side(first, second, stalled)
+    assert (pooled.checkpoints, pooled.calls, pooled.writes, pooled.files, pooled.bytes) == (3, 7 / 3, 2, 4 / 3, 200)
+    assert pooled.fsyncs == pytest.approx(1 / 3) and isinstance(pooled.bytes, int)
+    assert pooled.seconds == pytest.approx(49e-6) and pooled.throughput == pytest.approx(200 / 49e-6)
+    assert pooled.calls_per_file == 7 / 4 and pooled.threads_per_file == 1.0 and pooled.threads == 4 / 3
+
+
+def _strace_of_saves(path, root, saves: int) -> None:
+    """An strace of ``saves`` saves, one folder each (``root/s1``...), 1 s apart: 3 writes of 4096 bytes."""
+    lines = [f"7  {1000.0 + k + w * 1e-4:.6f} write(3<{root}/s{k + 1}/a>, \"\"..., 4096) = 4096 <0.000010>"
+             for k in range(saves) for w in range(3)]
+    path.write_text("\n".join(lines) + "\n")
+
+
+def _run_of_saves(run, root, saves: int) -> None:
+    """A run folder whose trace (ours) has ``saves`` saves, checkpoints 1, 2...: 3 writes of 4096 bytes each."""
+    run.mkdir()
+    events = [{"name": "write", "cat": "POSIX", "ph": "X", "pid": 5, "tid": 5, "ts": 1e6 * k + 100 * w, "dur": 10,
+               "args": {"fname": f"{root}/s{k}/a", "size": 4096, "rank": 0, "phase": "save", "checkpoint": k}}
+              for k in range(1, saves + 1) for w in range(3)]
+    with gzip.open(run / "0_trace.pfw.gz", "wt") as fh:
+        fh.write("[\n" + "\n".join(json.dumps(e) for e in events) + "\n")
+
+
+def test_each_under_folder_is_one_of_the_jobs_checkpoints_held_against_as_many_of_the_runs(dlio_here, tmp_path):
+    """Two folders of the job's trace against the first two of the run's three saves, pooled; the checkpoints named
+    are taken instead (a job's trace of ours: each folder its own); a run with fewer saves than the job's folders (a
+    folder given twice is one), or a checkpoint it does not have, is refused."""
+    _strace_of_saves(tmp_path / "job.strace", "/ck", 4)
+    _run_of_saves(tmp_path / "run", "/run", 3)
+    common = [str(tmp_path / "job.strace"), str(tmp_path / "run"), "--format", "json"]
+    r = dlio_here(["trace-diff", *common, "--under", "/ck/s1", "--under", "/ck/s3"])
+    (phase,) = json.loads(r.stdout)["phases"]
+    assert (phase["job"]["checkpoints"], phase["run"]["checkpoints"]) == (2, 2), r.stderr
+    assert (phase["job"]["writes"], phase["run"]["writes"], phase["job"]["bytes"]) == (3, 3, 3 * 4096)
+    assert phase["gap_ks"] == 0.0  # 100 us apart in each save; a gap between saves (2 s, 1 s) would part them
+    r = dlio_here(["trace-diff", *common, "--under", "/ck/s1", "--checkpoint", "2", "--checkpoint", "3",
+                   "--checkpoint", "1"])
+    (phase,) = json.loads(r.stdout)["phases"]
+    assert (phase["job"]["checkpoints"], phase["run"]["checkpoints"]) == (1, 3), r.stderr
+    # a job's trace of ours names its checkpoints: each folder is one, whatever --checkpoint names of the run's
+    _run_of_saves(tmp_path / "ours", "/ck", 3)
+    r = dlio_here(["trace-diff", str(tmp_path / "ours"), str(tmp_path / "run"), "--format", "json", "--under",
+                   "/ck/s1", "--under", "/ck/s2/", "--under", "/ck/s2", "--checkpoint", "3", "--checkpoint", "1"])
+    (phase,) = json.loads(r.stdout)["phases"]
+    assert (phase["job"]["checkpoints"], phase["run"]["checkpoints"]) == (2, 2), r.stderr
+    r = dlio_here(["trace-diff", *common, *(a for k in (1, 2, 3, 4, 2) for a in ("--under", f"/ck/s{k}"))])
+    assert r.returncode == 2 and "has 3 checkpoints in phase save, fewer than the job's 4" in r.stderr, r.stderr
+    r = dlio_here(["trace-diff", *common, "--checkpoint", "7"])
+    assert r.returncode == 2 and "--checkpoint=7" in r.stderr and "(it has: 1, 2, 3)" in r.stderr, r.stderr

@@ -3,12 +3,17 @@
 The job's trace is what its owner can take of a checkpoint's save or load: a DFTracer trace (``.pfw`` or
 ``.pfw.gz``, as DFTracer or ``checkpoint.trace`` writes it) or ``strace -f -ttt -T -y`` output (one file, or
 ``-ff``'s files). The run is a run folder with its traces (``checkpoint.trace``). Each side's calls are read into one
-form (:class:`Call`: kind, file, thread, start, duration, size), then compared phase by phase:
+form (:class:`Call`: kind, file, thread, start, duration, size), then compared phase by phase. A side may hold
+several checkpoints of the phase (the job's: one folder each; the run's: the steps its trace names), pooled: one
+save moves by more than DLIO's margins from one run to the next, several together less (:func:`side`, :func:`gaps`).
+The distances:
 
 - the KS distance (the largest gap between the two empirical distribution functions, as ``scipy.stats.ks_2samp``'s
-  statistic) of the sizes of the write calls, of the read calls, and of the gaps between calls (:func:`gaps`);
-- calls per file, threads per file, fsyncs and renames, side by side;
-- the bytes, the duration (first call's start to last call's end) and the throughput, as the run's over the job's;
+  statistic) of the sizes of the write calls, of the read calls, and of the gaps between calls (:func:`gaps`, within
+  each checkpoint);
+- calls per file, threads per file, fsyncs and renames, side by side (a checkpoint's, the mean where pooled);
+- the bytes, the duration (first call's start to last call's end) and the throughput, as the run's over the job's
+  (pooled: a checkpoint's mean bytes over the checkpoints' median duration);
 - where the run played its framework item by item (its trace's ``item`` events: DCP), the framework's time per item
   that would make up the difference in duration (:func:`item_time`), a value for ``checkpoint.framework_item_us``.
 
@@ -26,8 +31,9 @@ import gzip
 import json
 import os
 import re
+import statistics
 from collections import Counter, defaultdict
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -180,9 +186,9 @@ def strace_calls(paths: Iterable[Path]) -> list[Call]:
     return calls
 
 
-def job_calls(paths: list[Path], under: str | None) -> list[Call]:
-    """The job's calls (a DFTracer trace of ours names their phases; any other trace none), those on files under
-    ``under`` only, or, without it, those on files of no system folder and not Python's."""
+def traced_calls(paths: list[Path]) -> list[Call]:
+    """Every call of the job's trace files (folders: every file in them), whichever tracer wrote them; not the items
+    of a trace of ours (the run's framework's, not the job's)."""
     files = [f for p in paths for f in (sorted(q for q in p.iterdir() if q.is_file()) if p.is_dir() else [p])]
     if not files:
         raise ConfigError("TRACE", " ".join(map(str, paths)), "names no file")
@@ -192,8 +198,20 @@ def job_calls(paths: list[Path], under: str | None) -> list[Call]:
     firsts = {f: first_line(f) for f in files}
     files = [f for f, line in firsts.items() if line is not None]
     traced = dftracer_calls(files) if all(is_dftracer(str(firsts[f])) for f in files) else strace_calls(files)
+    return [c for c in traced if c.kind != ITEM_KIND]
+
+
+def on_files(calls: list[Call], under: str | None) -> list[Call]:
+    """The calls on files under ``under`` only, or, without it, those on files of no system folder and not
+    Python's."""
     keep = (lambda f: f.startswith(os.path.join(os.path.abspath(under), ""))) if under else _not_system
-    return [c for c in traced if keep(c.file) and c.kind != ITEM_KIND]
+    return [c for c in calls if keep(c.file)]
+
+
+def job_calls(paths: list[Path], under: str | None) -> list[Call]:
+    """The job's calls (a DFTracer trace of ours names their phases; any other trace none) on files under
+    ``under``, as :func:`on_files` keeps them."""
+    return on_files(traced_calls(paths), under)
 
 
 _SYSTEM = ("/proc/", "/sys/", "/dev/", "/usr/", "/lib", "/etc/", "pipe:", "socket:", "anon_inode:")
@@ -235,29 +253,37 @@ def ks_distance(a: list[float], b: list[float]) -> float | None:
     return worst
 
 
-def gaps(calls: list[Call]) -> list[float]:
-    """The time between one data call's start and the next's, every process and thread of the phase together, in
-    the order they started (microseconds): DLIO's gaps (auto-config's compare.py, before it keeps the longest as
-    bursts' gaps). Starts, not ends: a call's duration is measured differently by each tracer (strace stops the
-    thread at each call, our trace times the call from Python), its start alike."""
-    starts = sorted(c.start for c in calls if c.kind in DATA)
-    return [b - a for a, b in zip(starts, starts[1:], strict=False)]
+def gaps(*checkpoints: list[Call]) -> list[float]:
+    """The time between one data call's start and the next's, every process and thread of a checkpoint together, in
+    the order they started (microseconds), checkpoint after checkpoint (none between two): DLIO's gaps
+    (auto-config's compare.py, before it keeps those over ten times the median as the gaps between a loader's bursts,
+    of which a checkpoint has a handful). Starts, not ends: a call's duration is measured differently by each tracer
+    (strace stops the thread at each call, our trace times the call from Python), its start alike."""
+    found = []
+    for calls in checkpoints:
+        starts = sorted(c.start for c in calls if c.kind in DATA)
+        found += [b - a for a, b in zip(starts, starts[1:], strict=False)]
+    return found
+
+
+Count = int | float  # a checkpoint's count; pooled, the checkpoints' mean (whole where it is)
 
 
 @dataclass
 class Side:
-    """One side's account of a phase."""
+    """One side's account of a phase: a checkpoint's, the mean of its ``checkpoints`` where pooled."""
 
-    calls: int
-    files: int
+    checkpoints: int
+    calls: Count
+    files: Count
     calls_per_file: float
     threads_per_file: float
-    threads: int
-    writes: int
-    reads: int
-    fsyncs: int
-    renames: int
-    bytes: int
+    threads: Count
+    writes: Count
+    reads: Count
+    fsyncs: Count
+    renames: Count
+    bytes: Count
     seconds: float
 
     @property
@@ -265,19 +291,39 @@ class Side:
         return self.bytes / self.seconds if self.seconds else 0.0
 
 
-def side(calls: list[Call]) -> Side:
-    per_file: dict[str, list[Call]] = defaultdict(list)
-    for c in calls:
-        per_file[c.file].append(c)
-    data = [c for c in calls if c.kind in DATA]
-    seconds = (max(c.start + c.duration for c in data) - min(c.start for c in data)) / 1e6 if data else 0.0
-    return Side(calls=len(calls), files=len(per_file),
-                calls_per_file=len(calls) / len(per_file) if per_file else 0.0,
-                threads_per_file=sum(len({c.thread for c in cs}) for cs in per_file.values()) / len(per_file)
-                if per_file else 0.0,
-                threads=len({c.thread for c in calls}), writes=sum(c.kind == "write" for c in calls),
-                reads=sum(c.kind == "read" for c in calls), fsyncs=sum(c.kind == "fsync" for c in calls),
-                renames=sum(c.kind == "rename" for c in calls), bytes=sum(c.size for c in data), seconds=seconds)
+def _mean(total: int, n: int) -> Count:
+    return total // n if total % n == 0 else total / n
+
+
+def side(*checkpoints: list[Call]) -> Side:
+    """The account of one checkpoint's calls, or of several pooled: each count the checkpoints' mean, the duration
+    their median's (each first data call's start to last one's end), the throughput a checkpoint's bytes over it;
+    calls and threads per file over all their files. The median, not the mean: a real job's save now and then
+    stalls for longer than the rest of it lasts (its last of four waited 0.2 s before its ``.metadata`` in
+    ``bench/trace_verdict.py``'s job), which a time per item made up from a mean would spread over every item."""
+    n = max(len(checkpoints), 1)
+    files: list[dict[str, list[Call]]] = [defaultdict(list) for _ in checkpoints]
+    for per_file, calls in zip(files, checkpoints, strict=True):
+        for c in calls:
+            per_file[c.file].append(c)
+    every = [cs for per_file in files for cs in per_file.values()]
+    calls = [c for cs in checkpoints for c in cs]
+    durations = []  # of the checkpoints with data calls
+    for cs in checkpoints:
+        data = [c for c in cs if c.kind in DATA]
+        if data:
+            durations.append((max(c.start + c.duration for c in data) - min(c.start for c in data)) / 1e6)
+
+    def count(kind: str) -> Count:
+        return _mean(sum(c.kind == kind for c in calls), n)
+
+    return Side(checkpoints=len(checkpoints), calls=_mean(len(calls), n), files=_mean(len(every), n),
+                calls_per_file=len(calls) / len(every) if every else 0.0,
+                threads_per_file=sum(len({c.thread for c in cs}) for cs in every) / len(every) if every else 0.0,
+                threads=_mean(sum(len({c.thread for c in cs}) for cs in checkpoints), n), writes=count("write"),
+                reads=count("read"), fsyncs=count("fsync"), renames=count("rename"),
+                bytes=_mean(sum(c.size for c in calls if c.kind in DATA), n),
+                seconds=statistics.median(durations) if durations else 0.0)
 
 
 @dataclass
@@ -285,7 +331,7 @@ class ItemTime:
     """The framework's time per item: what the run played, on how many items its busiest rank saved, and a
     value of ``checkpoint.framework_item_us`` that would make up the difference in duration (:func:`item_time`)."""
 
-    items_per_rank: int
+    items_per_rank: Count  # a checkpoint's (the mean, where pooled)
     played_us: float
     suggested_us: float
 
@@ -293,13 +339,14 @@ class ItemTime:
 def item_time(job: Side, run: Side, items: list[Call]) -> ItemTime | None:
     """What the run played before each item (its shortest ``item`` event, microseconds: the value it was asked,
     which a busy loop lasts at least, longer where its thread was preempted) and the value that would make its
-    duration the job's: the difference spread over the items of its busiest rank, whose writer
-    threads take their items one at a time (they hold one interpreter's lock, as DCP's do). A first estimate: the
-    threads' calls, the other processes and the cores move with it, so run again with it and compare again
-    (each comparison starts from what that run played). None where the run played no items."""
+    duration the job's: the difference in a checkpoint's duration spread over a checkpoint's items of its busiest
+    rank (the mean, where pooled), whose writer threads take their items one at a time (they hold one
+    interpreter's lock, as DCP's do). A first estimate: the threads' calls, the other processes and the cores move
+    with it, so run again with it and compare again (each comparison starts from what that run played). None where
+    the run played no items."""
     if not items:
         return None
-    busiest = max(Counter(c.process for c in items).values())
+    busiest = _mean(max(Counter(c.process for c in items).values()), max(run.checkpoints, 1))
     played = min(c.duration for c in items)
     return ItemTime(busiest, played, max(0.0, played + (job.seconds - run.seconds) * 1e6 / busiest))
 
@@ -329,12 +376,14 @@ def _ratio(a: float, b: float) -> float | None:
     return a / b if b else None
 
 
-def compare_phase(phase: str, job: list[Call], run: list[Call], items: list[Call] | None = None) -> PhaseDistance:
-    """The job's calls of a phase held against the run's (and the items the run's framework saved in it)."""
-    j, r = side(job), side(run)
-    sizes = {k: ks_distance([float(c.size) for c in job if c.kind == k], [float(c.size) for c in run if c.kind == k])
-             for k in DATA}
-    out = PhaseDistance(phase, j, r, sizes["write"], sizes["read"], ks_distance(gaps(job), gaps(run)),
+def compare_phase(phase: str, job: list[list[Call]], run: list[list[Call]], items: list[Call] | None = None
+                  ) -> PhaseDistance:
+    """The job's checkpoints of a phase (each its calls; several pooled) held against the run's (and the items the
+    run's framework saved in them)."""
+    j, r = side(*job), side(*run)
+    sizes = {k: ks_distance([float(c.size) for cs in job for c in cs if c.kind == k],
+                            [float(c.size) for cs in run for c in cs if c.kind == k]) for k in DATA}
+    out = PhaseDistance(phase, j, r, sizes["write"], sizes["read"], ks_distance(gaps(*job), gaps(*run)),
                         _ratio(r.bytes, j.bytes), _ratio(r.seconds, j.seconds), _ratio(r.throughput, j.throughput),
                         item_time(j, r, items or []))
     judged = "read" if phase.startswith("load") else "write"  # DLIO judges a loader's reads; a save's are its writes
@@ -356,39 +405,55 @@ def infer_phase(calls: list[Call]) -> str:
     return "save" if written >= sum(c.size for c in calls if c.kind == "read") else "load"
 
 
-def compare(job_paths: list[Path], run: Path, under: str | None = None, phase: str | None = None,
-            checkpoint: int | None = None) -> list[PhaseDistance]:
+def compare(job_paths: list[Path], run: Path, under: Sequence[str] = (), phase: str | None = None,
+            checkpoints: Sequence[int] = ()) -> list[PhaseDistance]:
     """Every phase of the job's trace held against the run's same phase. A job's trace without phases is one
-    phase: ``phase``, else the one its bytes say (a save writes). Each side is one checkpoint of the phase:
-    ``checkpoint``, else the first (a job's trace without checkpoints is taken whole: one save or one load)."""
-    job, ours = job_calls(job_paths, under), run_calls(run)
-    if not job:
-        raise ConfigError("TRACE", " ".join(map(str, job_paths)), "holds no call on a file"
-                          + (f" under {under}" if under else ""))
-    named = phase or infer_phase(job)
-    job = [c if c.phase is not None else replace(c, phase=named) for c in job]
+    phase: ``phase``, else the one its bytes say (a save writes). The job's checkpoints are its calls under each
+    folder of ``under``, one a folder, pooled where several; without ``under``, its calls on files not the system's,
+    taken whole (a trace of several saves without ``under`` is one checkpoint, the time between them in it). Where a
+    side's trace names its checkpoints (the run's does, and a job's of ours), those of ``checkpoints`` are taken (the
+    job's: where there is no ``under``), else its first: one for the job (one a folder), as many as the job has for
+    the run. A phase in some of the job's folders only is compared on those."""
+    traced, ours, trace = traced_calls(job_paths), run_calls(run), " ".join(map(str, job_paths))
+    folders: list[str | None] = [*dict.fromkeys(os.path.abspath(u) for u in under)] or [None]
+    checkpoints = [*dict.fromkeys(checkpoints)]
+    named_in_job = () if under else checkpoints  # a folder is one checkpoint of the job: its first, where named
+    job_sets = [on_files(traced, folder) for folder in folders]
+    for folder, calls in zip(folders, job_sets, strict=True):
+        if not calls:
+            raise ConfigError("TRACE", trace, "holds no call on a file" + (f" under {folder}" if folder else ""))
+    named = phase or infer_phase([c for calls in job_sets for c in calls])
+    job_sets = [[c if c.phase is not None else replace(c, phase=named) for c in calls] for calls in job_sets]
     found = []
-    for name in dict.fromkeys(c.phase for c in job):
-        theirs, mine = [c for c in job if c.phase == name], [c for c in ours if c.phase == name]
+    for name in dict.fromkeys(c.phase for calls in job_sets for c in calls):
+        theirs = [split for calls in job_sets
+                  for split in by_checkpoint([c for c in calls if c.phase == name], named_in_job, 1, "TRACE", trace)]
+        mine = [c for c in ours if c.phase == name]
         if not mine:
             raise ConfigError("RUN", str(run), f"traced no call in phase {name} (its phases: "
                               f"{', '.join(dict.fromkeys(str(c.phase) for c in ours))})")
-        mine = one_checkpoint(mine, checkpoint, "RUN")
-        found.append(compare_phase(str(name), one_checkpoint(theirs, checkpoint, "TRACE"),
-                                   [c for c in mine if c.kind != ITEM_KIND], [c for c in mine if c.kind == ITEM_KIND]))
+        mine_sets = by_checkpoint(mine, checkpoints, len(theirs), "RUN", str(run))
+        found.append(compare_phase(str(name), theirs, [[c for c in s if c.kind != ITEM_KIND] for s in mine_sets],
+                                   [c for s in mine_sets for c in s if c.kind == ITEM_KIND]))
     return found
 
 
-def one_checkpoint(calls: list[Call], checkpoint: int | None, side_name: str) -> list[Call]:
-    """The calls of ``checkpoint`` (default: the first), or all of them where no call names one."""
+def by_checkpoint(calls: list[Call], checkpoints: Sequence[int], first: int, side_name: str, where: str
+                  ) -> list[list[Call]]:
+    """The calls of each checkpoint of ``checkpoints`` (default: the ``first`` checkpoints), or all of them as one
+    where no call names its checkpoint."""
     steps = sorted({c.checkpoint for c in calls if c.checkpoint is not None})
     if not steps:
-        return calls
-    wanted = steps[0] if checkpoint is None else checkpoint
-    if wanted not in steps:
-        raise ConfigError("--checkpoint", checkpoint, f"is not a checkpoint of {side_name}'s {calls[0].phase} phase "
-                          f"(it has: {', '.join(map(str, steps))})")
-    return [c for c in calls if c.checkpoint == wanted]
+        return [calls] if calls else []
+    missing = [k for k in checkpoints if k not in steps]
+    if missing:
+        raise ConfigError("--checkpoint", missing[0], f"is not a checkpoint of {side_name}'s {calls[0].phase} "
+                          f"phase (it has: {', '.join(map(str, steps))})")
+    if not checkpoints and len(steps) < first:
+        raise ConfigError(side_name, where, f"has {len(steps)} checkpoints in phase {calls[0].phase}, fewer than "
+                          f"the job's {first} (one an --under folder): run as many (num_checkpoints_write or "
+                          "num_checkpoints_read), or name the ones to compare (--checkpoint K)")
+    return [[c for c in calls if c.checkpoint == k] for k in (checkpoints or steps[:first])]
 
 
 # -- saying it --------------------------------------------------------------------------------------------
@@ -396,6 +461,9 @@ def one_checkpoint(calls: list[Call], checkpoint: int | None, side_name: str) ->
 
 def _f(v: float | None, fmt: str = "{:.3f}") -> str:
     return "-" if v is None else fmt.format(v)
+
+
+POOLED = "   (a checkpoint's: the mean of those pooled; seconds, their median)"
 
 
 def render_table(found: list[PhaseDistance]) -> str:
@@ -407,15 +475,15 @@ def render_table(found: list[PhaseDistance]) -> str:
                   f"gap KS {_f(p.gap_ks)}",
                   f"  run/job: bytes {_f(p.bytes_ratio, '{:.2f}')}   duration {_f(p.duration_ratio, '{:.2f}')}   "
                   f"throughput {_f(p.throughput_ratio, '{:.2f}')}",
-                  f"  {'':<18}{'job':>12}{'run':>12}"]
-        for name in ("calls", "files", "calls_per_file", "threads_per_file", "threads", "writes", "reads", "fsyncs",
-                     "renames", "bytes", "seconds"):
-            a, b = getattr(p.job, name), getattr(p.run, name)
-            shown = "{:>12.3f}{:>12.3f}" if isinstance(a, float) else "{:>12}{:>12}"
-            lines.append(f"  {name:<18}" + shown.format(a, b))
+                  f"  {'':<18}{'job':>12}{'run':>12}" + (POOLED if max(p.job.checkpoints, p.run.checkpoints) > 1
+                                                          else "")]
+        for name in ("checkpoints", "calls", "files", "calls_per_file", "threads_per_file", "threads", "writes",
+                     "reads", "fsyncs", "renames", "bytes", "seconds"):
+            lines.append(f"  {name:<18}" + "".join(f"{v:>12.3f}" if isinstance(v, float) else f"{v:>12}"
+                                                   for v in (getattr(p.job, name), getattr(p.run, name))))
         if p.item is not None:
             lines.append(f"  framework time per item: the run played {p.item.played_us:.0f} us before each item "
-                         f"({p.item.items_per_rank} on its busiest rank); the job's duration suggests "
+                         f"({p.item.items_per_rank:g} a checkpoint on its busiest rank); the job's duration suggests "
                          f"++workload.checkpoint.framework_item_us={p.item.suggested_us:.0f} (a first estimate: run "
                          "with it and compare again)")
     lines.append(f"thresholds: {THRESHOLDS}")
