@@ -15,11 +15,12 @@ from dlio_ckpt.tools.readers.trace_compare import (
     Call,
     compare_phase,
     gaps,
-    job_calls,
     ks_distance,
+    on_files,
     render_table,
     side,
     strace_calls,
+    traced_calls,
 )
 
 
@@ -85,7 +86,7 @@ def test_dftracer_2s_own_form_is_read_too(tmp_path):
     with gzip.open(tmp_path / "job-1-preload.pfw.gz", "wt") as fh:
         fh.write("\n".join(json.dumps(e) for e in lines) + "\n")
     (tmp_path / "job-2-fork.pfw.gz").write_bytes(b"")
-    assert job_calls([tmp_path], None) == [Call("write", "/ck/a.distcp", 4, 100.0, 13.0, 1261, process=3),
+    assert on_files(traced_calls([tmp_path]), None) == [Call("write", "/ck/a.distcp", 4, 100.0, 13.0, 1261, process=3),
                                            Call("fsync", "/ck/a.distcp", 4, 110.0, 3629.0, 0, process=3)]
 
 

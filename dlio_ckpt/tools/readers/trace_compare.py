@@ -187,8 +187,9 @@ def strace_calls(paths: Iterable[Path]) -> list[Call]:
 
 
 def traced_calls(paths: list[Path]) -> list[Call]:
-    """Every call of the job's trace files (folders: every file in them), whichever tracer wrote them; not the items
-    of a trace of ours (the run's framework's, not the job's)."""
+    """Every call of the job's trace files (folders: every file in them), whichever tracer wrote them (a DFTracer
+    trace of ours names their phases; any other none); not the items of a trace of ours (the run's framework's, not
+    the job's)."""
     files = [f for p in paths for f in (sorted(q for q in p.iterdir() if q.is_file()) if p.is_dir() else [p])]
     if not files:
         raise ConfigError("TRACE", " ".join(map(str, paths)), "names no file")
@@ -206,12 +207,6 @@ def on_files(calls: list[Call], under: str | None) -> list[Call]:
     Python's."""
     keep = (lambda f: f.startswith(os.path.join(os.path.abspath(under), ""))) if under else _not_system
     return [c for c in calls if keep(c.file)]
-
-
-def job_calls(paths: list[Path], under: str | None) -> list[Call]:
-    """The job's calls (a DFTracer trace of ours names their phases; any other trace none) on files under
-    ``under``, as :func:`on_files` keeps them."""
-    return on_files(traced_calls(paths), under)
 
 
 _SYSTEM = ("/proc/", "/sys/", "/dev/", "/usr/", "/lib", "/etc/", "pipe:", "socket:", "anon_inode:")
